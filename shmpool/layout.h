@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * layout.h - the bytes of a pool segment.  Everything here is shared with
+ * other processes, which may be of another build, may die at any
+ * instruction, and may scribble.  So: fixed-size types, offsets never
+ * pointers, static_asserts on every size and offset that matters.
+ *
+ *   0            header (struct hc_seg_hdr, one 4 KiB block)
+ *   toc[COMPS]   component records (struct hc_seg_comp)
+ *   toc[RANKS]   rank slots (struct hc_seg_rank)
+ *   toc[PAGES]   page table (struct hc_seg_page), the truth about pages
+ *   toc[PINS]    pin counters, uint16 [npages][max_ranks]
+ *   toc[ENV]     envelopes, 2 MiB aligned, npages * envelope_bytes
+ *
+ * LAYOUT VERSION POLICY.  layout_major changes when any existing field or
+ * region changes meaning or place; a binary attaches only segments of its
+ * own major.  layout_minor grows when something is appended (a new region
+ * in a spare toc slot, a field in reserved bytes) that older binaries can
+ * ignore safely; a binary attaches any minor of its major, newer or older.
+ */
+#ifndef HC_SHMPOOL_LAYOUT_H
+#define HC_SHMPOOL_LAYOUT_H
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hicache/hicache.h>
+
+#define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
+#define HC_LAYOUT_MAJOR  1
+#define HC_LAYOUT_MINOR  0
+#define HC_LAYOUT_ID     "page-unified-v1"
+#define HC_SEG_HDR_BYTES 4096
+#define HC_SEG_ENV_ALIGN (UINT64_C(2) << 20)  /* huge-page friendly */
+#define HC_TOC_SLOTS     16
+
+enum hc_region {
+	HC_REG_COMPS = 0,
+	HC_REG_RANKS = 1,
+	HC_REG_PAGES = 2,
+	HC_REG_PINS = 3,
+	HC_REG_ENV = 4,
+	HC_REG__COUNT
+};
+
+enum hc_seg_state {
+	HC_SEG_CREATING = 1, /* under construction, only under a temporary name */
+	HC_SEG_READY = 2,
+};
+
+struct hc_seg_region {
+	uint64_t off;
+	uint64_t bytes;
+};
+
+/*
+ * Notes on synchronization: every field up to meta_digest is written once by
+ * the creator before the segment gets its public name (link(2)), and never
+ * again; meta_digest is SHA-256 over those bytes and the component records,
+ * and every attach checks it.  'state' is the only mutable field.
+ */
+struct hc_seg_hdr {
+	uint64_t magic;
+	uint32_t layout_major;
+	uint32_t layout_minor;
+	uint32_t hdr_bytes;
+	uint32_t flags;
+	uint64_t segment_bytes;
+	uint64_t created_unix_ns;
+	uint32_t creator_pid;
+	uint32_t creator_uid;
+	char creator_host[64];
+	char model_id[HC_MODEL_ID_MAX + 1];
+	char layout_id[32];
+	uint8_t fingerprint[32];
+	uint32_t page_tokens;
+	uint32_t tp_size;
+	uint32_t head_groups;
+	uint32_t ncomp;
+	uint32_t max_ranks;
+	uint32_t npages;
+	uint32_t quarantine_ms;
+	uint32_t reserved0;
+	uint64_t envelope_bytes;
+	struct hc_seg_region toc[HC_TOC_SLOTS];
+	uint8_t meta_digest[32];
+	_Atomic uint32_t state; /* enum hc_seg_state; release-stored READY by the creator */
+	uint32_t reserved1;
+};
+static_assert(offsetof(struct hc_seg_hdr, magic) == 0, "magic first");
+static_assert(offsetof(struct hc_seg_hdr, model_id) == 112, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, fingerprint) == 272, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, envelope_bytes) == 336, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, toc) == 344, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, meta_digest) == 600, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, state) == 632, "header layout");
+static_assert(sizeof(struct hc_seg_hdr) == 640, "header size");
+static_assert(sizeof(struct hc_seg_hdr) <= HC_SEG_HDR_BYTES, "header fits its block");
+
+/* Component record: written by the creator, then immutable (in meta_digest). */
+struct hc_seg_comp {
+	char name[32];
+	uint32_t dtype;
+	uint32_t kind;
+	uint32_t sharding;
+	uint32_t groups;
+	uint32_t kv_heads;
+	uint32_t head_bytes;
+	uint32_t layers;
+	uint32_t reserved0;
+	uint64_t bytes_per_layer;
+	uint64_t offset;
+	uint64_t bytes;
+	uint64_t group_stride;
+	uint64_t layer_stride;
+	uint8_t reserved1[24];
+};
+static_assert(sizeof(struct hc_seg_comp) == 128, "component record size");
+static_assert(offsetof(struct hc_seg_comp, bytes_per_layer) == 64, "component layout");
+
+/*
+ * Rank slot.  Notes on synchronization: 'lock' is a robust, process-shared
+ * mutex.  The process that holds it owns the slot and every other field; it
+ * holds it from attach to detach, from a thread that lives as long as the
+ * attachment.  Another process may take it only by trylock: EBUSY means
+ * alive (a stopped process is alive), EOWNERDEAD is the one proof of death,
+ * and whoever gets EOWNERDEAD must undo the dead owner's holds (idempotent),
+ * then mark the mutex consistent.  'state' LIVE is release-stored after the
+ * rest of the slot is written; readers other than the holder use it and
+ * pid only for display.
+ */
+enum hc_rank_state { HC_RANK_FREE = 0, HC_RANK_LIVE = 1 };
+
+struct hc_seg_rank {
+	pthread_mutex_t lock;
+	_Atomic uint32_t state;
+	_Atomic uint32_t pid;
+	_Atomic uint32_t epoch;
+	uint32_t reserved0;
+	_Atomic uint64_t attached_unix_ns;
+	char comm[16];
+	uint8_t reserved1[128 - 80];
+};
+static_assert(sizeof(pthread_mutex_t) == 40, "glibc x86-64/aarch64 mutex size is part of the layout");
+static_assert(offsetof(struct hc_seg_rank, state) == 40, "rank slot layout");
+static_assert(sizeof(struct hc_seg_rank) == 128, "rank slot size");
+
+/*
+ * Page entry.  'word' is the truth about the page:
+ *
+ *   bits 61..63  state  (enum hc_page_state)
+ *   bits 54..60  owner rank slot (RESERVED, QUARANTINE, FREEING)
+ *   bits 32..53  generation, bumped by each allocation
+ *   bits  0..31  aux: fill mask (RESERVED), quarantine start in ms of
+ *                CLOCK_BOOTTIME mod 2^32 (QUARANTINE), else 0
+ *
+ * Notes on synchronization: every transition is one compare-and-swap on
+ * 'word' (seq_cst), so a death at any instruction leaves a state that
+ * recovery reads exactly.  Who may move what:
+ *   FREE        -> RESERVED   any rank, allocating (gen+1, owner = self)
+ *   QUARANTINE  -> RESERVED   any rank, allocating, once the grace ran out
+ *   RESERVED    -> RESERVED   any rank with the handle, committing (aux |= bits)
+ *   RESERVED    -> READY      whoever completes the fill mask
+ *   RESERVED    -> FREE       the owner, aborting
+ *   READY       -> FREEING    any rank, freeing; then it reads every pin
+ *                             counter and stores FREE, or READY back if pinned
+ *   RESERVED/FREEING of a dead owner -> QUARANTINE / READY  recovery
+ *   QUARANTINE  -> FREE       recovery, once the grace ran out
+ * 'presence' is written by the allocator after its CAS and before the
+ * handle leaves it; readers read it after an acquire load of 'word'.
+ */
+struct hc_seg_page {
+	_Atomic uint64_t word;
+	_Atomic uint32_t presence;
+	uint32_t reserved0;
+};
+static_assert(sizeof(struct hc_seg_page) == 16, "page entry size");
+
+static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free in shared memory");
+static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free in shared memory");
+static_assert(ATOMIC_SHORT_LOCK_FREE == 2, "16-bit atomics must be lock-free in shared memory");
+
+#define HC_W_STATE_SHIFT 61
+#define HC_W_OWNER_SHIFT 54
+#define HC_W_GEN_SHIFT   32
+#define HC_W_OWNER_MASK  UINT64_C(0x7f)
+#define HC_W_GEN_MASK    UINT64_C(0x3fffff)
+
+static inline uint64_t hc__w_make(unsigned state, unsigned owner, uint32_t gen, uint32_t aux)
+{
+	return ((uint64_t)state << HC_W_STATE_SHIFT) |
+	       (((uint64_t)owner & HC_W_OWNER_MASK) << HC_W_OWNER_SHIFT) |
+	       (((uint64_t)gen & HC_W_GEN_MASK) << HC_W_GEN_SHIFT) | aux;
+}
+static inline unsigned hc__w_state(uint64_t w) { return (unsigned)(w >> HC_W_STATE_SHIFT); }
+static inline unsigned hc__w_owner(uint64_t w) { return (unsigned)((w >> HC_W_OWNER_SHIFT) & HC_W_OWNER_MASK); }
+static inline uint32_t hc__w_gen(uint64_t w) { return (uint32_t)((w >> HC_W_GEN_SHIFT) & HC_W_GEN_MASK); }
+static inline uint32_t hc__w_aux(uint64_t w) { return (uint32_t)w; }
+
+/* Geometry: computed from a spec at creation, recomputed at attach. */
+struct hc__geom {
+	uint32_t page_tokens, tp_size, head_groups, ncomp, max_ranks, npages;
+	struct hc_component_info comps[HC_MAX_COMPONENTS];
+	uint32_t sharded_mask;    /* components split by head group */
+	uint32_t replicated_mask; /* components with one copy */
+	uint64_t envelope_bytes;
+	struct hc_seg_region toc[HC_REG__COUNT];
+	uint64_t segment_bytes;
+};
+
+int hc__geom_envelope(struct hc__geom *g);
+int hc__geom_regions(struct hc__geom *g);
+void hc__fingerprint(const char *model_id, const struct hc__geom *g, uint8_t out[32]);
+void hc__meta_digest(const struct hc_seg_hdr *h, const struct hc_seg_comp *comps,
+		     uint32_t ncomp, uint8_t out[32]);
+
+#endif /* HC_SHMPOOL_LAYOUT_H */

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ranks.c - rank slots and proof of death.
+ *
+ * A process owns a rank slot by holding the slot's robust mutex.  The lock
+ * is taken by a holder thread that lives exactly as long as the attachment:
+ * a robust mutex belongs to a thread, and an engine's attaching thread may
+ * well exit before the process does.  When the process dies, the kernel
+ * marks the mutex owner-dead, and the next trylock gets EOWNERDEAD: the only
+ * proof of death we accept.  A stopped process still holds its lock, so it
+ * is alive.  Nothing is ever declared dead on a timeout.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+void hc__mutex_init_robust(pthread_mutex_t *m)
+{
+	pthread_mutexattr_t a;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(m, &a);
+	pthread_mutexattr_destroy(&a);
+}
+
+/*
+ * Undo everything slot 'slot' held.  The caller holds the slot's mutex, got
+ * with EOWNERDEAD (or is the owner detaching).  Idempotent: if we die half
+ * way, the next owner of the mutex gets EOWNERDEAD and runs this again.
+ */
+int hc__rank_recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
+{
+	hc__pages_release_slot(p, slot, rep);
+	hc__pins_drop_slot(p, slot, rep);
+	return 0;
+}
+
+/*
+ * Probe a slot that is not ours.  Returns 1 if a live process holds it, 0 if
+ * it is free (a dead holder's holds are undone on the way), or a negative
+ * errno if the mutex is unusable.
+ */
+int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
+{
+	struct hc_seg_rank *r = &p->ranks[slot];
+	int ret;
+
+	if ((int)slot == p->slot)
+		return 1;
+	if (p->readonly)
+		return atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_LIVE;
+	ret = pthread_mutex_trylock(&r->lock);
+	if (ret == EBUSY)
+		return 1;
+	if (ret == EOWNERDEAD) {
+		hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
+			atomic_load_explicit(&r->pid, memory_order_relaxed));
+		hc__rank_recover_slot(p, slot, rep);
+		if (rep && atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE)
+			rep->dead_ranks++;
+		atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
+		pthread_mutex_consistent(&r->lock);
+		ret = 0;
+	} else if (ret == 0 && atomic_load_explicit(&r->state, memory_order_relaxed) != HC_RANK_FREE) {
+		/* Unlocked but marked live: a scribble.  We hold the lock, so fix it. */
+		atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
+	}
+	if (ret == 0) {
+		pthread_mutex_unlock(&r->lock);
+		return 0;
+	}
+	return hc__err(ret, "rank slot %u: its mutex is unusable (%s); recreate the pool when it is idle", slot,
+		       strerror(ret));
+}
+
+struct claim {
+	struct hc_pool *p;
+	int result;       /* slot, or negative errno */
+	int ready_pipe[2];
+};
+
+static void *holder_main(void *arg)
+{
+	struct claim *c = arg;
+	struct hc_pool *p = c->p;
+	struct hc_seg_rank *r = NULL;
+	char comm[16] = "";
+	int slot = -1, ret = 0;
+	unsigned s;
+
+	prctl(PR_GET_NAME, comm);
+	for (s = 0; s < p->g.max_ranks; s++) {
+		r = &p->ranks[s];
+		ret = pthread_mutex_trylock(&r->lock);
+		if (ret == EBUSY)
+			continue;
+		if (ret == EOWNERDEAD) {
+			/* The previous owner died: its holds are ours to undo first. */
+			hc__rank_recover_slot(p, s, NULL);
+			pthread_mutex_consistent(&r->lock);
+		} else if (ret != 0) {
+			hc__log(HC_LOG_WARN, "rank slot %u: mutex unusable (%s); skipping it", s, strerror(ret));
+			continue;
+		}
+		slot = (int)s;
+		break;
+	}
+	if (slot < 0) {
+		c->result = hc__err(EUSERS, "all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
+				    p->g.max_ranks, p->info.name);
+		if (write(c->ready_pipe[1], "x", 1) < 0) { /* the attacher reads c->result */ }
+		return NULL;
+	}
+	atomic_store_explicit(&r->pid, (uint32_t)getpid(), memory_order_relaxed);
+	atomic_fetch_add_explicit(&r->epoch, 1, memory_order_relaxed);
+	{
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		atomic_store_explicit(&r->attached_unix_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+				      memory_order_relaxed);
+	}
+	memcpy(r->comm, comm, sizeof(r->comm));
+	/* Release: pid, epoch and comm are visible before LIVE (readers: ls, info). */
+	atomic_store_explicit(&r->state, HC_RANK_LIVE, memory_order_release);
+	c->result = slot;
+	if (write(c->ready_pipe[1], "x", 1) < 0) { /* see above */ }
+
+	/* Hold the lock until detach closes the write end of holder_pipe. */
+	for (;;) {
+		char b;
+		ssize_t n = read(p->holder_pipe[0], &b, 1);
+		if (n == 0 || (n < 0 && errno != EINTR))
+			break;
+	}
+	atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
+	pthread_mutex_unlock(&r->lock);
+	return NULL;
+}
+
+int hc__rank_claim(struct hc_pool *p)
+{
+	struct claim c = { .p = p, .result = -EIO };
+	char b;
+	int ret;
+
+	if (pipe2(p->holder_pipe, O_CLOEXEC) < 0)
+		return hc__err(errno, "attach: pipe: %s", strerror(errno));
+	if (pipe2(c.ready_pipe, O_CLOEXEC) < 0) {
+		ret = hc__err(errno, "attach: pipe: %s", strerror(errno));
+		goto fail_pipe;
+	}
+	ret = pthread_create(&p->holder, NULL, holder_main, &c);
+	if (ret) {
+		ret = hc__err(ret, "attach: cannot start the rank holder thread: %s", strerror(ret));
+		goto fail_ready;
+	}
+	while (read(c.ready_pipe[0], &b, 1) < 0 && errno == EINTR)
+		;
+	close(c.ready_pipe[0]);
+	close(c.ready_pipe[1]);
+	if (c.result < 0) {
+		pthread_join(p->holder, NULL);
+		ret = c.result;
+		/* the holder thread wrote the message in its own thread-local buffer */
+		hc__err(-ret, "all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
+			p->g.max_ranks, p->info.name);
+		goto fail_pipe;
+	}
+	p->slot = c.result;
+	return 0;
+
+fail_ready:
+	close(c.ready_pipe[0]);
+	close(c.ready_pipe[1]);
+fail_pipe:
+	close(p->holder_pipe[0]);
+	close(p->holder_pipe[1]);
+	p->holder_pipe[0] = p->holder_pipe[1] = -1;
+	return ret;
+}
+
+/* Clean detach: undo our own holds as recovery would, then let go of the slot. */
+void hc__rank_release(struct hc_pool *p)
+{
+	hc__rank_recover_slot(p, (unsigned)p->slot, NULL);
+	close(p->holder_pipe[1]);
+	pthread_join(p->holder, NULL);
+	close(p->holder_pipe[0]);
+	p->holder_pipe[0] = p->holder_pipe[1] = -1;
+	p->slot = -1;
+}
+
+int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *out)
+{
+	struct hc_seg_rank *r;
+
+	if (!p || !out)
+		return hc__err(EINVAL, "rank: NULL argument");
+	if (slot >= p->g.max_ranks)
+		return hc__err(EINVAL, "rank slot %u is out of range: the pool has %u", slot, p->g.max_ranks);
+	r = &p->ranks[slot];
+	memset(out, 0, sizeof(*out));
+	out->slot = slot;
+	out->live = hc__rank_probe(p, slot, NULL) == 1;
+	out->pid = atomic_load_explicit(&r->pid, memory_order_relaxed);
+	out->epoch = atomic_load_explicit(&r->epoch, memory_order_relaxed);
+	out->attached_unix_ns = atomic_load_explicit(&r->attached_unix_ns, memory_order_relaxed);
+	memcpy(out->comm, r->comm, sizeof(out->comm));
+	out->comm[sizeof(out->comm) - 1] = 0;
+	for (uint32_t i = 0; i < p->g.npages; i++) {
+		uint64_t w = atomic_load_explicit(&p->pages[i].word, memory_order_relaxed);
+		out->pins += atomic_load_explicit(&hc__pin_row(p, i)[slot], memory_order_relaxed);
+		if (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot)
+			out->reserved++;
+	}
+	return 0;
+}
+
+int hc_pool_recover(hc_pool *p, struct hc_recovery_report *rep)
+{
+	struct hc_recovery_report local;
+	int bad = 0;
+
+	if (!p)
+		return hc__err(EINVAL, "recover: pool is NULL");
+	if (p->readonly)
+		return hc__err(EROFS, "recover: pool '%s' is attached read-only", p->info.name);
+	if (!rep)
+		rep = &local;
+	memset(rep, 0, sizeof(*rep));
+	for (unsigned s = 0; s < p->g.max_ranks; s++)
+		if (hc__rank_probe(p, s, rep) < 0)
+			bad++;
+	hc__page_sweep(p, rep);
+	return bad ? hc__err(ENOTRECOVERABLE, "%d rank slot(s) have unusable mutexes", bad) : 0;
+}

@@ -1,0 +1,649 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * segment.c - create, attach, validate, detach and destroy a pool segment.
+ *
+ * Creation builds the whole segment under a hidden temporary name and gives
+ * it its public name with link(2) only when it is complete, so an attacher
+ * never sees half a pool.  Attach trusts nothing: it reads the header with
+ * pread into private memory, checks every field, recomputes the layout and
+ * the fingerprint, and only then maps the segment.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <numa.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pool.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef HUGETLBFS_MAGIC
+#define HUGETLBFS_MAGIC 0x958458f6
+#endif
+
+#define HC_DEFAULT_DIR "/dev/shm"
+#define HC_WARN_SMALL_PAGES (UINT64_C(4) << 30)
+
+int hc_pool_name_valid(const char *name)
+{
+	size_t n;
+
+	if (!name || !*name)
+		return hc__err(EINVAL, "pool name is empty");
+	n = strnlen(name, HC_NAME_MAX + 1);
+	if (n > HC_NAME_MAX)
+		return hc__err(EINVAL, "pool name is longer than %d characters", HC_NAME_MAX);
+	if (name[0] == '.' || strstr(name, ".."))
+		return hc__err(EINVAL, "pool name '%s' may not start with '.' or contain '..'", name);
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+		      c == '-' || c == '.'))
+			return hc__err(EINVAL, "pool name '%s' has '%c': use letters, digits, '_', '-' and '.'",
+				       name, c);
+	}
+	return 0;
+}
+
+static int pool_path(const char *dir, const char *name, char *out, size_t outlen)
+{
+	int ret = hc_pool_name_valid(name);
+
+	if (ret < 0)
+		return ret;
+	if (!dir)
+		dir = HC_DEFAULT_DIR;
+	if (dir[0] != '/')
+		return hc__err(EINVAL, "pool directory '%s' must be an absolute path", dir);
+	if ((size_t)snprintf(out, outlen, "%s/hicache.%s", dir, name) >= outlen)
+		return hc__err(ENAMETOOLONG, "pool directory '%s' is too long", dir);
+	return 0;
+}
+
+static uint64_t now_unix_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double gib(uint64_t b)
+{
+	return (double)b / (double)(UINT64_C(1) << 30);
+}
+
+/* Populate this process's page tables for [addr, addr+len). */
+static int populate(void *addr, size_t len, const char *what)
+{
+	if (madvise(addr, len, MADV_POPULATE_WRITE) == 0)
+		return 0;
+	if (errno == EINVAL) {
+		/* Kernels before 5.14: say so, then touch every page ourselves. */
+		hc__log(HC_LOG_WARN, "%s: MADV_POPULATE_WRITE unsupported (Linux < 5.14); touching pages instead", what);
+		long pg = sysconf(_SC_PAGESIZE);
+		for (size_t off = 0; off < len; off += (size_t)pg)
+			((volatile uint8_t *)addr)[off] = ((volatile uint8_t *)addr)[off];
+		return 0;
+	}
+	if (errno == EFAULT || errno == ENOMEM)
+		return hc__err(ENOMEM, "%s: populating %.2f GiB failed (%s): the backing file system ran out of memory; lower the capacity or raise the tmpfs size",
+			       what, gib(len), strerror(errno));
+	return hc__err(errno, "%s: MADV_POPULATE_WRITE failed: %s", what, strerror(errno));
+}
+
+static int apply_numa(void *addr, size_t len, const struct hc_pool_spec *s)
+{
+	struct bitmask *nodes;
+
+	if (s->numa == HC_NUMA_DEFAULT)
+		return 0;
+	if (s->numa != HC_NUMA_BIND && s->numa != HC_NUMA_INTERLEAVE)
+		return hc__err(EINVAL, "numa mode %d is not default, bind or interleave", (int)s->numa);
+	if (numa_available() < 0)
+		return hc__err(ENOSYS, "NUMA placement was asked for, but this kernel or machine has no NUMA support; drop the numa option");
+	if (s->numa_nodes && *s->numa_nodes) {
+		nodes = numa_parse_nodestring(s->numa_nodes);
+		if (!nodes)
+			return hc__err(EINVAL, "NUMA node list '%s' is invalid or names nodes this machine lacks (it has %d)",
+				       s->numa_nodes, numa_max_node() + 1);
+	} else if (s->numa == HC_NUMA_INTERLEAVE) {
+		nodes = numa_allocate_nodemask();
+		copy_bitmask_to_bitmask(numa_all_nodes_ptr, nodes);
+	} else {
+		return hc__err(EINVAL, "NUMA bind needs a node list (e.g. \"0\")");
+	}
+	if (s->numa == HC_NUMA_BIND)
+		numa_tonodemask_memory(addr, len, nodes);
+	else
+		numa_interleave_memory(addr, len, nodes);
+	numa_bitmask_free(nodes);
+	return 0;
+}
+
+static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
+{
+	int ret;
+
+	memset(g, 0, sizeof(*g));
+	if (!s->model_id || !*s->model_id)
+		return hc__err(EINVAL, "model id is empty: name the model the pages belong to");
+	if (strlen(s->model_id) > HC_MODEL_ID_MAX)
+		return hc__err(EINVAL, "model id is longer than %d bytes", HC_MODEL_ID_MAX);
+	if (!s->comps || s->ncomp == 0 || s->ncomp > HC_MAX_COMPONENTS)
+		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, s->ncomp);
+	g->page_tokens = s->page_tokens;
+	g->tp_size = s->tp_size;
+	g->head_groups = s->head_groups;
+	g->ncomp = s->ncomp;
+	g->max_ranks = s->max_ranks ? s->max_ranks : 32;
+	for (unsigned i = 0; i < s->ncomp; i++) {
+		const struct hc_component_spec *cs = &s->comps[i];
+		struct hc_component_info *c = &g->comps[i];
+		if (!cs->name || strlen(cs->name) > HC_COMP_NAME_MAX)
+			return hc__err(EINVAL, "component %u: name is missing or longer than %d", i, HC_COMP_NAME_MAX);
+		strcpy(c->name, cs->name);
+		c->dtype = cs->dtype;
+		c->kind = cs->kind;
+		c->sharding = cs->sharding;
+		c->kv_heads = cs->kv_heads;
+		c->head_bytes = cs->head_bytes;
+		c->bytes_per_layer = cs->kind == HC_COMP_STATE ? cs->bytes_per_layer : 0;
+		c->layers = cs->layers;
+	}
+	if ((ret = hc__geom_envelope(g)) < 0)
+		return ret;
+	if ((s->capacity_pages != 0) == (s->capacity_bytes != 0))
+		return hc__err(EINVAL, "give exactly one capacity: a page count or a byte size");
+	if (s->capacity_pages) {
+		if (s->capacity_pages > (UINT64_C(1) << 31))
+			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31", s->capacity_pages);
+		g->npages = (uint32_t)s->capacity_pages;
+	} else {
+		uint64_t n = s->capacity_bytes / g->envelope_bytes;
+		if (n == 0)
+			return hc__err(EINVAL, "capacity of %" PRIu64 " bytes holds no page: one envelope is %" PRIu64 " bytes",
+				       s->capacity_bytes, g->envelope_bytes);
+		if (n > (UINT64_C(1) << 31))
+			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31", n);
+		g->npages = (uint32_t)n;
+	}
+	return hc__geom_regions(g);
+}
+
+/* Fill the header and component records of a fresh segment. */
+static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct hc__geom *g,
+		       const uint8_t fp[32], uint32_t qms)
+{
+	struct hc_seg_hdr *h = (struct hc_seg_hdr *)base;
+	struct hc_seg_comp *rc = (struct hc_seg_comp *)(base + g->toc[HC_REG_COMPS].off);
+	struct hc_seg_rank *rk = (struct hc_seg_rank *)(base + g->toc[HC_REG_RANKS].off);
+
+	h->magic = HC_SEG_MAGIC;
+	h->layout_major = HC_LAYOUT_MAJOR;
+	h->layout_minor = HC_LAYOUT_MINOR;
+	h->hdr_bytes = sizeof(*h);
+	h->segment_bytes = g->segment_bytes;
+	h->created_unix_ns = now_unix_ns();
+	h->creator_pid = (uint32_t)getpid();
+	h->creator_uid = (uint32_t)geteuid();
+	gethostname(h->creator_host, sizeof(h->creator_host) - 1);
+	snprintf(h->model_id, sizeof(h->model_id), "%s", s->model_id);
+	snprintf(h->layout_id, sizeof(h->layout_id), "%s", HC_LAYOUT_ID);
+	memcpy(h->fingerprint, fp, 32);
+	h->page_tokens = g->page_tokens;
+	h->tp_size = g->tp_size;
+	h->head_groups = g->head_groups;
+	h->ncomp = g->ncomp;
+	h->max_ranks = g->max_ranks;
+	h->npages = g->npages;
+	h->quarantine_ms = qms;
+	h->envelope_bytes = g->envelope_bytes;
+	for (int r = 0; r < HC_REG__COUNT; r++)
+		h->toc[r] = g->toc[r];
+	for (unsigned i = 0; i < g->ncomp; i++) {
+		const struct hc_component_info *c = &g->comps[i];
+		snprintf(rc[i].name, sizeof(rc[i].name), "%s", c->name);
+		rc[i].dtype = c->dtype;
+		rc[i].kind = c->kind;
+		rc[i].sharding = c->sharding;
+		rc[i].groups = c->groups;
+		rc[i].kv_heads = c->kv_heads;
+		rc[i].head_bytes = c->head_bytes;
+		rc[i].layers = c->layers;
+		rc[i].bytes_per_layer = c->bytes_per_layer;
+		rc[i].offset = c->offset;
+		rc[i].bytes = c->bytes;
+		rc[i].group_stride = c->group_stride;
+		rc[i].layer_stride = c->layer_stride;
+	}
+	for (unsigned i = 0; i < g->max_ranks; i++)
+		hc__mutex_init_robust(&rk[i].lock);
+	/* Page words and pins are zero from fallocate: FREE, generation 0, unpinned. */
+	hc__meta_digest(h, rc, g->ncomp, h->meta_digest);
+	/* Release: everything above is visible before READY (no reader can see
+	 * the segment before link(2) anyway; this orders it for the record). */
+	atomic_store_explicit(&h->state, HC_SEG_READY, memory_order_release);
+}
+
+int hc_pool_create(const struct hc_pool_spec *s)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 64];
+	struct hc__geom g;
+	struct statvfs vfs;
+	struct statfs sfs;
+	struct stat st;
+	uint8_t fp[32];
+	uint8_t *base = MAP_FAILED;
+	gid_t gid = (gid_t)-1;
+	mode_t mode;
+	uint32_t qms;
+	int fd = -1, ret, err;
+	uint64_t avail, phys;
+
+	if (!s)
+		return hc__err(EINVAL, "pool spec is NULL");
+	if ((ret = pool_path(s->dir, s->name, path, sizeof(path))) < 0)
+		return ret;
+	if ((ret = spec_to_geom(s, &g)) < 0)
+		return ret;
+	qms = s->quarantine_ms ? s->quarantine_ms : 2000;
+	mode = s->mode ? s->mode : (s->group ? 0660 : 0600);
+	if (mode & ~(mode_t)0660)
+		return hc__err(EINVAL, "mode %04o is not allowed: a pool is 0600, or 0660 with a group", (unsigned)mode);
+	if (s->group) {
+		struct group *gr = getgrnam(s->group);
+		if (!gr)
+			return hc__err(EINVAL, "group '%s' does not exist", s->group);
+		gid = gr->gr_gid;
+	}
+	if (stat(path, &st) == 0)
+		return hc__err(EEXIST, "pool '%s' already exists at %s: destroy it first (hicache-pool destroy %s)",
+			       s->name, path, s->name);
+	if (statvfs(s->dir ? s->dir : HC_DEFAULT_DIR, &vfs) < 0)
+		return hc__err(errno, "cannot use pool directory %s: %s", s->dir ? s->dir : HC_DEFAULT_DIR,
+			       strerror(errno));
+	/* Fail before anything is mapped: no SIGBUS later, no half a pool. */
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (g.segment_bytes > avail)
+		return hc__err(ENOSPC, "pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
+			       s->name, gib(g.segment_bytes), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
+	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	if (g.segment_bytes > phys)
+		return hc__err(ENOMEM, "pool '%s' needs %.2f GiB but this machine has %.2f GiB of memory: lower the capacity",
+			       s->name, gib(g.segment_bytes), gib(phys));
+
+	snprintf(tmp, sizeof(tmp), "%s/.hicache.%s.creating.%d", s->dir ? s->dir : HC_DEFAULT_DIR, s->name,
+		 (int)getpid());
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	if (fd < 0)
+		return hc__err(errno, "cannot create %s: %s", tmp, strerror(errno));
+	if (fchmod(fd, mode) < 0 || (gid != (gid_t)-1 && fchown(fd, (uid_t)-1, gid) < 0)) {
+		ret = hc__err(errno, "cannot set mode or group of %s: %s", tmp, strerror(errno));
+		goto fail_unlink;
+	}
+	if (fstat(fd, &st) == 0 && (uint64_t)st.st_blksize > HC_SEG_ENV_ALIGN) {
+		/* hugetlbfs with 1 GiB pages: the size must be a multiple of them */
+		uint64_t a = (uint64_t)st.st_blksize;
+		g.segment_bytes = (g.segment_bytes + a - 1) / a * a;
+	}
+	if (ftruncate(fd, (off_t)g.segment_bytes) < 0) {
+		ret = hc__err(errno, "cannot size %s to %.2f GiB: %s", tmp, gib(g.segment_bytes), strerror(errno));
+		goto fail_unlink;
+	}
+	base = mmap(NULL, g.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		ret = hc__err(errno, "cannot map %s: %s", tmp, strerror(errno));
+		goto fail_unlink;
+	}
+	/* The policy must be in place before the first page is allocated. */
+	if ((ret = apply_numa(base, g.segment_bytes, s)) < 0)
+		goto fail_unmap;
+	err = posix_fallocate(fd, 0, (off_t)g.segment_bytes);
+	if (err) {
+		ret = hc__err(err, "cannot allocate %.2f GiB for pool '%s' in %s: %s%s", gib(g.segment_bytes), s->name,
+			      s->dir ? s->dir : HC_DEFAULT_DIR, strerror(err),
+			      err == ENOSPC ? "; lower the capacity or enlarge the tmpfs (Docker: --shm-size)" : "");
+		goto fail_unmap;
+	}
+	if (!(s->flags & HC_CREATE_NO_POPULATE) && (ret = populate(base, g.segment_bytes, s->name)) < 0)
+		goto fail_unmap;
+	if (fstatfs(fd, &sfs) == 0 && fstat(fd, &st) == 0 && g.segment_bytes > HC_WARN_SMALL_PAGES &&
+	    sfs.f_type != HUGETLBFS_MAGIC && st.st_blksize < (blksize_t)HC_SEG_ENV_ALIGN)
+		hc__log(HC_LOG_WARN,
+			"pool '%s' is %.1f GiB on 4 KiB pages: every attaching process pays a page-table entry per 4 KiB; put it on a huge-page tmpfs (mount -t tmpfs -o huge=always) or hugetlbfs and pass its directory",
+			s->name, gib(g.segment_bytes));
+
+	hc__fingerprint(s->model_id, &g, fp);
+	write_meta(base, s, &g, fp, qms);
+	munmap(base, g.segment_bytes);
+	base = MAP_FAILED;
+	if (link(tmp, path) < 0) {
+		ret = errno == EEXIST
+			? hc__err(EEXIST, "pool '%s' was created by someone else meanwhile at %s", s->name, path)
+			: hc__err(errno, "cannot publish %s as %s: %s", tmp, path, strerror(errno));
+		goto fail_unlink;
+	}
+	unlink(tmp);
+	close(fd);
+	return 0;
+
+fail_unmap:
+	munmap(base, g.segment_bytes);
+fail_unlink:
+	unlink(tmp);
+	close(fd);
+	return ret;
+}
+
+static int in_group(gid_t gid)
+{
+	gid_t groups[256];
+	int n;
+
+	if (getegid() == gid)
+		return 1;
+	n = getgroups(256, groups);
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gid)
+			return 1;
+	return 0;
+}
+
+static int check_owner(const char *path, const struct stat *st)
+{
+	if (!S_ISREG(st->st_mode))
+		return hc__err(EBADMSG, "%s is not a pool: not a regular file", path);
+	if (st->st_mode & 0007)
+		return hc__err(EPERM, "%s has mode %04o, open to every user: a pool must be 0600 or 0660; chmod o-rwx %s",
+			       path, (unsigned)(st->st_mode & 07777), path);
+	if (st->st_mode & 0111)
+		return hc__err(EPERM, "%s has mode %04o with execute bits: a pool must be 0600 or 0660", path,
+			       (unsigned)(st->st_mode & 07777));
+	if (geteuid() != 0 && st->st_uid != geteuid() && !((st->st_mode & 0060) == 0060 && in_group(st->st_gid)))
+		return hc__err(EACCES, "%s belongs to uid %u and is not shared with a group of yours: attach as its owner, or recreate it with a group",
+			       path, (unsigned)st->st_uid);
+	return 0;
+}
+
+/* Rebuild the geometry from the private header copy and compare every derived field. */
+static int validate_meta(const char *path, const struct hc_seg_hdr *h, const struct hc_seg_comp *rc,
+			 uint64_t file_bytes, struct hc__geom *g)
+{
+	uint8_t digest[32], fp[32];
+	struct hc__geom want;
+	char model[HC_MODEL_ID_MAX + 1];
+	int ret;
+
+	hc__meta_digest(h, rc, h->ncomp, digest);
+	if (memcmp(digest, h->meta_digest, 32) != 0)
+		return hc__err(EBADMSG, "%s: metadata checksum mismatch, the header is corrupt: destroy and recreate the pool", path);
+	if (memchr(h->model_id, 0, sizeof(h->model_id)) == NULL || h->model_id[0] == 0)
+		return hc__err(EBADMSG, "%s: model id is not a terminated string", path);
+	memset(g, 0, sizeof(*g));
+	g->page_tokens = h->page_tokens;
+	g->tp_size = h->tp_size;
+	g->head_groups = h->head_groups;
+	g->ncomp = h->ncomp;
+	g->max_ranks = h->max_ranks;
+	g->npages = h->npages;
+	if (h->head_groups == 0)
+		return hc__err(EBADMSG, "%s: head_groups is zero", path);
+	for (unsigned i = 0; i < h->ncomp; i++) {
+		struct hc_component_info *c = &g->comps[i];
+		if (memchr(rc[i].name, 0, sizeof(rc[i].name)) == NULL)
+			return hc__err(EBADMSG, "%s: component %u name is not terminated", path, i);
+		memcpy(c->name, rc[i].name, sizeof(c->name));
+		c->name[sizeof(c->name) - 1] = 0;
+		c->dtype = (enum hc_dtype)rc[i].dtype;
+		c->kind = (enum hc_comp_kind)rc[i].kind;
+		c->sharding = (enum hc_sharding)rc[i].sharding;
+		c->kv_heads = rc[i].kv_heads;
+		c->head_bytes = rc[i].head_bytes;
+		c->bytes_per_layer = c->kind == HC_COMP_STATE ? rc[i].bytes_per_layer : 0;
+		c->layers = rc[i].layers;
+	}
+	if ((ret = hc__geom_envelope(g)) < 0 || (ret = hc__geom_regions(g)) < 0)
+		return hc__err(EBADMSG, "%s: invalid geometry in the header: %s", path, hc_last_error());
+	want = *g;
+	if (want.envelope_bytes != h->envelope_bytes)
+		return hc__err(EBADMSG, "%s: envelope size %" PRIu64 " does not match its components (%" PRIu64 ")", path,
+			       h->envelope_bytes, want.envelope_bytes);
+	for (unsigned i = 0; i < h->ncomp; i++) {
+		const struct hc_component_info *c = &want.comps[i];
+		if (c->offset != rc[i].offset || c->bytes != rc[i].bytes || c->groups != rc[i].groups ||
+		    c->group_stride != rc[i].group_stride || c->layer_stride != rc[i].layer_stride ||
+		    c->bytes_per_layer != rc[i].bytes_per_layer)
+			return hc__err(EBADMSG, "%s: component '%s' has offsets or strides that do not follow from its shape",
+				       path, c->name);
+	}
+	for (int r = 0; r < HC_REG__COUNT; r++)
+		if (want.toc[r].off != h->toc[r].off || want.toc[r].bytes != h->toc[r].bytes)
+			return hc__err(EBADMSG, "%s: region %d of the table of offsets is out of place", path, r);
+	/* hugetlbfs may round the size up to its page size; never down. */
+	if (h->segment_bytes < want.segment_bytes || h->segment_bytes % HC_SEG_ENV_ALIGN)
+		return hc__err(EBADMSG, "%s: segment size %" PRIu64 " is too small for its geometry (%" PRIu64 ")", path,
+			       h->segment_bytes, want.segment_bytes);
+	if (h->segment_bytes != file_bytes)
+		return hc__err(EBADMSG, "%s is truncated or padded: the header says %" PRIu64 " bytes, the file has %" PRIu64 "; destroy and recreate the pool",
+			       path, h->segment_bytes, file_bytes);
+	memcpy(model, h->model_id, sizeof(model));
+	hc__fingerprint(model, &want, fp);
+	if (memcmp(fp, h->fingerprint, 32) != 0)
+		return hc__err(EBADMSG, "%s: fingerprint does not match the model and layout in the header", path);
+	g->segment_bytes = h->segment_bytes;
+	return 0;
+}
+
+/* Read and check the header and component table into private memory. */
+static int read_meta(int fd, const char *path, uint64_t file_bytes, struct hc_seg_hdr *h,
+		     struct hc_seg_comp *rc, struct hc__geom *g)
+{
+	ssize_t n;
+
+	if (file_bytes < HC_SEG_HDR_BYTES)
+		return hc__err(EBADMSG, "%s is not a pool, or is truncated: %" PRIu64 " bytes, less than a header",
+			       path, file_bytes);
+	n = pread(fd, h, sizeof(*h), 0);
+	if (n != (ssize_t)sizeof(*h))
+		return hc__err(EIO, "%s: cannot read the header: %s", path, n < 0 ? strerror(errno) : "short read");
+	if (h->magic != HC_SEG_MAGIC)
+		return hc__err(EBADMSG, "%s is not a hicache pool (bad magic)", path);
+	if (h->layout_major != HC_LAYOUT_MAJOR)
+		return hc__err(EPROTO, "%s has layout version %u.%u; this build reads version %d.x only: recreate the pool with this build's hicache-pool create",
+			       path, h->layout_major, h->layout_minor, HC_LAYOUT_MAJOR);
+	if (h->hdr_bytes < sizeof(*h) || h->hdr_bytes > HC_SEG_HDR_BYTES)
+		return hc__err(EBADMSG, "%s: header size %u is invalid", path, h->hdr_bytes);
+	if (atomic_load_explicit(&h->state, memory_order_relaxed) != HC_SEG_READY)
+		return hc__err(EBADMSG, "%s: segment state %u is not READY: the header is corrupt", path,
+			       (unsigned)atomic_load_explicit(&h->state, memory_order_relaxed));
+	if (h->ncomp == 0 || h->ncomp > HC_MAX_COMPONENTS)
+		return hc__err(EBADMSG, "%s: component count %u is out of range", path, h->ncomp);
+	if (h->toc[HC_REG_COMPS].off != HC_SEG_HDR_BYTES ||
+	    h->toc[HC_REG_COMPS].bytes != (uint64_t)h->ncomp * sizeof(*rc) ||
+	    HC_SEG_HDR_BYTES + h->toc[HC_REG_COMPS].bytes > file_bytes)
+		return hc__err(EBADMSG, "%s: the component table is out of place", path);
+	n = pread(fd, rc, (size_t)h->ncomp * sizeof(*rc), HC_SEG_HDR_BYTES);
+	if (n != (ssize_t)(h->ncomp * sizeof(*rc)))
+		return hc__err(EIO, "%s: cannot read the component table", path);
+	return validate_meta(path, h, rc, file_bytes, g);
+}
+
+static void fill_info(struct hc_pool *p, const char *name, const char *path, const struct hc_seg_hdr *h, int huge)
+{
+	struct hc_pool_info *i = &p->info;
+
+	memset(i, 0, sizeof(*i));
+	snprintf(i->name, sizeof(i->name), "%s", name);
+	snprintf(i->model_id, sizeof(i->model_id), "%s", h->model_id);
+	snprintf(i->path, sizeof(i->path), "%s", path);
+	memcpy(i->fingerprint, h->fingerprint, 32);
+	i->layout_major = h->layout_major;
+	i->layout_minor = h->layout_minor;
+	i->page_tokens = p->g.page_tokens;
+	i->tp_size = p->g.tp_size;
+	i->head_groups = p->g.head_groups;
+	i->ncomp = p->g.ncomp;
+	i->max_ranks = p->g.max_ranks;
+	i->npages = p->g.npages;
+	i->quarantine_ms = h->quarantine_ms;
+	i->envelope_bytes = p->g.envelope_bytes;
+	i->segment_bytes = p->g.segment_bytes;
+	i->envelopes_offset = p->g.toc[HC_REG_ENV].off;
+	i->creator_pid = h->creator_pid;
+	i->creator_uid = h->creator_uid;
+	i->created_unix_ns = h->created_unix_ns;
+	i->self_slot = -1;
+	i->huge_pages = huge;
+}
+
+int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **out)
+{
+	char path[PATH_MAX];
+	struct hc_seg_hdr h;
+	struct hc_seg_comp rc[HC_MAX_COMPONENTS];
+	struct stat st;
+	struct statfs sfs;
+	struct hc_pool *p;
+	unsigned flags = o ? o->flags : 0;
+	int ret, huge;
+
+	if (!out)
+		return hc__err(EINVAL, "attach: out is NULL");
+	*out = NULL;
+	if ((ret = pool_path(o ? o->dir : NULL, name, path, sizeof(path))) < 0)
+		return ret;
+	if (flags & HC_ATTACH_READONLY)
+		flags |= HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return hc__err(ENOMEM, "attach: out of memory");
+	p->slot = -1;
+	p->holder_pipe[0] = p->holder_pipe[1] = -1;
+	p->readonly = flags & HC_ATTACH_READONLY;
+	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+	if (p->fd < 0) {
+		ret = errno == ENOENT
+			? hc__err(ENOENT, "no pool '%s' at %s: create it with 'hicache-pool create', or give its directory", name, path)
+			: errno == ELOOP ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
+			: hc__err(errno, "cannot open pool %s: %s", path, strerror(errno));
+		goto fail_free;
+	}
+	if (fstat(p->fd, &st) < 0) {
+		ret = hc__err(errno, "cannot stat %s: %s", path, strerror(errno));
+		goto fail_close;
+	}
+	if ((ret = check_owner(path, &st)) < 0)
+		goto fail_close;
+	if ((ret = read_meta(p->fd, path, (uint64_t)st.st_size, &h, rc, &p->g)) < 0)
+		goto fail_close;
+	p->quarantine_ms = h.quarantine_ms ? h.quarantine_ms : 1;
+	p->all_groups = (p->g.head_groups >= 32) ? 0x7fffffffu : ((1u << p->g.head_groups) - 1);
+
+	p->map_bytes = p->g.segment_bytes;
+	p->base = mmap(NULL, p->map_bytes, p->readonly ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
+	if (p->base == MAP_FAILED) {
+		ret = hc__err(errno, "cannot map %s (%.2f GiB): %s", path, gib(p->map_bytes), strerror(errno));
+		goto fail_close;
+	}
+	p->hdr = (struct hc_seg_hdr *)p->base;
+	p->ranks = (struct hc_seg_rank *)(p->base + p->g.toc[HC_REG_RANKS].off);
+	p->pages = (struct hc_seg_page *)(p->base + p->g.toc[HC_REG_PAGES].off);
+	p->pins = (_Atomic uint16_t *)(p->base + p->g.toc[HC_REG_PINS].off);
+	p->env = p->base + p->g.toc[HC_REG_ENV].off;
+	huge = fstatfs(p->fd, &sfs) == 0 && (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
+	fill_info(p, name, path, &h, huge);
+
+	/* Each process has its own page tables: populate them now, not by faults. */
+	if (!(flags & (HC_ATTACH_ADMIN | HC_ATTACH_NO_POPULATE)) && (ret = populate(p->base, p->map_bytes, name)) < 0)
+		goto fail_unmap;
+	if (!(flags & HC_ATTACH_ADMIN)) {
+		if ((ret = hc__rank_claim(p)) < 0)
+			goto fail_unmap;
+		p->info.self_slot = p->slot;
+	}
+	if (!(flags & HC_ATTACH_NO_RECOVER))
+		hc_pool_recover(p, NULL);
+	p->cursor = p->slot >= 0 ? (uint32_t)((uint64_t)p->g.npages * (unsigned)p->slot / p->g.max_ranks) : 0;
+	*out = p;
+	return 0;
+
+fail_unmap:
+	munmap(p->base, p->map_bytes);
+fail_close:
+	close(p->fd);
+fail_free:
+	free(p);
+	return ret;
+}
+
+int hc_pool_detach(hc_pool *p)
+{
+	if (!p)
+		return hc__err(EINVAL, "detach: pool is NULL");
+	if (p->slot >= 0)
+		hc__rank_release(p);
+	munmap(p->base, p->map_bytes);
+	close(p->fd);
+	free(p);
+	return 0;
+}
+
+int hc_pool_destroy(const char *name, const char *dir, unsigned flags)
+{
+	struct hc_attach_opts o = { .dir = dir, .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	char path[PATH_MAX];
+	hc_pool *p;
+	int ret, live = 0;
+
+	if ((ret = pool_path(dir, name, path, sizeof(path))) < 0)
+		return ret;
+	ret = hc_pool_attach(name, &o, &p);
+	if (ret == -ENOENT)
+		return ret;
+	if (ret < 0 && !(flags & HC_DESTROY_FORCE))
+		return hc__err(-ret, "%s; use --force to remove %s anyway", hc_last_error(), path);
+	if (ret == 0) {
+		for (unsigned s = 0; s < p->g.max_ranks; s++)
+			if (hc__rank_probe(p, s, NULL) == 1)
+				live++;
+		hc_pool_detach(p);
+		if (live && !(flags & HC_DESTROY_FORCE))
+			return hc__err(EBUSY, "pool '%s' has %d live rank(s) attached: stop them first, or use --force (their mappings stay valid until they exit)",
+				       name, live);
+	}
+	if (unlink(path) < 0)
+		return hc__err(errno, "cannot remove %s: %s", path, strerror(errno));
+	return 0;
+}
+
+int hc_pool_info(const hc_pool *p, struct hc_pool_info *out)
+{
+	if (!p || !out)
+		return hc__err(EINVAL, "info: NULL argument");
+	*out = p->info;
+	return 0;
+}
+
+int hc_pool_component(const hc_pool *p, unsigned comp, struct hc_component_info *out)
+{
+	if (!p || !out)
+		return hc__err(EINVAL, "component: NULL argument");
+	if (comp >= p->g.ncomp)
+		return hc__err(EINVAL, "component %u is out of range: the pool has %u", comp, p->g.ncomp);
+	*out = p->g.comps[comp];
+	return 0;
+}
