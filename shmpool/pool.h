@@ -34,8 +34,14 @@ struct hc_pool {
 
 	/* this process's rank slot, held by the holder thread */
 	int slot;
+	pid_t pid;               /* the attaching process; a forked child is not it */
 	pthread_t holder;
-	int holder_pipe[2];      /* holder waits on [0]; detach closes [1] */
+	/* Process-private handshake with the holder thread.  Not a pipe: a
+	 * forked child would inherit its write end and keep the holder alive. */
+	pthread_mutex_t holder_mu;
+	pthread_cond_t holder_cv;
+	int holder_state;        /* 0 starting, 1 holding, 2 failed, 3 asked to stop */
+	int holder_result;       /* slot, or negative errno */
 
 	uint32_t cursor;         /* where the next allocation scan starts */
 };

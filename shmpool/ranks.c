@@ -11,8 +11,6 @@
  * is alive.  Nothing is ever declared dead on a timeout.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -82,23 +80,25 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 		       strerror(ret));
 }
 
-struct claim {
-	struct hc_pool *p;
-	int result;       /* slot, or negative errno */
-	int ready_pipe[2];
-};
+static void holder_set(struct hc_pool *p, int state, int result)
+{
+	pthread_mutex_lock(&p->holder_mu);
+	p->holder_state = state;
+	p->holder_result = result;
+	pthread_cond_broadcast(&p->holder_cv);
+	pthread_mutex_unlock(&p->holder_mu);
+}
 
 static void *holder_main(void *arg)
 {
-	struct claim *c = arg;
-	struct hc_pool *p = c->p;
+	struct hc_pool *p = arg;
 	struct hc_seg_rank *r = NULL;
+	struct timespec ts;
 	char comm[16] = "";
-	int slot = -1, ret = 0;
-	unsigned s;
+	int slot = -1, ret;
 
 	prctl(PR_GET_NAME, comm);
-	for (s = 0; s < p->g.max_ranks; s++) {
+	for (unsigned s = 0; s < p->g.max_ranks; s++) {
 		r = &p->ranks[s];
 		ret = pthread_mutex_trylock(&r->lock);
 		if (ret == EBUSY)
@@ -115,32 +115,24 @@ static void *holder_main(void *arg)
 		break;
 	}
 	if (slot < 0) {
-		c->result = hc__err(EUSERS, "all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
-				    p->g.max_ranks, p->info.name);
-		if (write(c->ready_pipe[1], "x", 1) < 0) { /* the attacher reads c->result */ }
+		holder_set(p, 2, -EUSERS);
 		return NULL;
 	}
 	atomic_store_explicit(&r->pid, (uint32_t)getpid(), memory_order_relaxed);
 	atomic_fetch_add_explicit(&r->epoch, 1, memory_order_relaxed);
-	{
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		atomic_store_explicit(&r->attached_unix_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
-				      memory_order_relaxed);
-	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	atomic_store_explicit(&r->attached_unix_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
+			      memory_order_relaxed);
 	memcpy(r->comm, comm, sizeof(r->comm));
 	/* Release: pid, epoch and comm are visible before LIVE (readers: ls, info). */
 	atomic_store_explicit(&r->state, HC_RANK_LIVE, memory_order_release);
-	c->result = slot;
-	if (write(c->ready_pipe[1], "x", 1) < 0) { /* see above */ }
+	holder_set(p, 1, slot);
 
-	/* Hold the lock until detach closes the write end of holder_pipe. */
-	for (;;) {
-		char b;
-		ssize_t n = read(p->holder_pipe[0], &b, 1);
-		if (n == 0 || (n < 0 && errno != EINTR))
-			break;
-	}
+	/* Hold the lock until detach asks us to stop. */
+	pthread_mutex_lock(&p->holder_mu);
+	while (p->holder_state != 3)
+		pthread_cond_wait(&p->holder_cv, &p->holder_mu);
+	pthread_mutex_unlock(&p->holder_mu);
 	atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
 	pthread_mutex_unlock(&r->lock);
 	return NULL;
@@ -148,43 +140,33 @@ static void *holder_main(void *arg)
 
 int hc__rank_claim(struct hc_pool *p)
 {
-	struct claim c = { .p = p, .result = -EIO };
-	char b;
 	int ret;
 
-	if (pipe2(p->holder_pipe, O_CLOEXEC) < 0)
-		return hc__err(errno, "attach: pipe: %s", strerror(errno));
-	if (pipe2(c.ready_pipe, O_CLOEXEC) < 0) {
-		ret = hc__err(errno, "attach: pipe: %s", strerror(errno));
-		goto fail_pipe;
-	}
-	ret = pthread_create(&p->holder, NULL, holder_main, &c);
+	pthread_mutex_init(&p->holder_mu, NULL);
+	pthread_cond_init(&p->holder_cv, NULL);
+	p->holder_state = 0;
+	ret = pthread_create(&p->holder, NULL, holder_main, p);
 	if (ret) {
 		ret = hc__err(ret, "attach: cannot start the rank holder thread: %s", strerror(ret));
-		goto fail_ready;
+		goto fail;
 	}
-	while (read(c.ready_pipe[0], &b, 1) < 0 && errno == EINTR)
-		;
-	close(c.ready_pipe[0]);
-	close(c.ready_pipe[1]);
-	if (c.result < 0) {
+	pthread_mutex_lock(&p->holder_mu);
+	while (p->holder_state == 0)
+		pthread_cond_wait(&p->holder_cv, &p->holder_mu);
+	pthread_mutex_unlock(&p->holder_mu);
+	if (p->holder_state == 2) {
 		pthread_join(p->holder, NULL);
-		ret = c.result;
-		/* the holder thread wrote the message in its own thread-local buffer */
-		hc__err(-ret, "all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
-			p->g.max_ranks, p->info.name);
-		goto fail_pipe;
+		ret = hc__err(-p->holder_result,
+			      "all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
+			      p->g.max_ranks, p->info.name);
+		goto fail;
 	}
-	p->slot = c.result;
+	p->slot = p->holder_result;
 	return 0;
 
-fail_ready:
-	close(c.ready_pipe[0]);
-	close(c.ready_pipe[1]);
-fail_pipe:
-	close(p->holder_pipe[0]);
-	close(p->holder_pipe[1]);
-	p->holder_pipe[0] = p->holder_pipe[1] = -1;
+fail:
+	pthread_cond_destroy(&p->holder_cv);
+	pthread_mutex_destroy(&p->holder_mu);
 	return ret;
 }
 
@@ -192,10 +174,10 @@ fail_pipe:
 void hc__rank_release(struct hc_pool *p)
 {
 	hc__rank_recover_slot(p, (unsigned)p->slot, NULL);
-	close(p->holder_pipe[1]);
+	holder_set(p, 3, p->slot);
 	pthread_join(p->holder, NULL);
-	close(p->holder_pipe[0]);
-	p->holder_pipe[0] = p->holder_pipe[1] = -1;
+	pthread_cond_destroy(&p->holder_cv);
+	pthread_mutex_destroy(&p->holder_mu);
 	p->slot = -1;
 }
 

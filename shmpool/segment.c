@@ -532,13 +532,14 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 	if (!p)
 		return hc__err(ENOMEM, "attach: out of memory");
 	p->slot = -1;
-	p->holder_pipe[0] = p->holder_pipe[1] = -1;
+	p->pid = getpid();
 	p->readonly = flags & HC_ATTACH_READONLY;
 	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
 	if (p->fd < 0) {
 		ret = errno == ENOENT
 			? hc__err(ENOENT, "no pool '%s' at %s: create it with 'hicache-pool create', or give its directory", name, path)
 			: errno == ELOOP ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
+			: errno == EISDIR ? hc__err(EBADMSG, "%s is not a pool: not a regular file (a directory)", path)
 			: hc__err(errno, "cannot open pool %s: %s", path, strerror(errno));
 		goto fail_free;
 	}
@@ -594,7 +595,8 @@ int hc_pool_detach(hc_pool *p)
 {
 	if (!p)
 		return hc__err(EINVAL, "detach: pool is NULL");
-	if (p->slot >= 0)
+	/* A forked child has the handle but not the holder thread: it only unmaps. */
+	if (p->slot >= 0 && p->pid == getpid())
 		hc__rank_release(p);
 	munmap(p->base, p->map_bytes);
 	close(p->fd);

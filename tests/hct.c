@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hct.h"
+
+const char *hct_name(void)
+{
+	static char bufs[8][64];
+	static unsigned n;
+	char *b = bufs[n % 8];
+
+	snprintf(b, sizeof(bufs[0]), HCT_PREFIX "%d-%u", (int)getpid(), n++);
+	return b;
+}
+
+void hct_sweep(int mine)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		const char *n = e->d_name;
+		int pid;
+
+		if (strncmp(n, "hicache." HCT_PREFIX, 15) == 0)
+			n += 15;
+		else if (strncmp(n, ".hicache." HCT_PREFIX, 16) == 0)
+			n += 16;
+		else
+			continue;
+		pid = atoi(n);
+		if (pid <= 0 || (pid == getpid() && !mine) || (pid != getpid() && kill(pid, 0) == 0))
+			continue;
+		char path[512];
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+}
+
+void hct_spec_init(struct hct_spec *s, const char *name, uint32_t npages)
+{
+	memset(s, 0, sizeof(*s));
+	s->comps[0] = (struct hc_component_spec){ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
+						  .sharding = HC_SHARDED, .kv_heads = 4, .head_bytes = 64, .layers = 2 };
+	s->comps[1] = (struct hc_component_spec){ .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
+						  .sharding = HC_REPLICATED, .bytes_per_layer = 1024, .layers = 2 };
+	s->spec.name = name;
+	s->spec.model_id = "test/model-7b";
+	s->spec.page_tokens = 16;
+	s->spec.tp_size = 2;
+	s->spec.comps = s->comps;
+	s->spec.ncomp = 2;
+	s->spec.capacity_pages = npages;
+	s->spec.flags = HC_CREATE_NO_POPULATE;
+}
+
+hc_pool *hct_attach(const char *name, unsigned flags)
+{
+	struct hc_attach_opts o = { .flags = flags | HC_ATTACH_NO_POPULATE };
+	hc_pool *p = NULL;
+	int ret = hc_pool_attach(name, &o, &p);
+
+	ck_assert_msg(ret == 0, "attach %s: %d %s", name, ret, hc_last_error());
+	return p;
+}
+
+hc_pool *hct_create_attach(const char *name, uint32_t npages, uint32_t quarantine_ms, uint32_t max_ranks)
+{
+	struct hct_spec s;
+	int ret;
+
+	hct_spec_init(&s, name, npages);
+	s.spec.quarantine_ms = quarantine_ms;
+	s.spec.max_ranks = max_ranks;
+	ret = hc_pool_create(&s.spec);
+	ck_assert_msg(ret == 0, "create %s: %d %s", name, ret, hc_last_error());
+	return hct_attach(name, 0);
+}
+
+static uint8_t pattern(hc_page_t page, uint32_t group_bit, unsigned comp, size_t off)
+{
+	uint64_t x = page * UINT64_C(0x9E3779B97F4A7C15) ^ ((uint64_t)group_bit << 7) ^ ((uint64_t)comp << 3) ^
+		     (off * UINT64_C(0xff51afd7ed558ccd));
+	return (uint8_t)(x ^ (x >> 29) ^ (x >> 47));
+}
+
+/* Visit every (comp, layer) run of one shard and fill or compare it. */
+static int shard_runs(hc_pool *p, hc_page_t page, uint32_t group_bit, int fill)
+{
+	struct hc_pool_info info;
+	uint32_t presence = 0;
+
+	hc_pool_info(p, &info);
+	hc_page_presence(p, page, &presence);
+	for (unsigned c = 0; c < info.ncomp; c++) {
+		struct hc_component_info ci;
+		hc_pool_component(p, c, &ci);
+		if (!(presence & (1u << c)))
+			continue;
+		if ((ci.sharding == HC_REPLICATED) != (group_bit == HC_SHARD_REPLICATED))
+			continue;
+		unsigned g = group_bit == HC_SHARD_REPLICATED ? 0 : (unsigned)__builtin_ctz(group_bit);
+		for (unsigned l = 0; l < ci.layers; l++) {
+			uint8_t *a;
+			size_t len;
+			if (hc_page_addr(p, page, c, l, g, (void **)&a, &len) < 0)
+				return -1;
+			for (size_t i = 0; i < len; i++) {
+				uint8_t want = pattern(page, group_bit, c, l * len + i);
+				if (fill)
+					a[i] = want;
+				else if (a[i] != want)
+					return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+void hct_fill(hc_pool *p, hc_page_t page, uint32_t group_bit)
+{
+	shard_runs(p, page, group_bit, 1);
+}
+
+int hct_verify(hc_pool *p, hc_page_t page, uint32_t group_bit)
+{
+	return shard_runs(p, page, group_bit, 0);
+}
+
+int hct_fill_commit_all(hc_pool *p, hc_page_t page)
+{
+	uint32_t presence = 0, need;
+	int ret = -EINVAL;
+
+	hc_page_presence(p, page, &presence);
+	need = hc_page_needed(p, presence);
+	for (unsigned b = 0; b < 32; b++) {
+		if (!(need & (1u << b)))
+			continue;
+		hct_fill(p, page, 1u << b);
+		ret = hc_page_commit(p, page, 1u << b);
+		if (ret < 0)
+			return ret;
+	}
+	return ret;
+}
+
+double hct_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double hct_seconds(double normal)
+{
+	const char *q = getenv("HC_QUICK");
+
+	return q && atoi(q) ? normal / 4 : normal;
+}
+
+const char *hct_tool(const char *name)
+{
+	static char path[1024];
+	const char *b = getenv("HC_BUILDDIR");
+
+	snprintf(path, sizeof(path), "%s/tools/%s", b && *b ? b : ".", name);
+	return path;
+}
+
+static void quiet_log(int level, const char *msg, void *arg)
+{
+	(void)level;
+	(void)msg;
+	(void)arg;
+}
+
+int hct_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	hc_set_log(quiet_log, NULL);
+	hct_sweep(0);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	hct_sweep(1);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hct.h - helpers shared by the Check tests: unique tiny pools, sweeping
+ * leftovers from /dev/shm, a default layout, and page contents that are a
+ * function of (page, generation, group) so every reader can verify them.
+ */
+#ifndef HC_TESTS_HCT_H
+#define HC_TESTS_HCT_H
+
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <hicache/hicache.h>
+
+#include "../shmpool/pool.h"
+
+#define HCT_PREFIX "hctest-"
+
+/* A fresh pool name "hctest-<pid>-<n>" (static storage, 8 rotating buffers). */
+const char *hct_name(void);
+
+/* Remove /dev/shm/hicache.hctest-<pid>-* of dead pids, and of ours if 'mine'. */
+void hct_sweep(int mine);
+
+/*
+ * The default test layout: 16-token pages, TP 2, a sharded KV component
+ * ("kv": bf16, 4 heads of 64 bytes, 2 layers) and a replicated state
+ * ("state": 1024 bytes per layer, 2 layers).  20 KiB envelopes.
+ */
+struct hct_spec {
+	struct hc_pool_spec spec;
+	struct hc_component_spec comps[2];
+};
+void hct_spec_init(struct hct_spec *s, const char *name, uint32_t npages);
+/* Create with the default layout (no populate) and attach; fails the test on error. */
+hc_pool *hct_create_attach(const char *name, uint32_t npages, uint32_t quarantine_ms, uint32_t max_ranks);
+hc_pool *hct_attach(const char *name, unsigned flags);
+
+/* Fill / verify every byte of shard 'group' (HC_SHARD_REPLICATED: the replicated part). */
+void hct_fill(hc_pool *p, hc_page_t page, uint32_t group_bit);
+int hct_verify(hc_pool *p, hc_page_t page, uint32_t group_bit);  /* 0, or -1 on mismatch */
+/* Fill and commit every shard the page needs; returns the last commit's result. */
+int hct_fill_commit_all(hc_pool *p, hc_page_t page);
+
+/* Seconds for a timed test, shortened under HC_QUICK=1. */
+double hct_seconds(double normal);
+double hct_now(void);
+/* Path of a built tool: $HC_BUILDDIR/tools/<name>. */
+const char *hct_tool(const char *name);
+
+/* Run a suite in fork mode, sweeping before and after; returns the exit status. */
+int hct_run(Suite *s);
+
+#define ck_assert_ok(expr) do { int ret__ = (expr); ck_assert_msg(ret__ >= 0, "%s = %d: %s", #expr, ret__, hc_last_error()); } while (0)
+#define ck_assert_err(expr, e) do { int ret__ = (expr); ck_assert_msg(ret__ == -(e), "%s = %d (%s), want -%s: %s", #expr, ret__, strerror(-ret__ > 0 ? -ret__ : 0), #e, hc_last_error()); } while (0)
+#define ck_assert_msg_has(s) ck_assert_msg(strstr(hc_last_error(), (s)) != NULL, "error '%s' lacks '%s'", hc_last_error(), (s))
+
+#endif
