@@ -1,0 +1,319 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* test_pages.c - allocation, commit, abort, pin, unpin and free. */
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hct.h"
+
+#define ALL_COMPS 3u   /* kv (sharded) + state (replicated) */
+#define KV_ONLY   1u
+#define STATE_ONLY 2u
+
+struct fixture {
+	const char *name;
+	hc_pool *p;
+};
+
+static struct fixture fx;
+
+static void setup(void)
+{
+	fx.name = hct_name();
+	fx.p = hct_create_attach(fx.name, 8, 0, 0);
+}
+
+static void teardown(void)
+{
+	hc_pool_detach(fx.p);
+	hc_pool_destroy(fx.name, NULL, HC_DESTROY_FORCE);
+}
+
+START_TEST(alloc_distinct_reserved)
+{
+	hc_page_t pg[8];
+	uint32_t owner;
+	uint64_t seen = 0;
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 8, ALL_COMPS, pg), 8);
+	for (int i = 0; i < 8; i++) {
+		ck_assert_uint_lt(HC_PAGE_ID(pg[i]), 8);
+		ck_assert_uint_eq(seen & (1u << HC_PAGE_ID(pg[i])), 0);
+		seen |= 1u << HC_PAGE_ID(pg[i]);
+		ck_assert_uint_eq(HC_PAGE_GEN(pg[i]), 1);
+		ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg[i]), NULL, &owner, NULL), HC_PAGE_RESERVED);
+		ck_assert_uint_eq(owner, 0);
+	}
+	ck_assert_err(hc_page_alloc(fx.p, 1, ALL_COMPS, pg), ENOSPC);
+	ck_assert_msg_has("only 0 free");
+}
+END_TEST
+
+START_TEST(alloc_all_or_nothing)
+{
+	hc_page_t pg[8], more[2];
+	uint64_t counts[5];
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 7, ALL_COMPS, pg), 7);
+	ck_assert_err(hc_page_alloc(fx.p, 2, ALL_COMPS, more), ENOSPC);
+	ck_assert_ok(hc_pool_count_states(fx.p, counts));
+	ck_assert_uint_eq(counts[HC_PAGE_FREE], 1);
+	ck_assert_uint_eq(counts[HC_PAGE_RESERVED], 7);
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, more), 1);
+}
+END_TEST
+
+START_TEST(commit_shards)
+{
+	hc_page_t pg;
+	uint32_t fill;
+
+	ck_assert_uint_eq(hc_page_needed(fx.p, ALL_COMPS), 0x3u | HC_SHARD_REPLICATED);
+	ck_assert_uint_eq(hc_page_needed(fx.p, KV_ONLY), 0x3u);
+	ck_assert_uint_eq(hc_page_needed(fx.p, STATE_ONLY), HC_SHARD_REPLICATED);
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, &pg), 1);
+	ck_assert_err(hc_page_pin(fx.p, pg), EAGAIN);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 1), 0);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg), NULL, NULL, &fill), HC_PAGE_RESERVED);
+	ck_assert_uint_eq(fill, 1);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 1), 0); /* idempotent for one shard */
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, HC_SHARD_REPLICATED), 0);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 2), 1);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg), NULL, NULL, &fill), HC_PAGE_READY);
+	ck_assert_err(hc_page_commit(fx.p, pg, 2), EALREADY);
+
+	/* a page without the replicated component needs no replicated writer */
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &pg), 1);
+	ck_assert_err(hc_page_commit(fx.p, pg, HC_SHARD_REPLICATED), EINVAL);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 3), 1);
+
+	/* state only: the one writer makes it READY */
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, STATE_ONLY, &pg), 1);
+	ck_assert_err(hc_page_commit(fx.p, pg, 1), EINVAL);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, HC_SHARD_REPLICATED), 1);
+}
+END_TEST
+
+START_TEST(stale_handles)
+{
+	hc_page_t pg, again;
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, &pg), 1);
+	ck_assert_int_eq(hct_fill_commit_all(fx.p, pg), 1);
+	ck_assert_int_eq(hc_page_free(fx.p, &pg, 1), 1);
+	ck_assert_err(hc_page_free(fx.p, &pg, 1), ESTALE);
+	ck_assert_err(hc_page_pin(fx.p, pg), ESTALE);
+	ck_assert_err(hc_page_commit(fx.p, pg, 1), ESTALE);
+	/* exhaust the pool so the same page comes back, with the next generation */
+	hc_page_t all[8];
+	ck_assert_int_eq(hc_page_alloc(fx.p, 8, ALL_COMPS, all), 8);
+	again = 0;
+	for (int i = 0; i < 8; i++)
+		if (HC_PAGE_ID(all[i]) == HC_PAGE_ID(pg))
+			again = all[i];
+	ck_assert_uint_eq(HC_PAGE_GEN(again), HC_PAGE_GEN(pg) + 1);
+	ck_assert_err(hc_page_commit(fx.p, pg, 1), ESTALE);
+	ck_assert_err(hc_page_abort(fx.p, &pg, 1), ESTALE);
+	ck_assert_err(hc_page_unpin(fx.p, pg), ESTALE);
+	ck_assert_int_eq(hc_page_commit(fx.p, again, 1), 0);
+}
+END_TEST
+
+START_TEST(abort_returns_free)
+{
+	hc_page_t pg[3];
+	uint64_t counts[5];
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 3, ALL_COMPS, pg), 3);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg[0], 1), 0);
+	ck_assert_int_eq(hc_page_abort(fx.p, pg, 3), 3);
+	ck_assert_ok(hc_pool_count_states(fx.p, counts));
+	ck_assert_uint_eq(counts[HC_PAGE_FREE], 8);
+	ck_assert_err(hc_page_abort(fx.p, pg, 1), ESTALE);
+
+	/* abort of a READY page is refused and leaves it READY */
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, pg), 1);
+	ck_assert_int_eq(hct_fill_commit_all(fx.p, pg[0]), 1);
+	ck_assert_err(hc_page_abort(fx.p, pg, 1), ESTALE);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_READY);
+}
+END_TEST
+
+START_TEST(abort_only_by_owner)
+{
+	hc_page_t pg;
+	pid_t pid;
+	int status;
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, &pg), 1);
+	pid = fork();
+	if (pid == 0) {
+		hc_pool *c;
+		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		if (hc_pool_attach(fx.name, &o, &c) < 0)
+			_exit(10);
+		int ret = hc_page_abort(c, &pg, 1);
+		/* but another rank may commit its shard of our reservation */
+		int ret2 = hc_page_commit(c, pg, 2);
+		_exit(ret == -EPERM && ret2 == 0 ? 0 : 11);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 1 | HC_SHARD_REPLICATED), 1);
+}
+END_TEST
+
+START_TEST(pin_unpin_free)
+{
+	hc_page_t pg;
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, &pg), 1);
+	ck_assert_int_eq(hct_fill_commit_all(fx.p, pg), 1);
+	ck_assert_err(hc_page_unpin(fx.p, pg), EINVAL);
+	ck_assert_ok(hc_page_pin(fx.p, pg));
+	ck_assert_ok(hc_page_pin(fx.p, pg));
+	ck_assert_int_eq(hct_verify(fx.p, pg, 1), 0);
+	ck_assert_int_eq(hct_verify(fx.p, pg, 2), 0);
+	ck_assert_int_eq(hct_verify(fx.p, pg, HC_SHARD_REPLICATED), 0);
+	ck_assert_err(hc_page_free(fx.p, &pg, 1), EBUSY);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_READY);
+	ck_assert_ok(hc_page_unpin(fx.p, pg));
+	ck_assert_err(hc_page_free(fx.p, &pg, 1), EBUSY);
+	ck_assert_ok(hc_page_unpin(fx.p, pg));
+	ck_assert_err(hc_page_unpin(fx.p, pg), EINVAL);
+	ck_assert_int_eq(hc_page_free(fx.p, &pg, 1), 1);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_FREE);
+}
+END_TEST
+
+START_TEST(pin_from_another_rank_blocks_free)
+{
+	hc_page_t pg;
+	int to_child[2], to_parent[2];
+	pid_t pid;
+	char b;
+	int status;
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, &pg), 1);
+	ck_assert_int_eq(hct_fill_commit_all(fx.p, pg), 1);
+	ck_assert_int_eq(pipe(to_child), 0);
+	ck_assert_int_eq(pipe(to_parent), 0);
+	pid = fork();
+	if (pid == 0) {
+		hc_pool *c;
+		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		if (hc_pool_attach(fx.name, &o, &c) < 0 || hc_page_pin(c, pg) < 0 || hct_verify(c, pg, 1) < 0)
+			_exit(10);
+		if (write(to_parent[1], "p", 1) != 1 || read(to_child[0], &b, 1) != 1)
+			_exit(11);
+		if (hc_page_unpin(c, pg) < 0)
+			_exit(12);
+		hc_pool_detach(c);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(to_parent[0], &b, 1), 1);
+	ck_assert_err(hc_page_free(fx.p, &pg, 1), EBUSY);
+	ck_assert_int_eq(write(to_child[1], "u", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(hc_page_free(fx.p, &pg, 1), 1);
+}
+END_TEST
+
+START_TEST(pin_overflow)
+{
+	hc_page_t pg;
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &pg), 1);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 3), 1);
+	for (int i = 0; i < 65535; i++)
+		ck_assert_int_eq(hc_page_pin(fx.p, pg), 0);
+	ck_assert_err(hc_page_pin(fx.p, pg), EOVERFLOW);
+	ck_assert_ok(hc_page_unpin(fx.p, pg));
+	ck_assert_ok(hc_page_pin(fx.p, pg));
+}
+END_TEST
+
+START_TEST(free_batch_reports_first_error)
+{
+	hc_page_t pg[3];
+
+	ck_assert_int_eq(hc_page_alloc(fx.p, 3, KV_ONLY, pg), 3);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg[0], 3), 1);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg[2], 3), 1);
+	/* pg[1] is still RESERVED: the others are freed, the call says why one was not */
+	ck_assert_err(hc_page_free(fx.p, pg, 3), ESTALE);
+	ck_assert_msg_has("not READY");
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_FREE);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg[2]), NULL, NULL, NULL), HC_PAGE_FREE);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg[1]), NULL, NULL, NULL), HC_PAGE_RESERVED);
+}
+END_TEST
+
+START_TEST(admin_cannot_hold)
+{
+	hc_pool *a = hct_attach(fx.name, HC_ATTACH_ADMIN);
+	hc_page_t pg;
+
+	ck_assert_err(hc_page_alloc(a, 1, 1, &pg), EPERM);
+	ck_assert_msg_has("no rank slot");
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &pg), 1);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 3), 1);
+	ck_assert_err(hc_page_pin(a, pg), EPERM);
+	ck_assert_err(hc_page_free(a, &pg, 1), EPERM);
+	hc_pool_detach(a);
+}
+END_TEST
+
+START_TEST(addr_runs_disjoint)
+{
+	struct hc_pool_info info;
+	hc_page_t pg = HC_PAGE_MAKE(3, 0);
+	uint8_t *env = hc_page_envelope(fx.p, pg);
+	static uint8_t owner[20480];
+	uint8_t tag = 1;
+
+	ck_assert_ok(hc_pool_info(fx.p, &info));
+	memset(owner, 0, sizeof(owner));
+	for (unsigned c = 0; c < info.ncomp; c++) {
+		struct hc_component_info ci;
+		hc_pool_component(fx.p, c, &ci);
+		for (unsigned g = 0; g < ci.groups; g++)
+			for (unsigned l = 0; l < ci.layers; l++, tag++) {
+				uint8_t *a;
+				size_t len;
+				ck_assert_ok(hc_page_addr(fx.p, pg, c, l, g, (void **)&a, &len));
+				ck_assert_uint_le((size_t)(a - env) + len, info.envelope_bytes);
+				for (size_t i = 0; i < len; i++) {
+					ck_assert_uint_eq(owner[a - env + i], 0);
+					owner[a - env + i] = tag;
+				}
+			}
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("pages");
+	TCase *tc = tcase_create("pages");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, alloc_distinct_reserved);
+	tcase_add_test(tc, alloc_all_or_nothing);
+	tcase_add_test(tc, commit_shards);
+	tcase_add_test(tc, stale_handles);
+	tcase_add_test(tc, abort_returns_free);
+	tcase_add_test(tc, abort_only_by_owner);
+	tcase_add_test(tc, pin_unpin_free);
+	tcase_add_test(tc, pin_from_another_rank_blocks_free);
+	tcase_add_test(tc, pin_overflow);
+	tcase_add_test(tc, free_batch_reports_first_error);
+	tcase_add_test(tc, admin_cannot_hold);
+	tcase_add_test(tc, addr_runs_disjoint);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
