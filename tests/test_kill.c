@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_kill.c - workers allocate, fill, commit shard by shard, abort, pin,
+ * verify and free, while the parent SIGKILLs them at random moments and
+ * starts new ones, many times over.  Between kills, with the workers
+ * stopped (a stopped process is alive), and at the end, the invariants
+ * across structures must hold:
+ *   - every FREE page is free in every structure that tracks pages;
+ *   - every RESERVED page has a live owner (or is in quarantine);
+ *   - every pin counter belongs to a live slot;
+ *   - no page is handed out twice, and none is lost.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hct.h"
+
+#define WORKERS 4
+#define NPAGES 96
+#define BOARD 32
+
+struct shared {
+	/* who the test believes holds each page: (gen << 8) | (worker + 1), or 0 */
+	_Atomic uint32_t own[NPAGES];
+	_Atomic uint64_t board[BOARD];
+	_Atomic uint64_t allocs, commits, verified, frees, aborts;
+	_Atomic uint32_t twice, bad_bytes, errors;
+	char error[256];
+};
+
+static struct shared *sh;
+static const char *pool_name;
+
+static void record(_Atomic uint32_t *counter, const char *what, int ret)
+{
+	if (atomic_fetch_add(counter, 1) == 0 && !sh->error[0])
+		snprintf(sh->error, sizeof(sh->error), "%s: %d %s", what, ret, hc_last_error());
+}
+
+static uint32_t tag(int w, hc_page_t pg)
+{
+	return (HC_PAGE_GEN(pg) << 8) | (uint32_t)(w + 1);
+}
+
+static void board_put(hc_page_t pg)
+{
+	for (int i = 0; i < BOARD; i++) {
+		uint64_t z = 0;
+		if (atomic_compare_exchange_strong(&sh->board[i], &z, pg))
+			return;
+	}
+}
+
+static void board_drop(hc_page_t pg)
+{
+	for (int i = 0; i < BOARD; i++) {
+		uint64_t w = pg;
+		atomic_compare_exchange_strong(&sh->board[i], &w, 0);
+	}
+}
+
+static void read_one(hc_pool *p, unsigned *seed)
+{
+	hc_page_t pg = atomic_load(&sh->board[rand_r(seed) % BOARD]);
+	int ret;
+
+	if (!pg || (ret = hc_page_pin(p, pg)) == -ESTALE || ret == -EAGAIN)
+		return;
+	if (ret < 0)
+		return record(&sh->errors, "pin", ret);
+	if (hct_verify(p, pg, 1) || hct_verify(p, pg, 2) || hct_verify(p, pg, HC_SHARD_REPLICATED))
+		record(&sh->bad_bytes, "a pinned READY page has the wrong bytes", 0);
+	else
+		atomic_fetch_add(&sh->verified, 1);
+	if ((ret = hc_page_unpin(p, pg)) < 0)
+		record(&sh->errors, "unpin", ret);
+}
+
+static void give_up(int w, hc_page_t pg)
+{
+	uint32_t t = tag(w, pg);
+	atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(pg)], &t, 0);
+}
+
+static void __attribute__((noreturn)) worker(int w, unsigned seed)
+{
+	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	hc_page_t mine[32], fresh[8];
+	unsigned n = 0;
+	hc_pool *p;
+	int ret;
+
+	if ((ret = hc_pool_attach(pool_name, &o, &p)) < 0) {
+		record(&sh->errors, "attach", ret);
+		_exit(1);
+	}
+	for (;;) {
+		unsigned want = 1 + rand_r(&seed) % 8;
+		ret = 0;
+		if (n + want <= 24 && (ret = hc_page_alloc(p, want, 3, fresh)) == (int)want) {
+			atomic_fetch_add(&sh->allocs, want);
+			for (unsigned i = 0; i < want; i++) {
+				uint32_t z = 0;
+				if (!atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(fresh[i])], &z, tag(w, fresh[i])))
+					record(&sh->twice, "page handed out twice", (int)z);
+			}
+			if (rand_r(&seed) % 8 == 0) {
+				for (unsigned i = 0; i < want; i++)
+					give_up(w, fresh[i]);
+				if ((ret = hc_page_abort(p, fresh, want)) != (int)want)
+					record(&sh->errors, "abort", ret);
+				atomic_fetch_add(&sh->aborts, want);
+				continue;
+			}
+			for (unsigned i = 0; i < want; i++) {
+				hc_page_t pg = fresh[i];
+				const uint32_t shards[3] = { 1, 2, HC_SHARD_REPLICATED };
+				for (int s = 0; s < 3; s++) {
+					hct_fill(p, pg, shards[s]);
+					ret = hc_page_commit(p, pg, shards[s]);
+					if (ret != (s == 2))
+						record(&sh->errors, "commit", ret);
+				}
+				atomic_fetch_add(&sh->commits, 1);
+				mine[n++] = pg;
+				board_put(pg);
+			}
+		} else if (ret < 0 && ret != -ENOSPC) {
+			record(&sh->errors, "alloc", ret);
+		}
+		read_one(p, &seed);
+		while (n > 12) {
+			hc_page_t pg = mine[0];
+			board_drop(pg);
+			give_up(w, pg);
+			ret = hc_page_free(p, &pg, 1);
+			if (ret == -EBUSY) {
+				uint32_t z = 0;
+				atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(pg)], &z, tag(w, pg));
+				board_put(pg);
+				break;
+			}
+			if (ret != 1)
+				record(&sh->errors, "free", ret);
+			atomic_fetch_add(&sh->frees, 1);
+			memmove(mine, mine + 1, --n * sizeof(mine[0]));
+		}
+	}
+}
+
+static pid_t start(int w, unsigned seed)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		worker(w, seed);
+	return pid;
+}
+
+/* The dead worker's pages: forget ownership; free its READY ones ourselves. */
+static void adopt(hc_pool *p, int w)
+{
+	for (uint32_t id = 0; id < NPAGES; id++) {
+		uint32_t t = atomic_load(&sh->own[id]);
+		hc_page_t h;
+
+		if ((t & 0xff) != (uint32_t)(w + 1))
+			continue;
+		atomic_store(&sh->own[id], 0);
+		if (hc_page_state(p, id, &h, NULL, NULL) == HC_PAGE_READY && HC_PAGE_GEN(h) == (t >> 8)) {
+			board_drop(h);
+			for (int tries = 0; tries < 1000 && hc_page_free(p, &h, 1) == -EBUSY; tries++)
+				usleep(100);
+		}
+	}
+}
+
+static void print_violation(void *arg, const char *v)
+{
+	(void)arg;
+	fprintf(stderr, "violation: %s\n", v);
+}
+
+START_TEST(random_kills)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, NPAGES, 200, 16);
+	pid_t pids[WORKERS];
+	double deadline = hct_now() + hct_seconds(3.0);
+	unsigned seed = (unsigned)getpid(), kills = 0, checks = 0;
+	uint64_t counts[5];
+	int status;
+
+	pool_name = name;
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(sh, MAP_FAILED);
+	for (int w = 0; w < WORKERS; w++)
+		pids[w] = start(w, seed + (unsigned)w);
+
+	while (hct_now() < deadline) {
+		usleep(1000 + rand_r(&seed) % 15000);
+		int w = (int)(rand_r(&seed) % WORKERS);
+		kill(pids[w], SIGKILL);
+		ck_assert_int_eq(waitpid(pids[w], &status, 0), pids[w]);
+		ck_assert_msg(WIFSIGNALED(status), "worker %d exited by itself (%d): %s", w, status, sh->error);
+		kills++;
+		adopt(p, w);
+		ck_assert_ok(hc_pool_recover(p, NULL));
+		if (kills % 8 == 0) {
+			/* freeze everyone (stopped is alive) and check across structures */
+			for (int i = 0; i < WORKERS; i++)
+				if (i != w)
+					kill(pids[i], SIGSTOP);
+			for (int i = 0; i < WORKERS; i++)
+				if (i != w)
+					waitpid(pids[i], &status, WUNTRACED);
+			ck_assert_int_eq(hc__pool_check(p, 0, print_violation, NULL), 0);
+			checks++;
+			for (int i = 0; i < WORKERS; i++)
+				if (i != w)
+					kill(pids[i], SIGCONT);
+		}
+		pids[w] = start(w, seed + kills * 31u);
+	}
+	for (int w = 0; w < WORKERS; w++) {
+		kill(pids[w], SIGKILL);
+		waitpid(pids[w], &status, 0);
+		adopt(p, w);
+	}
+	ck_assert_msg(sh->errors == 0 && sh->bad_bytes == 0 && sh->twice == 0,
+		      "errors %u, bad bytes %u, handed out twice %u: %s", sh->errors, sh->bad_bytes, sh->twice,
+		      sh->error);
+	ck_assert_uint_gt(kills, 4);
+	ck_assert_uint_gt(sh->commits, 20);
+	ck_assert_uint_gt(sh->verified, 20);
+
+	/* after recovery and the grace, nothing is held and nothing is lost */
+	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_int_eq(hc__pool_check(p, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
+	usleep(250 * 1000);
+	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_uint_eq(counts[HC_PAGE_RESERVED], 0);
+	ck_assert_uint_eq(counts[HC_PAGE_FREEING], 0);
+	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 0);
+	for (uint32_t id = 0; id < NPAGES; id++) {
+		hc_page_t h;
+		if (hc_page_state(p, id, &h, NULL, NULL) == HC_PAGE_READY)
+			ck_assert_int_eq(hc_page_free(p, &h, 1), 1);
+		ck_assert_uint_eq(atomic_load(&hc__pin_row(p, id)[1]), 0);
+	}
+	ck_assert_int_eq(hc_page_alloc(p, NPAGES, 3, (hc_page_t[NPAGES]){ 0 }), NPAGES);
+	fprintf(stderr, "kill: %u kills, %u frozen checks, %llu allocs, %llu commits, %llu aborts, %llu verified, %llu frees\n",
+		kills, checks, (unsigned long long)sh->allocs, (unsigned long long)sh->commits,
+		(unsigned long long)sh->aborts, (unsigned long long)sh->verified, (unsigned long long)sh->frees);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("kill");
+	TCase *tc = tcase_create("kill");
+
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, random_kills);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
