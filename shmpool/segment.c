@@ -273,19 +273,6 @@ int hc_pool_create(const struct hc_pool_spec *s)
 	if (stat(path, &st) == 0)
 		return hc__err(EEXIST, "pool '%s' already exists at %s: destroy it first (hicache-pool destroy %s)",
 			       s->name, path, s->name);
-	if (statvfs(s->dir ? s->dir : HC_DEFAULT_DIR, &vfs) < 0)
-		return hc__err(errno, "cannot use pool directory %s: %s", s->dir ? s->dir : HC_DEFAULT_DIR,
-			       strerror(errno));
-	/* Fail before anything is mapped: no SIGBUS later, no half a pool. */
-	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-	if (g.segment_bytes > avail)
-		return hc__err(ENOSPC, "pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
-			       s->name, gib(g.segment_bytes), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
-	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	if (g.segment_bytes > phys)
-		return hc__err(ENOMEM, "pool '%s' needs %.2f GiB but this machine has %.2f GiB of memory: lower the capacity",
-			       s->name, gib(g.segment_bytes), gib(phys));
-
 	snprintf(tmp, sizeof(tmp), "%s/.hicache.%s.creating.%d", s->dir ? s->dir : HC_DEFAULT_DIR, s->name,
 		 (int)getpid());
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
@@ -295,7 +282,33 @@ int hc_pool_create(const struct hc_pool_spec *s)
 		ret = hc__err(errno, "cannot set mode or group of %s: %s", tmp, strerror(errno));
 		goto fail_unlink;
 	}
-	if (fstat(fd, &st) == 0 && (uint64_t)st.st_blksize > HC_SEG_ENV_ALIGN) {
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0) {
+		ret = hc__err(errno, "cannot stat %s: %s", tmp, strerror(errno));
+		goto fail_unlink;
+	}
+	if (g.segment_bytes > HC_WARN_SMALL_PAGES && sfs.f_type != HUGETLBFS_MAGIC &&
+	    st.st_blksize < (blksize_t)HC_SEG_ENV_ALIGN)
+		hc__log(HC_LOG_WARN,
+			"pool '%s' is %.1f GiB on 4 KiB pages: every attaching process pays a page fault per 4 KiB; put it on a huge-page tmpfs (mount -t tmpfs -o huge=always) or hugetlbfs and pass its directory",
+			s->name, gib(g.segment_bytes));
+	/* Fail before anything is mapped: no SIGBUS later, no half a pool. */
+	if (fstatvfs(fd, &vfs) < 0) {
+		ret = hc__err(errno, "cannot stat the file system of %s: %s", tmp, strerror(errno));
+		goto fail_unlink;
+	}
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (g.segment_bytes > avail) {
+		ret = hc__err(ENOSPC, "pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
+			      s->name, gib(g.segment_bytes), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
+		goto fail_unlink;
+	}
+	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	if (g.segment_bytes > phys) {
+		ret = hc__err(ENOMEM, "pool '%s' needs %.2f GiB but this machine has %.2f GiB of memory: lower the capacity",
+			      s->name, gib(g.segment_bytes), gib(phys));
+		goto fail_unlink;
+	}
+	if ((uint64_t)st.st_blksize > HC_SEG_ENV_ALIGN) {
 		/* hugetlbfs with 1 GiB pages: the size must be a multiple of them */
 		uint64_t a = (uint64_t)st.st_blksize;
 		g.segment_bytes = (g.segment_bytes + a - 1) / a * a;
@@ -321,12 +334,6 @@ int hc_pool_create(const struct hc_pool_spec *s)
 	}
 	if (!(s->flags & HC_CREATE_NO_POPULATE) && (ret = populate(base, g.segment_bytes, s->name)) < 0)
 		goto fail_unmap;
-	if (fstatfs(fd, &sfs) == 0 && fstat(fd, &st) == 0 && g.segment_bytes > HC_WARN_SMALL_PAGES &&
-	    sfs.f_type != HUGETLBFS_MAGIC && st.st_blksize < (blksize_t)HC_SEG_ENV_ALIGN)
-		hc__log(HC_LOG_WARN,
-			"pool '%s' is %.1f GiB on 4 KiB pages: every attaching process pays a page-table entry per 4 KiB; put it on a huge-page tmpfs (mount -t tmpfs -o huge=always) or hugetlbfs and pass its directory",
-			s->name, gib(g.segment_bytes));
-
 	hc__fingerprint(s->model_id, &g, fp);
 	write_meta(base, s, &g, fp, qms);
 	munmap(base, g.segment_bytes);

@@ -246,6 +246,38 @@ START_TEST(shm_too_small)
 }
 END_TEST
 
+static char logged[512];
+
+static void capture_log(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level == HC_LOG_WARN)
+		snprintf(logged, sizeof(logged), "%s", msg);
+}
+
+START_TEST(warns_big_pool_on_small_pages)
+{
+	char dir[128];
+	struct hct_spec s;
+
+	hc_set_log(capture_log, NULL);
+	for (int huge = 0; huge < 2; huge++) {
+		ck_assert_msg(mount_tmpfs(dir, sizeof(dir), huge ? "size=4m,huge=always" : "size=4m") == 0,
+			      "mount tmpfs: %s", strerror(errno));
+		hct_spec_init(&s, hct_name(), 0);
+		s.spec.dir = dir;
+		s.spec.capacity_bytes = UINT64_C(5) << 30;
+		logged[0] = 0;
+		ck_assert_err(hc_pool_create(&s.spec), ENOSPC); /* and nothing was allocated */
+		if (huge)
+			ck_assert_str_eq(logged, "");
+		else
+			ck_assert_msg(strstr(logged, "4 KiB pages") && strstr(logged, "huge=always"), "log: %s", logged);
+		unmount_tmpfs(dir);
+	}
+}
+END_TEST
+
 START_TEST(larger_than_memory)
 {
 	struct hct_spec s;
@@ -315,6 +347,7 @@ int main(void)
 	tcase_add_test(tc, destroy_live_and_force);
 	tcase_add_test(tc, huge_page_tmpfs);
 	tcase_add_test(tc, shm_too_small);
+	tcase_add_test(tc, warns_big_pool_on_small_pages);
 	tcase_add_test(tc, larger_than_memory);
 	tcase_add_test(tc, numa_options);
 	tcase_add_test(tc, readonly_attach);

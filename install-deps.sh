@@ -1,0 +1,16 @@
+#!/bin/sh
+# install-deps.sh - install what building and testing hicache needs on
+# Debian 12, and nothing that is already there.  Safe to run again.
+set -e
+PKGS="build-essential autoconf automake libtool pkg-config check libsubunit-dev
+      libssl-dev libnuma-dev libjson-c-dev libck-dev"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+echo "install-deps.sh: installing$missing"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
