@@ -5,6 +5,8 @@
  * accepted only if its stored layout is exactly what this code derives.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <openssl/evp.h>
@@ -144,13 +146,25 @@ int hc__geom_envelope(struct hc__geom *g)
 	if (g->ncomp == 0 || g->ncomp > HC_MAX_COMPONENTS)
 		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, g->ncomp);
 	if (g->head_groups == 0) {
-		g->head_groups = g->tp_size;
-		for (unsigned i = 0; i < g->ncomp; i++)
-			if (g->comps[i].kind == HC_COMP_KV && g->comps[i].sharding == HC_SHARDED &&
-			    g->comps[i].kv_heads && g->comps[i].kv_heads < g->head_groups)
-				g->head_groups = g->comps[i].kv_heads;
-		if (g->head_groups > HC_MAX_HEAD_GROUPS)
-			g->head_groups = HC_MAX_HEAD_GROUPS;
+		/* The largest group count that every sharded component and the TP size accept. */
+		for (uint32_t cand = g->tp_size < HC_MAX_HEAD_GROUPS ? g->tp_size : HC_MAX_HEAD_GROUPS; cand >= 1; cand--) {
+			bool ok = g->tp_size % cand == 0;
+			for (unsigned i = 0; ok && i < g->ncomp; i++) {
+				const struct hc_component_info *c = &g->comps[i];
+				if (c->sharding != HC_SHARDED)
+					continue;
+				if (c->kind == HC_COMP_KV)
+					ok = c->kv_heads && c->kv_heads % cand == 0;
+				else
+					ok = c->bytes_per_layer % cand == 0;
+			}
+			if (ok) {
+				g->head_groups = cand;
+				break;
+			}
+		}
+		if (g->head_groups == 0)
+			g->head_groups = 1;
 	}
 	if (g->head_groups > HC_MAX_HEAD_GROUPS)
 		return hc__err(EINVAL, "head_groups %u is over the limit of %d", g->head_groups, HC_MAX_HEAD_GROUPS);
@@ -190,8 +204,8 @@ int hc__geom_regions(struct hc__geom *g)
 	if (g->npages == 0)
 		return hc__err(EINVAL, "capacity is zero pages: give a page count, or a byte size of at least one envelope (%llu bytes)",
 			       (unsigned long long)g->envelope_bytes);
-	if (g->npages > (UINT32_C(1) << 31))
-		return hc__err(EINVAL, "capacity of %u pages is over the limit of 2^31", g->npages);
+	if (g->npages > INT32_MAX)
+		return hc__err(EINVAL, "capacity of %u pages is over the limit of 2^31-1", g->npages);
 	for (int r = 0; r < HC_REG_ENV; r++) {
 		g->toc[r].off = off;
 		g->toc[r].bytes = sizes[r];

@@ -61,6 +61,8 @@ static int need_slot(const struct hc_pool *p, const char *op)
 {
 	if (p->slot < 0)
 		return hc__err(EPERM, "%s: this attachment holds no rank slot (admin or read-only attach)", op);
+	if (p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed))
+		return hc__err(ECHILD, "%s: this handle was attached by the parent process; attach again after fork", op);
 	return 0;
 }
 
@@ -76,7 +78,7 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 		return hc__err(EINVAL, "alloc: asked for %u pages%s", n, out ? "" : " into NULL");
 	if (n > npages)
 		return hc__err(ENOSPC, "alloc: %u pages asked, the pool has %u in all", n, npages);
-	if (presence == 0 || (presence >> p->g.ncomp) != 0)
+	if (presence == 0 || (presence >> p->g.ncomp) != 0 || n > INT32_MAX)
 		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
 			       presence, p->g.ncomp);
 	if (id >= npages)
@@ -156,7 +158,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	uint64_t w, nw;
 	int ret;
 
-	if ((ret = check_id(p, page, "commit")) < 0)
+	if ((ret = need_slot(p, "commit")) < 0 || (ret = check_id(p, page, "commit")) < 0)
 		return ret;
 	if (shards == 0 || (shards & ~(p->all_groups | HC_SHARD_REPLICATED)))
 		return hc__err(EINVAL, "commit: shard mask 0x%x names no shard or a head group past the pool's %u",
@@ -185,6 +187,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 {
 	int ret, first = 0;
+	char msg[512] = "";
 
 	if ((ret = need_slot(p, "abort")) < 0)
 		return ret;
@@ -196,7 +199,10 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 		uint64_t w;
 
 		if ((ret = check_id(p, pages[i], "abort")) < 0) {
-			first = first ? first : ret;
+			if (!first) {
+				first = ret;
+				snprintf(msg, sizeof(msg), "%s", hc_last_error());
+			}
 			continue;
 		}
 		pg = &p->pages[HC_PAGE_ID(pages[i])];
@@ -217,27 +223,33 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 				break;
 			}
 		}
-		if (ret < 0 && !first)
+		if (ret < 0 && !first) {
 			first = ret;
+			snprintf(msg, sizeof(msg), "%s", hc_last_error());
+		}
 	}
 	if (first)
-		return hc__err(-first, "%s", hc_last_error());
+		return hc__err(-first, "%s", msg);
 	return (int)n;
 }
 
 int hc_page_pin(hc_pool *p, hc_page_t page)
 {
 	_Atomic uint16_t *c;
+	uint16_t v;
 	uint64_t w;
 	int ret;
 
 	if ((ret = need_slot(p, "pin")) < 0 || (ret = check_id(p, page, "pin")) < 0)
 		return ret;
 	c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
-	if (atomic_fetch_add(c, 1) == UINT16_MAX) { /* (A) */
-		atomic_fetch_sub(c, 1);
-		return hc__err(EOVERFLOW, "pin: page %u is pinned 65535 times by this rank", HC_PAGE_ID(page));
-	}
+	/* Threads of this process share the counter: never let it pass 65535
+	 * or dip below a pin another thread holds, even for an instant. */
+	v = atomic_load_explicit(c, memory_order_relaxed);
+	do {
+		if (v == UINT16_MAX)
+			return hc__err(EOVERFLOW, "pin: page %u is pinned 65535 times by this rank", HC_PAGE_ID(page));
+	} while (!atomic_compare_exchange_weak(c, &v, (uint16_t)(v + 1))); /* (A) */
 	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 	if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
 		return 0;
@@ -253,6 +265,7 @@ int hc_page_pin(hc_pool *p, hc_page_t page)
 int hc_page_unpin(hc_pool *p, hc_page_t page)
 {
 	_Atomic uint16_t *c;
+	uint16_t v;
 	uint64_t w;
 	int ret;
 
@@ -263,10 +276,13 @@ int hc_page_unpin(hc_pool *p, hc_page_t page)
 	if (hc__w_gen(w) != HC_PAGE_GEN(page))
 		return hc__err(ESTALE, "unpin: page %u generation %u is gone (now generation %u)", HC_PAGE_ID(page),
 			       HC_PAGE_GEN(page), hc__w_gen(w));
-	if (atomic_load_explicit(c, memory_order_relaxed) == 0)
-		return hc__err(EINVAL, "unpin: page %u is not pinned by this rank", HC_PAGE_ID(page));
-	/* Release: our reads of the page happen before a freer sees zero. */
-	atomic_fetch_sub_explicit(c, 1, memory_order_release);
+	v = atomic_load_explicit(c, memory_order_relaxed);
+	do {
+		if (v == 0)
+			return hc__err(EINVAL, "unpin: page %u is not pinned by this rank", HC_PAGE_ID(page));
+		/* Release: our reads of the page happen before a freer sees the count drop. */
+	} while (!atomic_compare_exchange_weak_explicit(c, &v, (uint16_t)(v - 1), memory_order_release,
+							memory_order_relaxed));
 	return 0;
 }
 

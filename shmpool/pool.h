@@ -34,7 +34,7 @@ struct hc_pool {
 
 	/* this process's rank slot, held by the holder thread */
 	int slot;
-	pid_t pid;               /* the attaching process; a forked child is not it */
+	unsigned fork_gen;       /* hc__forks at attach; differs in a forked child */
 	pthread_t holder;
 	/* Process-private handshake with the holder thread.  Not a pipe: a
 	 * forked child would inherit its write end and keep the holder alive. */
@@ -56,6 +56,10 @@ void hc__rank_release(struct hc_pool *p);
 int hc__rank_recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 void hc__mutex_init_robust(pthread_mutex_t *m);
+
+/* ranks.c: bumped in every forked child, so handles know they were inherited */
+extern _Atomic unsigned hc__forks;
+void hc__fork_watch(void);
 
 /* pages.c */
 uint32_t hc__now_ms(void);

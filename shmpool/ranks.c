@@ -19,6 +19,26 @@
 
 #include "pool.h"
 
+_Atomic unsigned hc__forks;
+
+static void on_fork_child(void)
+{
+	atomic_fetch_add_explicit(&hc__forks, 1, memory_order_relaxed);
+}
+
+static void register_fork_watch(void)
+{
+	pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+/* A forked child inherits handles but not the holder threads that make them ranks. */
+void hc__fork_watch(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, register_fork_watch);
+}
+
 void hc__mutex_init_robust(pthread_mutex_t *m)
 {
 	pthread_mutexattr_t a;

@@ -169,16 +169,16 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 	if ((s->capacity_pages != 0) == (s->capacity_bytes != 0))
 		return hc__err(EINVAL, "give exactly one capacity: a page count or a byte size");
 	if (s->capacity_pages) {
-		if (s->capacity_pages > (UINT64_C(1) << 31))
-			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31", s->capacity_pages);
+		if (s->capacity_pages > (uint64_t)INT32_MAX)
+			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31-1", s->capacity_pages);
 		g->npages = (uint32_t)s->capacity_pages;
 	} else {
 		uint64_t n = s->capacity_bytes / g->envelope_bytes;
 		if (n == 0)
 			return hc__err(EINVAL, "capacity of %" PRIu64 " bytes holds no page: one envelope is %" PRIu64 " bytes",
 				       s->capacity_bytes, g->envelope_bytes);
-		if (n > (UINT64_C(1) << 31))
-			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31", n);
+		if (n > (uint64_t)INT32_MAX)
+			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31-1", n);
 		g->npages = (uint32_t)n;
 	}
 	return hc__geom_regions(g);
@@ -262,8 +262,10 @@ int hc_pool_create(const struct hc_pool_spec *s)
 		return ret;
 	qms = s->quarantine_ms ? s->quarantine_ms : 2000;
 	mode = s->mode ? s->mode : (s->group ? 0660 : 0600);
-	if (mode & ~(mode_t)0660)
+	if (mode != 0600 && mode != 0660)
 		return hc__err(EINVAL, "mode %04o is not allowed: a pool is 0600, or 0660 with a group", (unsigned)mode);
+	if (s->flags & ~HC_CREATE_NO_POPULATE)
+		return hc__err(EINVAL, "create: unknown flags 0x%x", s->flags & ~HC_CREATE_NO_POPULATE);
 	if (s->group) {
 		struct group *gr = getgrnam(s->group);
 		if (!gr)
@@ -423,8 +425,11 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 		c->bytes_per_layer = c->kind == HC_COMP_STATE ? rc[i].bytes_per_layer : 0;
 		c->layers = rc[i].layers;
 	}
-	if ((ret = hc__geom_envelope(g)) < 0 || (ret = hc__geom_regions(g)) < 0)
-		return hc__err(EBADMSG, "%s: invalid geometry in the header: %s", path, hc_last_error());
+	if ((ret = hc__geom_envelope(g)) < 0 || (ret = hc__geom_regions(g)) < 0) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", hc_last_error());
+		return hc__err(EBADMSG, "%s: invalid geometry in the header: %s", path, why);
+	}
 	want = *g;
 	if (want.envelope_bytes != h->envelope_bytes)
 		return hc__err(EBADMSG, "%s: envelope size %" PRIu64 " does not match its components (%" PRIu64 ")", path,
@@ -533,13 +538,16 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 	*out = NULL;
 	if ((ret = pool_path(o ? o->dir : NULL, name, path, sizeof(path))) < 0)
 		return ret;
+	if (flags & ~(unsigned)(HC_ATTACH_ADMIN | HC_ATTACH_READONLY | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE))
+		return hc__err(EINVAL, "attach: unknown flags 0x%x", flags);
 	if (flags & HC_ATTACH_READONLY)
 		flags |= HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return hc__err(ENOMEM, "attach: out of memory");
 	p->slot = -1;
-	p->pid = getpid();
+	hc__fork_watch();
+	p->fork_gen = atomic_load_explicit(&hc__forks, memory_order_relaxed);
 	p->readonly = flags & HC_ATTACH_READONLY;
 	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
 	if (p->fd < 0) {
@@ -603,7 +611,7 @@ int hc_pool_detach(hc_pool *p)
 	if (!p)
 		return hc__err(EINVAL, "detach: pool is NULL");
 	/* A forked child has the handle but not the holder thread: it only unmaps. */
-	if (p->slot >= 0 && p->pid == getpid())
+	if (p->slot >= 0 && p->fork_gen == atomic_load_explicit(&hc__forks, memory_order_relaxed))
 		hc__rank_release(p);
 	munmap(p->base, p->map_bytes);
 	close(p->fd);
@@ -620,11 +628,16 @@ int hc_pool_destroy(const char *name, const char *dir, unsigned flags)
 
 	if ((ret = pool_path(dir, name, path, sizeof(path))) < 0)
 		return ret;
+	if (flags & ~HC_DESTROY_FORCE)
+		return hc__err(EINVAL, "destroy: unknown flags 0x%x", flags & ~HC_DESTROY_FORCE);
 	ret = hc_pool_attach(name, &o, &p);
 	if (ret == -ENOENT)
 		return ret;
-	if (ret < 0 && !(flags & HC_DESTROY_FORCE))
-		return hc__err(-ret, "%s; use --force to remove %s anyway", hc_last_error(), path);
+	if (ret < 0 && !(flags & HC_DESTROY_FORCE)) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s", hc_last_error());
+		return hc__err(-ret, "%s; use --force to remove %s anyway", why, path);
+	}
 	if (ret == 0) {
 		for (unsigned s = 0; s < p->g.max_ranks; s++)
 			if (hc__rank_probe(p, s, NULL) == 1)

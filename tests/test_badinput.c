@@ -354,6 +354,19 @@ START_TEST(bad_specs)
 	s.comps[1].name = NULL;
 	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
 
+	hct_spec_init(&s, hct_name(), 4);
+	s.spec.mode = 0400;
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+	ck_assert_msg_has("0400");
+
+	hct_spec_init(&s, hct_name(), 4);
+	s.spec.flags = 0x80;
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+	ck_assert_msg_has("unknown flags");
+	ck_assert_err(hc_pool_destroy(s.spec.name, NULL, 0x10), EINVAL);
+	hc_pool *p;
+	ck_assert_err(hc_pool_attach(s.spec.name, &(struct hc_attach_opts){ .flags = 0x100 }, &p), EINVAL);
+
 	/* no file is left by any of the failures */
 	char pfx[64];
 	struct dirent *e;
@@ -396,6 +409,16 @@ START_TEST(bad_page_args)
 	ck_assert_err(hc_page_state(p, 4, NULL, NULL, NULL), EINVAL);
 	ck_assert_err(hc_pool_component(p, 2, &(struct hc_component_info){ 0 }), EINVAL);
 	ck_assert_err(hc_pool_rank(p, 32, &(struct hc_rank_info){ 0 }), EINVAL);
+	/* a read-only attachment cannot change anything, and does not crash trying */
+	hc_pool *ro = hct_attach(name, HC_ATTACH_READONLY);
+	ck_assert_err(hc_page_commit(ro, pg, 1), EPERM);
+	ck_assert_err(hc_page_abort(ro, &pg, 1), EPERM);
+	ck_assert_err(hc_page_free(ro, &pg, 1), EPERM);
+	ck_assert_err(hc_page_pin(ro, pg), EPERM);
+	hc_pool_detach(ro);
+	/* a failed abort keeps its reason */
+	ck_assert_err(hc_page_abort(p, &bad, 1), EINVAL);
+	ck_assert_msg_has("out of range");
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
 }

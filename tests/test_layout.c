@@ -162,6 +162,20 @@ START_TEST(default_head_groups)
 	g = geom_of(&s);
 	ck_assert_ok(hc__geom_envelope(&g));
 	ck_assert_uint_eq(g.head_groups, 1);
+
+	/* 32 ranks, 32 heads: the most groups under the limit of 31 that divide both */
+	s.spec.tp_size = 32;
+	s.comps[0].kv_heads = 32;
+	g = geom_of(&s);
+	ck_assert_ok(hc__geom_envelope(&g));
+	ck_assert_uint_eq(g.head_groups, 16);
+
+	/* 3 heads at TP 2: one group (every rank reads all heads) */
+	s.spec.tp_size = 2;
+	s.comps[0].kv_heads = 3;
+	g = geom_of(&s);
+	ck_assert_ok(hc__geom_envelope(&g));
+	ck_assert_uint_eq(g.head_groups, 1);
 }
 END_TEST
 
@@ -188,6 +202,7 @@ START_TEST(bad_geometry)
 	ck_assert_msg_has("layer count is zero");
 
 	hct_spec_init(&s, "x", 8);
+	s.spec.head_groups = 2;
 	s.comps[0].kv_heads = 3;
 	ck_assert_err(geom_err(&s), EINVAL);
 	ck_assert_msg_has("do not split");

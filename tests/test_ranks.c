@@ -301,6 +301,33 @@ START_TEST(full_fill_is_promoted)
 }
 END_TEST
 
+START_TEST(forked_child_must_attach_again)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 4, 0, 0);
+	hc_page_t pg;
+	pid_t pid;
+	int status;
+
+	ck_assert_int_eq(hc_page_alloc(p, 1, 3, &pg), 1);
+	pid = fork();
+	if (pid == 0) {
+		hc_page_t x;
+		int a = hc_page_alloc(p, 1, 3, &x);
+		int b = hc_page_commit(p, pg, 1);
+		int c = hc_page_abort(p, &pg, 1);
+		hc_pool_detach(p); /* unmaps only: must not touch the parent's slot or holds */
+		_exit(a == -ECHILD && b == -ECHILD && c == -ECHILD ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_RESERVED);
+	ck_assert_int_eq(hct_fill_commit_all(p, pg), 1);
+	ck_assert_ok(hc_pool_detach(p)); /* and the parent's detach does not wait for the child */
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ranks");
@@ -315,6 +342,7 @@ int main(void)
 	tcase_add_test(tc, dead_slot_is_reclaimed_by_next_attach);
 	tcase_add_test(tc, death_mid_free_restores_ready);
 	tcase_add_test(tc, full_fill_is_promoted);
+	tcase_add_test(tc, forked_child_must_attach_again);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -106,14 +106,16 @@ struct hc_pool_spec {
 	const char *model_id;
 	uint32_t page_tokens;
 	uint32_t tp_size;        /* the TP size the pool is laid out for */
-	uint32_t head_groups;    /* 0: min(tp_size, smallest sharded kv_heads) */
+	uint32_t head_groups;    /* 0: the largest g <= min(tp_size, 31) that divides tp_size
+	                          * and every sharded component; give it explicitly for pools
+	                          * that engines of several TP sizes share (it is in the fingerprint) */
 	const struct hc_component_spec *comps;
 	uint32_t ncomp;
 	uint64_t capacity_pages; /* exactly one of capacity_pages, capacity_bytes */
 	uint64_t capacity_bytes; /* envelope bytes; rounded down to whole pages */
 	uint32_t max_ranks;      /* rank slots; 0: 32 */
 	uint32_t quarantine_ms;  /* grace before a dead rank's reservations are reused; 0: 2000 */
-	mode_t mode;             /* 0: 0600, or 0660 when group is set */
+	mode_t mode;             /* 0, 0600 or 0660; 0: 0600, or 0660 when group is set */
 	const char *group;       /* NULL, or a group name allowed to attach */
 	enum hc_numa_mode numa;
 	const char *numa_nodes;  /* libnuma node string, e.g. "0" or "0-1" */
@@ -237,7 +239,7 @@ HC_API int hc_pool_name_valid(const char *name);  /* 0 or -EINVAL */
 HC_API int hc_page_alloc(hc_pool *pool, unsigned n, uint32_t presence, hc_page_t *out);
 HC_API int hc_page_addr(const hc_pool *pool, hc_page_t page, unsigned comp, unsigned layer,
 		 unsigned group, void **addr, size_t *len);
-void *hc_page_envelope(const hc_pool *pool, hc_page_t page);
+HC_API void *hc_page_envelope(const hc_pool *pool, hc_page_t page);
 HC_API int hc_page_commit(hc_pool *pool, hc_page_t page, uint32_t shards);
 HC_API int hc_page_abort(hc_pool *pool, const hc_page_t *pages, unsigned n);
 HC_API int hc_page_pin(hc_pool *pool, hc_page_t page);
