@@ -78,7 +78,7 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 		return hc__err(EINVAL, "alloc: asked for %u pages%s", n, out ? "" : " into NULL");
 	if (n > npages)
 		return hc__err(ENOSPC, "alloc: %u pages asked, the pool has %u in all", n, npages);
-	if (presence == 0 || (presence >> p->g.ncomp) != 0 || n > INT32_MAX)
+	if (presence == 0 || (presence >> p->g.ncomp) != 0)
 		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
 			       presence, p->g.ncomp);
 	if (id >= npages)
