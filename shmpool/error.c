@@ -19,11 +19,14 @@ const char *hc_last_error(void)
 /* Record a message for hc_last_error() and return -err, for 'return hc__err(...)'. */
 int hc__err(int err, const char *fmt, ...)
 {
+	char buf[sizeof(last_error)];
 	va_list ap;
 
+	/* Format aside: callers may pass hc_last_error() itself as an argument. */
 	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	memcpy(last_error, buf, sizeof(buf));
 	return -err;
 }
 

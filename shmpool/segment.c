@@ -549,7 +549,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 	hc__fork_watch();
 	p->fork_gen = atomic_load_explicit(&hc__forks, memory_order_relaxed);
 	p->readonly = flags & HC_ATTACH_READONLY;
-	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a FIFO planted under a pool's name must not hang us. */
+	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (p->fd < 0) {
 		ret = errno == ENOENT
 			? hc__err(ENOENT, "no pool '%s' at %s: create it with 'hicache-pool create', or give its directory", name, path)

@@ -40,7 +40,7 @@ void hct_sweep(int mine)
 			continue;
 		char path[512];
 		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-		unlink(path);
+		remove(path); /* a file, or the directory a bad-input test made */
 	}
 	closedir(d);
 }

@@ -102,6 +102,12 @@ START_TEST(directory_and_symlink)
 	ck_assert_msg_has("not a regular file");
 	rmdir(shm(name));
 
+	/* a FIFO must not block the attach */
+	ck_assert_int_eq(mkfifo(shm(name), 0600), 0);
+	ck_assert_err(try_attach(name), EBADMSG);
+	ck_assert_msg_has("not a regular file");
+	unlink(shm(name));
+
 	const char *real = make_pool();
 	snprintf(target, sizeof(target), "%s", shm(real));
 	ck_assert_int_eq(symlink(target, shm(name)), 0);

@@ -1,0 +1,757 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_tool.c - hicache-pool, run as a program: every verb end to end, its
+ * JSON checked against the library's own view, exit status 2 and a message
+ * naming the bad thing for each kind of command-line error, and exit 1 for
+ * failures.  The parsers in tools/cli.c are also tested directly.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "hct.h"
+
+/* The parsers are not in any library; compile them in to test them directly. */
+#include "../tools/cli.h"
+
+#define TOOL_OUT_MAX (256 * 1024)
+
+struct run {
+	int status;       /* exit status, or 128 + signal */
+	char out[TOOL_OUT_MAX];
+	char err[16384];
+};
+
+static struct run r;  /* one per forked test: too big for the stack */
+
+static void slurp(int fd, char *buf, size_t len)
+{
+	ssize_t n = pread(fd, buf, len - 1, 0);
+
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+}
+
+/* Run hicache-pool with the NULL-terminated arguments; fills r. */
+static int tool(const char *arg, ...)
+{
+	const char *argv[64] = { "hicache-pool" };
+	const char *path = hct_tool("hicache-pool");
+	int argc = 1, fo, fe, st;
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, arg);
+	for (; arg && argc < 63; arg = va_arg(ap, const char *))
+		argv[argc++] = arg;
+	va_end(ap);
+	argv[argc] = NULL;
+
+	fo = memfd_create("tool-out", MFD_CLOEXEC);
+	fe = memfd_create("tool-err", MFD_CLOEXEC);
+	ck_assert_msg(fo >= 0 && fe >= 0, "memfd_create: %s", strerror(errno));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fo, 1);
+		dup2(fe, 2);
+		execv(path, (char *const *)argv);
+		fprintf(stderr, "cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	slurp(fo, r.out, sizeof(r.out));
+	slurp(fe, r.err, sizeof(r.err));
+	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	ck_assert_msg(r.status != 127, "%s did not run: %s", path, r.err);
+	return r.status;
+}
+#define TOOL(...) tool(__VA_ARGS__, (const char *)NULL)
+
+#define ck_assert_tool(want, ...)                                                                     \
+	do {                                                                                          \
+		int got__ = TOOL(__VA_ARGS__);                                                        \
+		ck_assert_msg(got__ == (want), "exit %d, want %d\nstdout: %s\nstderr: %s", got__,     \
+			      (want), r.out, r.err);                                                  \
+	} while (0)
+
+#define ck_assert_out_has(s) ck_assert_msg(strstr(r.out, (s)), "stdout lacks '%s':\n%s", (s), r.out)
+#define ck_assert_err_has(s) ck_assert_msg(strstr(r.err, (s)), "stderr lacks '%s':\n%s", (s), r.err)
+
+static const char *shm_path(const char *name)
+{
+	static char path[512];
+
+	snprintf(path, sizeof(path), "/dev/shm/hicache.%s", name);
+	return path;
+}
+
+/* A tiny pool: sharded bf16 K/V (4 heads x 256 B, 2 layers) and a replicated state. */
+static void create_tiny(const char *name, const char *pages)
+{
+	ck_assert_tool(0, "create", name, "--model", "test/tool-1b", "--page-tokens", "16", "--tp", "2",
+		       "--kv", "kv,bf16,4,256,2", "--state", "st,f32,1K,2,replicated", "--pages", pages,
+		       "--quarantine-ms", "600000");
+}
+
+/* ---- JSON helpers: each asserts the key exists with the right type */
+
+static json_object *jparse(const char *s)
+{
+	json_object *o = json_tokener_parse(s);
+
+	ck_assert_msg(o != NULL, "not JSON:\n%s", s);
+	return o;
+}
+
+static json_object *jget(json_object *o, const char *k, json_type t)
+{
+	json_object *v = NULL;
+
+	ck_assert_msg(json_object_object_get_ex(o, k, &v), "JSON lacks \"%s\": %s", k,
+		      json_object_to_json_string(o));
+	ck_assert_msg(json_object_is_type(v, t), "JSON \"%s\" has type %s, want %s", k,
+		      json_type_to_name(json_object_get_type(v)), json_type_to_name(t));
+	return v;
+}
+
+static int64_t jint(json_object *o, const char *k)
+{
+	return json_object_get_int64(jget(o, k, json_type_int));
+}
+
+static const char *jstr(json_object *o, const char *k)
+{
+	return json_object_get_string(jget(o, k, json_type_string));
+}
+
+static int jbool(json_object *o, const char *k)
+{
+	return json_object_get_boolean(jget(o, k, json_type_boolean));
+}
+
+/* The entry for 'name' in ls --json output (NULL if absent). */
+static json_object *ls_find(json_object *ls, const char *name)
+{
+	json_object *pools = jget(ls, "pools", json_type_array);
+
+	for (size_t i = 0; i < json_object_array_length(pools); i++) {
+		json_object *e = json_object_array_get_idx(pools, i);
+		if (!strcmp(jstr(e, "name"), name))
+			return e;
+	}
+	return NULL;
+}
+
+static void hex_of(const uint8_t *b, char out[65])
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+/* ---- end to end */
+
+START_TEST(create_info_ls_repair_destroy)
+{
+	const char *name = hct_name();
+	struct hc_attach_opts ao = { .flags = HC_ATTACH_READONLY };
+	struct hc_pool_info li;
+	char fp_create[65] = "", fp_lib[65], want[128], *s;
+	json_object *o, *c, *e;
+	hc_pool *p;
+
+	create_tiny(name, "8");
+	ck_assert_out_has("created pool");
+	ck_assert_out_has(shm_path(name));
+	s = strstr(r.out, "fingerprint");
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(sscanf(s, "fingerprint %64[0-9a-f]", fp_create), 1);
+	ck_assert_uint_eq(strlen(fp_create), 64);
+
+	/* the library's own view, to check the tool against */
+	ck_assert_ok(hc_pool_attach(name, &ao, &p));
+	ck_assert_ok(hc_pool_info(p, &li));
+	hc_pool_detach(p);
+	hex_of(li.fingerprint, fp_lib);
+	ck_assert_str_eq(fp_create, fp_lib);
+
+	ck_assert_tool(0, "info", name);
+	ck_assert_out_has("test/tool-1b");
+	ck_assert_out_has(fp_lib);
+	ck_assert_out_has("pages        8: free 8, reserved 0, ready 0, quarantine 0, freeing 0");
+	ck_assert_out_has("huge pages");
+
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "name"), name);
+	ck_assert_str_eq(jstr(o, "path"), shm_path(name));
+	ck_assert_str_eq(jstr(o, "model_id"), "test/tool-1b");
+	ck_assert_str_eq(jstr(o, "fingerprint"), fp_lib);
+	ck_assert_int_eq(jint(o, "npages"), 8);
+	ck_assert_int_eq(jint(o, "page_tokens"), 16);
+	ck_assert_int_eq(jint(o, "tp_size"), 2);
+	ck_assert_int_eq(jint(o, "head_groups"), 2);
+	ck_assert_int_eq(jint(o, "max_ranks"), 32);
+	ck_assert_int_eq(jint(o, "quarantine_ms"), 600000);
+	/* kv: 2 groups x 2 layers x K/V x 16 tokens x 2 heads x 256 B = 64 KiB; st: 2 KiB; 4 KiB aligned */
+	ck_assert_int_eq(jint(o, "envelope_bytes"), 65536 + 4096);
+	ck_assert_int_eq(jint(o, "envelope_bytes"), (int64_t)li.envelope_bytes);
+	ck_assert_int_eq(jint(o, "segment_bytes"), (int64_t)li.segment_bytes);
+	ck_assert_int_eq(jint(o, "creator_uid"), (int64_t)geteuid());
+	ck_assert_int_eq(jbool(o, "huge_pages"), li.huge_pages != 0);
+	c = jget(o, "components", json_type_array);
+	ck_assert_uint_eq(json_object_array_length(c), 2);
+	e = json_object_array_get_idx(c, 0);
+	ck_assert_str_eq(jstr(e, "name"), "kv");
+	ck_assert_str_eq(jstr(e, "dtype"), "bf16");
+	ck_assert_str_eq(jstr(e, "kind"), "kv");
+	ck_assert_str_eq(jstr(e, "sharding"), "sharded");
+	ck_assert_int_eq(jint(e, "kv_heads"), 4);
+	ck_assert_int_eq(jint(e, "head_bytes"), 256);
+	ck_assert_int_eq(jint(e, "layers"), 2);
+	ck_assert_int_eq(jint(e, "groups"), 2);
+	ck_assert_int_eq(jint(e, "offset"), 0);
+	ck_assert_int_eq(jint(e, "layer_stride"), 2 * 16 * 2 * 256);
+	ck_assert_int_eq(jint(e, "group_stride"), 2 * 2 * 16 * 2 * 256);
+	ck_assert_int_eq(jint(e, "bytes"), 65536);
+	e = json_object_array_get_idx(c, 1);
+	ck_assert_str_eq(jstr(e, "name"), "st");
+	ck_assert_str_eq(jstr(e, "dtype"), "f32");
+	ck_assert_str_eq(jstr(e, "kind"), "state");
+	ck_assert_str_eq(jstr(e, "sharding"), "replicated");
+	ck_assert_int_eq(jint(e, "groups"), 1);
+	ck_assert_int_eq(jint(e, "bytes_per_layer"), 1024);
+	ck_assert_int_eq(jint(e, "offset"), 65536);
+	ck_assert_int_eq(jint(e, "bytes"), 2048);
+	c = jget(o, "pages", json_type_object);
+	ck_assert_int_eq(jint(c, "free"), 8);
+	ck_assert_int_eq(jint(c, "ready"), 0);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "ranks", json_type_array)), 0);
+	json_object_put(o);
+
+	ck_assert_tool(0, "ls");
+	snprintf(want, sizeof(want), "%s ", name);
+	ck_assert_out_has(want);
+	ck_assert_out_has(shm_path(name));
+	ck_assert_tool(0, "ls", "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "dir"), "/dev/shm");
+	e = ls_find(o, name);
+	ck_assert_msg(e != NULL, "ls --json lacks %s:\n%s", name, r.out);
+	ck_assert_str_eq(jstr(e, "status"), "ok");
+	ck_assert_str_eq(jstr(e, "model_id"), "test/tool-1b");
+	ck_assert_int_eq(jint(e, "npages"), 8);
+	ck_assert_int_eq(jint(e, "envelope_bytes"), (int64_t)li.envelope_bytes);
+	ck_assert_int_eq(jint(e, "live_ranks"), 0);
+	json_object_put(o);
+
+	ck_assert_tool(0, "repair", name);
+	ck_assert_out_has("repaired pool");
+	ck_assert_out_has("dead_ranks");
+	ck_assert_tool(0, "repair", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jbool(o, "ok"), 1);
+	ck_assert_int_eq(jint(o, "dead_ranks"), 0);
+	ck_assert_int_eq(jint(o, "quarantined"), 0);
+	json_object_put(o);
+
+	ck_assert_tool(0, "destroy", name);
+	ck_assert_out_has("destroyed pool");
+	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
+	ck_assert_tool(1, "info", name);
+	ck_assert_err_has("no pool");
+}
+END_TEST
+
+/* A rank killed while holding reservations: visible to info, undone by repair. */
+START_TEST(repair_dead_rank)
+{
+	const char *name = hct_name();
+	json_object *o, *ranks, *rk;
+	int st;
+	pid_t pid;
+
+	create_tiny(name, "8");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct hc_attach_opts ao = { .flags = HC_ATTACH_NO_POPULATE };
+		hc_page_t pg[3];
+		hc_pool *p;
+
+		if (hc_pool_attach(name, &ao, &p) < 0 || hc_page_alloc(p, 3, 1, pg) != 3)
+			_exit(1);
+		raise(SIGKILL);
+		_exit(2);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "rank child did not die as planned: %#x", st);
+
+	/* read-only: the dead rank's slot still reads live, and its holds show */
+	ck_assert_tool(0, "info", name, "--json", "--no-recover");
+	o = jparse(r.out);
+	ck_assert_int_eq(jint(jget(o, "pages", json_type_object), "reserved"), 3);
+	ranks = jget(o, "ranks", json_type_array);
+	ck_assert_uint_eq(json_object_array_length(ranks), 1);
+	rk = json_object_array_get_idx(ranks, 0);
+	ck_assert_int_eq(jint(rk, "pid"), pid);
+	ck_assert_int_eq(jint(rk, "reserved"), 3);
+	json_object_put(o);
+	ck_assert_tool(0, "ls", "--json");
+	o = jparse(r.out);
+	ck_assert_ptr_nonnull(ls_find(o, name));
+	ck_assert_int_eq(jint(ls_find(o, name), "live_ranks"), 1);
+	json_object_put(o);
+
+	ck_assert_tool(0, "repair", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jbool(o, "ok"), 1);
+	ck_assert_int_eq(jint(o, "dead_ranks"), 1);
+	ck_assert_int_eq(jint(o, "quarantined"), 3);
+	ck_assert_int_eq(jint(o, "released"), 0);
+	json_object_put(o);
+
+	/* a second repair finds nothing left to do */
+	ck_assert_tool(0, "repair", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jint(o, "dead_ranks"), 0);
+	ck_assert_int_eq(jint(o, "quarantined"), 0);
+	json_object_put(o);
+
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jint(jget(o, "pages", json_type_object), "quarantine"), 3);
+	ck_assert_int_eq(jint(jget(o, "pages", json_type_object), "reserved"), 0);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "ranks", json_type_array)), 0);
+	json_object_put(o);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+/* ---- command-line errors: exit 2, one line naming the bad thing, no pool made */
+
+START_TEST(usage_errors)
+{
+	const char *name = hct_name();
+	static const struct {
+		const char *args[8];
+		const char *want;
+	} cases[] = {
+		{ { "--size", "4Q" }, "'4Q' has an unknown suffix" },
+		{ { "--size", "4MB" }, "--size '4MB'" },
+		{ { "--size", "99999999999999999999" }, "too large" },
+		{ { "--size", "16777216T" }, "overflows" },
+		{ { "--pages", "12x" }, "--pages '12x' is not a decimal number" },
+		{ { "--pages", "-3" }, "--pages '-3'" },
+		{ { "--pages", " 3" }, "--pages ' 3'" },
+		{ { "--pages", "0" }, "too small" },
+		{ { "--pages", "4", "--size", "4M" }, "both --pages and --size" },
+		{ { "--pages", "4", "--pages", "5" }, "'--pages' is given twice" },
+		{ { "--pages", "4", "--kv", "x,bf17,4,256,2" }, "unknown DTYPE 'bf17'" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256" }, "has 4 fields" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,3,4" }, "has 7 fields" },
+		{ { "--pages", "4", "--kv", "x,bf16,4x,256,2" }, "HEADS '4x'" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,,2" }, "HEAD_BYTES" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,zero" }, "LAYERS 'zero'" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" }, "'mirror' must be 'replicated' or 'sharded'" },
+		{ { "--pages", "4", "--kv", "a b,bf16,4,256,2" }, "NAME 'a b'" },
+		{ { "--pages", "4", "--state", "s,f32,1Z,2" }, "BYTES_PER_LAYER '1Z'" },
+		{ { "--pages", "4", "--mode", "0644" }, "--mode '0644'" },
+		{ { "--pages", "4", "--numa", "near" }, "--numa 'near'" },
+		{ { "--pages", "4", "--max-ranks", "129" }, "--max-ranks '129' is too large" },
+		{ { "--pages", "4", "--dir", "relative/dir" }, "--dir 'relative/dir' must be an absolute path" },
+		{ { "--pages", "4", "--bogus" }, "'--bogus'" },
+		{ { "--pages" }, "'--pages' needs a value" },
+		{ { NULL }, "missing capacity" },
+	};
+
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *const *a = cases[i].args;
+		int got = TOOL("create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+			       "kv,bf16,4,256,2", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+
+		ck_assert_msg(got == 2, "case %u (%s %s): exit %d, want 2: %s", i, a[0], a[1] ? a[1] : "", got, r.err);
+		ck_assert_msg(strstr(r.err, cases[i].want), "case %u: stderr lacks \"%s\": %s", i, cases[i].want, r.err);
+		ck_assert_msg(!strncmp(r.err, "hicache-pool: create: ", 22), "case %u: bad prefix: %s", i, r.err);
+		ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "case %u: not one line: %s", i, r.err);
+		ck_assert_msg(access(shm_path(name), F_OK) == -1, "case %u created the pool anyway", i);
+	}
+
+	/* errors that are not about a create option */
+	ck_assert_tool(2, "frobnicate");
+	ck_assert_err_has("unknown verb 'frobnicate'");
+	ck_assert_tool(2, "--bogus");
+	ck_assert_err_has("'--bogus'");
+	ck_assert_int_eq(tool(NULL), 2);
+	ck_assert_err_has("missing verb");
+	ck_assert_tool(2, "create", "--model", "m", "--page-tokens", "16", "--tp", "2", "--pages", "4", "--kv",
+		       "kv,bf16,4,256,2");
+	ck_assert_err_has("missing pool NAME");
+	ck_assert_tool(2, "create", name, "--page-tokens", "16", "--tp", "2", "--pages", "4", "--kv", "kv,bf16,4,256,2");
+	ck_assert_err_has("missing --model");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--pages", "4");
+	ck_assert_err_has("--kv or --state");
+	ck_assert_tool(2, "create", "bad/name", "--model", "m", "--page-tokens", "16", "--tp", "2", "--pages", "4",
+		       "--kv", "kv,bf16,4,256,2");
+	ck_assert_err_has("'bad/name'");
+	ck_assert_tool(2, "info");
+	ck_assert_err_has("missing pool NAME");
+	ck_assert_tool(2, "info", name, "other");
+	ck_assert_err_has("unexpected argument 'other'");
+	ck_assert_tool(2, "info", name, "--json=yes");
+	ck_assert_err_has("'--json=yes' takes no value");
+	ck_assert_tool(2, "destroy", name, "--frce");
+	ck_assert_err_has("'--frce'");
+	ck_assert_tool(2, "ls", "stray");
+	ck_assert_err_has("'stray'");
+	ck_assert_tool(2, "help", "frobnicate");
+	ck_assert_err_has("'frobnicate'");
+}
+END_TEST
+
+/* ---- failures: exit 1 with the library's message */
+
+START_TEST(destroy_missing)
+{
+	const char *name = hct_name();
+
+	ck_assert_tool(1, "destroy", name);
+	ck_assert_err_has("hicache-pool: destroy: no pool");
+	ck_assert_err_has(name);
+	ck_assert_tool(1, "repair", name);
+	ck_assert_err_has("no pool");
+}
+END_TEST
+
+START_TEST(not_a_pool)
+{
+	const char *name = hct_name();
+	char junk[8192];
+	json_object *o, *e;
+	int fd;
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 131 + 7);
+	fd = open(shm_path(name), O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+	close(fd);
+
+	ck_assert_tool(1, "info", name);
+	ck_assert_err_has("not a hicache pool");
+	ck_assert_tool(1, "info", name, "--no-recover");
+	ck_assert_err_has("not a hicache pool");
+	ck_assert_tool(1, "repair", name);
+	ck_assert_err_has("not a hicache pool");
+
+	/* ls keeps going and lists it with the reason */
+	ck_assert_tool(0, "ls", "--json");
+	o = jparse(r.out);
+	e = ls_find(o, name);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(jstr(e, "status"), "error");
+	ck_assert_msg(strstr(jstr(e, "error"), "not a hicache pool"), "error: %s", jstr(e, "error"));
+	json_object_put(o);
+	ck_assert_tool(0, "ls");
+	ck_assert_out_has("not a hicache pool");
+
+	/* destroy refuses a file it cannot check, unless forced */
+	ck_assert_tool(1, "destroy", name);
+	ck_assert_err_has("--force");
+	ck_assert_int_eq(access(shm_path(name), F_OK), 0);
+	ck_assert_tool(0, "destroy", name, "--force");
+	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
+}
+END_TEST
+
+START_TEST(create_existing)
+{
+	const char *name = hct_name();
+	json_object *o;
+
+	create_tiny(name, "4");
+	ck_assert_tool(1, "create", name, "--model", "other", "--page-tokens", "32", "--tp", "1", "--kv",
+		       "kv,f16,2,128,1", "--pages", "6");
+	ck_assert_err_has("already exists");
+	/* the first pool is untouched */
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "model_id"), "test/tool-1b");
+	ck_assert_int_eq(jint(o, "npages"), 4);
+	json_object_put(o);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+/* The library refuses a shape the parser cannot judge: exit 1, its message. */
+START_TEST(library_refusal)
+{
+	const char *name = hct_name();
+
+	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--head-groups", "2",
+		       "--kv", "kv,bf16,3,256,2", "--pages", "4");
+	ck_assert_err_has("3 KV heads do not split into 2 head groups");
+	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,f32,4,6,2", "--pages", "4");
+	ck_assert_err_has("head_bytes 6 is not a multiple of the f32 size 4");
+	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,256,2", "--size", "100");
+	ck_assert_err_has("holds no page");
+	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
+}
+END_TEST
+
+/* --size rounds down to whole envelopes; other options reach the pool. */
+START_TEST(create_options)
+{
+	const char *name = hct_name();
+	json_object *o, *c;
+	struct stat st;
+
+	/* one envelope: 4 heads x 256 B x 16 tokens x K/V x 2 layers = 64 KiB */
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--head-groups",
+		       "4", "--kv", "kv,bf16,4,256,2", "--kv", "mla,fp8_e4m3,1,64,3,replicated", "--size", "1000K",
+		       "--max-ranks", "8", "--mode", "0660", "--quarantine-ms", "50");
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jint(o, "head_groups"), 4);
+	ck_assert_int_eq(jint(o, "max_ranks"), 8);
+	ck_assert_int_eq(jint(o, "quarantine_ms"), 50);
+	/* kv 64 KiB + mla 16 x 64 x 2 x 3 = 6 KiB -> 8 KiB: 72 KiB; 1000 KiB / 72 KiB = 13 pages */
+	ck_assert_int_eq(jint(o, "envelope_bytes"), 73728);
+	ck_assert_int_eq(jint(o, "npages"), 1000 * 1024 / 73728);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 1);
+	ck_assert_str_eq(jstr(c, "dtype"), "fp8_e4m3");
+	ck_assert_str_eq(jstr(c, "sharding"), "replicated");
+	ck_assert_int_eq(jint(c, "groups"), 1);
+	ck_assert_int_eq(jint(c, "offset"), 65536);
+	json_object_put(o);
+	ck_assert_int_eq(stat(shm_path(name), &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0660);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+/* ls in another directory: pools, leftovers of an interrupted create. */
+START_TEST(ls_dir_incomplete)
+{
+	char dir[] = "/tmp/hctest-tool-XXXXXX", path[512], fifo[512];
+	const char *name = hct_name();
+	json_object *o, *e;
+	int fd;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_tool(0, "ls", "--dir", dir);
+	ck_assert_out_has("no pools");
+	ck_assert_tool(0, "create", name, "--dir", dir, "--model", "m", "--page-tokens", "16", "--tp", "1",
+		       "--kv", "kv,f16,2,64,1", "--pages", "4");
+	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
+	snprintf(path, sizeof(path), "%s/.hicache.half.v2.creating.4242", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	/* attaching a fifo would block on open: ls must look first */
+	snprintf(fifo, sizeof(fifo), "%s/hicache.fifo", dir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+
+	ck_assert_tool(0, "ls", "--dir", dir);
+	ck_assert_out_has("hicache.fifo is not a pool: it is a fifo");
+	ck_assert_out_has("incomplete (creator pid 4242)");
+	ck_assert_out_has("half.v2");
+	ck_assert_out_has(name);
+	ck_assert_tool(0, "ls", "--dir", dir, "--json");
+	o = jparse(r.out);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "pools", json_type_array)), 3);
+	e = ls_find(o, "fifo");
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(jstr(e, "status"), "error");
+	e = ls_find(o, "half.v2");
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(jstr(e, "status"), "incomplete");
+	ck_assert_int_eq(jint(e, "creator_pid"), 4242);
+	e = ls_find(o, name);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(jstr(e, "status"), "ok");
+	ck_assert_int_eq(jint(e, "npages"), 4);
+	json_object_put(o);
+
+	ck_assert_tool(0, "info", name, "--dir", dir);
+	ck_assert_tool(0, "destroy", name, "--dir", dir);
+	unlink(path);
+	unlink(fifo);
+	ck_assert_int_eq(rmdir(dir), 0);
+	ck_assert_tool(1, "ls", "--dir", dir);
+	ck_assert_err_has(dir);
+}
+END_TEST
+
+START_TEST(help_and_version)
+{
+	static const char *const verbs[] = { "create", "info", "ls", "destroy", "repair" };
+
+	ck_assert_tool(0, "--version");
+	ck_assert_out_has("hicache-pool (hicache) " HICACHE_VERSION_STRING "\n");
+	ck_assert_tool(0, "--help");
+	for (unsigned i = 0; i < 5; i++)
+		ck_assert_out_has(verbs[i]);
+	ck_assert_tool(0, "create", "--help");
+	ck_assert_out_has("--page-tokens");
+	ck_assert_out_has("--numa");
+	ck_assert_tool(0, "help", "info");
+	ck_assert_out_has("--no-recover");
+	ck_assert_tool(0, "repair", "-h");
+	ck_assert_out_has("Usage: hicache-pool repair");
+}
+END_TEST
+
+/* ---- the parsers themselves */
+
+START_TEST(parse_numbers)
+{
+	uint64_t v = 7;
+	uint32_t w = 7;
+
+	ck_assert_int_eq(hc_cli_parse_u64("n", "18446744073709551615", 0, UINT64_MAX, &v), 0);
+	ck_assert_uint_eq(v, UINT64_MAX);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "18446744073709551616", 0, UINT64_MAX, &v), -ERANGE);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "-1", 0, UINT64_MAX, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "+1", 0, UINT64_MAX, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "0x10", 0, UINT64_MAX, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "1 ", 0, UINT64_MAX, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "", 0, UINT64_MAX, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_u64("n", "010", 0, UINT64_MAX, &v), 0);
+	ck_assert_uint_eq(v, 10); /* decimal, not octal */
+	ck_assert_int_eq(hc_cli_parse_u32("n", "4294967296", 0, UINT32_MAX, &w), -ERANGE);
+	ck_assert_str_eq(hc_cli_error(), "n '4294967296' is too large: at most 4294967295");
+	ck_assert_uint_eq(w, 7); /* untouched on failure */
+	ck_assert_int_eq(hc_cli_parse_u32("n", "5", 6, 9, &w), -ERANGE);
+	ck_assert_int_eq(hc_cli_parse_u32("n", "9", 6, 9, &w), 0);
+	ck_assert_uint_eq(w, 9);
+
+	ck_assert_int_eq(hc_cli_parse_size("s", "4096", 1, &v), 0);
+	ck_assert_uint_eq(v, 4096);
+	ck_assert_int_eq(hc_cli_parse_size("s", "3k", 1, &v), 0);
+	ck_assert_uint_eq(v, 3072);
+	ck_assert_int_eq(hc_cli_parse_size("s", "64MiB", 1, &v), 0);
+	ck_assert_uint_eq(v, UINT64_C(64) << 20);
+	ck_assert_int_eq(hc_cli_parse_size("s", "2G", 1, &v), 0);
+	ck_assert_uint_eq(v, UINT64_C(2) << 30);
+	ck_assert_int_eq(hc_cli_parse_size("s", "16777215T", 1, &v), 0);
+	ck_assert_uint_eq(v, UINT64_C(16777215) << 40);
+	ck_assert_int_eq(hc_cli_parse_size("s", "16777216T", 1, &v), -ERANGE);
+	ck_assert_int_eq(hc_cli_parse_size("s", "1P", 1, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_size("s", "1KB", 1, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_size("s", "1.5G", 1, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_size("s", "G", 1, &v), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_size("s", "0", 1, &v), -ERANGE);
+}
+END_TEST
+
+START_TEST(parse_specs)
+{
+	struct hc_cli_comp c;
+	enum hc_numa_mode m;
+	const char *nodes;
+	uint8_t fp[32], back[32];
+	char hex[65];
+	mode_t mode;
+
+	ck_assert_int_eq(hc_cli_parse_comp("--kv", "k_v.1,fp8_e5m2,8,128,61,replicated", HC_COMP_KV, &c), 0);
+	ck_assert_str_eq(c.spec.name, "k_v.1");
+	ck_assert_ptr_eq(c.spec.name, c.name);
+	ck_assert_int_eq(c.spec.dtype, HC_DTYPE_FP8_E5M2);
+	ck_assert_int_eq(c.spec.kind, HC_COMP_KV);
+	ck_assert_int_eq(c.spec.sharding, HC_REPLICATED);
+	ck_assert_uint_eq(c.spec.kv_heads, 8);
+	ck_assert_uint_eq(c.spec.head_bytes, 128);
+	ck_assert_uint_eq(c.spec.layers, 61);
+	ck_assert_int_eq(hc_cli_parse_comp("--state", "ssm,f32,2M,4", HC_COMP_STATE, &c), 0);
+	ck_assert_int_eq(c.spec.kind, HC_COMP_STATE);
+	ck_assert_int_eq(c.spec.sharding, HC_SHARDED);
+	ck_assert_uint_eq(c.spec.bytes_per_layer, UINT64_C(2) << 20);
+	ck_assert_uint_eq(c.spec.layers, 4);
+	ck_assert_int_eq(hc_cli_parse_comp("--kv", "kv,bf16,,256,2", HC_COMP_KV, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "HEADS"));
+	ck_assert_int_eq(hc_cli_parse_comp("--kv", "kv,bf16,4,256,2,", HC_COMP_KV, &c), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_comp("--kv", "kv,bf16,4,256,0", HC_COMP_KV, &c), -ERANGE);
+	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "LAYERS '0' is too small"));
+	ck_assert_int_eq(hc_cli_parse_comp("--kv", "a23456789012345678901234567890123,bf16,4,256,2", HC_COMP_KV, &c),
+			 -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_comp("--state", "s,f32,1024,2,3,4", HC_COMP_STATE, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "has 6 fields"));
+
+	ck_assert_int_eq(hc_cli_parse_numa("--numa", "bind:0-1", &m, &nodes), 0);
+	ck_assert_int_eq(m, HC_NUMA_BIND);
+	ck_assert_str_eq(nodes, "0-1");
+	ck_assert_int_eq(hc_cli_parse_numa("--numa", "interleave", &m, &nodes), 0);
+	ck_assert_int_eq(m, HC_NUMA_INTERLEAVE);
+	ck_assert_ptr_null(nodes);
+	ck_assert_int_eq(hc_cli_parse_numa("--numa", "bind:", &m, &nodes), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_numa("--numa", "bind", &m, &nodes), -EINVAL);
+
+	ck_assert_int_eq(hc_cli_parse_mode("--mode", "660", &mode), 0);
+	ck_assert_uint_eq(mode, 0660);
+	ck_assert_int_eq(hc_cli_parse_mode("--mode", "0666", &mode), -EINVAL);
+
+	for (int i = 0; i < 32; i++)
+		fp[i] = (uint8_t)(i * 37 + 1);
+	hc_cli_hex(fp, 32, hex);
+	ck_assert_uint_eq(strlen(hex), 64);
+	ck_assert_str_eq(hc_cli_hex((const uint8_t *)"\x00\xab\xff", 3, hex), "00abff");
+	hc_cli_hex(fp, 32, hex);
+	ck_assert_int_eq(hc_cli_parse_hex("fp", hex, back, 32), 0);
+	ck_assert_mem_eq(fp, back, 32);
+	hex[10] = 'g';
+	ck_assert_int_eq(hc_cli_parse_hex("fp", hex, back, 32), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_hex("fp", "abc", back, 32), -EINVAL);
+}
+END_TEST
+
+START_TEST(format_sizes)
+{
+	char b[32];
+
+	ck_assert_str_eq(hc_cli_format_size(0, b, sizeof(b)), "0 B");
+	ck_assert_str_eq(hc_cli_format_size(1023, b, sizeof(b)), "1023 B");
+	ck_assert_str_eq(hc_cli_format_size(20480, b, sizeof(b)), "20 KiB");
+	ck_assert_str_eq(hc_cli_format_size(1536, b, sizeof(b)), "1.50 KiB");
+	ck_assert_str_eq(hc_cli_format_size(UINT64_C(3) << 30, b, sizeof(b)), "3 GiB");
+	ck_assert_str_eq(hc_cli_format_size(UINT64_MAX, b, sizeof(b)), "16.00 EiB");
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("tool");
+	TCase *tc = tcase_create("hicache-pool");
+	TCase *tp = tcase_create("parsers");
+
+	/* a test runs the tool up to ~45 times, each through libtool's wrapper script */
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, create_info_ls_repair_destroy);
+	tcase_add_test(tc, repair_dead_rank);
+	tcase_add_test(tc, usage_errors);
+	tcase_add_test(tc, destroy_missing);
+	tcase_add_test(tc, not_a_pool);
+	tcase_add_test(tc, create_existing);
+	tcase_add_test(tc, library_refusal);
+	tcase_add_test(tc, create_options);
+	tcase_add_test(tc, ls_dir_incomplete);
+	tcase_add_test(tc, help_and_version);
+	suite_add_tcase(s, tc);
+	tcase_set_timeout(tp, 10);
+	tcase_add_test(tp, parse_numbers);
+	tcase_add_test(tp, parse_specs);
+	tcase_add_test(tp, format_sizes);
+	suite_add_tcase(s, tp);
+	return hct_run(s);
+}

@@ -1,0 +1,1013 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hicache-pool - create, inspect, list, repair and destroy hicache pools.
+ *
+ * Uses only libhicache's public API.  Exit status: 0 on success, 1 when the
+ * operation failed, 2 when the command line is wrong.  Every failure is one
+ * line on stderr: "hicache-pool: VERB: what went wrong and what to do".
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <json-c/json.h>
+
+#include <hicache/hicache.h>
+
+#include "cli.h"
+
+#define PROG "hicache-pool"
+#define DEFAULT_DIR "/dev/shm"
+
+#ifndef JSON_C_TO_STRING_NOSLASHESCAPE
+#define JSON_C_TO_STRING_NOSLASHESCAPE 0
+#endif
+
+static const char *verb = NULL; /* for messages: the verb being run */
+static bool log_info;           /* show the library's INFO lines (repair) */
+
+static int say(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Print one error line and return the exit status to use. */
+static int say(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, PROG ": ");
+	if (verb)
+		fprintf(stderr, "%s: ", verb);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return code;
+}
+
+#define usage_error(...) say(HC_CLI_EXIT_USAGE, __VA_ARGS__)
+#define failure(...)     say(HC_CLI_EXIT_FAIL, __VA_ARGS__)
+
+static void tool_log(int level, const char *msg, void *arg)
+{
+	(void)arg;
+	if (level > HC_LOG_WARN && !log_info)
+		return;
+	fprintf(stderr, PROG ": %s%s%s%s\n", verb ? verb : "", verb ? ": " : "",
+		level <= HC_LOG_ERR ? "error: " : level <= HC_LOG_WARN ? "warning: " : "", msg);
+}
+
+/* An unknown option or a missing value, as getopt_long reported it. */
+static int bad_option(int c, char **argv)
+{
+	const char *opt = argv[optind - 1];
+
+	if (c == ':')
+		return usage_error("option '%s' needs a value; see '" PROG " %s --help'", opt, verb);
+	if (optopt >= 256) /* glibc: a long option without arguments got "=value" */
+		return usage_error("option '%s' takes no value", opt);
+	if (optopt)
+		return usage_error("unknown option '-%c'; see '" PROG " %s --help'", optopt, verb);
+	return usage_error("unknown or ambiguous option '%s'; see '" PROG " %s --help'", opt, verb);
+}
+
+/* The one NAME operand of a verb, checked as the library would. */
+static int take_name(int argc, char **argv, const char **name)
+{
+	if (optind >= argc)
+		return usage_error("missing pool NAME; see '" PROG " %s --help'", verb);
+	if (optind + 1 < argc)
+		return usage_error("unexpected argument '%s': give one pool NAME", argv[optind + 1]);
+	if (hc_pool_name_valid(argv[optind]) < 0)
+		return usage_error("%s", hc_last_error());
+	*name = argv[optind];
+	return 0;
+}
+
+static int check_dir(const char *dir)
+{
+	if (dir && dir[0] != '/')
+		return usage_error("--dir '%s' must be an absolute path", dir);
+	return 0;
+}
+
+static int print_json(struct json_object *o)
+{
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+
+	if (!s)
+		return failure("out of memory formatting JSON");
+	puts(s);
+	return 0;
+}
+
+static void jadd_u64(struct json_object *o, const char *k, uint64_t v)
+{
+	/* every count and size in a pool is far below 2^63 (layout caps them) */
+	json_object_object_add(o, k, json_object_new_int64((int64_t)v));
+}
+
+static void jadd_str(struct json_object *o, const char *k, const char *v)
+{
+	json_object_object_add(o, k, json_object_new_string(v));
+}
+
+static void jadd_bool(struct json_object *o, const char *k, bool v)
+{
+	json_object_object_add(o, k, json_object_new_boolean(v));
+}
+
+static const char *kind_name(enum hc_comp_kind k)
+{
+	return k == HC_COMP_KV ? "kv" : k == HC_COMP_STATE ? "state" : "invalid";
+}
+
+static const char *sharding_name(enum hc_sharding s)
+{
+	return s == HC_REPLICATED ? "replicated" : "sharded";
+}
+
+static int attach(const char *name, const char *dir, unsigned flags, hc_pool **p)
+{
+	struct hc_attach_opts o = { .dir = dir, .flags = flags };
+
+	return hc_pool_attach(name, &o, p);
+}
+
+/* ------------------------------------------------------------------ create */
+
+static const char create_usage[] =
+	"Usage: " PROG " create NAME --model ID --page-tokens N --tp N [--head-groups N]\n"
+	"           (--pages N | --size SIZE)\n"
+	"           [--kv NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated]]...\n"
+	"           [--state NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated]]...\n"
+	"           [--dir DIR] [--group GROUP] [--mode 0600|0660] [--max-ranks N]\n"
+	"           [--quarantine-ms N] [--numa bind:NODES|interleave[:NODES]]\n"
+	"\n"
+	"Create pool NAME as DIR/hicache.NAME (DIR: " DEFAULT_DIR ").  Give at least one\n"
+	"--kv or --state component; components are laid out in the order given.\n"
+	"\n"
+	"  --model ID            model the pages belong to (part of the fingerprint)\n"
+	"  --page-tokens N       tokens per page, the engine's page size\n"
+	"  --tp N                tensor-parallel size the pool is laid out for\n"
+	"  --head-groups N       head groups per sharded component (default:\n"
+	"                        min(tp, smallest sharded HEADS))\n"
+	"  --pages N             capacity in pages\n"
+	"  --size SIZE           capacity in envelope bytes, rounded down to whole\n"
+	"                        pages; K, M, G, T suffixes are powers of 1024\n"
+	"  --kv SPEC             a K/V component: HEADS total KV heads, HEAD_BYTES\n"
+	"                        bytes of one head of one token; 'replicated' for MLA\n"
+	"  --state SPEC          a per-page state snapshot of BYTES_PER_LAYER per layer\n"
+	"  --dir DIR             a tmpfs, huge-page tmpfs or hugetlbfs directory\n"
+	"  --group GROUP         group allowed to attach (mode becomes 0660)\n"
+	"  --mode 0600|0660      file mode (default 0600, or 0660 with --group)\n"
+	"  --max-ranks N         rank slots, 1..128 (default 32)\n"
+	"  --quarantine-ms N     grace before a dead rank's reservations are reused\n"
+	"                        (default 2000)\n"
+	"  --numa MODE           bind:NODES, interleave or interleave:NODES\n"
+	"\n"
+	"DTYPE is one of f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, uint8.\n";
+
+enum {
+	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
+	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
+	OPT_FORCE, OPT__END
+};
+
+static int cmd_create(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "model", required_argument, NULL, OPT_MODEL },
+		{ "page-tokens", required_argument, NULL, OPT_PAGE_TOKENS },
+		{ "tp", required_argument, NULL, OPT_TP },
+		{ "head-groups", required_argument, NULL, OPT_HEAD_GROUPS },
+		{ "pages", required_argument, NULL, OPT_PAGES },
+		{ "size", required_argument, NULL, OPT_SIZE },
+		{ "kv", required_argument, NULL, OPT_KV },
+		{ "state", required_argument, NULL, OPT_STATE },
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "group", required_argument, NULL, OPT_GROUP },
+		{ "mode", required_argument, NULL, OPT_MODE },
+		{ "max-ranks", required_argument, NULL, OPT_MAX_RANKS },
+		{ "quarantine-ms", required_argument, NULL, OPT_QUARANTINE },
+		{ "numa", required_argument, NULL, OPT_NUMA },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct hc_cli_comp comps[HC_MAX_COMPONENTS];
+	struct hc_component_spec specs[HC_MAX_COMPONENTS];
+	struct hc_pool_spec spec = { 0 };
+	struct hc_pool_info info;
+	bool seen[OPT__END] = { false };
+	char hex[65], b1[32], b2[32];
+	unsigned ncomp = 0;
+	hc_pool *p = NULL;
+	int c, ret, idx = 0;
+
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+		ret = 0;
+		if (c >= OPT_MODEL && c < OPT__END && c != OPT_KV && c != OPT_STATE) {
+			/* a second --pages would silently win: refuse it */
+			if (seen[c])
+				return usage_error("option '--%s' is given twice", opts[idx].name);
+			seen[c] = true;
+		}
+		switch (c) {
+		case 'h':
+			fputs(create_usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_MODEL:
+			spec.model_id = optarg;
+			break;
+		case OPT_PAGE_TOKENS:
+			ret = hc_cli_parse_u32("--page-tokens", optarg, 1, UINT32_MAX, &spec.page_tokens);
+			break;
+		case OPT_TP:
+			ret = hc_cli_parse_u32("--tp", optarg, 1, UINT32_MAX, &spec.tp_size);
+			break;
+		case OPT_HEAD_GROUPS:
+			ret = hc_cli_parse_u32("--head-groups", optarg, 1, HC_MAX_HEAD_GROUPS, &spec.head_groups);
+			break;
+		case OPT_PAGES:
+			ret = hc_cli_parse_u64("--pages", optarg, 1, UINT64_MAX, &spec.capacity_pages);
+			break;
+		case OPT_SIZE:
+			ret = hc_cli_parse_size("--size", optarg, 1, &spec.capacity_bytes);
+			break;
+		case OPT_KV:
+		case OPT_STATE:
+			if (ncomp == HC_MAX_COMPONENTS)
+				return usage_error("too many components: a pool has at most %d", HC_MAX_COMPONENTS);
+			ret = hc_cli_parse_comp(c == OPT_KV ? "--kv" : "--state", optarg,
+						c == OPT_KV ? HC_COMP_KV : HC_COMP_STATE, &comps[ncomp]);
+			if (ret == 0) {
+				specs[ncomp] = comps[ncomp].spec;
+				ncomp++;
+			}
+			break;
+		case OPT_DIR:
+			spec.dir = optarg;
+			break;
+		case OPT_GROUP:
+			spec.group = optarg;
+			break;
+		case OPT_MODE:
+			ret = hc_cli_parse_mode("--mode", optarg, &spec.mode);
+			break;
+		case OPT_MAX_RANKS:
+			ret = hc_cli_parse_u32("--max-ranks", optarg, 1, HC_MAX_RANKS, &spec.max_ranks);
+			break;
+		case OPT_QUARANTINE:
+			ret = hc_cli_parse_u32("--quarantine-ms", optarg, 1, UINT32_MAX, &spec.quarantine_ms);
+			break;
+		case OPT_NUMA:
+			ret = hc_cli_parse_numa("--numa", optarg, &spec.numa, &spec.numa_nodes);
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+		if (ret < 0)
+			return usage_error("%s", hc_cli_error());
+	}
+	if ((ret = take_name(argc, argv, &spec.name)) != 0)
+		return ret;
+	if (!spec.model_id)
+		return usage_error("missing --model ID: name the model the pages belong to");
+	if (!spec.page_tokens)
+		return usage_error("missing --page-tokens N: give the engine's page size in tokens");
+	if (!spec.tp_size)
+		return usage_error("missing --tp N: give the tensor-parallel size the pool is for");
+	if (ncomp == 0)
+		return usage_error("no components: give at least one --kv or --state");
+	if (seen[OPT_PAGES] && seen[OPT_SIZE])
+		return usage_error("both --pages and --size given: give one capacity");
+	if (!seen[OPT_PAGES] && !seen[OPT_SIZE])
+		return usage_error("missing capacity: give --pages N or --size SIZE");
+	if (spec.group && spec.mode == 0600)
+		return usage_error("--group '%s' with --mode 0600 would lock the group out: use --mode 0660 or drop --mode",
+				   spec.group);
+	if ((ret = check_dir(spec.dir)) != 0)
+		return ret;
+	spec.comps = specs;
+	spec.ncomp = ncomp;
+
+	if (hc_pool_create(&spec) < 0)
+		return failure("%s", hc_last_error());
+	/* Read the pool back: the summary shows what the library made of the spec. */
+	if (attach(spec.name, spec.dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &info) < 0) {
+		ret = failure("pool '%s' was created, but reading it back failed: %s", spec.name, hc_last_error());
+		goto out;
+	}
+	printf("created pool '%s' at %s\n", info.name, info.path);
+	printf("  model        %s\n", info.model_id);
+	printf("  pages        %" PRIu32 " (%s of envelopes)\n", info.npages,
+	       hc_cli_format_size((uint64_t)info.npages * info.envelope_bytes, b1, sizeof(b1)));
+	printf("  envelope     %" PRIu64 " bytes (%s)\n", info.envelope_bytes,
+	       hc_cli_format_size(info.envelope_bytes, b1, sizeof(b1)));
+	printf("  segment      %" PRIu64 " bytes (%s)\n", info.segment_bytes,
+	       hc_cli_format_size(info.segment_bytes, b2, sizeof(b2)));
+	printf("  fingerprint  %s\n", hc_cli_hex(info.fingerprint, 32, hex));
+	ret = HC_CLI_EXIT_OK;
+out:
+	if (p)
+		hc_pool_detach(p);
+	return ret;
+}
+
+/* -------------------------------------------------------------------- info */
+
+static const char info_usage[] =
+	"Usage: " PROG " info NAME [--dir DIR] [--json] [--no-recover]\n"
+	"\n"
+	"Show pool NAME: header, geometry, components, page counts by state, the\n"
+	"rank slots that are live or hold pages, and the fingerprint.\n"
+	"\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --json          print one JSON object\n"
+	"  --no-recover    attach read-only: do not undo the holds of dead ranks\n"
+	"                  first, and show rank liveness as recorded, not proven\n";
+
+static const char *const state_keys[5] = { "free", "reserved", "ready", "quarantine", "freeing" };
+
+static struct json_object *info_json(const struct hc_pool_info *in, const struct hc_component_info *ci,
+				     const uint64_t counts[5], const struct hc_rank_info *ri, unsigned nri)
+{
+	struct json_object *o = json_object_new_object(), *a, *x;
+	char hex[65], when[64];
+
+	jadd_str(o, "name", in->name);
+	jadd_str(o, "path", in->path);
+	jadd_str(o, "model_id", in->model_id);
+	jadd_str(o, "fingerprint", hc_cli_hex(in->fingerprint, 32, hex));
+	jadd_u64(o, "layout_major", in->layout_major);
+	jadd_u64(o, "layout_minor", in->layout_minor);
+	jadd_u64(o, "page_tokens", in->page_tokens);
+	jadd_u64(o, "tp_size", in->tp_size);
+	jadd_u64(o, "head_groups", in->head_groups);
+	jadd_u64(o, "max_ranks", in->max_ranks);
+	jadd_u64(o, "quarantine_ms", in->quarantine_ms);
+	jadd_u64(o, "npages", in->npages);
+	jadd_u64(o, "envelope_bytes", in->envelope_bytes);
+	jadd_u64(o, "envelopes_offset", in->envelopes_offset);
+	jadd_u64(o, "segment_bytes", in->segment_bytes);
+	jadd_bool(o, "huge_pages", in->huge_pages);
+	jadd_u64(o, "creator_pid", in->creator_pid);
+	jadd_u64(o, "creator_uid", in->creator_uid);
+	jadd_u64(o, "created_unix_ns", in->created_unix_ns);
+	jadd_str(o, "created", hc_cli_format_time(in->created_unix_ns, when, sizeof(when)));
+
+	a = json_object_new_array();
+	for (unsigned i = 0; i < in->ncomp; i++) {
+		x = json_object_new_object();
+		jadd_str(x, "name", ci[i].name);
+		jadd_str(x, "dtype", hc_dtype_name(ci[i].dtype));
+		jadd_str(x, "kind", kind_name(ci[i].kind));
+		jadd_str(x, "sharding", sharding_name(ci[i].sharding));
+		jadd_u64(x, "kv_heads", ci[i].kv_heads);
+		jadd_u64(x, "head_bytes", ci[i].head_bytes);
+		jadd_u64(x, "bytes_per_layer", ci[i].bytes_per_layer);
+		jadd_u64(x, "layers", ci[i].layers);
+		jadd_u64(x, "groups", ci[i].groups);
+		jadd_u64(x, "offset", ci[i].offset);
+		jadd_u64(x, "bytes", ci[i].bytes);
+		jadd_u64(x, "group_stride", ci[i].group_stride);
+		jadd_u64(x, "layer_stride", ci[i].layer_stride);
+		json_object_array_add(a, x);
+	}
+	json_object_object_add(o, "components", a);
+
+	x = json_object_new_object();
+	for (int s = 0; s < 5; s++)
+		jadd_u64(x, state_keys[s], counts[s]);
+	json_object_object_add(o, "pages", x);
+
+	a = json_object_new_array();
+	for (unsigned i = 0; i < nri; i++) {
+		x = json_object_new_object();
+		jadd_u64(x, "slot", ri[i].slot);
+		jadd_bool(x, "live", ri[i].live);
+		jadd_u64(x, "pid", ri[i].pid);
+		jadd_str(x, "comm", ri[i].comm);
+		jadd_u64(x, "epoch", ri[i].epoch);
+		jadd_u64(x, "attached_unix_ns", ri[i].attached_unix_ns);
+		jadd_u64(x, "pins", ri[i].pins);
+		jadd_u64(x, "reserved", ri[i].reserved);
+		json_object_array_add(a, x);
+	}
+	json_object_object_add(o, "ranks", a);
+	return o;
+}
+
+static void info_text(const struct hc_pool_info *in, const struct hc_component_info *ci, const uint64_t counts[5],
+		      const struct hc_rank_info *ri, unsigned nri, bool readonly)
+{
+	char hex[65], when[64], b1[32], b2[32];
+	int w = 4;
+	unsigned live = 0;
+
+	printf("pool         %s\n", in->name);
+	printf("path         %s\n", in->path);
+	printf("model        %s\n", in->model_id);
+	printf("fingerprint  %s\n", hc_cli_hex(in->fingerprint, 32, hex));
+	printf("layout       %" PRIu32 ".%" PRIu32 "\n", in->layout_major, in->layout_minor);
+	printf("created      %s by pid %" PRIu32 " uid %" PRIu32 "\n",
+	       hc_cli_format_time(in->created_unix_ns, when, sizeof(when)), in->creator_pid, in->creator_uid);
+	printf("huge pages   %s\n", in->huge_pages ? "yes" : "no");
+	printf("geometry     %" PRIu32 " tokens/page, tp %" PRIu32 ", %" PRIu32 " head groups, %" PRIu32
+	       " rank slots, quarantine %" PRIu32 " ms\n",
+	       in->page_tokens, in->tp_size, in->head_groups, in->max_ranks, in->quarantine_ms);
+	printf("envelope     %" PRIu64 " bytes (%s), from offset %" PRIu64 "\n", in->envelope_bytes,
+	       hc_cli_format_size(in->envelope_bytes, b1, sizeof(b1)), in->envelopes_offset);
+	printf("segment      %" PRIu64 " bytes (%s)\n", in->segment_bytes,
+	       hc_cli_format_size(in->segment_bytes, b2, sizeof(b2)));
+	printf("pages        %" PRIu32 ": free %" PRIu64 ", reserved %" PRIu64 ", ready %" PRIu64
+	       ", quarantine %" PRIu64 ", freeing %" PRIu64 "\n",
+	       in->npages, counts[HC_PAGE_FREE], counts[HC_PAGE_RESERVED], counts[HC_PAGE_READY],
+	       counts[HC_PAGE_QUARANTINE], counts[HC_PAGE_FREEING]);
+
+	for (unsigned i = 0; i < in->ncomp; i++)
+		if ((int)strlen(ci[i].name) > w)
+			w = (int)strlen(ci[i].name);
+	printf("components   %" PRIu32 "\n", in->ncomp);
+	printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6s  %6s  %12s  %12s  %12s  %12s\n", w, "NAME", "DTYPE",
+	       "KIND", "SHARDING", "HEADS", "HEAD_BYTES", "LAYERS", "GROUPS", "OFFSET", "BYTES", "GROUP_STRIDE",
+	       "LAYER_STRIDE");
+	for (unsigned i = 0; i < in->ncomp; i++) {
+		char heads[16] = "-", hb[16] = "-";
+
+		if (ci[i].kind == HC_COMP_KV) {
+			snprintf(heads, sizeof(heads), "%" PRIu32, ci[i].kv_heads);
+			snprintf(hb, sizeof(hb), "%" PRIu32, ci[i].head_bytes);
+		}
+		printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6" PRIu32 "  %6" PRIu32 "  %12" PRIu64 "  %12" PRIu64
+		       "  %12" PRIu64 "  %12" PRIu64 "\n",
+		       w, ci[i].name, hc_dtype_name(ci[i].dtype), kind_name(ci[i].kind),
+		       sharding_name(ci[i].sharding), heads, hb, ci[i].layers, ci[i].groups, ci[i].offset,
+		       ci[i].bytes, ci[i].group_stride, ci[i].layer_stride);
+	}
+
+	for (unsigned i = 0; i < nri; i++)
+		live += ri[i].live != 0;
+	printf("ranks        %u live of %" PRIu32 " slots%s\n", live, in->max_ranks,
+	       readonly ? " (read-only: as recorded, not proven)" : "");
+	if (!nri)
+		return;
+	printf("  %4s  %-5s  %8s  %-15s  %6s  %10s  %8s  %s\n", "SLOT", "STATE", "PID", "COMM", "EPOCH", "PINS",
+	       "RESERVED", "ATTACHED");
+	for (unsigned i = 0; i < nri; i++)
+		printf("  %4" PRIu32 "  %-5s  %8" PRIu32 "  %-15s  %6" PRIu32 "  %10" PRIu64 "  %8" PRIu32 "  %s\n",
+		       ri[i].slot, ri[i].live ? "live" : "free", ri[i].pid, ri[i].comm[0] ? ri[i].comm : "-",
+		       ri[i].epoch, ri[i].pins, ri[i].reserved,
+		       hc_cli_format_time(ri[i].attached_unix_ns, when, sizeof(when)));
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "no-recover", no_argument, NULL, OPT_NO_RECOVER },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct hc_component_info ci[HC_MAX_COMPONENTS];
+	struct hc_rank_info ri[HC_MAX_RANKS];
+	struct hc_pool_info in;
+	uint64_t counts[5];
+	const char *name, *dir = NULL;
+	bool json = false, readonly = false;
+	unsigned nri = 0;
+	hc_pool *p = NULL;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			fputs(info_usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_DIR:
+			dir = optarg;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		case OPT_NO_RECOVER:
+			readonly = true;
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+	}
+	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+		return ret;
+	/* ADMIN attach runs recovery first, so the counts below are after it. */
+	if (attach(name, dir, readonly ? HC_ATTACH_READONLY : HC_ATTACH_ADMIN, &p) < 0)
+		return failure("%s", hc_last_error());
+	ret = HC_CLI_EXIT_FAIL;
+	if (hc_pool_info(p, &in) < 0 || hc_pool_count_states(p, counts) < 0) {
+		failure("%s", hc_last_error());
+		goto out;
+	}
+	for (unsigned i = 0; i < in.ncomp && i < HC_MAX_COMPONENTS; i++) {
+		if (hc_pool_component(p, i, &ci[i]) < 0) {
+			failure("%s", hc_last_error());
+			goto out;
+		}
+	}
+	for (unsigned s = 0; s < in.max_ranks && s < HC_MAX_RANKS; s++) {
+		if (hc_pool_rank(p, s, &ri[nri]) < 0) {
+			failure("%s", hc_last_error());
+			goto out;
+		}
+		/* a free slot that holds nothing is noise */
+		if (ri[nri].live || ri[nri].pins || ri[nri].reserved)
+			nri++;
+	}
+	if (json) {
+		struct json_object *o = info_json(&in, ci, counts, ri, nri);
+
+		if (print_json(o) == 0)
+			ret = HC_CLI_EXIT_OK;
+		json_object_put(o);
+	} else {
+		info_text(&in, ci, counts, ri, nri, readonly);
+		ret = HC_CLI_EXIT_OK;
+	}
+out:
+	hc_pool_detach(p);
+	return ret;
+}
+
+/* ---------------------------------------------------------------------- ls */
+
+static const char ls_usage[] =
+	"Usage: " PROG " ls [--dir DIR] [--json]\n"
+	"\n"
+	"List the pools in DIR (default " DEFAULT_DIR "), the files named hicache.NAME.\n"
+	"Each is attached read-only, so listing never changes a pool; live ranks are\n"
+	"the slots marked live, not proven.  A file that is not a usable pool is\n"
+	"listed with the reason.  Leftovers of an interrupted create\n"
+	"(.hicache.NAME.creating.PID) are listed as incomplete.\n"
+	"\n"
+	"  --dir DIR    the directory to list\n"
+	"  --json       print one JSON object\n";
+
+struct ls_entry {
+	char *name;
+	char path[4096];
+	int incomplete;      /* a .creating. leftover */
+	uint32_t creator_pid;
+	int err;             /* attach failed: msg holds hc_last_error() */
+	char msg[4096 + 256];
+	struct hc_pool_info info;
+	unsigned live;
+};
+
+static int ls_cmp(const void *a, const void *b)
+{
+	const struct ls_entry *x = a, *y = b;
+	int r = strcmp(x->name, y->name);
+
+	return r ? r : x->incomplete - y->incomplete;
+}
+
+/* ".hicache.NAME.creating.PID" -> NAME and PID; 0 if d_name is not one. */
+static int parse_creating(const char *d_name, char **name, uint32_t *pid)
+{
+	const char *tag = ".creating.", *last = NULL, *q;
+
+	if (strncmp(d_name, ".hicache.", 9) != 0)
+		return 0;
+	for (q = d_name + 9; (q = strstr(q, tag)); q++)
+		last = q;
+	if (!last || last == d_name + 9 ||
+	    hc_cli_parse_u32("pid", last + strlen(tag), 1, UINT32_MAX, pid) < 0)
+		return 0;
+	*name = strndup(d_name + 9, (size_t)(last - (d_name + 9)));
+	return *name ? 1 : -ENOMEM;
+}
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : S_ISFIFO(m) ? "a fifo" :
+	       S_ISSOCK(m) ? "a socket" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+}
+
+static void ls_probe(struct ls_entry *e, const char *dir, int dfd, const char *d_name)
+{
+	struct hc_rank_info ri;
+	struct stat st;
+	hc_pool *p;
+
+	/* Look before attaching: opening a fifo would block the listing forever. */
+	if (fstatat(dfd, d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		e->err = 1;
+		snprintf(e->msg, sizeof(e->msg), "cannot stat %s: %s", e->path, strerror(errno));
+		return;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		e->err = 1;
+		snprintf(e->msg, sizeof(e->msg), "%s is not a pool: it is %s", e->path, file_kind(st.st_mode));
+		return;
+	}
+	/* READONLY: no recovery, no writes; a listing must never change a pool */
+	if (attach(e->name, dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &e->info) < 0) {
+		e->err = 1;
+		snprintf(e->msg, sizeof(e->msg), "%s", hc_last_error());
+		return;
+	}
+	for (unsigned s = 0; s < e->info.max_ranks; s++)
+		if (hc_pool_rank(p, s, &ri) == 0 && ri.live)
+			e->live++;
+	hc_pool_detach(p);
+}
+
+static void ls_text(const struct ls_entry *es, size_t n, const char *dir)
+{
+	int wn = 4, wm = 5;
+	char b1[32], b2[32];
+
+	if (n == 0) {
+		printf("no pools in %s\n", dir);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if ((int)strlen(es[i].name) > wn)
+			wn = (int)strlen(es[i].name);
+		if (!es[i].err && !es[i].incomplete && (int)strlen(es[i].info.model_id) > wm)
+			wm = (int)strlen(es[i].info.model_id);
+	}
+	printf("%-*s  %-*s  %10s  %10s  %10s  %4s  %s\n", wn, "NAME", wm, "MODEL", "PAGES", "ENVELOPE", "SEGMENT",
+	       "LIVE", "PATH");
+	for (size_t i = 0; i < n; i++) {
+		const struct ls_entry *e = &es[i];
+
+		if (e->incomplete)
+			printf("%-*s  incomplete (creator pid %" PRIu32 "): %s\n", wn, e->name, e->creator_pid, e->path);
+		else if (e->err)
+			printf("%-*s  error: %s\n", wn, e->name, e->msg);
+		else
+			printf("%-*s  %-*s  %10" PRIu32 "  %10s  %10s  %4u  %s\n", wn, e->name, wm, e->info.model_id,
+			       e->info.npages, hc_cli_format_size(e->info.envelope_bytes, b1, sizeof(b1)),
+			       hc_cli_format_size(e->info.segment_bytes, b2, sizeof(b2)), e->live, e->path);
+	}
+}
+
+static struct json_object *ls_json(const struct ls_entry *es, size_t n, const char *dir)
+{
+	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x;
+	char hex[65];
+
+	jadd_str(o, "dir", dir);
+	for (size_t i = 0; i < n; i++) {
+		const struct ls_entry *e = &es[i];
+
+		x = json_object_new_object();
+		jadd_str(x, "name", e->name);
+		jadd_str(x, "path", e->path);
+		if (e->incomplete) {
+			jadd_str(x, "status", "incomplete");
+			jadd_u64(x, "creator_pid", e->creator_pid);
+		} else if (e->err) {
+			jadd_str(x, "status", "error");
+			jadd_str(x, "error", e->msg);
+		} else {
+			jadd_str(x, "status", "ok");
+			jadd_str(x, "model_id", e->info.model_id);
+			jadd_str(x, "fingerprint", hc_cli_hex(e->info.fingerprint, 32, hex));
+			jadd_u64(x, "npages", e->info.npages);
+			jadd_u64(x, "envelope_bytes", e->info.envelope_bytes);
+			jadd_u64(x, "segment_bytes", e->info.segment_bytes);
+			jadd_u64(x, "max_ranks", e->info.max_ranks);
+			jadd_u64(x, "live_ranks", e->live);
+		}
+		json_object_array_add(a, x);
+	}
+	json_object_object_add(o, "pools", a);
+	return o;
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ls_entry *es = NULL, *grown;
+	size_t n = 0, cap = 0;
+	const char *dir = DEFAULT_DIR;
+	struct dirent *d;
+	bool json = false;
+	DIR *dh;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			fputs(ls_usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_DIR:
+			dir = optarg;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument '%s': ls takes no NAME (use info)", argv[optind]);
+	if ((ret = check_dir(dir)) != 0)
+		return ret;
+	dh = opendir(dir);
+	if (!dh)
+		return failure("cannot list %s: %s", dir, strerror(errno));
+
+	ret = HC_CLI_EXIT_FAIL;
+	while ((errno = 0, d = readdir(dh))) {
+		struct ls_entry *e;
+		char *cname = NULL;
+		uint32_t pid = 0;
+		int r = 0;
+
+		if (strncmp(d->d_name, "hicache.", 8) != 0 && (r = parse_creating(d->d_name, &cname, &pid)) == 0)
+			continue;
+		if (r < 0)
+			goto oom;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			grown = realloc(es, cap * sizeof(*es));
+			if (!grown) {
+				free(cname);
+				goto oom;
+			}
+			es = grown;
+		}
+		e = &es[n];
+		memset(e, 0, sizeof(*e));
+		e->name = cname ? cname : strdup(d->d_name + 8);
+		if (!e->name)
+			goto oom;
+		n++;
+		snprintf(e->path, sizeof(e->path), "%s/%s", dir, d->d_name);
+		if (cname) {
+			e->incomplete = 1;
+			e->creator_pid = pid;
+		} else {
+			ls_probe(e, dir, dirfd(dh), d->d_name);
+		}
+	}
+	if (errno) {
+		failure("cannot read %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	if (n)
+		qsort(es, n, sizeof(*es), ls_cmp);
+	if (json) {
+		struct json_object *o = ls_json(es, n, dir);
+
+		if (print_json(o) == 0)
+			ret = HC_CLI_EXIT_OK;
+		json_object_put(o);
+	} else {
+		ls_text(es, n, dir);
+		ret = HC_CLI_EXIT_OK;
+	}
+	goto out;
+oom:
+	failure("out of memory listing %s", dir);
+out:
+	for (size_t i = 0; i < n; i++)
+		free(es[i].name);
+	free(es);
+	closedir(dh);
+	return ret;
+}
+
+/* ----------------------------------------------------------------- destroy */
+
+static const char destroy_usage[] =
+	"Usage: " PROG " destroy NAME [--dir DIR] [--force]\n"
+	"\n"
+	"Remove pool NAME.  Refused while ranks are attached, or when the file does\n"
+	"not check out as a pool, unless --force.  Processes that still map it keep\n"
+	"their mapping until they exit.\n"
+	"\n"
+	"  --dir DIR    the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --force      remove it even with live ranks or a damaged header\n";
+
+static int cmd_destroy(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *name, *dir = NULL;
+	unsigned flags = 0;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			fputs(destroy_usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_DIR:
+			dir = optarg;
+			break;
+		case OPT_FORCE:
+			flags |= HC_DESTROY_FORCE;
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+	}
+	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+		return ret;
+	if (hc_pool_destroy(name, dir, flags) < 0)
+		return failure("%s", hc_last_error());
+	printf("destroyed pool '%s' at %s/hicache.%s\n", name, dir ? dir : DEFAULT_DIR, name);
+	return HC_CLI_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ repair */
+
+static const char repair_usage[] =
+	"Usage: " PROG " repair NAME [--dir DIR] [--json]\n"
+	"\n"
+	"Run recovery on pool NAME and report what it did: rank slots proven dead\n"
+	"(their robust mutex was left owner-dead) are cleared, their pins dropped,\n"
+	"their reservations quarantined, and pages whose quarantine ran out freed.\n"
+	"Safe while ranks run: a live rank is never touched.\n"
+	"\n"
+	"  --dir DIR    the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --json       print one JSON object\n";
+
+#define REPORT_FIELDS(X)                                                          \
+	X(dead_ranks, "rank slots proven dead and cleared")                       \
+	X(pins_dropped, "pin counts of dead ranks set to zero")                   \
+	X(quarantined, "reservations of dead ranks put in quarantine")            \
+	X(released, "quarantined pages whose grace ran out, now free")            \
+	X(promoted, "fully committed reservations made ready")                    \
+	X(unfreed, "half-done frees of dead ranks put back to ready")             \
+	X(bad_words, "page words that made no sense, put in quarantine")
+
+static int cmd_repair(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct hc_recovery_report rep = { 0 };
+	struct hc_pool_info in;
+	const char *name, *dir = NULL;
+	bool json = false;
+	hc_pool *p;
+	int c, ret, rr;
+
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			fputs(repair_usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_DIR:
+			dir = optarg;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+	}
+	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+		return ret;
+	/* NO_RECOVER: recovery at attach would leave nothing for the report */
+	if (attach(name, dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
+		return failure("%s", hc_last_error());
+	log_info = true; /* the library names each dead slot it clears */
+	rr = hc_pool_recover(p, &rep);
+	hc_pool_info(p, &in);
+	/* Print the report even on failure: what was undone stays undone. */
+	if (json) {
+		struct json_object *o = json_object_new_object();
+
+		jadd_str(o, "name", in.name);
+		jadd_str(o, "path", in.path);
+		jadd_bool(o, "ok", rr == 0);
+#define X(f, what) jadd_u64(o, #f, rep.f);
+		REPORT_FIELDS(X)
+#undef X
+		if (rr < 0)
+			jadd_str(o, "error", hc_last_error());
+		print_json(o);
+		json_object_put(o);
+	} else {
+		printf("%s pool '%s' at %s\n", rr == 0 ? "repaired" : "partly repaired", in.name, in.path);
+#define X(f, what) printf("  %-13s %10" PRIu32 "  %s\n", #f, rep.f, what);
+		REPORT_FIELDS(X)
+#undef X
+	}
+	ret = HC_CLI_EXIT_OK;
+	if (rr < 0)
+		ret = failure("%s", hc_last_error());
+	hc_pool_detach(p);
+	return ret;
+}
+
+/* -------------------------------------------------------------------- main */
+
+static const char main_usage[] =
+	"Usage: " PROG " VERB [OPTIONS]\n"
+	"       " PROG " --help | --version\n"
+	"\n"
+	"Administer hicache shared-memory KV page pools.\n"
+	"\n"
+	"Verbs:\n"
+	"  create NAME ...   create a pool\n"
+	"  info NAME         show a pool's geometry, page states and ranks\n"
+	"  ls                list the pools in a directory\n"
+	"  destroy NAME      remove a pool\n"
+	"  repair NAME       undo what dead ranks held, and report it\n"
+	"  help [VERB]       show the help of a verb\n"
+	"\n"
+	"Run '" PROG " VERB --help' for the options of a verb.  Exit status: 0 on\n"
+	"success, 1 when the operation failed, 2 when the command line is wrong.\n";
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *usage;
+} verbs[] = {
+	{ "create", cmd_create, create_usage },
+	{ "info", cmd_info, info_usage },
+	{ "ls", cmd_ls, ls_usage },
+	{ "destroy", cmd_destroy, destroy_usage },
+	{ "repair", cmd_repair, repair_usage },
+};
+
+#define NVERBS (sizeof(verbs) / sizeof(verbs[0]))
+
+static int find_verb(const char *name)
+{
+	for (unsigned i = 0; i < NVERBS; i++)
+		if (!strcmp(verbs[i].name, name))
+			return (int)i;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	int v, ret;
+
+	hc_set_log(tool_log, NULL);
+	opterr = 0; /* every message goes through say() */
+	if (argc < 2)
+		return usage_error("missing verb: use create, info, ls, destroy, repair or help (" PROG " --help)");
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(main_usage, stdout);
+		return HC_CLI_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+		printf(PROG " (hicache) %s\n", hc_version());
+		return HC_CLI_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "help")) {
+		if (argc == 2) {
+			fputs(main_usage, stdout);
+			return HC_CLI_EXIT_OK;
+		}
+		verb = "help";
+		if (argc > 3)
+			return usage_error("unexpected argument '%s': give one VERB", argv[3]);
+		v = find_verb(argv[2]);
+		if (v < 0)
+			return usage_error("unknown verb '%s': use create, info, ls, destroy or repair", argv[2]);
+		fputs(verbs[v].usage, stdout);
+		return HC_CLI_EXIT_OK;
+	}
+	if (argv[1][0] == '-')
+		return usage_error("unknown option '%s' before the verb; see '" PROG " --help'", argv[1]);
+	v = find_verb(argv[1]);
+	if (v < 0)
+		return usage_error("unknown verb '%s': use create, info, ls, destroy, repair or help", argv[1]);
+	verb = verbs[v].name;
+	/* the verb is argv[0] of its own command line */
+	ret = verbs[v].fn(argc - 1, argv + 1);
+	/* a full disk or a closed pipe must not pass for a clean listing */
+	if (fflush(stdout) != 0 || ferror(stdout))
+		return failure("cannot write the output: %s", strerror(errno));
+	return ret;
+}
