@@ -88,7 +88,10 @@ struct hc_seg_hdr {
 	struct hc_seg_region toc[HC_TOC_SLOTS];
 	uint8_t meta_digest[32];
 	_Atomic uint32_t state; /* enum hc_seg_state; release-stored READY by the creator */
-	uint32_t reserved1;
+	/* One past the highest rank slot ever claimed; only grows (seq_cst
+	 * fetch-max by each claimer before its first pin).  Freers scan pin
+	 * counters below it, never above max_ranks.  See pages.c. */
+	_Atomic uint32_t slots_hwm;
 };
 static_assert(offsetof(struct hc_seg_hdr, magic) == 0, "magic first");
 static_assert(offsetof(struct hc_seg_hdr, model_id) == 112, "header layout");

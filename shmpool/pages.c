@@ -18,6 +18,12 @@
  * and the freer sees the pin.  Never both miss.  The evictor of the next
  * layer follows the freer's side.
  *
+ * (D) reads only the columns below hdr->slots_hwm.  A rank raises the mark
+ * (seq_cst) when it claims its slot, which happens before its first (A);
+ * the freer loads the mark (seq_cst) after (C).  If that load missed the
+ * raise, then (C) < load < raise < (A) < (B) in the total order, and the
+ * pinner sees FREEING.
+ *
  * Every page id read from a handle or from the segment is checked against
  * the private copy of npages before use.
  */
@@ -49,20 +55,32 @@ uint32_t hc_page_needed(const hc_pool *p, uint32_t presence)
 	       ((presence & p->g.replicated_mask) ? HC_SHARD_REPLICATED : 0);
 }
 
-static int check_id(const struct hc_pool *p, hc_page_t page, const char *op)
+/* Error paths stay out of line, so the checks below inline to a compare. */
+static int __attribute__((cold, noinline)) bad_id(const struct hc_pool *p, hc_page_t page, const char *op)
 {
-	if (HC_PAGE_ID(page) >= p->g.npages)
-		return hc__err(EINVAL, "%s: page id %u is out of range: the pool has %u pages", op, HC_PAGE_ID(page),
-			       p->g.npages);
-	return 0;
+	return hc__err(EINVAL, "%s: page id %u is out of range: the pool has %u pages", op, HC_PAGE_ID(page),
+		       p->g.npages);
 }
 
-static int need_slot(const struct hc_pool *p, const char *op)
+static int __attribute__((cold, noinline)) bad_slot(const struct hc_pool *p, const char *op)
 {
 	if (p->slot < 0)
 		return hc__err(EPERM, "%s: this attachment holds no rank slot (admin or read-only attach)", op);
-	if (p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed))
-		return hc__err(ECHILD, "%s: this handle was attached by the parent process; attach again after fork", op);
+	return hc__err(ECHILD, "%s: this handle was attached by the parent process; attach again after fork", op);
+}
+
+static inline int check_id(const struct hc_pool *p, hc_page_t page, const char *op)
+{
+	if (__builtin_expect(HC_PAGE_ID(page) >= p->g.npages, 0))
+		return bad_id(p, page, op);
+	return 0;
+}
+
+static inline int need_slot(const struct hc_pool *p, const char *op)
+{
+	if (__builtin_expect(p->slot < 0 ||
+			     p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed), 0))
+		return bad_slot(p, op);
 	return 0;
 }
 
@@ -165,6 +183,19 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 			       shards, p->g.head_groups);
 	pg = &p->pages[HC_PAGE_ID(page)];
 	w = atomic_load_explicit(&pg->word, memory_order_acquire);
+	/*
+	 * The single writer's fast path: our own fresh reservation, every shard
+	 * at once.  While we live, nobody else moves RESERVED pages of ours
+	 * except committers; one racing with us can only be committing shards
+	 * we commit too, so READY is right either way.  Release: the bytes
+	 * before READY.
+	 */
+	if (w == hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0) &&
+	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed))) {
+		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
+				      memory_order_release);
+		return 1;
+	}
 	do {
 		if (hc__w_gen(w) != gen || (hc__w_state(w) != HC_PAGE_RESERVED && hc__w_state(w) != HC_PAGE_READY))
 			return hc__err(ESTALE, "commit: page %u generation %u is no longer reserved (now %s, generation %u)",
@@ -290,9 +321,8 @@ static int free_one(struct hc_pool *p, hc_page_t page)
 {
 	struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(page)];
 	_Atomic uint16_t *row = hc__pin_row(p, HC_PAGE_ID(page));
-	uint32_t gen = HC_PAGE_GEN(page);
-	uint64_t w = hc__w_make(HC_PAGE_READY, 0, gen, 0), cur;
-	uint64_t freeing = hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 0);
+	uint32_t gen = HC_PAGE_GEN(page), hwm;
+	uint64_t w, cur;
 	unsigned pinned = 0;
 
 	cur = atomic_load_explicit(&pg->word, memory_order_relaxed);
@@ -300,23 +330,29 @@ static int free_one(struct hc_pool *p, hc_page_t page)
 		return hc__err(ESTALE, "free: page %u generation %u is not READY (now %s, generation %u)",
 			       HC_PAGE_ID(page), gen, hc_page_state_name(hc__w_state(cur)), hc__w_gen(cur));
 	w = cur;
-	if (!atomic_compare_exchange_strong(&pg->word, &w, freeing)) /* (C) */
+	if (!atomic_compare_exchange_strong(&pg->word, &w,
+					    hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 0))) /* (C) */
 		return hc__err(EAGAIN, "free: page %u changed under us (now %s)", HC_PAGE_ID(page),
 			       hc_page_state_name(hc__w_state(w)));
-	for (unsigned r = 0; r < p->g.max_ranks; r++) /* (D) */
+	hwm = atomic_load(&p->hdr->slots_hwm);
+	if (hwm > p->g.max_ranks) /* shared memory: never trust it past our private copy */
+		hwm = p->g.max_ranks;
+	for (unsigned r = 0; r < hwm; r++) /* (D) */
 		pinned |= atomic_load(&row[r]);
+	/* Release: the pin reads above happen before the page is reusable; the
+	 * next allocator's CAS acquires it. */
 	if (pinned) {
-		atomic_store(&pg->word, cur);
+		atomic_store_explicit(&pg->word, cur, memory_order_release);
 		return hc__err(EBUSY, "free: page %u is pinned", HC_PAGE_ID(page));
 	}
-	atomic_store(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
+	atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0), memory_order_release);
 	return 0;
 }
 
 int hc_page_free(hc_pool *p, const hc_page_t *pages, unsigned n)
 {
 	int ret, first = 0;
-	char msg[512] = "";
+	char msg[512]; /* written before it is read: no memset on the hot path */
 
 	if ((ret = need_slot(p, "free")) < 0)
 		return ret;

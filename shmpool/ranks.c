@@ -138,6 +138,10 @@ static void *holder_main(void *arg)
 		holder_set(p, 2, -EUSERS);
 		return NULL;
 	}
+	/* Before our first pin: freers must scan our pin column (pages.c). */
+	for (uint32_t h = atomic_load(&p->hdr->slots_hwm); h < (uint32_t)slot + 1;)
+		if (atomic_compare_exchange_weak(&p->hdr->slots_hwm, &h, (uint32_t)slot + 1))
+			break;
 	atomic_store_explicit(&r->pid, (uint32_t)getpid(), memory_order_relaxed);
 	atomic_fetch_add_explicit(&r->epoch, 1, memory_order_relaxed);
 	clock_gettime(CLOCK_REALTIME, &ts);
