@@ -222,6 +222,32 @@ START_TEST(pin_from_another_rank_blocks_free)
 }
 END_TEST
 
+/* Free scans pin columns up to the slot high-water mark: a pin in the newest slot counts. */
+START_TEST(pin_in_highest_slot_blocks_free)
+{
+	hc_pool *extra[5];
+	struct hc_pool_info info;
+	hc_page_t pg;
+
+	for (int i = 0; i < 5; i++)
+		extra[i] = hct_attach(fx.name, 0);
+	ck_assert_ok(hc_pool_info(extra[4], &info));
+	ck_assert_int_eq(info.self_slot, 5);
+	ck_assert_uint_eq(atomic_load(&fx.p->hdr->slots_hwm), 6);
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &pg), 1);
+	ck_assert_int_eq(hc_page_commit(fx.p, pg, 3), 1);
+	ck_assert_ok(hc_page_pin(extra[4], pg));
+	ck_assert_err(hc_page_free(fx.p, &pg, 1), EBUSY);
+	/* the mark only grows, and a scribbled one is clamped to max_ranks */
+	hc_pool_detach(extra[4]);
+	ck_assert_uint_eq(atomic_load(&fx.p->hdr->slots_hwm), 6);
+	atomic_store(&fx.p->hdr->slots_hwm, 100000);
+	ck_assert_int_eq(hc_page_free(fx.p, &pg, 1), 1);
+	for (int i = 0; i < 4; i++)
+		hc_pool_detach(extra[i]);
+}
+END_TEST
+
 START_TEST(pin_overflow)
 {
 	hc_page_t pg;
@@ -310,6 +336,7 @@ int main(void)
 	tcase_add_test(tc, abort_only_by_owner);
 	tcase_add_test(tc, pin_unpin_free);
 	tcase_add_test(tc, pin_from_another_rank_blocks_free);
+	tcase_add_test(tc, pin_in_highest_slot_blocks_free);
 	tcase_add_test(tc, pin_overflow);
 	tcase_add_test(tc, free_batch_reports_first_error);
 	tcase_add_test(tc, admin_cannot_hold);
