@@ -153,6 +153,41 @@ int hct_fill_commit_all(hc_pool *p, hc_page_t page)
 	return ret;
 }
 
+void hct_board_put(struct hct_board *b, hc_page_t pg)
+{
+	for (int i = 0; i < HCT_BOARD; i++) {
+		uint64_t z = 0;
+		if (atomic_compare_exchange_strong(&b->slot[i], &z, pg))
+			return;
+	}
+}
+
+void hct_board_drop(struct hct_board *b, hc_page_t pg)
+{
+	for (int i = 0; i < HCT_BOARD; i++) {
+		uint64_t w = pg;
+		atomic_compare_exchange_strong(&b->slot[i], &w, 0);
+	}
+}
+
+int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed)
+{
+	hc_page_t pg = atomic_load(&b->slot[rand_r(seed) % HCT_BOARD]);
+	int ret, bad;
+
+	if (!pg)
+		return 0;
+	ret = hc_page_pin(p, pg);
+	if (ret == -ESTALE || ret == -EAGAIN)
+		return 0; /* freed or being freed since it was published */
+	if (ret < 0)
+		return ret;
+	bad = hct_verify(p, pg, 1) || hct_verify(p, pg, 2) || hct_verify(p, pg, HC_SHARD_REPLICATED);
+	if ((ret = hc_page_unpin(p, pg)) < 0)
+		return ret;
+	return bad ? -EBADMSG : 1;
+}
+
 double hct_now(void)
 {
 	struct timespec ts;

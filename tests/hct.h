@@ -45,6 +45,20 @@ int hct_verify(hc_pool *p, hc_page_t page, uint32_t group_bit);  /* 0, or -1 on 
 /* Fill and commit every shard the page needs; returns the last commit's result. */
 int hct_fill_commit_all(hc_pool *p, hc_page_t page);
 
+/*
+ * A board of READY pages that processes publish for others to read, in
+ * shared memory.  hct_board_read pins a random one, verifies every shard and
+ * unpins: 1 verified, 0 nothing to read (empty, or freed since published),
+ * -EBADMSG wrong bytes, or the negative errno of a failed pin or unpin.
+ */
+#define HCT_BOARD 32
+struct hct_board {
+	_Atomic uint64_t slot[HCT_BOARD];
+};
+void hct_board_put(struct hct_board *b, hc_page_t pg);
+void hct_board_drop(struct hct_board *b, hc_page_t pg);
+int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed);
+
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);
 double hct_now(void);

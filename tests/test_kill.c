@@ -21,12 +21,11 @@
 
 #define WORKERS 4
 #define NPAGES 96
-#define BOARD 32
 
 struct shared {
 	/* who the test believes holds each page: (gen << 8) | (worker + 1), or 0 */
 	_Atomic uint32_t own[NPAGES];
-	_Atomic uint64_t board[BOARD];
+	struct hct_board board;
 	_Atomic uint64_t allocs, commits, verified, frees, aborts;
 	_Atomic uint32_t twice, bad_bytes, errors;
 	char error[256];
@@ -46,38 +45,16 @@ static uint32_t tag(int w, hc_page_t pg)
 	return (HC_PAGE_GEN(pg) << 8) | (uint32_t)(w + 1);
 }
 
-static void board_put(hc_page_t pg)
-{
-	for (int i = 0; i < BOARD; i++) {
-		uint64_t z = 0;
-		if (atomic_compare_exchange_strong(&sh->board[i], &z, pg))
-			return;
-	}
-}
-
-static void board_drop(hc_page_t pg)
-{
-	for (int i = 0; i < BOARD; i++) {
-		uint64_t w = pg;
-		atomic_compare_exchange_strong(&sh->board[i], &w, 0);
-	}
-}
-
 static void read_one(hc_pool *p, unsigned *seed)
 {
-	hc_page_t pg = atomic_load(&sh->board[rand_r(seed) % BOARD]);
-	int ret;
+	int ret = hct_board_read(p, &sh->board, seed);
 
-	if (!pg || (ret = hc_page_pin(p, pg)) == -ESTALE || ret == -EAGAIN)
-		return;
-	if (ret < 0)
-		return record(&sh->errors, "pin", ret);
-	if (hct_verify(p, pg, 1) || hct_verify(p, pg, 2) || hct_verify(p, pg, HC_SHARD_REPLICATED))
-		record(&sh->bad_bytes, "a pinned READY page has the wrong bytes", 0);
-	else
+	if (ret == 1)
 		atomic_fetch_add(&sh->verified, 1);
-	if ((ret = hc_page_unpin(p, pg)) < 0)
-		record(&sh->errors, "unpin", ret);
+	else if (ret == -EBADMSG)
+		record(&sh->bad_bytes, "a pinned READY page has the wrong bytes", 0);
+	else if (ret < 0)
+		record(&sh->errors, "pin or unpin", ret);
 }
 
 static void give_up(int w, hc_page_t pg)
@@ -127,7 +104,7 @@ static void __attribute__((noreturn)) worker(int w, unsigned seed)
 				}
 				atomic_fetch_add(&sh->commits, 1);
 				mine[n++] = pg;
-				board_put(pg);
+				hct_board_put(&sh->board, pg);
 			}
 		} else if (ret < 0 && ret != -ENOSPC) {
 			record(&sh->errors, "alloc", ret);
@@ -135,13 +112,13 @@ static void __attribute__((noreturn)) worker(int w, unsigned seed)
 		read_one(p, &seed);
 		while (n > 12) {
 			hc_page_t pg = mine[0];
-			board_drop(pg);
+			hct_board_drop(&sh->board, pg);
 			give_up(w, pg);
 			ret = hc_page_free(p, &pg, 1);
 			if (ret == -EBUSY) {
 				uint32_t z = 0;
 				atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(pg)], &z, tag(w, pg));
-				board_put(pg);
+				hct_board_put(&sh->board, pg);
 				break;
 			}
 			if (ret != 1)
@@ -172,7 +149,7 @@ static void adopt(hc_pool *p, int w)
 			continue;
 		atomic_store(&sh->own[id], 0);
 		if (hc_page_state(p, id, &h, NULL, NULL) == HC_PAGE_READY && HC_PAGE_GEN(h) == (t >> 8)) {
-			board_drop(h);
+			hct_board_drop(&sh->board, h);
 			for (int tries = 0; tries < 1000 && hc_page_free(p, &h, 1) == -EBUSY; tries++)
 				usleep(100);
 		}

@@ -17,11 +17,10 @@
 #include "hct.h"
 
 #define ENGINES 2
-#define BOARD 32
 #define MBOX 64
 
 struct shared {
-	_Atomic uint64_t board[BOARD];        /* READY pages anyone may read (0: empty) */
+	struct hct_board board;               /* READY pages anyone may read */
 	_Atomic uint64_t mbox[ENGINES][MBOX]; /* rank 0 -> rank 1, SPSC */
 	_Atomic uint32_t head[ENGINES], tail[ENGINES];
 	_Atomic uint64_t allocs, commits, ready, verified, frees, busy;
@@ -38,41 +37,16 @@ static void record_fail(const char *what, int ret)
 		snprintf(sh->error, sizeof(sh->error), "%s: %d %s", what, ret, hc_last_error());
 }
 
-static void publish(hc_page_t pg)
-{
-	for (int i = 0; i < BOARD; i++) {
-		uint64_t z = 0;
-		if (atomic_compare_exchange_strong(&sh->board[i], &z, pg))
-			return;
-	}
-}
-
-static void unpublish(hc_page_t pg)
-{
-	for (int i = 0; i < BOARD; i++) {
-		uint64_t w = pg;
-		atomic_compare_exchange_strong(&sh->board[i], &w, 0);
-	}
-}
-
 static void read_one(hc_pool *p, unsigned *seed)
 {
-	hc_page_t pg = atomic_load(&sh->board[rand_r(seed) % BOARD]);
-	int ret;
+	int ret = hct_board_read(p, &sh->board, seed);
 
-	if (!pg)
-		return;
-	ret = hc_page_pin(p, pg);
-	if (ret == -ESTALE || ret == -EAGAIN)
-		return; /* freed or being freed since it was published */
-	if (ret < 0)
-		return record_fail("pin", ret);
-	if (hct_verify(p, pg, 1) || hct_verify(p, pg, 2) || hct_verify(p, pg, HC_SHARD_REPLICATED))
-		record_fail("verify: a pinned READY page has the wrong bytes", 0);
-	else
+	if (ret == 1)
 		atomic_fetch_add(&sh->verified, 1);
-	if ((ret = hc_page_unpin(p, pg)) < 0)
-		record_fail("unpin", ret);
+	else if (ret == -EBADMSG)
+		record_fail("verify: a pinned READY page has the wrong bytes", 0);
+	else if (ret < 0)
+		record_fail("pin or unpin", ret);
 }
 
 static void leader(hc_pool *p, int e, double deadline, unsigned seed)
@@ -85,14 +59,14 @@ static void leader(hc_pool *p, int e, double deadline, unsigned seed)
 		if (n >= 8) {
 			int st = hc_page_state(p, HC_PAGE_ID(mine[0]), NULL, NULL, NULL);
 			if (st == HC_PAGE_READY) {
-				unpublish(mine[0]);
+				hct_board_drop(&sh->board, mine[0]);
 				int ret = hc_page_free(p, mine, 1);
 				if (ret == 1) {
 					atomic_fetch_add(&sh->frees, 1);
 					memmove(mine, mine + 1, --n * sizeof(mine[0]));
 				} else if (ret == -EBUSY) {
 					atomic_fetch_add(&sh->busy, 1);
-					publish(mine[0]);
+					hct_board_put(&sh->board, mine[0]);
 				} else {
 					return record_fail("free", ret);
 				}
@@ -117,7 +91,7 @@ static void leader(hc_pool *p, int e, double deadline, unsigned seed)
 					atomic_fetch_add(&sh->commits, 1);
 					if (ret == 1) {
 						atomic_fetch_add(&sh->ready, 1);
-						publish(pg);
+						hct_board_put(&sh->board, pg);
 					}
 				}
 				n += want;
@@ -130,7 +104,7 @@ static void leader(hc_pool *p, int e, double deadline, unsigned seed)
 	/* wind down: free what is READY (readers may still pin for a moment) */
 	for (int tries = 0; tries < 2000 && n; tries++) {
 		for (unsigned i = 0; i < n;) {
-			unpublish(mine[i]);
+			hct_board_drop(&sh->board, mine[i]);
 			if (hc_page_free(p, &mine[i], 1) == 1)
 				mine[i] = mine[--n];
 			else
@@ -154,7 +128,7 @@ static void follower(hc_pool *p, int e, double deadline, unsigned seed)
 			atomic_fetch_add(&sh->commits, 1);
 			if (ret == 1) {
 				atomic_fetch_add(&sh->ready, 1);
-				publish(pg);
+				hct_board_put(&sh->board, pg);
 			}
 		}
 		read_one(p, &seed);

@@ -30,6 +30,8 @@
 
 #include <hicache/hicache.h>
 
+#include "../bench/bench.h" /* pipe helpers shared with the benchmarks */
+
 #define PROG          "hicache-bench"
 #define MAX_RANKS     64
 #define VICTIM_HOLDS  4     /* partial reservations and pins the killed rank takes */
@@ -99,40 +101,6 @@ static void sleep_until(double until)
 		struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
 		nanosleep(&ts, NULL);
 	}
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static int read_all(int fd, void *buf, size_t len)
-{
-	char *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EPIPE;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
 }
 
 /* ---- page contents: a function of (page id, generation, component, group) */
@@ -393,7 +361,7 @@ static void barrier(int ready, int go)
 {
 	char c = 'r';
 
-	write_all(ready, &c, 1);
+	bench_write_all(ready, &c, 1);
 	close(ready);
 	while (read(go, &c, 1) < 0 && errno == EINTR)
 		;
@@ -450,7 +418,7 @@ detach:
 	free(f.h);
 	hc_pool_detach(r.pool);
 report:
-	write_all(out, &r.st, sizeof(r.st));
+	bench_write_all(out, &r.st, sizeof(r.st));
 	close(out);
 	_exit(r.st.err ? 1 : 0);
 }
@@ -507,7 +475,7 @@ static void victim_main(const char *name, const struct opts *o, int ready, int g
 report:
 	v.err = r.st.err;
 	snprintf(v.msg, sizeof(v.msg), "%s", r.st.msg);
-	write_all(out, &v, sizeof(v));
+	bench_write_all(out, &v, sizeof(v));
 	close(out);
 	if (v.err)
 		_exit(1);
@@ -600,7 +568,7 @@ static double mib(uint64_t b)
 static void kill_victim(hc_pool *admin, struct child *victim, const struct opts *o, double t0,
 			struct victim_stats *vs, double *t_kill, struct hc_recovery_report *rep, uint64_t counts[5])
 {
-	if (read_all(victim->out, vs, sizeof(*vs)) < 0) {
+	if (bench_read_all(victim->out, vs, sizeof(*vs)) < 0) {
 		vs->err = -EPIPE;
 		snprintf(vs->msg, sizeof(vs->msg), "it died before saying what it holds");
 	}
@@ -619,7 +587,7 @@ static void collect(struct child *kids, unsigned n, struct rank_stats *st)
 {
 	for (unsigned i = 0; i < n; i++) {
 		memset(&st[i], 0, sizeof(st[i]));
-		if (read_all(kids[i].out, &st[i], sizeof(st[i])) < 0) {
+		if (bench_read_all(kids[i].out, &st[i], sizeof(st[i])) < 0) {
 			st[i].err = -EPIPE;
 			snprintf(st[i].msg, sizeof(st[i].msg), "rank process %d died without a report", (int)kids[i].pid);
 		}
@@ -756,7 +724,7 @@ static int run(const struct opts *o)
 	/* Wait until every child has attached, then start them all at once. */
 	for (unsigned i = 0; i < nkids + (victim.pid > 0); i++) {
 		char c;
-		if (read_all(ready[0], &c, 1) < 0)
+		if (bench_read_all(ready[0], &c, 1) < 0)
 			break;
 	}
 	close(ready[0]);
