@@ -87,7 +87,7 @@ static inline int need_slot(const struct hc_pool *p, const char *op)
 int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
-	uint32_t id = p->cursor, now = 0, got = 0, scanned;
+	uint32_t id = atomic_load_explicit(&p->cursor, memory_order_relaxed), now = 0, got = 0, scanned;
 	int ret;
 
 	if ((ret = need_slot(p, "alloc")) < 0)
@@ -125,7 +125,7 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 		atomic_store_explicit(&p->pages[id].presence, presence, memory_order_relaxed);
 		out[got++] = HC_PAGE_MAKE(id, gen);
 	}
-	p->cursor = id;
+	atomic_store_explicit(&p->cursor, id, memory_order_relaxed); /* a hint: racing threads may share it */
 	if (got == n)
 		return (int)n;
 	/* All or nothing: give back what we took.  They are still ours alone. */
@@ -185,17 +185,15 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	w = atomic_load_explicit(&pg->word, memory_order_acquire);
 	/*
 	 * The single writer's fast path: our own fresh reservation, every shard
-	 * at once.  While we live, nobody else moves RESERVED pages of ours
-	 * except committers; one racing with us can only be committing shards
-	 * we commit too, so READY is right either way.  Release: the bytes
-	 * before READY.
+	 * at once: one CAS, no loop.  A CAS, not a store: another committer may
+	 * have made it READY, and someone freed and reallocated it, since our
+	 * load.  Release: the bytes before READY.
 	 */
 	if (w == hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0) &&
-	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed))) {
-		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
-				      memory_order_release);
+	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed)) &&
+	    atomic_compare_exchange_strong_explicit(&pg->word, &w, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
+						    memory_order_seq_cst, memory_order_acquire))
 		return 1;
-	}
 	do {
 		if (hc__w_gen(w) != gen || (hc__w_state(w) != HC_PAGE_RESERVED && hc__w_state(w) != HC_PAGE_READY))
 			return hc__err(ESTALE, "commit: page %u generation %u is no longer reserved (now %s, generation %u)",
@@ -213,6 +211,22 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 		 * acquire in hc_page_pin and in every reader's state load. */
 	} while (!atomic_compare_exchange_weak(&pg->word, &w, nw));
 	return fill == needed;
+}
+
+/*
+ * Where an aborted reservation goes.  One writer (a single shard needed):
+ * straight back to FREE, since the caller owns every copy into it.  Several
+ * writers (head groups, or groups and the replicated part): to quarantine,
+ * because another rank's DMA into it may still land, even after that rank
+ * died, and the owner cannot know.
+ */
+static uint64_t abort_word(const struct hc_pool *p, struct hc_seg_page *pg, uint64_t w)
+{
+	uint32_t need = hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed));
+
+	if (need & (need - 1))
+		return hc__w_make(HC_PAGE_QUARANTINE, hc__w_owner(w), hc__w_gen(w), hc__now_ms() | 1);
+	return hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
 }
 
 int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
@@ -249,7 +263,7 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 					      HC_PAGE_ID(pages[i]), hc__w_owner(w), p->slot);
 				break;
 			}
-			if (atomic_compare_exchange_weak(&pg->word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0))) {
+			if (atomic_compare_exchange_weak(&pg->word, &w, abort_word(p, pg, w))) {
 				ret = 0;
 				break;
 			}
@@ -262,6 +276,17 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 	if (first)
 		return hc__err(-first, "%s", msg);
 	return (int)n;
+}
+
+/* Take back one pin of ours; never below zero, even if a stray unpin of
+ * another thread of this rank got there first. */
+static void pin_drop(_Atomic uint16_t *c)
+{
+	uint16_t v = atomic_load_explicit(c, memory_order_relaxed);
+
+	while (v && !atomic_compare_exchange_weak_explicit(c, &v, (uint16_t)(v - 1), memory_order_release,
+							    memory_order_relaxed))
+		;
 }
 
 int hc_page_pin(hc_pool *p, hc_page_t page)
@@ -284,7 +309,7 @@ int hc_page_pin(hc_pool *p, hc_page_t page)
 	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 	if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
 		return 0;
-	atomic_fetch_sub(c, 1);
+	pin_drop(c);
 	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_FREEING)
 		return hc__err(EAGAIN, "pin: page %u is being freed", HC_PAGE_ID(page));
 	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_RESERVED)
@@ -464,7 +489,8 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		_Atomic uint64_t *wp = &p->pages[i].word;
-		uint64_t w = atomic_load_explicit(wp, memory_order_relaxed), nw;
+		/* Acquire: a fill mask we see comes with the presence written before it. */
+		uint64_t w = atomic_load_explicit(wp, memory_order_acquire), nw;
 		unsigned st = hc__w_state(w);
 		uint32_t *count = NULL;
 

@@ -43,7 +43,7 @@ struct hc_pool {
 	int holder_state;        /* 0 starting, 1 holding, 2 failed, 3 asked to stop */
 	int holder_result;       /* slot, or negative errno */
 
-	uint32_t cursor;         /* where the next allocation scan starts */
+	_Atomic uint32_t cursor; /* where the next allocation scan starts (a hint) */
 };
 
 /* error.c */

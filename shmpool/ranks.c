@@ -19,6 +19,11 @@
 
 #include "pool.h"
 
+/* A prober holds a free slot's mutex for microseconds; wait that out. */
+#define HC_PROBE_WAIT_US 200
+#define HC_PROBE_RETRIES 50
+#define HC_CLAIM_RETRIES 200
+
 _Atomic unsigned hc__forks;
 
 static void on_fork_child(void)
@@ -77,6 +82,13 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 	if (p->readonly)
 		return atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_LIVE;
 	ret = pthread_mutex_trylock(&r->lock);
+	/* Busy but FREE: another prober or a claimer has it for a moment.  Look
+	 * again before calling it live. */
+	for (int tries = 0; ret == EBUSY && tries < HC_PROBE_RETRIES &&
+			    atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_FREE; tries++) {
+		usleep(HC_PROBE_WAIT_US);
+		ret = pthread_mutex_trylock(&r->lock);
+	}
 	if (ret == EBUSY)
 		return 1;
 	if (ret == EOWNERDEAD) {
@@ -86,8 +98,9 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 		if (rep && atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE)
 			rep->dead_ranks++;
 		atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
-		pthread_mutex_consistent(&r->lock);
-		ret = 0;
+		ret = pthread_mutex_consistent(&r->lock);
+		if (ret) /* keep it locked: unlocking now would make it unrecoverable */
+			return hc__err(ret, "rank slot %u: cannot mark its mutex consistent: %s", slot, strerror(ret));
 	} else if (ret == 0 && atomic_load_explicit(&r->state, memory_order_relaxed) != HC_RANK_FREE) {
 		/* Unlocked but marked live: a scribble.  We hold the lock, so fix it. */
 		atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
@@ -118,21 +131,37 @@ static void *holder_main(void *arg)
 	int slot = -1, ret;
 
 	prctl(PR_GET_NAME, comm);
-	for (unsigned s = 0; s < p->g.max_ranks; s++) {
-		r = &p->ranks[s];
-		ret = pthread_mutex_trylock(&r->lock);
-		if (ret == EBUSY)
-			continue;
-		if (ret == EOWNERDEAD) {
-			/* The previous owner died: its holds are ours to undo first. */
-			hc__rank_recover_slot(p, s, NULL);
-			pthread_mutex_consistent(&r->lock);
-		} else if (ret != 0) {
-			hc__log(HC_LOG_WARN, "rank slot %u: mutex unusable (%s); skipping it", s, strerror(ret));
-			continue;
+	for (int attempt = 0; slot < 0 && attempt < HC_CLAIM_RETRIES; attempt++) {
+		int transient = 0;
+
+		if (attempt)
+			usleep(HC_PROBE_WAIT_US);
+		for (unsigned s = 0; s < p->g.max_ranks; s++) {
+			r = &p->ranks[s];
+			ret = pthread_mutex_trylock(&r->lock);
+			if (ret == EBUSY) {
+				/* FREE but locked: a prober's moment, not a live rank */
+				transient |= atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_FREE;
+				continue;
+			}
+			if (ret == EOWNERDEAD) {
+				/* The previous owner died: its holds are ours to undo first. */
+				hc__rank_recover_slot(p, s, NULL);
+				atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
+				if ((ret = pthread_mutex_consistent(&r->lock)) != 0) {
+					hc__log(HC_LOG_WARN, "rank slot %u: cannot mark its mutex consistent (%s); skipping it",
+						s, strerror(ret));
+					continue;
+				}
+			} else if (ret != 0) {
+				hc__log(HC_LOG_WARN, "rank slot %u: mutex unusable (%s); skipping it", s, strerror(ret));
+				continue;
+			}
+			slot = (int)s;
+			break;
 		}
-		slot = (int)s;
-		break;
+		if (!transient)
+			break;
 	}
 	if (slot < 0) {
 		holder_set(p, 2, -EUSERS);

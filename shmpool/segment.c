@@ -92,11 +92,14 @@ static int populate(void *addr, size_t len, const char *what)
 	if (madvise(addr, len, MADV_POPULATE_WRITE) == 0)
 		return 0;
 	if (errno == EINVAL) {
-		/* Kernels before 5.14: say so, then touch every page ourselves. */
-		hc__log(HC_LOG_WARN, "%s: MADV_POPULATE_WRITE unsupported (Linux < 5.14); touching pages instead", what);
+		/* Kernels before 5.14: say so, then fault every page in by reading
+		 * it.  Never write: other processes are using the segment. */
+		hc__log(HC_LOG_WARN, "%s: MADV_POPULATE_WRITE unsupported (Linux < 5.14); faulting pages in instead", what);
 		long pg = sysconf(_SC_PAGESIZE);
+		uint8_t sum = 0;
 		for (size_t off = 0; off < len; off += (size_t)pg)
-			((volatile uint8_t *)addr)[off] = ((volatile uint8_t *)addr)[off];
+			sum ^= ((volatile uint8_t *)addr)[off];
+		(void)sum;
 		return 0;
 	}
 	if (errno == EFAULT || errno == ENOMEM)
@@ -239,9 +242,24 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 	atomic_store_explicit(&h->state, HC_SEG_READY, memory_order_release);
 }
 
+/* Give an O_TMPFILE file its name; fails with EEXIST like link(2). */
+static int publish_anon(int fd, const char *path)
+{
+	char proc[64];
+
+	if (linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0)
+		return 0;
+	if (errno != EPERM && errno != ENOENT)
+		return -1;
+	/* Without CAP_DAC_READ_SEARCH: through /proc, as open(2) documents. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+}
+
 int hc_pool_create(const struct hc_pool_spec *s)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 64];
+	char path[PATH_MAX], tmp[PATH_MAX + 64] = "";
+	bool anon = false;
 	struct hc__geom g;
 	struct statvfs vfs;
 	struct statfs sfs;
@@ -275,9 +293,17 @@ int hc_pool_create(const struct hc_pool_spec *s)
 	if (stat(path, &st) == 0)
 		return hc__err(EEXIST, "pool '%s' already exists at %s: destroy it first (hicache-pool destroy %s)",
 			       s->name, path, s->name);
-	snprintf(tmp, sizeof(tmp), "%s/.hicache.%s.creating.%d", s->dir ? s->dir : HC_DEFAULT_DIR, s->name,
-		 (int)getpid());
-	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	/* An unnamed file: a creator killed half way leaves nothing behind.
+	 * File systems without O_TMPFILE get a hidden name with our pid. */
+	fd = open(s->dir ? s->dir : HC_DEFAULT_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+	if (fd >= 0) {
+		anon = true;
+		snprintf(tmp, sizeof(tmp), "a temporary file in %s", s->dir ? s->dir : HC_DEFAULT_DIR);
+	} else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+		snprintf(tmp, sizeof(tmp), "%s/.hicache.%s.creating.%d", s->dir ? s->dir : HC_DEFAULT_DIR, s->name,
+			 (int)getpid());
+		fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+	}
 	if (fd < 0)
 		return hc__err(errno, "cannot create %s: %s", tmp, strerror(errno));
 	if (fchmod(fd, mode) < 0 || (gid != (gid_t)-1 && fchown(fd, (uid_t)-1, gid) < 0)) {
@@ -340,36 +366,41 @@ int hc_pool_create(const struct hc_pool_spec *s)
 	write_meta(base, s, &g, fp, qms);
 	munmap(base, g.segment_bytes);
 	base = MAP_FAILED;
-	if (link(tmp, path) < 0) {
+	if ((anon ? publish_anon(fd, path) : link(tmp, path)) < 0) {
 		ret = errno == EEXIST
 			? hc__err(EEXIST, "pool '%s' was created by someone else meanwhile at %s", s->name, path)
 			: hc__err(errno, "cannot publish %s as %s: %s", tmp, path, strerror(errno));
 		goto fail_unlink;
 	}
-	unlink(tmp);
+	if (!anon)
+		unlink(tmp);
 	close(fd);
 	return 0;
 
 fail_unmap:
 	munmap(base, g.segment_bytes);
 fail_unlink:
-	unlink(tmp);
+	if (!anon)
+		unlink(tmp);
 	close(fd);
 	return ret;
 }
 
 static int in_group(gid_t gid)
 {
-	gid_t groups[256];
-	int n;
+	gid_t *groups;
+	int n, found = 0;
 
 	if (getegid() == gid)
 		return 1;
-	n = getgroups(256, groups);
-	for (int i = 0; i < n; i++)
-		if (groups[i] == gid)
-			return 1;
-	return 0;
+	n = getgroups(0, NULL);
+	if (n <= 0 || !(groups = calloc((size_t)n, sizeof(*groups))))
+		return 0;
+	n = getgroups(n, groups);
+	for (int i = 0; i < n && !found; i++)
+		found = groups[i] == gid;
+	free(groups);
+	return found;
 }
 
 static int check_owner(const char *path, const struct stat *st)

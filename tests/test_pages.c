@@ -123,21 +123,62 @@ END_TEST
 
 START_TEST(abort_returns_free)
 {
-	hc_page_t pg[3];
+	hc_page_t pg[3], one;
 	uint64_t counts[5];
 
-	ck_assert_int_eq(hc_page_alloc(fx.p, 3, ALL_COMPS, pg), 3);
-	ck_assert_int_eq(hc_page_commit(fx.p, pg[0], 1), 0);
+	/* one writer (the replicated part only): straight back to FREE */
+	ck_assert_int_eq(hc_page_alloc(fx.p, 3, STATE_ONLY, pg), 3);
 	ck_assert_int_eq(hc_page_abort(fx.p, pg, 3), 3);
 	ck_assert_ok(hc_pool_count_states(fx.p, counts));
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], 8);
 	ck_assert_err(hc_page_abort(fx.p, pg, 1), ESTALE);
+
+	/* several writers: another rank's copy may still land, so quarantine */
+	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &one), 1);
+	ck_assert_int_eq(hc_page_commit(fx.p, one, 1), 0);
+	ck_assert_int_eq(hc_page_abort(fx.p, &one, 1), 1);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(one), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
+	ck_assert_err(hc_page_commit(fx.p, one, 2), ESTALE);
 
 	/* abort of a READY page is refused and leaves it READY */
 	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, pg), 1);
 	ck_assert_int_eq(hct_fill_commit_all(fx.p, pg[0]), 1);
 	ck_assert_err(hc_page_abort(fx.p, pg, 1), ESTALE);
 	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_READY);
+}
+END_TEST
+
+/* Two writers of the same shard (TP above the head groups) race: exactly one sees READY. */
+START_TEST(racing_full_commits_one_winner)
+{
+	for (int round = 0; round < 200; round++) {
+		hc_page_t pg;
+		int fds[2], status, mine, theirs;
+		char b;
+		pid_t pid;
+
+		ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &pg), 1);
+		ck_assert_int_eq(pipe(fds), 0);
+		pid = fork();
+		if (pid == 0) {
+			hc_pool *c;
+			if (hc_pool_attach(fx.name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE | HC_ATTACH_NO_RECOVER }, &c) < 0)
+				_exit(100);
+			if (write(fds[1], "r", 1) != 1)
+				_exit(101);
+			int r = hc_page_commit(c, pg, 3);
+			_exit(r == 1 ? 1 : r == -EALREADY ? 0 : 102);
+		}
+		ck_assert_int_eq(read(fds[0], &b, 1), 1);
+		mine = hc_page_commit(fx.p, pg, 3);
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		theirs = WEXITSTATUS(status);
+		ck_assert_msg(mine == 1 || mine == -EALREADY, "mine = %d", mine);
+		ck_assert_msg((mine == 1) + (theirs == 1) == 1, "round %d: mine %d, theirs %d", round, mine, theirs);
+		ck_assert_int_eq(hc_page_free(fx.p, &pg, 1), 1);
+		close(fds[0]);
+		close(fds[1]);
+	}
 }
 END_TEST
 
@@ -333,6 +374,7 @@ int main(void)
 	tcase_add_test(tc, commit_shards);
 	tcase_add_test(tc, stale_handles);
 	tcase_add_test(tc, abort_returns_free);
+	tcase_add_test(tc, racing_full_commits_one_winner);
 	tcase_add_test(tc, abort_only_by_owner);
 	tcase_add_test(tc, pin_unpin_free);
 	tcase_add_test(tc, pin_from_another_rank_blocks_free);

@@ -328,6 +328,41 @@ START_TEST(forked_child_must_attach_again)
 }
 END_TEST
 
+/* Probes (recovery, hc_pool_rank, destroy) lock free slots for a moment; attaches must not fail for it. */
+START_TEST(probes_do_not_steal_slots)
+{
+	const char *name = hct_name();
+	struct hct_spec s;
+	pid_t mon;
+	int status;
+
+	hct_spec_init(&s, name, 4);
+	s.spec.max_ranks = 1;
+	ck_assert_ok(hc_pool_create(&s.spec));
+	int fds[2];
+	char b;
+	ck_assert_int_eq(pipe(fds), 0);
+	mon = fork();
+	if (mon == 0) {
+		hc_pool *a = hct_attach(name, HC_ATTACH_ADMIN);
+		if (write(fds[1], "r", 1) != 1)
+			_exit(1);
+		for (;;)
+			hc__rank_probe(a, 0, NULL);
+	}
+	ck_assert_int_eq(read(fds[0], &b, 1), 1);
+	for (int i = 0; i < 2000; i++) {
+		hc_pool *p;
+		int ret = hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &p);
+		ck_assert_msg(ret == 0, "attach %d: %d %s", i, ret, hc_last_error());
+		hc_pool_detach(p);
+	}
+	kill(mon, SIGKILL);
+	ck_assert_int_eq(waitpid(mon, &status, 0), mon);
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ranks");
@@ -343,6 +378,7 @@ int main(void)
 	tcase_add_test(tc, death_mid_free_restores_ready);
 	tcase_add_test(tc, full_fill_is_promoted);
 	tcase_add_test(tc, forked_child_must_attach_again);
+	tcase_add_test(tc, probes_do_not_steal_slots);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
