@@ -167,7 +167,8 @@ static_assert(sizeof(struct hc_seg_rank) == 128, "rank slot size");
  *   QUARANTINE  -> RESERVED   any rank, allocating, once the grace ran out
  *   RESERVED    -> RESERVED   any rank with the handle, committing (aux |= bits)
  *   RESERVED    -> READY      whoever completes the fill mask
- *   RESERVED    -> FREE       the owner, aborting
+ *   RESERVED    -> FREE       the owner, aborting a one-writer page
+ *   RESERVED    -> QUARANTINE the owner, aborting a page of several writers
  *   READY       -> FREEING    any rank, freeing; then it reads every pin
  *                             counter and stores FREE, or READY back if pinned
  *   RESERVED/FREEING of a dead owner -> QUARANTINE / READY  recovery
