@@ -13,4 +13,6 @@ SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 echo "install-deps.sh: installing$missing"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+# $missing is a list of package names: split it on purpose.
+# shellcheck disable=SC2086
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
