@@ -229,45 +229,43 @@ static uint64_t abort_word(const struct hc_pool *p, struct hc_seg_page *pg, uint
 	return hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
 }
 
-int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
+static int abort_one(struct hc_pool *p, hc_page_t page)
+{
+	struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(page)];
+	uint32_t gen = HC_PAGE_GEN(page);
+	uint64_t w = atomic_load_explicit(&pg->word, memory_order_relaxed);
+
+	for (;;) {
+		if (hc__w_state(w) != HC_PAGE_RESERVED || hc__w_gen(w) != gen)
+			return hc__err(ESTALE, "abort: page %u generation %u is not reserved (now %s)",
+				       HC_PAGE_ID(page), gen, hc_page_state_name(hc__w_state(w)));
+		if (hc__w_owner(w) != (unsigned)p->slot)
+			return hc__err(EPERM, "abort: page %u is reserved by rank slot %u, not this one (%d)",
+				       HC_PAGE_ID(page), hc__w_owner(w), p->slot);
+		if (atomic_compare_exchange_weak(&pg->word, &w, abort_word(p, pg, w)))
+			return 0;
+	}
+}
+
+/*
+ * Run 'one' on every page of a batch, even after a failure; return n, or
+ * the first failure with its own message.  Inline, so each caller gets a
+ * direct call.
+ */
+static inline int each_page(struct hc_pool *p, const hc_page_t *pages, unsigned n,
+			    int (*one)(struct hc_pool *, hc_page_t), const char *op)
 {
 	int ret, first = 0;
-	char msg[512] = "";
+	char msg[512]; /* written before it is read: no memset on the hot path */
 
-	if ((ret = need_slot(p, "abort")) < 0)
+	if ((ret = need_slot(p, op)) < 0)
 		return ret;
 	if (!pages && n)
-		return hc__err(EINVAL, "abort: pages is NULL");
+		return hc__err(EINVAL, "%s: pages is NULL", op);
 	for (unsigned i = 0; i < n; i++) {
-		struct hc_seg_page *pg;
-		uint32_t gen = HC_PAGE_GEN(pages[i]);
-		uint64_t w;
-
-		if ((ret = check_id(p, pages[i], "abort")) < 0) {
-			if (!first) {
-				first = ret;
-				snprintf(msg, sizeof(msg), "%s", hc_last_error());
-			}
-			continue;
-		}
-		pg = &p->pages[HC_PAGE_ID(pages[i])];
-		w = atomic_load_explicit(&pg->word, memory_order_relaxed);
-		for (;;) {
-			if (hc__w_state(w) != HC_PAGE_RESERVED || hc__w_gen(w) != gen) {
-				ret = hc__err(ESTALE, "abort: page %u generation %u is not reserved (now %s)",
-					      HC_PAGE_ID(pages[i]), gen, hc_page_state_name(hc__w_state(w)));
-				break;
-			}
-			if (hc__w_owner(w) != (unsigned)p->slot) {
-				ret = hc__err(EPERM, "abort: page %u is reserved by rank slot %u, not this one (%d)",
-					      HC_PAGE_ID(pages[i]), hc__w_owner(w), p->slot);
-				break;
-			}
-			if (atomic_compare_exchange_weak(&pg->word, &w, abort_word(p, pg, w))) {
-				ret = 0;
-				break;
-			}
-		}
+		ret = check_id(p, pages[i], op);
+		if (ret == 0)
+			ret = one(p, pages[i]);
 		if (ret < 0 && !first) {
 			first = ret;
 			snprintf(msg, sizeof(msg), "%s", hc_last_error());
@@ -276,6 +274,11 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 	if (first)
 		return hc__err(-first, "%s", msg);
 	return (int)n;
+}
+
+int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
+{
+	return each_page(p, pages, n, abort_one, "abort");
 }
 
 /* Take back one pin of ours; never below zero, even if a stray unpin of
@@ -376,25 +379,7 @@ static int free_one(struct hc_pool *p, hc_page_t page)
 
 int hc_page_free(hc_pool *p, const hc_page_t *pages, unsigned n)
 {
-	int ret, first = 0;
-	char msg[512]; /* written before it is read: no memset on the hot path */
-
-	if ((ret = need_slot(p, "free")) < 0)
-		return ret;
-	if (!pages && n)
-		return hc__err(EINVAL, "free: pages is NULL");
-	for (unsigned i = 0; i < n; i++) {
-		ret = check_id(p, pages[i], "free");
-		if (ret == 0)
-			ret = free_one(p, pages[i]);
-		if (ret < 0 && !first) {
-			first = ret;
-			snprintf(msg, sizeof(msg), "%s", hc_last_error());
-		}
-	}
-	if (first)
-		return hc__err(-first, "%s", msg);
-	return (int)n;
+	return each_page(p, pages, n, free_one, "free");
 }
 
 int hc_page_state(const hc_pool *p, uint32_t id, hc_page_t *handle, uint32_t *owner, uint32_t *aux)

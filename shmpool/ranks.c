@@ -60,11 +60,29 @@ void hc__mutex_init_robust(pthread_mutex_t *m)
  * with EOWNERDEAD (or is the owner detaching).  Idempotent: if we die half
  * way, the next owner of the mutex gets EOWNERDEAD and runs this again.
  */
-int hc__rank_recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
+static void recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
 	hc__pages_release_slot(p, slot, rep);
 	hc__pins_drop_slot(p, slot, rep);
-	return 0;
+}
+
+/*
+ * We got EOWNERDEAD on the slot's mutex: undo the dead owner's holds, mark
+ * the slot free and the mutex consistent.  Returns 0, or the errno of
+ * pthread_mutex_consistent, in which case the caller must keep the mutex
+ * locked (unlocking it now would make it unrecoverable for good).
+ */
+static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
+{
+	struct hc_seg_rank *r = &p->ranks[slot];
+
+	hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
+		atomic_load_explicit(&r->pid, memory_order_relaxed));
+	recover_slot(p, slot, rep);
+	if (rep && atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE)
+		rep->dead_ranks++;
+	atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
+	return pthread_mutex_consistent(&r->lock);
 }
 
 /*
@@ -92,14 +110,7 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 	if (ret == EBUSY)
 		return 1;
 	if (ret == EOWNERDEAD) {
-		hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
-			atomic_load_explicit(&r->pid, memory_order_relaxed));
-		hc__rank_recover_slot(p, slot, rep);
-		if (rep && atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE)
-			rep->dead_ranks++;
-		atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
-		ret = pthread_mutex_consistent(&r->lock);
-		if (ret) /* keep it locked: unlocking now would make it unrecoverable */
+		if ((ret = take_dead_slot(p, slot, rep)) != 0)
 			return hc__err(ret, "rank slot %u: cannot mark its mutex consistent: %s", slot, strerror(ret));
 	} else if (ret == 0 && atomic_load_explicit(&r->state, memory_order_relaxed) != HC_RANK_FREE) {
 		/* Unlocked but marked live: a scribble.  We hold the lock, so fix it. */
@@ -146,9 +157,7 @@ static void *holder_main(void *arg)
 			}
 			if (ret == EOWNERDEAD) {
 				/* The previous owner died: its holds are ours to undo first. */
-				hc__rank_recover_slot(p, s, NULL);
-				atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
-				if ((ret = pthread_mutex_consistent(&r->lock)) != 0) {
+				if ((ret = take_dead_slot(p, s, NULL)) != 0) {
 					hc__log(HC_LOG_WARN, "rank slot %u: cannot mark its mutex consistent (%s); skipping it",
 						s, strerror(ret));
 					continue;
@@ -226,7 +235,7 @@ fail:
 /* Clean detach: undo our own holds as recovery would, then let go of the slot. */
 void hc__rank_release(struct hc_pool *p)
 {
-	hc__rank_recover_slot(p, (unsigned)p->slot, NULL);
+	recover_slot(p, (unsigned)p->slot, NULL);
 	holder_set(p, 3, p->slot);
 	pthread_join(p->holder, NULL);
 	pthread_cond_destroy(&p->holder_cv);
