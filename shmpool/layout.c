@@ -188,16 +188,11 @@ int hc__geom_envelope(struct hc__geom *g)
 	return 0;
 }
 
-/* Place the regions for npages pages and max_ranks slots. */
+/* Place the regions for npages pages, max_ranks slots and max_tickets tickets. */
 int hc__geom_regions(struct hc__geom *g)
 {
-	uint64_t off = HC_SEG_HDR_BYTES, b;
-	const uint64_t sizes[HC_REG__COUNT] = {
-		[HC_REG_COMPS] = (uint64_t)g->ncomp * sizeof(struct hc_seg_comp),
-		[HC_REG_RANKS] = (uint64_t)g->max_ranks * sizeof(struct hc_seg_rank),
-		[HC_REG_PAGES] = (uint64_t)g->npages * sizeof(struct hc_seg_page),
-		[HC_REG_PINS] = (uint64_t)g->npages * g->max_ranks * sizeof(uint16_t),
-	};
+	uint64_t off = HC_SEG_HDR_BYTES, b, words = g->max_tickets / 64;
+	uint64_t sizes[HC_REG__COUNT] = { 0 };
 
 	if (g->max_ranks == 0 || g->max_ranks > HC_MAX_RANKS)
 		return hc__err(EINVAL, "max_ranks %u is out of range 1..%d", g->max_ranks, HC_MAX_RANKS);
@@ -206,6 +201,25 @@ int hc__geom_regions(struct hc__geom *g)
 			       (unsigned long long)g->envelope_bytes);
 	if (g->npages > INT32_MAX)
 		return hc__err(EINVAL, "capacity of %u pages is over the limit of 2^31-1", g->npages);
+	if (g->max_tickets == 0 || g->max_tickets % 64 || g->max_tickets > 4096)
+		return hc__err(EINVAL, "max_tickets %u must be a multiple of 64 in 64..4096", g->max_tickets);
+	if (g->ticket_keys == 0 || g->ticket_keys > HC_LOOKUP_MAX)
+		return hc__err(EINVAL, "ticket_keys %u is out of range 1..%d", g->ticket_keys, HC_LOOKUP_MAX);
+	if (g->evict > HC_EVICT_LRU)
+		return hc__err(EINVAL, "eviction policy %u is unknown: use HC_EVICT_CLOCK or HC_EVICT_LRU", g->evict);
+	/* Two slots per page at least, so two-choice buckets never fill. */
+	for (g->index_buckets = 2; (uint64_t)g->index_buckets * HC_BUCKET_ENTRIES < 2 * (uint64_t)g->npages;)
+		g->index_buckets *= 2;
+	sizes[HC_REG_COMPS] = (uint64_t)g->ncomp * sizeof(struct hc_seg_comp);
+	sizes[HC_REG_RANKS] = (uint64_t)g->max_ranks * sizeof(struct hc_seg_rank);
+	sizes[HC_REG_CTL] = sizeof(struct hc_seg_ctl);
+	sizes[HC_REG_STATS] = ((uint64_t)g->max_ranks + 1) * HC_STATS_ROW_WORDS * sizeof(uint64_t);
+	sizes[HC_REG_PAGES] = (uint64_t)g->npages * sizeof(struct hc_seg_page);
+	sizes[HC_REG_PINS] = (uint64_t)g->npages * g->max_ranks * sizeof(uint32_t);
+	sizes[HC_REG_TMASK] = (uint64_t)g->npages * words * sizeof(uint64_t);
+	sizes[HC_REG_INDEX] = (uint64_t)g->index_buckets * HC_BUCKET_ENTRIES * sizeof(uint64_t);
+	sizes[HC_REG_TICKETS] = (uint64_t)g->max_tickets * sizeof(struct hc_seg_ticket);
+	sizes[HC_REG_TPAGES] = (uint64_t)g->max_tickets * g->ticket_keys * sizeof(uint64_t);
 	for (int r = 0; r < HC_REG_ENV; r++) {
 		g->toc[r].off = off;
 		g->toc[r].bytes = sizes[r];

@@ -5,12 +5,18 @@
  * instruction, and may scribble.  So: fixed-size types, offsets never
  * pointers, static_asserts on every size and offset that matters.
  *
- *   0            header (struct hc_seg_hdr, one 4 KiB block)
- *   toc[COMPS]   component records (struct hc_seg_comp)
- *   toc[RANKS]   rank slots (struct hc_seg_rank)
- *   toc[PAGES]   page table (struct hc_seg_page), the truth about pages
- *   toc[PINS]    pin counters, uint16 [npages][max_ranks]
- *   toc[ENV]     envelopes, 2 MiB aligned, npages * envelope_bytes
+ *   0             header (struct hc_seg_hdr, one 4 KiB block)
+ *   toc[COMPS]    component records (struct hc_seg_comp)
+ *   toc[RANKS]    rank slots (struct hc_seg_rank)
+ *   toc[CTL]      pool-wide mutable state: writer locks, clocks (struct hc_seg_ctl)
+ *   toc[STATS]    counters, one row per rank slot and one for admins
+ *   toc[PAGES]    page table (struct hc_seg_page), the truth about pages
+ *   toc[PINS]     holds of ranks, uint32 [npages][max_ranks]: pins | locks << 16
+ *   toc[TMASK]    holds of tickets, uint64 [npages][max_tickets / 64], a bit per ticket
+ *   toc[INDEX]    key index, buckets of 8 entries (a hint; rebuilt from PAGES)
+ *   toc[TICKETS]  ticket records (struct hc_seg_ticket)
+ *   toc[TPAGES]   each ticket's page list, uint64 [max_tickets][ticket_keys]
+ *   toc[ENV]      envelopes, 2 MiB aligned, npages * envelope_bytes
  *
  * LAYOUT VERSION POLICY.  layout_major changes when any existing field or
  * region changes meaning or place; a binary attaches only segments of its
@@ -30,7 +36,7 @@
 #include <hicache/hicache.h>
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  1
+#define HC_LAYOUT_MAJOR  2
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
@@ -39,10 +45,16 @@
 
 enum hc_region {
 	HC_REG_COMPS = 0,
-	HC_REG_RANKS = 1,
-	HC_REG_PAGES = 2,
-	HC_REG_PINS = 3,
-	HC_REG_ENV = 4,
+	HC_REG_RANKS,
+	HC_REG_CTL,
+	HC_REG_STATS,
+	HC_REG_PAGES,
+	HC_REG_PINS,
+	HC_REG_TMASK,
+	HC_REG_INDEX,
+	HC_REG_TICKETS,
+	HC_REG_TPAGES,
+	HC_REG_ENV, /* always last */
 	HC_REG__COUNT
 };
 
@@ -83,8 +95,13 @@ struct hc_seg_hdr {
 	uint32_t max_ranks;
 	uint32_t npages;
 	uint32_t quarantine_ms;
-	uint32_t reserved0;
+	uint32_t evict_policy;  /* enum hc_evict_policy */
 	uint64_t envelope_bytes;
+	uint32_t max_tickets;   /* a multiple of 64 */
+	uint32_t ticket_keys;
+	uint32_t index_buckets; /* a power of two */
+	uint32_t reserved0;
+	uint64_t hash_secret;   /* random per pool: index buckets are not predictable from keys */
 	struct hc_seg_region toc[HC_TOC_SLOTS];
 	uint8_t meta_digest[32];
 	_Atomic uint32_t state; /* enum hc_seg_state; release-stored READY by the creator */
@@ -97,10 +114,11 @@ static_assert(offsetof(struct hc_seg_hdr, magic) == 0, "magic first");
 static_assert(offsetof(struct hc_seg_hdr, model_id) == 112, "header layout");
 static_assert(offsetof(struct hc_seg_hdr, fingerprint) == 272, "header layout");
 static_assert(offsetof(struct hc_seg_hdr, envelope_bytes) == 336, "header layout");
-static_assert(offsetof(struct hc_seg_hdr, toc) == 344, "header layout");
-static_assert(offsetof(struct hc_seg_hdr, meta_digest) == 600, "header layout");
-static_assert(offsetof(struct hc_seg_hdr, state) == 632, "header layout");
-static_assert(sizeof(struct hc_seg_hdr) == 640, "header size");
+static_assert(offsetof(struct hc_seg_hdr, hash_secret) == 360, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, toc) == 368, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, meta_digest) == 624, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, state) == 656, "header layout");
+static_assert(sizeof(struct hc_seg_hdr) == 664, "header size");
 static_assert(sizeof(struct hc_seg_hdr) <= HC_SEG_HDR_BYTES, "header fits its block");
 
 /* Component record: written by the creator, then immutable (in meta_digest). */
@@ -113,7 +131,7 @@ struct hc_seg_comp {
 	uint32_t kv_heads;
 	uint32_t head_bytes;
 	uint32_t layers;
-	uint32_t reserved0;
+	uint32_t window_pages;  /* hit policy: 0 all pages, w the trailing w */
 	uint64_t bytes_per_layer;
 	uint64_t offset;
 	uint64_t bytes;
@@ -145,11 +163,56 @@ struct hc_seg_rank {
 	uint32_t reserved0;
 	_Atomic uint64_t attached_unix_ns;
 	char comm[16];
-	uint8_t reserved1[128 - 80];
+	/* Engine membership: written by the holder under ctl->engine_lock
+	 * (engine.c); cleared by whoever recovers the slot.  engine is the id
+	 * plus one, 0 for none. */
+	_Atomic uint32_t engine;
+	_Atomic uint32_t tp;        /* tp_size << 16 | tp_rank */
+	_Atomic uint32_t quota;
+	_Atomic uint32_t timeout_ms;
+	/* Pages held under the quota; only this rank's threads add and take
+	 * away, recovery stores 0.  Approximate only in that racing threads of
+	 * one rank may both pass the check and each back out. */
+	_Atomic uint32_t held;
+	uint8_t reserved1[128 - 100];
 };
 static_assert(sizeof(pthread_mutex_t) == 40, "glibc x86-64/aarch64 mutex size is part of the layout");
 static_assert(offsetof(struct hc_seg_rank, state) == 40, "rank slot layout");
+static_assert(offsetof(struct hc_seg_rank, engine) == 80, "rank slot layout");
 static_assert(sizeof(struct hc_seg_rank) == 128, "rank slot size");
+
+/*
+ * Pool-wide mutable state.  Notes on synchronization: each lock is a
+ * robust, process-shared mutex held for microseconds by a writer; no
+ * reader ever takes one.  Whoever gets EOWNERDEAD rebuilds what the lock
+ * guards from the page table (index.c, ticket.c, engine.c say how) before
+ * marking it consistent.  The clocks are plain atomics, relaxed: they order
+ * nothing but eviction candidates.
+ */
+#define HC_INDEX_STRIPES  64
+#define HC_TICKET_STRIPES 16
+
+struct hc_seg_lock {
+	pthread_mutex_t m;
+	uint8_t pad[64 - sizeof(pthread_mutex_t)];
+};
+
+struct hc_seg_ctl {
+	struct hc_seg_lock engine_lock;                 /* engine joins and leaves */
+	struct hc_seg_lock index_lock[HC_INDEX_STRIPES]; /* index writers, by key hash */
+	struct hc_seg_lock ticket_lock[HC_TICKET_STRIPES]; /* ticket find-or-create, by name hash */
+	_Atomic uint64_t lru_clock;   /* HC_EVICT_LRU: the last stamp handed out */
+	uint8_t pad0[56];
+	_Atomic uint32_t clock_hand;  /* HC_EVICT_CLOCK: the next page the hand looks at */
+	uint8_t pad1[60];
+};
+static_assert(sizeof(struct hc_seg_lock) == 64, "lock size");
+static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache lines");
+
+/* Counters: a row per rank slot (only that rank adds to it, relaxed) and a
+ * last row for attachments without a slot.  Rows outlive attachments: a
+ * pool's figures are the sum of every row. */
+#define HC_STATS_ROW_WORDS ((HC_CTR__COUNT + 7) & ~7u)
 
 /*
  * Page entry.  'word' is the truth about the page:
@@ -176,12 +239,94 @@ static_assert(sizeof(struct hc_seg_rank) == 128, "rank slot size");
  * 'presence' is written by the allocator after its CAS and before the
  * handle leaves it; readers read it after an acquire load of 'word'.
  */
+#define HC_PF_KEYED 0x1u /* key and depth are set and the page is (or is being put) in the index */
+
 struct hc_seg_page {
 	_Atomic uint64_t word;
 	_Atomic uint32_t presence;
+	/* key, depth and flags are written by the page's owner while it holds
+	 * the page (RESERVED by it, or FREEING by it), before any release that
+	 * publishes them (index insert, commit).  Readers load them after an
+	 * acquire of 'word' and trust them only while they hold a pin or see
+	 * the same word again afterwards. */
+	_Atomic uint32_t depth;
+	_Atomic uint64_t key[4];
+	/* Last use: an LRU stamp from ctl->lru_clock, or CLOCK's reference bit.
+	 * Written by lookups, relaxed; read by the evictor. */
+	_Atomic uint64_t stamp;
+	_Atomic uint32_t flags;
 	uint32_t reserved0;
 };
-static_assert(sizeof(struct hc_seg_page) == 16, "page entry size");
+static_assert(sizeof(struct hc_seg_page) == 64, "page entry is one cache line");
+static_assert(offsetof(struct hc_seg_page, key) == 16, "page entry layout");
+
+/*
+ * Key index entry: 0 empty, else (tag << 32) | (page id + 1).  A bucket is
+ * 8 entries (one cache line); a key lives in one of two buckets.  Entries
+ * are claimed and cleared by CAS, by writers holding the key's stripe lock.
+ * Readers take no lock: an entry only names a candidate, which they verify
+ * in the page table.
+ */
+#define HC_BUCKET_ENTRIES 8
+
+/*
+ * Ticket record.  'word' is its state:
+ *   bits 61..63 state (enum hc_ticket_state)
+ *   bits 54..60 owner rank slot: the builder (BUILDING) or dropper (DROPPING)
+ *   bits 38..53 generation, bumped each time the record is taken
+ *   bit  37     expired: every share not claimed below is expired
+ *   bits  0..31 claimed shares, a bit per TP rank
+ * Notes on synchronization: a record is taken (FREE/CLOSED -> BUILDING) by
+ * CAS under the ticket stripe lock of its name, which also orders the name
+ * fields for every later finder; everything else (hit, pages, deadline) is
+ * written by the builder before its release CAS to OPEN, and read only
+ * after an acquire load of OPEN.  Shares move by CAS on 'word' alone.
+ */
+enum hc_ticket_state {
+	HC_TK_FREE = 0,
+	HC_TK_BUILDING = 1, /* the first rank is looking up or reserving */
+	HC_TK_OPEN = 2,     /* the answer is published; shares are being claimed */
+	HC_TK_DROPPING = 3, /* every share is claimed or expired; the owner drops the ticket's holds */
+	HC_TK_CLOSED = 4,   /* no holds; kept as a tombstone so latecomers get a clear error */
+};
+enum hc_ticket_kind { HC_TK_LOOKUP = 1, HC_TK_RESERVE = 2 };
+
+struct hc_seg_ticket {
+	_Atomic uint64_t word;
+	_Atomic uint64_t name_hash;
+	_Atomic uint32_t engine;     /* engine id + 1 */
+	_Atomic uint32_t step;
+	uint32_t kind;
+	uint32_t nkeys;
+	uint32_t tp_size;
+	uint32_t n;                  /* pages recorded: the hit length, or keys reserved for */
+	_Atomic uint32_t recorded;   /* builder's progress in the page list, for recovery */
+	uint32_t comps;
+	uint64_t deadline_ms;        /* CLOCK_BOOTTIME ms */
+	uint64_t keys_fold[2];       /* which keys the name was used with */
+	char request_id[48];
+	uint8_t reserved0[8];
+};
+static_assert(sizeof(struct hc_seg_ticket) == 128, "ticket record size");
+
+#define HC_TK_STATE_SHIFT 61
+#define HC_TK_OWNER_SHIFT 54
+#define HC_TK_GEN_SHIFT   38
+#define HC_TK_GEN_MASK    UINT64_C(0xffff)
+#define HC_TK_EXPIRED     (UINT64_C(1) << 37)
+#define HC_TK_CLAIMED     UINT64_C(0xffffffff)
+
+static inline unsigned hc__tk_state(uint64_t w) { return (unsigned)(w >> HC_TK_STATE_SHIFT); }
+static inline unsigned hc__tk_owner(uint64_t w) { return (unsigned)((w >> HC_TK_OWNER_SHIFT) & 0x7f); }
+static inline uint32_t hc__tk_gen(uint64_t w) { return (uint32_t)((w >> HC_TK_GEN_SHIFT) & HC_TK_GEN_MASK); }
+static inline uint64_t hc__tk_with(uint64_t w, unsigned state, unsigned owner)
+{
+	return (w & ~((UINT64_C(7) << HC_TK_STATE_SHIFT) | (UINT64_C(0x7f) << HC_TK_OWNER_SHIFT))) |
+	       ((uint64_t)state << HC_TK_STATE_SHIFT) | ((uint64_t)(owner & 0x7f) << HC_TK_OWNER_SHIFT);
+}
+
+/* Ticket page list entries: a handle, with the skip reason in bits 56..63. */
+#define HC_TP_SKIP_SHIFT 56
 
 static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free in shared memory");
 static_assert(ATOMIC_INT_LOCK_FREE == 2, "32-bit atomics must be lock-free in shared memory");
@@ -207,6 +352,7 @@ static inline uint32_t hc__w_aux(uint64_t w) { return (uint32_t)w; }
 /* Geometry: computed from a spec at creation, recomputed at attach. */
 struct hc__geom {
 	uint32_t page_tokens, tp_size, head_groups, ncomp, max_ranks, npages;
+	uint32_t max_tickets, ticket_keys, index_buckets, evict;
 	struct hc_component_info comps[HC_MAX_COMPONENTS];
 	uint32_t sharded_mask;    /* components split by head group */
 	uint32_t replicated_mask; /* components with one copy */

@@ -24,6 +24,18 @@
  * raise, then (C) < load < raise < (A) < (B) in the total order, and the
  * pinner sees FREEING.
  *
+ * Host locks are the same protocol on the high half of the same counter;
+ * ticket holds are the same protocol on a bit of the page's ticket mask
+ * (ticket.c).  A freer or evictor reads all three after (C).
+ *
+ * RETIREMENT (free and evict, hc__retire).  After (C) and a (D) that saw
+ * no hold, the retirer stores FREEING with aux = 1: "checked, nothing
+ * held", then takes the page out of the key index, clears its key flag and
+ * stores FREE (or RESERVED for itself, when an allocation evicts).  A
+ * retirer that dies leaves FREEING: recovery puts aux = 0 back to READY
+ * (holds may exist; the index entry was never touched) and finishes aux = 1
+ * (nothing could pin it since (C)).
+ *
  * Every page id read from a handle or from the segment is checked against
  * the private copy of npages before use.
  */
@@ -84,21 +96,47 @@ static inline int need_slot(const struct hc_pool *p, const char *op)
 	return 0;
 }
 
-int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
+int hc__need_slot(const struct hc_pool *p, const char *op)
+{
+	return need_slot(p, op);
+}
+
+/*
+ * The quota (engine.c sets it): pages this rank holds pinned, locked, or
+ * handed to it to write and not yet committed or aborted.  Add first, then
+ * check, so racing threads can only fail spuriously, never pass together.
+ */
+int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
+{
+	struct hc_seg_rank *r = &p->ranks[p->slot];
+	uint32_t quota = atomic_load_explicit(&r->quota, memory_order_relaxed);
+	uint32_t held = atomic_fetch_add_explicit(&r->held, n, memory_order_relaxed) + n;
+
+	if (quota == 0 || held <= quota) /* 0: no engine joined, no quota */
+		return 0;
+	atomic_fetch_sub_explicit(&r->held, n, memory_order_relaxed);
+	return hc__err(EDQUOT, "%s: engine %u rank %u would hold %u pages, over its quota of %u: release pins, locks or tickets first",
+		       op, atomic_load_explicit(&r->engine, memory_order_relaxed) - 1,
+		       atomic_load_explicit(&r->tp, memory_order_relaxed) & 0xffff, held, quota);
+}
+
+void hc__quota_give(struct hc_pool *p, uint32_t n)
+{
+	_Atomic uint32_t *h = &p->ranks[p->slot].held;
+	uint32_t v = atomic_load_explicit(h, memory_order_relaxed);
+
+	while (!atomic_compare_exchange_weak_explicit(h, &v, v > n ? v - n : 0, memory_order_relaxed,
+						      memory_order_relaxed))
+		;
+}
+
+/* Take up to n FREE pages (or quarantined ones past their grace) from the
+ * cursor on; the count taken. */
+static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
 	uint32_t id = atomic_load_explicit(&p->cursor, memory_order_relaxed), now = 0, got = 0, scanned;
-	int ret;
 
-	if ((ret = need_slot(p, "alloc")) < 0)
-		return ret;
-	if (n == 0 || !out)
-		return hc__err(EINVAL, "alloc: asked for %u pages%s", n, out ? "" : " into NULL");
-	if (n > npages)
-		return hc__err(ENOSPC, "alloc: %u pages asked, the pool has %u in all", n, npages);
-	if (presence == 0 || (presence >> p->g.ncomp) != 0)
-		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
-			       presence, p->g.ncomp);
 	if (id >= npages)
 		id = 0;
 	for (scanned = 0; scanned < npages && got < n; scanned++, id = id + 1 == npages ? 0 : id + 1) {
@@ -109,10 +147,12 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 		case HC_PAGE_FREE:
 			break;
 		case HC_PAGE_QUARANTINE:
-			/* A dead rank's DMA may still land here until the grace runs out. */
+			/* A dead rank's DMA may still land here until the grace runs out;
+			 * a page still keyed is being (or was to be) unkeyed: the sweep's. */
 			if (!now)
 				now = hc__now_ms() | 1;
-			if (now - hc__w_aux(w) < p->quarantine_ms)
+			if (now - hc__w_aux(w) < p->quarantine_ms ||
+			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
 				continue;
 			break;
 		default:
@@ -126,16 +166,59 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 		out[got++] = HC_PAGE_MAKE(id, gen);
 	}
 	atomic_store_explicit(&p->cursor, id, memory_order_relaxed); /* a hint: racing threads may share it */
-	if (got == n)
-		return (int)n;
-	/* All or nothing: give back what we took.  They are still ours alone. */
-	for (uint32_t i = 0; i < got; i++) {
-		uint32_t rid = HC_PAGE_ID(out[i]), gen = HC_PAGE_GEN(out[i]);
+	return got;
+}
+
+/* Give back fresh reservations of ours (nobody else has their handles). */
+void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t rid = HC_PAGE_ID(pages[i]), gen = HC_PAGE_GEN(pages[i]);
 		uint64_t w = hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0);
-		atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
+
+		if (rid < p->g.npages)
+			atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
 	}
-	return hc__err(ENOSPC, "alloc: %u pages asked, only %u free or out of quarantine in pool '%s' of %u pages",
-		       n, got, p->info.name, npages);
+}
+
+/* Free pages first, then evict by policy; all or nothing. */
+int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op)
+{
+	unsigned got = scan_free(p, n, presence, out);
+
+	if (got < n)
+		got += hc__evict_take(p, n - got, presence, out + got);
+	if (got < n) /* someone freed pages while we evicted: one more look */
+		got += scan_free(p, n - got, presence, out + got);
+	if (got == n) {
+		hc__count(p, HC_CTR_allocs, n);
+		return (int)n;
+	}
+	hc__alloc_undo(p, out, got);
+	hc__count(p, HC_CTR_alloc_fails, 1);
+	return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages",
+		       op, n, got, p->info.name, p->g.npages);
+}
+
+int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
+{
+	const uint32_t npages = p->g.npages;
+	int ret;
+
+	if ((ret = need_slot(p, "alloc")) < 0)
+		return ret;
+	if (n == 0 || !out)
+		return hc__err(EINVAL, "alloc: asked for %u pages%s", n, out ? "" : " into NULL");
+	if (n > npages)
+		return hc__err(ENOSPC, "alloc: %u pages asked, the pool has %u in all", n, npages);
+	if (presence == 0 || (presence >> p->g.ncomp) != 0)
+		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
+			       presence, p->g.ncomp);
+	if ((ret = hc__quota_take(p, n, "alloc")) < 0)
+		return ret;
+	if ((ret = hc__alloc(p, n, presence, out, "alloc")) < 0)
+		hc__quota_give(p, n);
+	return ret;
 }
 
 int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group,
@@ -192,8 +275,10 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	if (w == hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0) &&
 	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed)) &&
 	    atomic_compare_exchange_strong_explicit(&pg->word, &w, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
-						    memory_order_seq_cst, memory_order_acquire))
+						    memory_order_seq_cst, memory_order_acquire)) {
+		hc__quota_give(p, 1);
 		return 1;
+	}
 	do {
 		if (hc__w_gen(w) != gen || (hc__w_state(w) != HC_PAGE_RESERVED && hc__w_state(w) != HC_PAGE_READY))
 			return hc__err(ESTALE, "commit: page %u generation %u is no longer reserved (now %s, generation %u)",
@@ -210,6 +295,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 		/* Release (seq_cst): our shard's bytes before READY; pairs with the
 		 * acquire in hc_page_pin and in every reader's state load. */
 	} while (!atomic_compare_exchange_weak(&pg->word, &w, nw));
+	hc__quota_give(p, 1);
 	return fill == needed;
 }
 
@@ -242,8 +328,16 @@ static int abort_one(struct hc_pool *p, hc_page_t page)
 		if (hc__w_owner(w) != (unsigned)p->slot)
 			return hc__err(EPERM, "abort: page %u is reserved by rank slot %u, not this one (%d)",
 				       HC_PAGE_ID(page), hc__w_owner(w), p->slot);
-		if (atomic_compare_exchange_weak(&pg->word, &w, abort_word(p, pg, w)))
+		/* Out of the index first: a dead aborter leaves a RESERVED page
+		 * of a dead owner, which recovery quarantines and unkeys. */
+		if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
+			hc__unkey(p, HC_PAGE_ID(page));
+		if (atomic_compare_exchange_weak(&pg->word, &w, abort_word(p, pg, w))) {
+			hc__quota_give(p, 1);
+			if (hc__w_state(abort_word(p, pg, w)) == HC_PAGE_QUARANTINE)
+				hc__count(p, HC_CTR_quarantines, 1);
 			return 0;
+		}
 	}
 }
 
@@ -281,99 +375,204 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 	return each_page(p, pages, n, abort_one, "abort");
 }
 
-/* Take back one pin of ours; never below zero, even if a stray unpin of
+/* Take back one hold of ours; never below zero, even if a stray release of
  * another thread of this rank got there first. */
-static void pin_drop(_Atomic uint16_t *c)
+static void hold_undo(_Atomic uint32_t *c, uint32_t one)
 {
-	uint16_t v = atomic_load_explicit(c, memory_order_relaxed);
+	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
 
-	while (v && !atomic_compare_exchange_weak_explicit(c, &v, (uint16_t)(v - 1), memory_order_release,
-							    memory_order_relaxed))
+	while ((v & (one * 0xffffu)) &&
+	       !atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed))
 		;
 }
 
-int hc_page_pin(hc_pool *p, hc_page_t page)
+void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one)
 {
-	_Atomic uint16_t *c;
-	uint16_t v;
-	uint64_t w;
-	int ret;
+	hold_undo(&hc__pin_row(p, id)[p->slot], one);
+}
 
-	if ((ret = need_slot(p, "pin")) < 0 || (ret = check_id(p, page, "pin")) < 0)
-		return ret;
-	c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
-	/* Threads of this process share the counter: never let it pass 65535
-	 * or dip below a pin another thread holds, even for an instant. */
+static const char *hold_name(uint32_t one)
+{
+	return one == HC_PIN_ONE ? "pinned" : "locked";
+}
+
+/*
+ * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
+ * lock (HC_LOCK_ONE).  With wait_freeing, a FREEING page is waited out: the
+ * caller knows another hold (a ticket's) keeps it, so the freer will put it
+ * back to READY.
+ */
+int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op)
+{
+	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
+	uint32_t v;
+	uint64_t w;
+
+	/* Threads of this process share the counter: never let a half pass
+	 * 65535 or dip below a hold another thread has, even for an instant. */
 	v = atomic_load_explicit(c, memory_order_relaxed);
 	do {
-		if (v == UINT16_MAX)
-			return hc__err(EOVERFLOW, "pin: page %u is pinned 65535 times by this rank", HC_PAGE_ID(page));
-	} while (!atomic_compare_exchange_weak(c, &v, (uint16_t)(v + 1))); /* (A) */
-	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
-	if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
-		return 0;
-	pin_drop(c);
+		if ((v & (one * 0xffffu)) == one * 0xffffu)
+			return hc__err(EOVERFLOW, "%s: page %u is %s 65535 times by this rank", op, HC_PAGE_ID(page),
+				       hold_name(one));
+	} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
+	for (;;) {
+		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
+		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
+			return 0;
+		if (!wait_freeing || hc__w_state(w) != HC_PAGE_FREEING || hc__w_gen(w) != HC_PAGE_GEN(page))
+			break;
+		__builtin_ia32_pause();
+	}
+	hold_undo(c, one);
 	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_FREEING)
-		return hc__err(EAGAIN, "pin: page %u is being freed", HC_PAGE_ID(page));
+		return hc__err(EAGAIN, "%s: page %u is being freed", op, HC_PAGE_ID(page));
 	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_RESERVED)
-		return hc__err(EAGAIN, "pin: page %u is not committed yet", HC_PAGE_ID(page));
-	return hc__err(ESTALE, "pin: page %u generation %u is gone (now %s, generation %u)", HC_PAGE_ID(page),
+		return hc__err(EAGAIN, "%s: page %u is not committed yet", op, HC_PAGE_ID(page));
+	return hc__err(ESTALE, "%s: page %u generation %u is gone (now %s, generation %u)", op, HC_PAGE_ID(page),
 		       HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
 }
 
-int hc_page_unpin(hc_pool *p, hc_page_t page)
+static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 {
-	_Atomic uint16_t *c;
-	uint16_t v;
+	int ret;
+
+	if ((ret = need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
+		return ret;
+	if ((ret = hc__quota_take(p, 1, op)) < 0)
+		return ret;
+	if ((ret = hc__hold(p, page, one, 0, op)) < 0) {
+		hc__quota_give(p, 1);
+		return ret;
+	}
+	hc__count(p, one == HC_PIN_ONE ? HC_CTR_pins : HC_CTR_locks, 1);
+	return 0;
+}
+
+static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
+{
+	_Atomic uint32_t *c;
+	uint32_t v;
 	uint64_t w;
 	int ret;
 
-	if ((ret = need_slot(p, "unpin")) < 0 || (ret = check_id(p, page, "unpin")) < 0)
+	if ((ret = need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
 		return ret;
 	c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
 	w = atomic_load_explicit(&p->pages[HC_PAGE_ID(page)].word, memory_order_relaxed);
 	if (hc__w_gen(w) != HC_PAGE_GEN(page))
-		return hc__err(ESTALE, "unpin: page %u generation %u is gone (now generation %u)", HC_PAGE_ID(page),
+		return hc__err(ESTALE, "%s: page %u generation %u is gone (now generation %u)", op, HC_PAGE_ID(page),
 			       HC_PAGE_GEN(page), hc__w_gen(w));
 	v = atomic_load_explicit(c, memory_order_relaxed);
 	do {
-		if (v == 0)
-			return hc__err(EINVAL, "unpin: page %u is not pinned by this rank", HC_PAGE_ID(page));
+		if ((v & (one * 0xffffu)) == 0)
+			return hc__err(EINVAL, "%s: page %u is not %s by this rank", op, HC_PAGE_ID(page), hold_name(one));
 		/* Release: our reads of the page happen before a freer sees the count drop. */
-	} while (!atomic_compare_exchange_weak_explicit(c, &v, (uint16_t)(v - 1), memory_order_release,
-							memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed));
+	hc__quota_give(p, 1);
+	return 0;
+}
+
+int hc_page_pin(hc_pool *p, hc_page_t page)
+{
+	return hold_public(p, page, HC_PIN_ONE, "pin");
+}
+
+int hc_page_unpin(hc_pool *p, hc_page_t page)
+{
+	return release_public(p, page, HC_PIN_ONE, "unpin");
+}
+
+int hc_page_lock(hc_pool *p, hc_page_t page)
+{
+	return hold_public(p, page, HC_LOCK_ONE, "lock");
+}
+
+int hc_page_unlock(hc_pool *p, hc_page_t page)
+{
+	return release_public(p, page, HC_LOCK_ONE, "unlock");
+}
+
+/* (D): any pin, host lock or ticket hold on the page, in any column. */
+int hc__held_anywhere(const struct hc_pool *p, uint32_t id)
+{
+	const _Atomic uint32_t *row = hc__pin_row(p, id);
+	const _Atomic uint64_t *tm = hc__tmask_row(p, id);
+	uint32_t hwm = hc__hwm(p), any = 0;
+	uint64_t tany = 0;
+
+	for (unsigned r = 0; r < hwm; r++)
+		any |= atomic_load(&row[r]);
+	for (unsigned t = 0; t < p->tmask_words; t++)
+		tany |= atomic_load(&tm[t]);
+	return any != 0 || tany != 0;
+}
+
+/* Take a keyed page out of the index and clear its key flag.  The caller
+ * holds the page (RESERVED or FREEING by it, or a dead owner's slot). */
+void hc__unkey(struct hc_pool *p, uint32_t id)
+{
+	struct hc__khash kh;
+
+	hc__page_khash(p, id, &kh);
+	hc__index_lock(p, kh.stripe);
+	hc__index_remove(p, &kh, id);
+	atomic_store_explicit(&p->pages[id].flags, 0, memory_order_release);
+	hc__index_unlock(p, kh.stripe);
+}
+
+/*
+ * Retire a READY page whose word is 'expect': (C), (D), then out of the
+ * index and FREE, or RESERVED for us (how = HC_RETIRE_TAKE, *taken gets the
+ * handle).  0, -EBUSY if held, -EAGAIN if the word changed.
+ */
+int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page_t *taken)
+{
+	struct hc_seg_page *pg = &p->pages[id];
+	uint32_t gen = hc__w_gen(expect);
+	uint64_t w = expect;
+
+	if (!atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 0))) /* (C) */
+		return -EAGAIN;
+	if (hc__held_anywhere(p, id)) { /* (D) */
+		/* Release: pairs with the acquire of whoever pins it next. */
+		atomic_store_explicit(&pg->word, expect, memory_order_release);
+		return -EBUSY;
+	}
+	/* Checked, nothing held: from here recovery finishes, never undoes. */
+	atomic_store(&pg->word, hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 1));
+	if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
+		hc__unkey(p, id);
+	/* Release: the hold reads above happen before the page is reusable;
+	 * the next allocator's CAS acquires it. */
+	if (how == HC_RETIRE_TAKE) {
+		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen + 1, 0),
+				      memory_order_release);
+		*taken = HC_PAGE_MAKE(id, gen + 1);
+	} else {
+		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0), memory_order_release);
+	}
 	return 0;
 }
 
 static int free_one(struct hc_pool *p, hc_page_t page)
 {
 	struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(page)];
-	_Atomic uint16_t *row = hc__pin_row(p, HC_PAGE_ID(page));
-	uint32_t gen = HC_PAGE_GEN(page), hwm;
-	uint64_t w, cur;
-	unsigned pinned = 0;
+	uint32_t gen = HC_PAGE_GEN(page);
+	uint64_t cur;
+	int ret;
 
 	cur = atomic_load_explicit(&pg->word, memory_order_relaxed);
 	if (hc__w_state(cur) != HC_PAGE_READY || hc__w_gen(cur) != gen)
 		return hc__err(ESTALE, "free: page %u generation %u is not READY (now %s, generation %u)",
 			       HC_PAGE_ID(page), gen, hc_page_state_name(hc__w_state(cur)), hc__w_gen(cur));
-	w = cur;
-	if (!atomic_compare_exchange_strong(&pg->word, &w,
-					    hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 0))) /* (C) */
+	ret = hc__retire(p, HC_PAGE_ID(page), cur, HC_RETIRE_FREE, NULL);
+	if (ret == -EAGAIN)
 		return hc__err(EAGAIN, "free: page %u changed under us (now %s)", HC_PAGE_ID(page),
-			       hc_page_state_name(hc__w_state(w)));
-	hwm = atomic_load(&p->hdr->slots_hwm);
-	if (hwm > p->g.max_ranks) /* shared memory: never trust it past our private copy */
-		hwm = p->g.max_ranks;
-	for (unsigned r = 0; r < hwm; r++) /* (D) */
-		pinned |= atomic_load(&row[r]);
-	/* Release: the pin reads above happen before the page is reusable; the
-	 * next allocator's CAS acquires it. */
-	if (pinned) {
-		atomic_store_explicit(&pg->word, cur, memory_order_release);
-		return hc__err(EBUSY, "free: page %u is pinned", HC_PAGE_ID(page));
-	}
-	atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0), memory_order_release);
+			       hc_page_state_name(hc__w_state(atomic_load(&pg->word))));
+	if (ret == -EBUSY)
+		return hc__err(EBUSY, "free: page %u is pinned, locked or held by a ticket", HC_PAGE_ID(page));
+	hc__count(p, HC_CTR_frees, 1);
 	return 0;
 }
 
@@ -419,31 +618,46 @@ int hc_pool_count_states(const hc_pool *p, uint64_t counts[5])
 	return 0;
 }
 
-/* Recovery, with the dead slot's mutex held: quarantine its reservations and
- * put its half-done frees back to READY. */
+/*
+ * Recovery, with the dead slot's mutex held: quarantine its reservations
+ * (out of the index), and settle its half-done retirements: back to READY
+ * if it had not yet seen that nothing held the page, else finish to FREE.
+ */
 void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
 	uint32_t now = hc__now_ms() | 1;
 
 	for (uint32_t i = 0; i < p->g.npages; i++) {
-		_Atomic uint64_t *wp = &p->pages[i].word;
-		uint64_t w = atomic_load_explicit(wp, memory_order_relaxed);
+		struct hc_seg_page *pg = &p->pages[i];
+		uint64_t w = atomic_load_explicit(&pg->word, memory_order_acquire), nw;
+		unsigned st = hc__w_state(w);
+		int keyed;
 
-		for (;;) {
-			unsigned st = hc__w_state(w);
-			uint64_t nw;
-
-			if (hc__w_owner(w) != slot || (st != HC_PAGE_RESERVED && st != HC_PAGE_FREEING))
-				break;
-			nw = st == HC_PAGE_RESERVED ? hc__w_make(HC_PAGE_QUARANTINE, slot, hc__w_gen(w), now)
-						    : hc__w_make(HC_PAGE_READY, 0, hc__w_gen(w), 0);
-			if (atomic_compare_exchange_weak(wp, &w, nw)) {
-				if (rep && st == HC_PAGE_RESERVED)
+		if (hc__w_owner(w) != slot || (st != HC_PAGE_RESERVED && st != HC_PAGE_FREEING))
+			continue;
+		keyed = (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED) != 0;
+		if (st == HC_PAGE_FREEING && hc__w_aux(w) == 0) {
+			/* Its index entry was never touched: nothing to redo there. */
+			nw = hc__w_make(HC_PAGE_READY, 0, hc__w_gen(w), 0);
+			if (keyed)
+				hc__index_repair_page(p, i);
+			if (atomic_compare_exchange_strong(&pg->word, &w, nw) && rep)
+				rep->unfreed++;
+			continue;
+		}
+		/* Only the dead owner could move these, and we hold its slot. */
+		if (keyed)
+			hc__unkey(p, i);
+		if (st == HC_PAGE_RESERVED) {
+			nw = hc__w_make(HC_PAGE_QUARANTINE, slot, hc__w_gen(w), now);
+			if (atomic_compare_exchange_strong(&pg->word, &w, nw)) {
+				if (rep)
 					rep->quarantined++;
-				else if (rep)
-					rep->unfreed++;
-				break;
+				hc__count(p, HC_CTR_quarantines, 1);
 			}
+		} else {
+			nw = hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
+			atomic_compare_exchange_strong(&pg->word, &w, nw);
 		}
 	}
 }
@@ -451,15 +665,16 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 void hc__pins_drop_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
 	for (uint32_t i = 0; i < p->g.npages; i++) {
-		_Atomic uint16_t *c = &hc__pin_row(p, i)[slot];
-		uint16_t v = atomic_load_explicit(c, memory_order_relaxed);
+		_Atomic uint32_t *c = &hc__pin_row(p, i)[slot];
+		uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
 
 		if (v) {
 			atomic_store(c, 0);
 			if (rep)
-				rep->pins_dropped += v;
+				rep->pins_dropped += (v & 0xffff) + (v >> 16);
 		}
 	}
+	atomic_store_explicit(&p->ranks[slot].held, 0, memory_order_relaxed);
 }
 
 /*
@@ -483,6 +698,10 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 			nw = hc__w_make(HC_PAGE_QUARANTINE, 0, hc__w_gen(w), now);
 			count = rep ? &rep->bad_words : NULL;
 		} else if (st == HC_PAGE_QUARANTINE && now - hc__w_aux(w) >= p->quarantine_ms) {
+			/* Whoever quarantined a keyed page may have died before
+			 * unkeying it; nobody else touches a quarantined page. */
+			if (atomic_load_explicit(&p->pages[i].flags, memory_order_relaxed) & HC_PF_KEYED)
+				hc__unkey(p, i);
 			nw = hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
 			count = rep ? &rep->released : NULL;
 		} else if (st == HC_PAGE_RESERVED && hc__w_aux(w) != 0 &&

@@ -23,8 +23,16 @@ struct hc_pool {
 	struct hc_seg_hdr *hdr;
 	struct hc_seg_rank *ranks;
 	struct hc_seg_page *pages;
-	_Atomic uint16_t *pins; /* [npages][max_ranks] */
+	_Atomic uint32_t *pins; /* [npages][max_ranks]: pins | locks << 16 */
+	struct hc_seg_ctl *ctl;
+	_Atomic uint64_t *stats;   /* [max_ranks + 1][HC_STATS_ROW_WORDS] */
+	_Atomic uint64_t *tmask;   /* [npages][tmask_words] */
+	_Atomic uint64_t *index;   /* [index_buckets][HC_BUCKET_ENTRIES] */
+	struct hc_seg_ticket *tickets;
+	_Atomic uint64_t *tpages;  /* [max_tickets][ticket_keys] */
 	uint8_t *env;
+	uint32_t tmask_words, imask;
+	uint64_t hash_secret;
 
 	/* private copies of the geometry: never re-read from the segment */
 	struct hc__geom g;
@@ -66,14 +74,86 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep);
 void hc__pins_drop_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 
+/* pages.c: holds and retirement */
+#define HC_PIN_ONE  UINT32_C(1)
+#define HC_LOCK_ONE (UINT32_C(1) << 16)
+int hc__need_slot(const struct hc_pool *p, const char *op);
+int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op);
+void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
+int hc__held_anywhere(const struct hc_pool *p, uint32_t id);
+int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op);
+void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n);
+#define HC_RETIRE_FREE 0 /* to FREE */
+#define HC_RETIRE_TAKE 1 /* to RESERVED for this rank, a new generation */
+int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page_t *taken);
+void hc__unkey(struct hc_pool *p, uint32_t id);
+int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op);
+void hc__quota_give(struct hc_pool *p, uint32_t n);
+
+/* index.c: the key index.  Readers lock nothing; writers hold the stripe. */
+struct hc__khash {
+	uint64_t k[4];       /* the key as four words, as the page table stores it */
+	uint32_t b1, b2;     /* the two buckets it may live in */
+	uint32_t tag;
+	unsigned stripe;
+};
+void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__khash *kh);
+int64_t hc__index_find(const struct hc_pool *p, const struct hc__khash *kh);
+void hc__index_lock(struct hc_pool *p, unsigned stripe);
+void hc__index_unlock(struct hc_pool *p, unsigned stripe);
+int hc__index_insert(struct hc_pool *p, const struct hc__khash *kh, uint32_t id);
+int hc__index_remove(struct hc_pool *p, const struct hc__khash *kh, uint32_t id);
+void hc__page_khash(const struct hc_pool *p, uint32_t id, struct hc__khash *kh);
+int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash *kh);
+void hc__index_repair_page(struct hc_pool *p, uint32_t id);
+
+/* lookup.c, reserve.c: the cores that tickets share */
+int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op);
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk);
+void hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk);
+int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
+		      const uint8_t *skip, const char *op);
+int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
+void hc__reserve_undo(struct hc_pool *p, hc_page_t *pages, const uint8_t *skip, unsigned n);
+
+/* evict.c */
+unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out);
+void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n);
+
+/* engine.c, ticket.c: recovery of a dead slot's engine membership and tickets */
+void hc__engine_clear_slot(struct hc_pool *p, unsigned slot);
+void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot);
+void hc__tickets_sweep(struct hc_pool *p);
+int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op);
+
 /* check.c */
-#define HC_CHECK_QUIESCENT 0x1u /* no rank is mid-operation: transient states are errors too */
 typedef void (*hc__check_fn)(void *arg, const char *violation);
 int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void *arg);
 
-static inline _Atomic uint16_t *hc__pin_row(const struct hc_pool *p, uint32_t id)
+static inline _Atomic uint32_t *hc__pin_row(const struct hc_pool *p, uint32_t id)
 {
 	return p->pins + (size_t)id * p->g.max_ranks;
+}
+
+static inline _Atomic uint64_t *hc__tmask_row(const struct hc_pool *p, uint32_t id)
+{
+	return p->tmask + (size_t)id * p->tmask_words;
+}
+
+/* Counters: this rank's row, or the last row without a slot. */
+static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
+{
+	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
+
+	atomic_fetch_add_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c], n, memory_order_relaxed);
+}
+
+/* The number of columns a freer must read (see pages.c). */
+static inline uint32_t hc__hwm(const struct hc_pool *p)
+{
+	uint32_t hwm = atomic_load(&p->hdr->slots_hwm);
+
+	return hwm > p->g.max_ranks ? p->g.max_ranks : hwm;
 }
 
 #endif /* HC_SHMPOOL_POOL_H */

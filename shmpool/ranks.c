@@ -62,8 +62,10 @@ void hc__mutex_init_robust(pthread_mutex_t *m)
  */
 static void recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
+	hc__tickets_recover_slot(p, slot);
 	hc__pages_release_slot(p, slot, rep);
 	hc__pins_drop_slot(p, slot, rep);
+	hc__engine_clear_slot(p, slot);
 }
 
 /*
@@ -79,8 +81,11 @@ static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_r
 	hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
 		atomic_load_explicit(&r->pid, memory_order_relaxed));
 	recover_slot(p, slot, rep);
-	if (rep && atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE)
-		rep->dead_ranks++;
+	if (atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE) {
+		if (rep)
+			rep->dead_ranks++;
+		hc__count(p, HC_CTR_recoveries, 1);
+	}
 	atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
 	return pthread_mutex_consistent(&r->lock);
 }
@@ -260,9 +265,21 @@ int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *out)
 	out->attached_unix_ns = atomic_load_explicit(&r->attached_unix_ns, memory_order_relaxed);
 	memcpy(out->comm, r->comm, sizeof(out->comm));
 	out->comm[sizeof(out->comm) - 1] = 0;
+	out->engine_id = -1;
+	if (out->live) {
+		uint32_t e = atomic_load_explicit(&r->engine, memory_order_relaxed);
+		uint32_t tp = atomic_load_explicit(&r->tp, memory_order_relaxed);
+		out->engine_id = e ? (int32_t)(e - 1) : -1;
+		out->tp_size = e ? tp >> 16 : 0;
+		out->tp_rank = e ? tp & 0xffff : 0;
+		out->quota = atomic_load_explicit(&r->quota, memory_order_relaxed);
+		out->held = atomic_load_explicit(&r->held, memory_order_relaxed);
+	}
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		uint64_t w = atomic_load_explicit(&p->pages[i].word, memory_order_relaxed);
-		out->pins += atomic_load_explicit(&hc__pin_row(p, i)[slot], memory_order_relaxed);
+		uint32_t h = atomic_load_explicit(&hc__pin_row(p, i)[slot], memory_order_relaxed);
+		out->pins += h & 0xffff;
+		out->locks += h >> 16;
 		if (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot)
 			out->reserved++;
 	}
@@ -285,5 +302,6 @@ int hc_pool_recover(hc_pool *p, struct hc_recovery_report *rep)
 		if (hc__rank_probe(p, s, rep) < 0)
 			bad++;
 	hc__page_sweep(p, rep);
+	hc__tickets_sweep(p);
 	return bad ? hc__err(ENOTRECOVERABLE, "%d rank slot(s) have unusable mutexes", bad) : 0;
 }

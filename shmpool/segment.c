@@ -22,6 +22,7 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "pool.h"
@@ -152,6 +153,9 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 	g->head_groups = s->head_groups;
 	g->ncomp = s->ncomp;
 	g->max_ranks = s->max_ranks ? s->max_ranks : 32;
+	g->max_tickets = s->max_tickets ? s->max_tickets : 64;
+	g->ticket_keys = s->ticket_keys ? s->ticket_keys : 1024;
+	g->evict = (uint32_t)s->evict;
 	for (unsigned i = 0; i < s->ncomp; i++) {
 		const struct hc_component_spec *cs = &s->comps[i];
 		struct hc_component_info *c = &g->comps[i];
@@ -165,6 +169,7 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 		c->head_bytes = cs->head_bytes;
 		c->bytes_per_layer = cs->kind == HC_COMP_STATE ? cs->bytes_per_layer : 0;
 		c->layers = cs->layers;
+		c->window_pages = cs->window_pages;
 	}
 	if ((ret = hc__geom_envelope(g)) < 0)
 		return ret;
@@ -184,6 +189,24 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 		g->npages = (uint32_t)n;
 	}
 	return hc__geom_regions(g);
+}
+
+static uint64_t hash_secret(void)
+{
+	uint64_t v = 0;
+
+	if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+		v = now_unix_ns() ^ ((uint64_t)getpid() << 32);
+	return v;
+}
+
+static void ctl_init(struct hc_seg_ctl *c)
+{
+	hc__mutex_init_robust(&c->engine_lock.m);
+	for (unsigned i = 0; i < HC_INDEX_STRIPES; i++)
+		hc__mutex_init_robust(&c->index_lock[i].m);
+	for (unsigned i = 0; i < HC_TICKET_STRIPES; i++)
+		hc__mutex_init_robust(&c->ticket_lock[i].m);
 }
 
 /* Fill the header and component records of a fresh segment. */
@@ -213,7 +236,12 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 	h->max_ranks = g->max_ranks;
 	h->npages = g->npages;
 	h->quarantine_ms = qms;
+	h->evict_policy = g->evict;
 	h->envelope_bytes = g->envelope_bytes;
+	h->max_tickets = g->max_tickets;
+	h->ticket_keys = g->ticket_keys;
+	h->index_buckets = g->index_buckets;
+	h->hash_secret = hash_secret();
 	for (int r = 0; r < HC_REG__COUNT; r++)
 		h->toc[r] = g->toc[r];
 	for (unsigned i = 0; i < g->ncomp; i++) {
@@ -226,6 +254,7 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 		rc[i].kv_heads = c->kv_heads;
 		rc[i].head_bytes = c->head_bytes;
 		rc[i].layers = c->layers;
+		rc[i].window_pages = c->window_pages;
 		rc[i].bytes_per_layer = c->bytes_per_layer;
 		rc[i].offset = c->offset;
 		rc[i].bytes = c->bytes;
@@ -234,6 +263,7 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 	}
 	for (unsigned i = 0; i < g->max_ranks; i++)
 		hc__mutex_init_robust(&rk[i].lock);
+	ctl_init((struct hc_seg_ctl *)(base + g->toc[HC_REG_CTL].off));
 	/* Page words and pins are zero from fallocate: FREE, generation 0, unpinned. */
 	hc__meta_digest(h, rc, g->ncomp, h->meta_digest);
 	/* Release: everything above is visible before READY (no reader can see
@@ -439,6 +469,9 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 	g->ncomp = h->ncomp;
 	g->max_ranks = h->max_ranks;
 	g->npages = h->npages;
+	g->max_tickets = h->max_tickets;
+	g->ticket_keys = h->ticket_keys;
+	g->evict = h->evict_policy;
 	if (h->head_groups == 0)
 		return hc__err(EBADMSG, "%s: head_groups is zero", path);
 	for (unsigned i = 0; i < h->ncomp; i++) {
@@ -454,6 +487,7 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 		c->head_bytes = rc[i].head_bytes;
 		c->bytes_per_layer = c->kind == HC_COMP_STATE ? rc[i].bytes_per_layer : 0;
 		c->layers = rc[i].layers;
+		c->window_pages = rc[i].window_pages;
 	}
 	if ((ret = hc__geom_envelope(g)) < 0 || (ret = hc__geom_regions(g)) < 0) {
 		char why[512];
@@ -475,6 +509,9 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 	for (int r = 0; r < HC_REG__COUNT; r++)
 		if (want.toc[r].off != h->toc[r].off || want.toc[r].bytes != h->toc[r].bytes)
 			return hc__err(EBADMSG, "%s: region %d of the table of offsets is out of place", path, r);
+	if (g->index_buckets != h->index_buckets)
+		return hc__err(EBADMSG, "%s: index of %u buckets does not follow from %u pages", path, h->index_buckets,
+			       h->npages);
 	/* hugetlbfs may round the size up to its page size; never down. */
 	if (h->segment_bytes < want.segment_bytes || h->segment_bytes % HC_SEG_ENV_ALIGN)
 		return hc__err(EBADMSG, "%s: segment size %" PRIu64 " is too small for its geometry (%" PRIu64 ")", path,
@@ -550,6 +587,10 @@ static void fill_info(struct hc_pool *p, const char *name, const char *path, con
 	i->created_unix_ns = h->created_unix_ns;
 	i->self_slot = -1;
 	i->huge_pages = huge;
+	i->evict = (enum hc_evict_policy)p->g.evict;
+	i->max_tickets = p->g.max_tickets;
+	i->ticket_keys = p->g.ticket_keys;
+	i->index_slots = p->g.index_buckets * HC_BUCKET_ENTRIES;
 }
 
 int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **out)
@@ -609,7 +650,16 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 	p->hdr = (struct hc_seg_hdr *)p->base;
 	p->ranks = (struct hc_seg_rank *)(p->base + p->g.toc[HC_REG_RANKS].off);
 	p->pages = (struct hc_seg_page *)(p->base + p->g.toc[HC_REG_PAGES].off);
-	p->pins = (_Atomic uint16_t *)(p->base + p->g.toc[HC_REG_PINS].off);
+	p->pins = (_Atomic uint32_t *)(p->base + p->g.toc[HC_REG_PINS].off);
+	p->ctl = (struct hc_seg_ctl *)(p->base + p->g.toc[HC_REG_CTL].off);
+	p->stats = (_Atomic uint64_t *)(p->base + p->g.toc[HC_REG_STATS].off);
+	p->tmask = (_Atomic uint64_t *)(p->base + p->g.toc[HC_REG_TMASK].off);
+	p->index = (_Atomic uint64_t *)(p->base + p->g.toc[HC_REG_INDEX].off);
+	p->tickets = (struct hc_seg_ticket *)(p->base + p->g.toc[HC_REG_TICKETS].off);
+	p->tpages = (_Atomic uint64_t *)(p->base + p->g.toc[HC_REG_TPAGES].off);
+	p->tmask_words = p->g.max_tickets / 64;
+	p->hash_secret = h.hash_secret;
+	p->imask = p->g.index_buckets - 1;
 	p->env = p->base + p->g.toc[HC_REG_ENV].off;
 	huge = fstatfs(p->fd, &sfs) == 0 && (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
 	fill_info(p, name, path, &h, huge);

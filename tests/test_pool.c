@@ -41,7 +41,7 @@ START_TEST(create_attach_destroy)
 	ck_assert_uint_eq(info.quarantine_ms, 2000);
 	ck_assert_int_eq(info.self_slot, 0);
 	ck_assert_uint_eq(info.creator_pid, (uint32_t)getpid());
-	ck_assert_uint_eq(info.layout_major, 1);
+	ck_assert_uint_eq(info.layout_major, 2);
 	/* no temporary file is left behind */
 	char tmp[512];
 	snprintf(tmp, sizeof(tmp), "/dev/shm/.hicache.%s.creating.%d", name, (int)getpid());

@@ -92,6 +92,14 @@ struct hc_component_spec {
 	uint32_t head_bytes;       /* HC_COMP_KV: bytes of one head of one token */
 	uint64_t bytes_per_layer;  /* HC_COMP_STATE: bytes per layer, all groups */
 	uint32_t layers;
+	uint32_t window_pages;     /* hit policy: 0, every page of a hit must hold this component
+	                            * (full attention); w, only the trailing w pages (sliding
+	                            * window; 1 for a state snapshot) */
+};
+
+enum hc_evict_policy {
+	HC_EVICT_CLOCK = 0, /* default: CLOCK over a reference bit; approximates LRU, no shared counter */
+	HC_EVICT_LRU = 1,   /* exact: least recently used first, ties deepest first (tests, replay) */
 };
 
 enum hc_numa_mode {
@@ -120,6 +128,9 @@ struct hc_pool_spec {
 	enum hc_numa_mode numa;
 	const char *numa_nodes;  /* libnuma node string, e.g. "0" or "0-1" */
 	unsigned flags;          /* HC_CREATE_* */
+	enum hc_evict_policy evict; /* which unpinned READY page goes first when pages run out */
+	uint32_t max_tickets;    /* open tickets at once; a multiple of 64; 0: 64 */
+	uint32_t ticket_keys;    /* most keys one ticket names; 0: 1024 */
 };
 
 #define HC_CREATE_NO_POPULATE 0x1u /* skip MADV_POPULATE_WRITE (tests only) */
@@ -183,6 +194,9 @@ struct hc_pool_info {
 	uint64_t created_unix_ns;
 	int32_t self_slot;       /* this process's rank slot, or -1 */
 	int huge_pages;          /* backing reports huge pages */
+	enum hc_evict_policy evict;
+	uint32_t max_tickets, ticket_keys;
+	uint32_t index_slots;    /* key index capacity */
 };
 
 struct hc_component_info {
@@ -196,6 +210,7 @@ struct hc_component_info {
 	uint64_t bytes;            /* whole component */
 	uint64_t group_stride;     /* bytes of one group's shard */
 	uint64_t layer_stride;     /* bytes of one (group, layer) run */
+	uint32_t window_pages;     /* hit policy: 0 every page, else the trailing w pages */
 };
 
 struct hc_rank_info {
@@ -207,6 +222,11 @@ struct hc_rank_info {
 	char comm[16];
 	uint64_t pins;           /* pin count held, summed over pages */
 	uint32_t reserved;       /* pages in RESERVED owned by this slot */
+	uint64_t locks;          /* host-lock count held, summed over pages */
+	int32_t engine_id;       /* engine joined (hc_engine_join), or -1 */
+	uint32_t tp_size, tp_rank;
+	uint32_t quota;          /* pages this rank may hold pinned, locked or reserved */
+	uint32_t held;           /* pages it holds now, as the quota counts them */
 };
 
 /* Errors and logging. */
@@ -249,6 +269,177 @@ HC_API int hc_page_state(const hc_pool *pool, uint32_t page_id, hc_page_t *handl
 		  uint32_t *owner_slot, uint32_t *fill_or_since);
 HC_API int hc_page_presence(const hc_pool *pool, hc_page_t page, uint32_t *presence);
 HC_API uint32_t hc_page_needed(const hc_pool *pool, uint32_t presence);
+
+/*
+ * Keys (DESIGN.md section 2).  A key names one full page of a sequence by
+ * its tokens and its position: SHA-256(previous key || this page's token
+ * ids as uint32 little-endian).  The first page's "previous key" is the
+ * namespace seed, or nothing.  Byte-identical to SGLang's, so the two share
+ * pages.
+ */
+#define HC_KEY_BYTES 32
+typedef uint8_t hc_key_t[HC_KEY_BYTES];
+
+/* The seed of a namespace: 1 and *seed written, or 0 when both parts are
+ * NULL (the chain then starts from nothing; pass seed = NULL). */
+HC_API int hc_namespace_seed(const char *extra_key, const char *cache_salt, uint8_t seed[HC_KEY_BYTES]);
+/* Keys of the n / page_tokens full pages of tokens[0..n): the count.  prev
+ * is the key of the page before tokens[0] (continuing a chain); seed starts
+ * one; give at most one of them.  A partial last page gets no key. */
+HC_API int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t *tokens, size_t n,
+			uint32_t page_tokens, hc_key_t *out);
+
+/*
+ * Prefix lookup.  The longest prefix of keys[0..nkeys) that is READY, under
+ * each needed component's hit policy (hc_component_spec.window_pages).
+ * Returns the hit length h; pages[0..h) get the handles, HC_PAGE_NONE where
+ * a window policy does not need the page.  With HC_LOOKUP_PIN every handle
+ * returned is pinned for this rank in the same step (unpin each); nothing
+ * can be evicted between the answer and the pin.
+ */
+#define HC_PAGE_NONE      UINT64_MAX
+#define HC_LOOKUP_MAX     65536  /* most keys one lookup or reservation takes */
+#define HC_LOOKUP_PIN     0x1u   /* pin the hit pages */
+#define HC_LOOKUP_NOTOUCH 0x2u   /* do not count as a use for eviction (inspection) */
+
+struct hc_lookup_req {
+	const hc_key_t *keys;
+	unsigned nkeys;            /* 1..HC_LOOKUP_MAX */
+	uint32_t comps;            /* components the caller needs (bit per component); 0: all */
+	unsigned flags;            /* HC_LOOKUP_* */
+	const uint8_t *fingerprint;/* 32 bytes, or NULL for the pool's own; another finds nothing */
+};
+HC_API int hc_lookup(hc_pool *pool, const struct hc_lookup_req *req, hc_page_t *pages);
+
+/*
+ * Reserve by key: the write path.  For each key, a page to fill, or a skip:
+ * HC_SKIP_READY (the key is READY already) or HC_SKIP_BUSY (another writer
+ * holds a reservation for it).  All or nothing: -ENOSPC reserves nothing.
+ * Returns the number of pages reserved.  Fill them (hc_page_addr), then
+ * hc_page_commit; the pages become findable when READY.
+ */
+#define HC_SKIP_READY 1
+#define HC_SKIP_BUSY  2
+struct hc_reserve_req {
+	const hc_key_t *keys;
+	unsigned nkeys;            /* 1..HC_LOOKUP_MAX */
+	uint32_t first_depth;      /* position of keys[0] in its chain (0: the root page) */
+	uint32_t presence;         /* components the pages will hold; 0: all */
+	const uint8_t *fingerprint;/* NULL, or the pool's */
+};
+HC_API int hc_reserve(hc_pool *pool, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
+
+/* Host locks: hold a READY page across scheduling steps, with no device
+ * copy in flight.  A locked page is never evicted or freed. */
+HC_API int hc_page_lock(hc_pool *pool, hc_page_t page);
+HC_API int hc_page_unlock(hc_pool *pool, hc_page_t page);
+
+/*
+ * Engines and tickets.  Each rank of an engine joins it once after attach;
+ * tickets then give every rank of the engine the same answer with no
+ * message between them.  A ticket is named by (engine, request id, step).
+ */
+#define HC_ENGINE_ID_MAX   65535
+#define HC_TP_MAX          32
+#define HC_REQUEST_ID_MAX  47     /* bytes of a request id, without the NUL */
+#define HC_QUOTA_UNLIMITED UINT32_MAX
+
+struct hc_engine_spec {
+	uint32_t engine_id;        /* 0..HC_ENGINE_ID_MAX, the same in every rank of the engine */
+	uint32_t tp_size;          /* 1..HC_TP_MAX */
+	uint32_t tp_rank;          /* 0..tp_size-1 */
+	uint32_t quota_pages;      /* pages each rank may hold pinned, locked or reserved;
+	                            * HC_QUOTA_UNLIMITED for no limit; 0 is an error */
+	uint32_t ticket_timeout_ms;/* unclaimed shares expire after this; 0: 10000 */
+};
+HC_API int hc_engine_join(hc_pool *pool, const struct hc_engine_spec *spec);
+HC_API int hc_engine_leave(hc_pool *pool);
+
+struct hc_ticket_name {
+	const char *request_id;    /* 1..HC_REQUEST_ID_MAX bytes, no NUL inside */
+	uint32_t step;             /* chunk or attempt number: each lookup of a request is its own ticket */
+};
+
+/* What a rank holds of one ticket; private to the rank, released once. */
+typedef struct hc_ticket {
+	uint32_t index, gen;       /* the ticket record and its life */
+	uint32_t kind;             /* 1 lookup, 2 reserve */
+	uint32_t n;                /* pages recorded (hit length, or keys reserved for) */
+	uint32_t held;             /* pages this rank holds under the ticket */
+	int first;                 /* 1 if this rank did the work */
+	int released;
+	hc_page_t *pages;          /* the caller's array, as filled */
+} hc_ticket;
+
+HC_API int hc_ticket_lookup(hc_pool *pool, const struct hc_ticket_name *name, const struct hc_lookup_req *req,
+			    hc_page_t *pages, hc_ticket *t);
+HC_API int hc_ticket_reserve(hc_pool *pool, const struct hc_ticket_name *name, const struct hc_reserve_req *req,
+			     hc_page_t *pages, uint8_t *skip, hc_ticket *t);
+HC_API int hc_ticket_release(hc_pool *pool, hc_ticket *t);
+
+/* Eviction and clearing (cache mode).  Only keyed pages are evicted. */
+HC_API int hc_evict(hc_pool *pool, unsigned n);                 /* by policy; the count evicted */
+HC_API int hc_evict_key(hc_pool *pool, const uint8_t key[HC_KEY_BYTES]); /* 1, or 0 if absent */
+HC_API int hc_pool_clear(hc_pool *pool);                        /* pages freed; -EBUSY if anything is held */
+
+/* One page, as inspection tools see it. */
+struct hc_page_info {
+	uint32_t id, gen;
+	enum hc_page_state state;
+	uint32_t owner, aux, presence;
+	int keyed;                 /* in the key index */
+	uint8_t key[HC_KEY_BYTES];
+	uint32_t depth;
+	uint64_t stamp;            /* last use (LRU) or reference bit (CLOCK) */
+	uint32_t pins, locks, tickets; /* holds, summed over ranks and tickets */
+};
+HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_info *out);
+
+/*
+ * Counters, declared once (memcached's way): X(name, help).  Each rank
+ * counts in its own row; hc_pool_stats sums the rows and adds gauges.
+ */
+#define HC_COUNTERS(X) \
+	X(lookups,         "prefix lookups") \
+	X(lookup_keys,     "keys asked by prefix lookups") \
+	X(hits,            "keys found by prefix lookups (hit lengths summed)") \
+	X(pins,            "pins taken") \
+	X(locks,           "host locks taken") \
+	X(allocs,          "pages allocated") \
+	X(alloc_fails,     "allocations that failed for want of pages") \
+	X(reserves,        "pages reserved by key") \
+	X(reserve_skips,   "keys skipped by reservations (already READY or reserved)") \
+	X(evictions,       "pages evicted") \
+	X(frees,           "pages freed") \
+	X(tickets_opened,  "tickets opened (first rank)") \
+	X(tickets_joined,  "ticket shares claimed by later ranks") \
+	X(tickets_expired, "tickets whose unclaimed shares expired") \
+	X(recoveries,      "dead rank slots recovered") \
+	X(quarantines,     "pages put in quarantine") \
+	X(index_rebuilds,  "index stripes rebuilt after a writer died")
+
+enum hc_counter {
+#define HC_X_ENUM(name, help) HC_CTR_##name,
+	HC_COUNTERS(HC_X_ENUM)
+#undef HC_X_ENUM
+	HC_CTR__COUNT
+};
+
+struct hc_stats {
+	uint64_t pages[5];         /* by enum hc_page_state */
+	uint64_t keyed;            /* pages in the key index */
+	uint64_t pinned_pages, pin_count, locked_pages, lock_count, ticket_pages;
+	uint32_t live_ranks, engines, open_tickets;
+	uint64_t counter[HC_CTR__COUNT];
+};
+HC_API int hc_pool_stats(hc_pool *pool, struct hc_stats *out);
+HC_API const char *hc_counter_name(unsigned i);
+HC_API const char *hc_counter_help(unsigned i);
+
+/* Every invariant across structures; report() gets one line per violation.
+ * Returns the count of violations, or a negative errno. */
+#define HC_CHECK_QUIESCENT 0x1u /* nothing is mid-operation: transient states count too */
+HC_API int hc_pool_check(hc_pool *pool, unsigned flags, void (*report)(void *arg, const char *line), void *arg);
 
 #ifdef __cplusplus
 }

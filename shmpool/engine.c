@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * engine.c - engines: the ranks that serve one model instance.
+ *
+ * The truth about membership is in the rank slots (engine, tp, quota,
+ * timeout), written by each slot's holder; there is no engine table to go
+ * stale.  Joins take ctl->engine_lock so two ranks cannot both claim one TP
+ * rank or disagree on the TP size; on EOWNERDEAD there is nothing to
+ * rebuild, since a dead joiner's slot is recovered like any other.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "pool.h"
+
+static int engine_lock(struct hc_pool *p)
+{
+	int r = pthread_mutex_lock(&p->ctl->engine_lock.m);
+
+	if (r == EOWNERDEAD) {
+		pthread_mutex_consistent(&p->ctl->engine_lock.m);
+		r = 0;
+	}
+	if (r)
+		return hc__err(r, "engine: the pool's engine lock is unusable (%s); run hicache-pool check", strerror(r));
+	return 0;
+}
+
+int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
+{
+	struct hc_seg_rank *me;
+	uint32_t timeout;
+	int ret;
+
+	if (!p || !s)
+		return hc__err(EINVAL, "engine join: %s is NULL", p ? "spec" : "pool");
+	if ((ret = hc__need_slot(p, "engine join")) < 0)
+		return ret;
+	if (s->engine_id > HC_ENGINE_ID_MAX)
+		return hc__err(EINVAL, "engine join: engine id %u is out of range 0..%d", s->engine_id, HC_ENGINE_ID_MAX);
+	if (s->tp_size == 0 || s->tp_size > HC_TP_MAX)
+		return hc__err(EINVAL, "engine join: tp_size %u is out of range 1..%d", s->tp_size, HC_TP_MAX);
+	if (s->tp_rank >= s->tp_size)
+		return hc__err(EINVAL, "engine join: tp_rank %u is out of range 0..%u for tp_size %u", s->tp_rank,
+			       s->tp_size - 1, s->tp_size);
+	if (s->quota_pages == 0)
+		return hc__err(EINVAL, "engine join: a quota of 0 pages would let the engine hold nothing; give a page count, or HC_QUOTA_UNLIMITED");
+	timeout = s->ticket_timeout_ms ? s->ticket_timeout_ms : 10000;
+	me = &p->ranks[p->slot];
+	if (atomic_load_explicit(&me->engine, memory_order_relaxed))
+		return hc__err(EALREADY, "engine join: this rank already joined engine %u; hc_engine_leave first",
+			       atomic_load_explicit(&me->engine, memory_order_relaxed) - 1);
+	if ((ret = engine_lock(p)) < 0)
+		return ret;
+	for (unsigned slot = 0; slot < p->g.max_ranks; slot++) {
+		struct hc_seg_rank *r = &p->ranks[slot];
+		uint32_t tp;
+
+		if ((int)slot == p->slot || atomic_load_explicit(&r->engine, memory_order_acquire) != s->engine_id + 1)
+			continue;
+		if (hc__rank_probe(p, slot, NULL) != 1) /* a dead member is recovered (and cleared) on the way */
+			continue;
+		tp = atomic_load_explicit(&r->tp, memory_order_relaxed);
+		if (tp >> 16 != s->tp_size)
+			ret = hc__err(EINVAL, "engine join: engine %u has tp_size %u (rank slot %u, pid %u), not %u",
+				      s->engine_id, tp >> 16, slot, atomic_load_explicit(&r->pid, memory_order_relaxed),
+				      s->tp_size);
+		else if ((tp & 0xffff) == s->tp_rank)
+			ret = hc__err(EEXIST, "engine join: engine %u tp rank %u is held by rank slot %u (pid %u)",
+				      s->engine_id, s->tp_rank, slot, atomic_load_explicit(&r->pid, memory_order_relaxed));
+		else if (atomic_load_explicit(&r->quota, memory_order_relaxed) != s->quota_pages ||
+			 atomic_load_explicit(&r->timeout_ms, memory_order_relaxed) != timeout)
+			ret = hc__err(EINVAL, "engine join: engine %u has quota %u and ticket timeout %u ms (rank slot %u), not %u and %u",
+				      s->engine_id, atomic_load_explicit(&r->quota, memory_order_relaxed),
+				      atomic_load_explicit(&r->timeout_ms, memory_order_relaxed), slot, s->quota_pages,
+				      timeout);
+		if (ret < 0)
+			goto out;
+	}
+	atomic_store_explicit(&me->tp, s->tp_size << 16 | s->tp_rank, memory_order_relaxed);
+	atomic_store_explicit(&me->quota, s->quota_pages, memory_order_relaxed);
+	atomic_store_explicit(&me->timeout_ms, timeout, memory_order_relaxed);
+	/* Release: the fields above before anyone sees us as a member. */
+	atomic_store_explicit(&me->engine, s->engine_id + 1, memory_order_release);
+out:
+	pthread_mutex_unlock(&p->ctl->engine_lock.m);
+	return ret;
+}
+
+int hc_engine_leave(hc_pool *p)
+{
+	int ret;
+
+	if (!p)
+		return hc__err(EINVAL, "engine leave: pool is NULL");
+	if ((ret = hc__need_slot(p, "engine leave")) < 0)
+		return ret;
+	if (!atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed))
+		return hc__err(ENOENT, "engine leave: this rank has not joined an engine");
+	hc__engine_clear_slot(p, (unsigned)p->slot);
+	return 0;
+}
+
+/* Recovery or leave: the slot is in no engine.  Its holds go with it. */
+void hc__engine_clear_slot(struct hc_pool *p, unsigned slot)
+{
+	struct hc_seg_rank *r = &p->ranks[slot];
+
+	atomic_store_explicit(&r->engine, 0, memory_order_release);
+	atomic_store_explicit(&r->quota, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->tp, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->timeout_ms, 0, memory_order_relaxed);
+}

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * lookup.c - prefix lookup: how many leading keys of a sequence are READY,
+ * under each needed component's hit policy, optionally pinning exactly the
+ * pages of the answer in the same pass.
+ *
+ * A candidate from the index is verified in the page table:
+ *   pinning:  (A) hold, (B) word READY (seq_cst, so acquire), then the key
+ *             again: the hold keeps the page, so what we compare is what
+ *             the holder will read.
+ *   counting: word (acquire), key, word again: the same READY word twice
+ *             means the key we compared belonged to that life of the page.
+ * A mismatch anywhere is a miss, never an error: the index is a hint.
+ *
+ * Hit policies.  A component with window 0 (full attention) needs every
+ * page of the hit; one with window w (sliding window; 1 for a state
+ * snapshot) needs only the last w.  The hit length h is the largest h for
+ * which every needed component is satisfied, so for full attention alone
+ * the scan stops at the first miss.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+struct probe {
+	uint32_t ok;       /* 1: READY and verified */
+	uint32_t presence;
+	hc_page_t page;
+};
+
+/* Verify page id as the holder of key kh; returns the handle or NONE. */
+static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *kh, int hold, int tk,
+			uint32_t *presence)
+{
+	struct hc_seg_page *pg = &p->pages[id];
+	uint64_t w, w2;
+
+	if (hold) {
+		uint64_t bit = 0;
+		_Atomic uint64_t *tw = NULL;
+
+		w = atomic_load_explicit(&pg->word, memory_order_relaxed);
+		if (hc__w_state(w) != HC_PAGE_READY)
+			return HC_PAGE_NONE; /* cheap early miss; (B) decides */
+		if (tk >= 0) { /* the ticket's hold first: both are in place at (B) */
+			tw = &hc__tmask_row(p, id)[tk / 64];
+			bit = UINT64_C(1) << (tk % 64);
+			atomic_fetch_or(tw, bit); /* (A), seq_cst */
+		}
+		if (hc__hold(p, HC_PAGE_MAKE(id, hc__w_gen(w)), HC_PIN_ONE, 0, "lookup") < 0) {
+			if (tw)
+				atomic_fetch_and(tw, ~bit);
+			return HC_PAGE_NONE;
+		}
+		if (!hc__page_key_is(p, id, kh)) {
+			hc__hold_drop(p, id, HC_PIN_ONE);
+			if (tw)
+				atomic_fetch_and(tw, ~bit);
+			return HC_PAGE_NONE;
+		}
+		*presence = atomic_load_explicit(&pg->presence, memory_order_relaxed);
+		return HC_PAGE_MAKE(id, hc__w_gen(w));
+	}
+	w = atomic_load_explicit(&pg->word, memory_order_acquire);
+	if (hc__w_state(w) != HC_PAGE_READY || !hc__page_key_is(p, id, kh))
+		return HC_PAGE_NONE;
+	*presence = atomic_load_explicit(&pg->presence, memory_order_relaxed);
+	atomic_thread_fence(memory_order_acquire); /* the key and presence reads before the re-read */
+	w2 = atomic_load_explicit(&pg->word, memory_order_relaxed);
+	return w2 == w ? HC_PAGE_MAKE(id, hc__w_gen(w)) : HC_PAGE_NONE;
+}
+
+static void release(struct hc_pool *p, hc_page_t page, int tk)
+{
+	uint32_t id = HC_PAGE_ID(page);
+
+	hc__hold_drop(p, id, HC_PIN_ONE);
+	if (tk >= 0)
+		atomic_fetch_and(&hc__tmask_row(p, id)[tk / 64], ~(UINT64_C(1) << (tk % 64)));
+}
+
+int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op)
+{
+	if (!req || !pages)
+		return hc__err(EINVAL, "%s: %s is NULL", op, req ? "pages" : "req");
+	if (req->nkeys == 0 || req->nkeys > HC_LOOKUP_MAX)
+		return hc__err(req->nkeys ? E2BIG : EINVAL, "%s: %u keys: give 1..%d keys per call", op, req->nkeys,
+			       HC_LOOKUP_MAX);
+	if (!req->keys)
+		return hc__err(EINVAL, "%s: keys is NULL with %u keys", op, req->nkeys);
+	if (req->comps >> p->g.ncomp)
+		return hc__err(EINVAL, "%s: component mask 0x%x names a component past the pool's %u", op, req->comps,
+			       p->g.ncomp);
+	if (req->flags & ~(HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH))
+		return hc__err(EINVAL, "%s: unknown flags 0x%x", op, req->flags & ~(HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH));
+	return 0;
+}
+
+/*
+ * The lookup itself.  hold: pin every page of the answer for this rank; tk:
+ * also set ticket tk's bit on them (-1: none).  Returns the hit length.
+ * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
+ */
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk)
+{
+	const uint32_t want = req->comps ? req->comps : (p->g.ncomp >= 32 ? ~0u : (1u << p->g.ncomp) - 1);
+	uint32_t full = 0, win = 0, run[HC_MAX_COMPONENTS] = { 0 }, wlen[HC_MAX_COMPONENTS] = { 0 };
+	uint32_t maxwin = 0, best = 0, n = req->nkeys;
+	struct hc__khash kh, next;
+
+	for (unsigned c = 0; c < p->g.ncomp; c++) {
+		if (!(want & (1u << c)))
+			continue;
+		if (p->g.comps[c].window_pages == 0) {
+			full |= 1u << c;
+		} else {
+			win |= 1u << c;
+			wlen[c] = p->g.comps[c].window_pages;
+			maxwin = wlen[c] > maxwin ? wlen[c] : maxwin;
+		}
+	}
+	if (!hc__fp_ok(p, req->fingerprint, "lookup")) {
+		for (uint32_t i = 0; i < n; i++)
+			pages[i] = HC_PAGE_NONE;
+		return 0;
+	}
+	hc__key_hash(p, req->keys[0], &next);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t presence = 0;
+		int64_t id;
+
+		kh = next;
+		if (i + 1 < n) { /* the next key's buckets load while we verify this one */
+			hc__key_hash(p, req->keys[i + 1], &next);
+			__builtin_prefetch(&p->index[(size_t)next.b1 * HC_BUCKET_ENTRIES]);
+			__builtin_prefetch(&p->index[(size_t)next.b2 * HC_BUCKET_ENTRIES]);
+		}
+		id = hc__index_find(p, &kh);
+		pages[i] = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, &kh, hold, tk, &presence);
+		if (pages[i] == HC_PAGE_NONE && !full) {
+			for (uint32_t m = win; m; m &= m - 1) /* a gap: every window starts again */
+				run[__builtin_ctz(m)] = 0;
+			continue;
+		}
+		if (pages[i] == HC_PAGE_NONE || (presence & full) != full) {
+			if (pages[i] != HC_PAGE_NONE && hold)
+				release(p, pages[i], tk);
+			for (uint32_t j = i; j < n; j++)
+				pages[j] = HC_PAGE_NONE;
+			break; /* the full-attention prefix ends here */
+		}
+		/* Window components: the run of pages holding each, ending here. */
+		uint32_t good = 1;
+		for (uint32_t m = win; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+			run[c] = (presence & (1u << c)) ? run[c] + 1 : 0;
+			good &= run[c] >= (wlen[c] < i + 1 ? wlen[c] : i + 1);
+		}
+		if (good)
+			best = i + 1;
+	}
+	/* Keep exactly the pages the answer needs. */
+	for (uint32_t i = 0; i < n; i++) {
+		int needed = i < best && (full || i + maxwin >= best);
+
+		if (pages[i] == HC_PAGE_NONE || needed)
+			continue;
+		if (hold)
+			release(p, pages[i], tk);
+		pages[i] = HC_PAGE_NONE;
+	}
+	if (!(req->flags & HC_LOOKUP_NOTOUCH))
+		hc__touch(p, pages, best);
+	hc__count(p, HC_CTR_lookups, 1);
+	hc__count(p, HC_CTR_lookup_keys, n);
+	hc__count(p, HC_CTR_hits, best);
+	return (int)best;
+}
+
+/* Pages of the answer that hold something (window policies leave gaps). */
+static uint32_t count_held(const hc_page_t *pages, uint32_t n)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		k += pages[i] != HC_PAGE_NONE;
+	return k;
+}
+
+/* Undo the pins of an answer (and the ticket's bits). */
+void hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (pages[i] != HC_PAGE_NONE)
+			release(p, pages[i], tk);
+}
+
+int hc_lookup(hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages)
+{
+	int hold, ret, hit;
+	uint32_t k;
+
+	if (!p)
+		return hc__err(EINVAL, "lookup: pool is NULL");
+	if ((ret = hc__lookup_check(p, req, pages, "lookup")) < 0)
+		return ret;
+	hold = (req->flags & HC_LOOKUP_PIN) != 0;
+	if (hold && (ret = hc__need_slot(p, "lookup")) < 0)
+		return ret;
+	hit = hc__lookup(p, req, pages, hold, -1);
+	if (!hold)
+		return hit;
+	k = count_held(pages, (uint32_t)hit);
+	if ((ret = hc__quota_take(p, k, "lookup")) < 0) {
+		hc__lookup_release(p, pages, (uint32_t)hit, -1);
+		return ret;
+	}
+	hc__count(p, HC_CTR_pins, k);
+	return hit;
+}

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * reserve.c - reserve by key: the write path.
+ *
+ * For each key, under its index stripe: if a live page already has it
+ * (READY: nothing to store; RESERVED, or being freed: someone else is
+ * storing it), the key is skipped before anyone copies a byte; otherwise a
+ * fresh page of ours gets the key, its depth and the key flag, and goes in
+ * the index.  So two writers of one key end with one page.
+ *
+ * Pages come first (hc__alloc, evicting if it must), taken without any
+ * stripe held, so an allocation never waits behind a lock.  All or nothing:
+ * on any failure every page this call keyed is unkeyed and given back.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+/* What the index says about a key right now: 0 absent, or HC_SKIP_*. */
+static int key_status(struct hc_pool *p, const struct hc__khash *kh)
+{
+	int64_t id = hc__index_find(p, kh);
+	uint64_t w;
+
+	if (id < 0)
+		return 0;
+	w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
+	if (!hc__page_key_is(p, (uint32_t)id, kh))
+		return 0;
+	switch (hc__w_state(w)) {
+	case HC_PAGE_READY:
+		return HC_SKIP_READY;
+	case HC_PAGE_RESERVED:
+		return HC_SKIP_BUSY;
+	case HC_PAGE_FREEING:
+		return hc__w_aux(w) ? 0 : HC_SKIP_BUSY; /* aux 1: going, no way back */
+	default:
+		return 0;
+	}
+}
+
+int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
+		      const uint8_t *skip, const char *op)
+{
+	if (!req || !pages || !skip)
+		return hc__err(EINVAL, "%s: %s is NULL", op, !req ? "req" : !pages ? "pages" : "skip");
+	if (req->nkeys == 0 || req->nkeys > HC_LOOKUP_MAX)
+		return hc__err(req->nkeys ? E2BIG : EINVAL, "%s: %u keys: give 1..%d keys per call", op, req->nkeys,
+			       HC_LOOKUP_MAX);
+	if (!req->keys)
+		return hc__err(EINVAL, "%s: keys is NULL with %u keys", op, req->nkeys);
+	if (req->presence >> p->g.ncomp)
+		return hc__err(EINVAL, "%s: presence mask 0x%x names a component past the pool's %u", op, req->presence,
+			       p->g.ncomp);
+	if (!hc__fp_ok(p, req->fingerprint, op))
+		return hc__err(EINVAL, "%s: the fingerprint given is not pool '%s''s: pages of another model or layout cannot be stored here",
+			       op, p->info.name);
+	if (req->first_depth > UINT32_MAX - req->nkeys)
+		return hc__err(EINVAL, "%s: first_depth %u overflows with %u keys", op, req->first_depth, req->nkeys);
+	return 0;
+}
+
+/* Undo every page this call keyed (pages[i] set, skip[i] 0). */
+static void undo(struct hc_pool *p, hc_page_t *pages, const uint8_t *skip, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		if (skip[i] || pages[i] == HC_PAGE_NONE)
+			continue;
+		hc__unkey(p, HC_PAGE_ID(pages[i]));
+		hc__alloc_undo(p, &pages[i], 1);
+		pages[i] = HC_PAGE_NONE;
+	}
+}
+
+int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip)
+{
+	const unsigned n = req->nkeys;
+	const uint32_t presence = req->presence ? req->presence : (1u << p->g.ncomp) - 1;
+	struct hc__khash *kh = malloc((size_t)n * sizeof(*kh));
+	hc_page_t *pool = malloc((size_t)n * sizeof(*pool));
+	unsigned want = 0, have = 0, used = 0, done = 0;
+	int ret = 0;
+
+	if (!kh || !pool) {
+		ret = hc__err(ENOMEM, "reserve: no memory for %u keys", n);
+		goto out;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		hc__key_hash(p, req->keys[i], &kh[i]);
+		pages[i] = HC_PAGE_NONE;
+		skip[i] = 0;
+		want += key_status(p, &kh[i]) == 0;
+	}
+	if (want && (ret = hc__alloc(p, want, presence, pool, "reserve")) < 0)
+		goto out;
+	have = want;
+	for (done = 0; done < n; done++) {
+		struct hc_seg_page *pg;
+		uint32_t id;
+		int st;
+
+		if (used == have) { /* more keys went missing since the first look */
+			if ((ret = hc__alloc(p, 1, presence, &pool[have], "reserve")) < 0)
+				goto fail;
+			have++;
+		}
+		hc__index_lock(p, kh[done].stripe);
+		st = key_status(p, &kh[done]);
+		if (st) {
+			hc__index_unlock(p, kh[done].stripe);
+			skip[done] = (uint8_t)st;
+			continue;
+		}
+		id = HC_PAGE_ID(pool[used]);
+		pg = &p->pages[id];
+		for (int k = 0; k < 4; k++)
+			atomic_store_explicit(&pg->key[k], kh[done].k[k], memory_order_relaxed);
+		atomic_store_explicit(&pg->depth, req->first_depth + done, memory_order_relaxed);
+		atomic_store_explicit(&pg->flags, HC_PF_KEYED, memory_order_relaxed);
+		ret = hc__index_insert(p, &kh[done], id); /* release: key and flags first */
+		if (ret < 0) {
+			atomic_store_explicit(&pg->flags, 0, memory_order_relaxed);
+			hc__index_unlock(p, kh[done].stripe);
+			goto fail;
+		}
+		hc__index_unlock(p, kh[done].stripe);
+		pages[done] = pool[used++];
+	}
+	hc__alloc_undo(p, pool + used, have - used); /* keys that turned up meanwhile */
+	hc__touch(p, pages, n);
+	hc__count(p, HC_CTR_reserves, used);
+	hc__count(p, HC_CTR_reserve_skips, n - used);
+	ret = (int)used;
+	goto out;
+fail:
+	undo(p, pages, skip, done);
+	hc__alloc_undo(p, pool + used, have - used);
+out:
+	free(kh);
+	free(pool);
+	return ret;
+}
+
+int hc_reserve(hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip)
+{
+	int ret, m;
+
+	if (!p)
+		return hc__err(EINVAL, "reserve: pool is NULL");
+	if ((ret = hc__need_slot(p, "reserve")) < 0 || (ret = hc__reserve_check(p, req, pages, skip, "reserve")) < 0)
+		return ret;
+	if ((m = hc__reserve(p, req, pages, skip)) < 0)
+		return m;
+	if ((ret = hc__quota_take(p, (uint32_t)m, "reserve")) < 0) {
+		hc__reserve_undo(p, pages, skip, req->nkeys);
+		return ret;
+	}
+	return m;
+}
+
+void hc__reserve_undo(struct hc_pool *p, hc_page_t *pages, const uint8_t *skip, unsigned n)
+{
+	undo(p, pages, skip, n);
+}

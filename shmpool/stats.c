@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * stats.c - counters and page inspection.
+ *
+ * The counters are declared once, in HC_COUNTERS (hicache.h); the enum,
+ * the names below and every printer of hicache-pool stat come from it.
+ * Each rank adds to its own row (relaxed): no shared line bounces between
+ * ranks on the lookup path.  A pool's figure is the sum of every row; rows
+ * outlive attachments, so the sums never go backwards.  Gauges (pages by
+ * state, holds) are computed from the page table, the truth, on each call.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "pool.h"
+
+static const char *const counter_names[] = {
+#define HC_X_NAME(name, help) #name,
+	HC_COUNTERS(HC_X_NAME)
+#undef HC_X_NAME
+};
+
+static const char *const counter_help[] = {
+#define HC_X_HELP(name, help) help,
+	HC_COUNTERS(HC_X_HELP)
+#undef HC_X_HELP
+};
+
+static_assert(sizeof(counter_names) / sizeof(counter_names[0]) == HC_CTR__COUNT, "one name per counter");
+
+const char *hc_counter_name(unsigned i)
+{
+	return i < HC_CTR__COUNT ? counter_names[i] : NULL;
+}
+
+const char *hc_counter_help(unsigned i)
+{
+	return i < HC_CTR__COUNT ? counter_help[i] : NULL;
+}
+
+int hc_pool_stats(hc_pool *p, struct hc_stats *out)
+{
+	uint32_t engines[HC_MAX_RANKS];
+	uint32_t hwm;
+
+	if (!p || !out)
+		return hc__err(EINVAL, "stats: %s is NULL", p ? "out" : "pool");
+	memset(out, 0, sizeof(*out));
+	for (unsigned row = 0; row <= p->g.max_ranks; row++)
+		for (unsigned c = 0; c < HC_CTR__COUNT; c++)
+			out->counter[c] += atomic_load_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c],
+								memory_order_relaxed);
+	hwm = hc__hwm(p);
+	for (uint32_t id = 0; id < p->g.npages; id++) {
+		uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
+		const _Atomic uint32_t *row = hc__pin_row(p, id);
+		uint32_t pins = 0, locks = 0;
+		uint64_t tk = 0;
+
+		if (hc__w_state(w) < 5)
+			out->pages[hc__w_state(w)]++;
+		if (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED)
+			out->keyed++;
+		for (unsigned r = 0; r < hwm; r++) {
+			uint32_t v = atomic_load_explicit(&row[r], memory_order_relaxed);
+			pins += v & 0xffff;
+			locks += v >> 16;
+		}
+		for (unsigned k = 0; k < p->tmask_words; k++)
+			tk |= atomic_load_explicit(&hc__tmask_row(p, id)[k], memory_order_relaxed);
+		out->pin_count += pins;
+		out->pinned_pages += pins != 0;
+		out->lock_count += locks;
+		out->locked_pages += locks != 0;
+		out->ticket_pages += tk != 0;
+	}
+	/* Liveness by the slot's word, not by probing: stats never recover. */
+	for (unsigned s = 0; s < p->g.max_ranks; s++) {
+		uint32_t e;
+		unsigned k;
+
+		if (atomic_load_explicit(&p->ranks[s].state, memory_order_relaxed) != HC_RANK_LIVE)
+			continue;
+		out->live_ranks++;
+		e = atomic_load_explicit(&p->ranks[s].engine, memory_order_relaxed);
+		if (!e)
+			continue;
+		for (k = 0; k < out->engines && engines[k] != e; k++)
+			;
+		if (k == out->engines)
+			engines[out->engines++] = e;
+	}
+	for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		unsigned st = hc__tk_state(atomic_load_explicit(&p->tickets[t].word, memory_order_relaxed));
+		out->open_tickets += st == HC_TK_BUILDING || st == HC_TK_OPEN || st == HC_TK_DROPPING;
+	}
+	return 0;
+}
+
+int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *out)
+{
+	const struct hc_seg_page *pg;
+	uint64_t w;
+	uint32_t hwm;
+
+	if (!p || !out)
+		return hc__err(EINVAL, "page info: %s is NULL", p ? "out" : "pool");
+	if (id >= p->g.npages)
+		return hc__err(EINVAL, "page info: page id %u is out of range: the pool has %u pages", id, p->g.npages);
+	memset(out, 0, sizeof(*out));
+	pg = &p->pages[id];
+	w = atomic_load_explicit(&pg->word, memory_order_acquire);
+	out->id = id;
+	out->gen = hc__w_gen(w);
+	out->state = (enum hc_page_state)hc__w_state(w);
+	out->owner = hc__w_owner(w);
+	out->aux = hc__w_aux(w);
+	out->presence = atomic_load_explicit(&pg->presence, memory_order_relaxed);
+	out->keyed = (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED) != 0;
+	for (int k = 0; k < 4; k++) {
+		uint64_t v = atomic_load_explicit(&pg->key[k], memory_order_relaxed);
+		memcpy(out->key + 8 * k, &v, 8);
+	}
+	out->depth = atomic_load_explicit(&pg->depth, memory_order_relaxed);
+	out->stamp = atomic_load_explicit(&pg->stamp, memory_order_relaxed);
+	hwm = hc__hwm(p);
+	for (unsigned r = 0; r < hwm; r++) {
+		uint32_t v = atomic_load_explicit(&hc__pin_row(p, id)[r], memory_order_relaxed);
+		out->pins += v & 0xffff;
+		out->locks += v >> 16;
+	}
+	for (unsigned k = 0; k < p->tmask_words; k++)
+		out->tickets += (uint32_t)__builtin_popcountll(atomic_load_explicit(&hc__tmask_row(p, id)[k],
+										    memory_order_relaxed));
+	return 0;
+}

@@ -1,0 +1,626 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * ticket.c - tickets: every rank of an engine gets the same answer, with no
+ * collective and no message.
+ *
+ * A ticket is named by (engine, request id, step).  The first rank to
+ * arrive takes a ticket record (under the stripe lock of the name, so two
+ * first-comers cannot both take one), does the lookup or the reservation,
+ * writes the answer into the record's page list and publishes it (release
+ * CAS BUILDING -> OPEN).  Every later rank with the same name finds the
+ * record, checks the keys are the same, takes the same pages and claims its
+ * share (a bit in the record's word).  The pool may have changed since: it
+ * does not matter, because the answer is the record's, not the index's.
+ *
+ * HOLDS.  For a lookup, the builder pins its own share and sets the
+ * ticket's bit in each answer page's ticket mask (pin protocol, pages.c:
+ * the bit is an (A)).  The bit keeps the pages for the ranks still to
+ * come; each arriving rank pins its own share in its own column.  When the
+ * last share is claimed, or the deadline passes and the rest expire, one
+ * rank (the one whose CAS decided it, recorded as owner in DROPPING) clears
+ * the bits and closes the record.  A closed record stays as a tombstone, so
+ * a rank that comes again gets -EALREADY and a latecomer -ESTALE, until the
+ * record is needed for another name.
+ *
+ * DEATH.  A builder that dies leaves BUILDING owned by a dead slot: its
+ * recoverer clears the ticket's bit on every page (the list may be
+ * incomplete) and frees the record; waiting ranks start over and one of
+ * them builds.  A dropper that dies leaves DROPPING: its recoverer drops
+ * again (clearing a bit twice is harmless) and closes.  A rank that dies
+ * after claiming loses its pins with its slot, like any pin.
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "pool.h"
+
+#define HC_TK_RESTARTS 1000
+
+struct tk_name {
+	uint32_t engine; /* id + 1 */
+	uint32_t step;
+	char req[48];
+	uint64_t hash;
+};
+
+static uint64_t now_ms64(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= UINT64_C(0x7fb5d329728ea185);
+	x ^= x >> 27;
+	x *= UINT64_C(0x81dadef4bc2dd44d);
+	x ^= x >> 33;
+	return x;
+}
+
+static inline uint64_t all_shares(uint32_t tp)
+{
+	return tp >= 32 ? HC_TK_CLAIMED : (UINT64_C(1) << tp) - 1;
+}
+
+static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name, struct tk_name *nm, const char *op)
+{
+	const struct hc_seg_rank *me = &p->ranks[p->slot];
+	size_t len;
+
+	memset(nm, 0, sizeof(*nm));
+	nm->engine = atomic_load_explicit(&me->engine, memory_order_relaxed);
+	if (!nm->engine)
+		return hc__err(EINVAL, "%s: this rank has joined no engine: call hc_engine_join first", op);
+	if (!name || !name->request_id)
+		return hc__err(EINVAL, "%s: the ticket name%s is NULL", op, name ? "'s request id" : "");
+	len = strnlen(name->request_id, HC_REQUEST_ID_MAX + 1);
+	if (len == 0 || len > HC_REQUEST_ID_MAX)
+		return hc__err(EINVAL, "%s: request id is %s: give 1..%d bytes", op, len ? "too long" : "empty",
+			       HC_REQUEST_ID_MAX);
+	memcpy(nm->req, name->request_id, len);
+	nm->step = name->step;
+	nm->hash = mix64(((uint64_t)nm->engine << 32 | nm->step) ^ UINT64_C(0x9e3779b97f4a7c15));
+	for (size_t i = 0; i < sizeof(nm->req); i += 8) {
+		uint64_t v;
+		memcpy(&v, nm->req + i, 8);
+		nm->hash = mix64(nm->hash ^ v);
+	}
+	nm->hash |= 1; /* 0 means "no name" */
+	return 0;
+}
+
+/* Which keys (and how) a name was used with. */
+static void fold_keys(const hc_key_t *keys, unsigned n, uint32_t kind, uint32_t x, uint32_t y, uint64_t out[2])
+{
+	uint64_t a = mix64((uint64_t)n << 32 | kind), b = mix64((uint64_t)x << 32 | y);
+
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k[4];
+		memcpy(k, keys[i], 32);
+		a = mix64(a ^ k[0] ^ (k[2] << 1 | k[2] >> 63)) + i;
+		b = mix64(b ^ k[1] ^ (k[3] << 3 | k[3] >> 61)) ^ i;
+	}
+	out[0] = a;
+	out[1] = b;
+}
+
+/* Does record t carry this name?  *w gets its word, consistent with the name. */
+static int matches(const struct hc_pool *p, unsigned t, const struct tk_name *nm, uint64_t *w)
+{
+	const struct hc_seg_ticket *r = &p->tickets[t];
+	uint64_t w1 = atomic_load_explicit(&r->word, memory_order_acquire), w2;
+	int eq;
+
+	if (hc__tk_state(w1) == HC_TK_FREE || atomic_load_explicit(&r->name_hash, memory_order_acquire) != nm->hash)
+		return 0;
+	eq = atomic_load_explicit(&r->engine, memory_order_relaxed) == nm->engine &&
+	     atomic_load_explicit(&r->step, memory_order_relaxed) == nm->step &&
+	     memcmp(r->request_id, nm->req, sizeof(nm->req)) == 0;
+	atomic_thread_fence(memory_order_acquire); /* the name reads before the re-read */
+	w2 = atomic_load_explicit(&r->word, memory_order_relaxed);
+	*w = w2;
+	return eq && hc__tk_gen(w1) == hc__tk_gen(w2); /* the name changes only with the generation */
+}
+
+static int stripe_lock(struct hc_pool *p, unsigned s)
+{
+	pthread_mutex_t *m = &p->ctl->ticket_lock[s].m;
+	int r = pthread_mutex_lock(m);
+
+	/* Nothing to rebuild: records move by CAS, and a half-named record of a
+	 * dead taker is BUILDING under a dead owner, which recovery frees. */
+	if (r == EOWNERDEAD) {
+		pthread_mutex_consistent(m);
+		r = 0;
+	}
+	return r ? hc__err(r, "ticket: stripe lock %u of pool '%s' is unusable (%s); run hicache-pool check", s,
+			   p->info.name, strerror(r))
+		 : 0;
+}
+
+struct tk_new {
+	uint32_t kind, nkeys, tp, rank, comps, timeout_ms;
+	uint64_t fold[2];
+};
+
+/* Find the record of a name, or take one for it.  1: we took it (BUILDING,
+ * ours); 0: found; negative errno. */
+static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struct tk_new *nw, unsigned *idx,
+			uint64_t *wout)
+{
+	const unsigned s = (unsigned)(nm->hash % HC_TICKET_STRIPES);
+	int ret;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if ((ret = stripe_lock(p, s)) < 0)
+			return ret;
+		for (unsigned t = 0; t < p->g.max_tickets; t++) {
+			if (matches(p, t, nm, wout)) {
+				pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
+				*idx = t;
+				return 0;
+			}
+		}
+		/* A free record, else the oldest tombstone. */
+		for (int pass = 0; pass < 2; pass++) {
+			for (unsigned t = 0; t < p->g.max_tickets; t++) {
+				struct hc_seg_ticket *r = &p->tickets[t];
+				uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), taken;
+				unsigned st = hc__tk_state(w);
+
+				if (st != (pass == 0 ? HC_TK_FREE : HC_TK_CLOSED))
+					continue;
+				taken = ((uint64_t)HC_TK_BUILDING << HC_TK_STATE_SHIFT) |
+					((uint64_t)p->slot << HC_TK_OWNER_SHIFT) |
+					((uint64_t)((hc__tk_gen(w) + 1) & HC_TK_GEN_MASK) << HC_TK_GEN_SHIFT) |
+					(UINT64_C(1) << nw->rank);
+				if (!atomic_compare_exchange_strong(&r->word, &w, taken))
+					continue;
+				/* The generation moved: finders ignore the old name from here. */
+				atomic_store_explicit(&r->name_hash, 0, memory_order_release);
+				atomic_store_explicit(&r->engine, nm->engine, memory_order_relaxed);
+				atomic_store_explicit(&r->step, nm->step, memory_order_relaxed);
+				memcpy(r->request_id, nm->req, sizeof(r->request_id));
+				r->kind = nw->kind;
+				r->nkeys = nw->nkeys;
+				r->tp_size = nw->tp;
+				r->n = 0;
+				r->comps = nw->comps;
+				atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
+				r->deadline_ms = now_ms64() + nw->timeout_ms;
+				r->keys_fold[0] = nw->fold[0];
+				r->keys_fold[1] = nw->fold[1];
+				atomic_store_explicit(&r->name_hash, nm->hash, memory_order_release);
+				pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
+				*idx = t;
+				*wout = taken;
+				return 1;
+			}
+		}
+		pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
+		hc__tickets_sweep(p); /* overdue tickets may free records */
+	}
+	return hc__err(EBUSY, "ticket: all %u ticket records of pool '%s' are open: release tickets, or create the pool with more (max_tickets)",
+		       p->g.max_tickets, p->info.name);
+}
+
+static inline _Atomic uint64_t *tk_pages(const struct hc_pool *p, unsigned t)
+{
+	return p->tpages + (size_t)t * p->g.ticket_keys;
+}
+
+static void clear_bit_everywhere(struct hc_pool *p, unsigned t)
+{
+	const uint64_t bit = UINT64_C(1) << (t % 64);
+
+	for (uint32_t id = 0; id < p->g.npages; id++) {
+		_Atomic uint64_t *tw = &hc__tmask_row(p, id)[t / 64];
+		if (atomic_load_explicit(tw, memory_order_relaxed) & bit)
+			atomic_fetch_and(tw, ~bit);
+	}
+}
+
+/* An expired reservation can never be completed: quarantine its pages
+ * (other ranks' DMA may still land), then take them out of the index. */
+static void abandon(struct hc_pool *p, hc_page_t page)
+{
+	struct hc_seg_page *pg;
+	uint64_t w;
+
+	if (HC_PAGE_ID(page) >= p->g.npages)
+		return;
+	pg = &p->pages[HC_PAGE_ID(page)];
+	w = atomic_load(&pg->word);
+	while (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_gen(w) == HC_PAGE_GEN(page)) {
+		uint64_t q = hc__w_make(HC_PAGE_QUARANTINE, hc__w_owner(w), hc__w_gen(w), hc__now_ms() | 1);
+		if (atomic_compare_exchange_weak(&pg->word, &w, q)) {
+			hc__count(p, HC_CTR_quarantines, 1);
+			if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
+				hc__unkey(p, HC_PAGE_ID(page));
+			return;
+		}
+	}
+}
+
+/* We own DROPPING: let go of what the ticket holds, then close it. */
+static void drop(struct hc_pool *p, unsigned t, uint64_t w)
+{
+	struct hc_seg_ticket *r = &p->tickets[t];
+	_Atomic uint64_t *list = tk_pages(p, t);
+	uint32_t n = r->n <= p->g.ticket_keys ? r->n : p->g.ticket_keys;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t e = atomic_load_explicit(&list[i], memory_order_relaxed);
+		hc_page_t h = e & ((UINT64_C(1) << HC_TP_SKIP_SHIFT) - 1);
+
+		if (e == HC_PAGE_NONE || HC_PAGE_ID(h) >= p->g.npages)
+			continue;
+		if (r->kind == HC_TK_LOOKUP)
+			atomic_fetch_and(&hc__tmask_row(p, HC_PAGE_ID(h))[t / 64], ~(UINT64_C(1) << (t % 64)));
+		else if ((w & HC_TK_EXPIRED) && !(e >> HC_TP_SKIP_SHIFT))
+			abandon(p, h);
+	}
+	/* Release: the holds are gone before the record can be taken again. */
+	atomic_store_explicit(&r->word, hc__tk_with(w, HC_TK_CLOSED, 0), memory_order_release);
+}
+
+/* Expire an overdue OPEN ticket; 1 if we did. */
+static int expire(struct hc_pool *p, unsigned t, uint64_t w)
+{
+	struct hc_seg_ticket *r = &p->tickets[t];
+	uint64_t nw;
+
+	if (hc__tk_state(w) != HC_TK_OPEN || now_ms64() <= r->deadline_ms)
+		return 0;
+	nw = hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot) | HC_TK_EXPIRED;
+	if (!atomic_compare_exchange_strong(&r->word, &w, nw))
+		return 0;
+	drop(p, t, nw);
+	hc__count(p, HC_CTR_tickets_expired, 1);
+	return 1;
+}
+
+void hc__tickets_sweep(struct hc_pool *p)
+{
+	if (p->slot < 0)
+		return;
+	for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		uint64_t w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
+		if (hc__tk_state(w) == HC_TK_OPEN)
+			expire(p, t, w);
+	}
+}
+
+/* Recovery of a dead slot, with its mutex held. */
+void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot)
+{
+	for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		struct hc_seg_ticket *r = &p->tickets[t];
+		uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire);
+
+		if (hc__tk_owner(w) != slot)
+			continue;
+		if (hc__tk_state(w) == HC_TK_BUILDING) {
+			/* Nothing was published.  Its reservations, if any, are the dead
+			 * slot's and get quarantined with the rest of its pages. */
+			clear_bit_everywhere(p, t);
+			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~HC_TK_CLAIMED);
+		} else if (hc__tk_state(w) == HC_TK_DROPPING) {
+			drop(p, t, w);
+		}
+	}
+}
+
+/* Wait for a builder to publish; 0 when the record is past BUILDING. */
+static int wait_built(struct hc_pool *p, unsigned t, uint32_t gen, uint32_t timeout_ms, uint64_t *w)
+{
+	uint64_t start = now_ms64();
+	struct timespec ts = { 0, 20000 };
+
+	for (unsigned i = 1;; i++) {
+		*w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
+		if (hc__tk_gen(*w) != gen || hc__tk_state(*w) != HC_TK_BUILDING)
+			return 0;
+		if (i % 64 == 0 && hc__rank_probe(p, hc__tk_owner(*w), NULL) == 0)
+			continue; /* the builder was dead: its recovery just freed the record */
+		if (now_ms64() - start > timeout_ms)
+			return hc__err(ETIMEDOUT, "ticket: rank slot %u has been building ticket %u for %u ms and is alive; is it stopped?",
+				       hc__tk_owner(*w), t, timeout_ms);
+		if (i < 32)
+			sched_yield();
+		else
+			nanosleep(&ts, NULL);
+	}
+}
+
+static const char *kind_name(uint32_t k)
+{
+	return k == HC_TK_LOOKUP ? "lookup" : "reserve";
+}
+
+/*
+ * Everything tickets share.  The builder's work is do_build(); it returns
+ * the page count recorded (or a negative errno, which gives the record
+ * back).  Joiners copy the record's answer into pages/skip.
+ */
+struct tk_call {
+	const char *op;
+	struct tk_new nw;
+	const struct hc_lookup_req *lreq;
+	const struct hc_reserve_req *rreq;
+	hc_page_t *pages;
+	uint8_t *skip;
+	unsigned nkeys;
+};
+
+static int build(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t *held)
+{
+	struct hc_seg_ticket *r = &p->tickets[t];
+	_Atomic uint64_t *list = tk_pages(p, t);
+	int tk = c->nw.tp > 1 ? (int)t : -1;
+	int ret;
+	uint32_t n;
+
+	if (c->nw.kind == HC_TK_LOOKUP) {
+		ret = hc__lookup(p, c->lreq, c->pages, 1, tk);
+		n = (uint32_t)ret;
+		*held = 0;
+		for (uint32_t i = 0; i < n; i++)
+			*held += c->pages[i] != HC_PAGE_NONE;
+		if ((ret = hc__quota_take(p, *held, c->op)) < 0) {
+			hc__lookup_release(p, c->pages, n, tk);
+			return ret;
+		}
+		hc__count(p, HC_CTR_pins, *held);
+	} else {
+		ret = hc__reserve(p, c->rreq, c->pages, c->skip);
+		if (ret < 0)
+			return ret;
+		*held = (uint32_t)ret;
+		if ((ret = hc__quota_take(p, *held, c->op)) < 0) {
+			hc__reserve_undo(p, c->pages, c->skip, c->nkeys);
+			return ret;
+		}
+		n = c->nkeys;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t e = c->pages[i];
+		if (c->nw.kind == HC_TK_RESERVE && c->skip[i])
+			e = ((uint64_t)c->skip[i] << HC_TP_SKIP_SHIFT);
+		atomic_store_explicit(&list[i], e, memory_order_relaxed);
+		atomic_store_explicit(&r->recorded, i + 1, memory_order_relaxed);
+	}
+	r->n = n;
+	return (int)n;
+}
+
+/* Copy the published answer; take our holds.  Returns n or negative errno. */
+static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t *held)
+{
+	struct hc_seg_ticket *r = &p->tickets[t];
+	_Atomic uint64_t *list = tk_pages(p, t);
+	uint32_t n = r->n <= p->g.ticket_keys ? r->n : 0, i;
+	int ret = 0;
+
+	*held = 0;
+	for (i = 0; i < c->nkeys; i++) {
+		c->pages[i] = HC_PAGE_NONE;
+		if (c->skip)
+			c->skip[i] = 0;
+	}
+	for (i = 0; i < n; i++) {
+		uint64_t e = atomic_load_explicit(&list[i], memory_order_relaxed);
+
+		if (c->nw.kind == HC_TK_RESERVE && e != HC_PAGE_NONE && (e >> HC_TP_SKIP_SHIFT)) {
+			c->skip[i] = (uint8_t)(e >> HC_TP_SKIP_SHIFT);
+			continue;
+		}
+		if (e == HC_PAGE_NONE)
+			continue;
+		if (HC_PAGE_ID(e) >= p->g.npages)
+			return hc__err(EBADMSG, "%s: ticket %u names page %u, past the pool's %u: the segment is corrupt",
+				       c->op, t, HC_PAGE_ID(e), p->g.npages);
+		c->pages[i] = e;
+		++*held;
+	}
+	if ((ret = hc__quota_take(p, *held, c->op)) < 0)
+		return ret;
+	if (c->nw.kind == HC_TK_RESERVE)
+		return (int)n;
+	for (i = 0; i < n; i++) {
+		if (c->pages[i] == HC_PAGE_NONE)
+			continue;
+		/* The ticket's bit keeps the page READY; a freer that saw the bit
+		 * puts it back, so FREEING is waited out. */
+		if ((ret = hc__hold(p, c->pages[i], HC_PIN_ONE, 1, c->op)) < 0)
+			break;
+	}
+	if (ret < 0) {
+		while (i-- > 0)
+			if (c->pages[i] != HC_PAGE_NONE)
+				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
+		hc__quota_give(p, *held);
+		return ret;
+	}
+	hc__count(p, HC_CTR_pins, *held);
+	return (int)n;
+}
+
+static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n, uint32_t held)
+{
+	if (c->nw.kind == HC_TK_LOOKUP)
+		for (uint32_t i = 0; i < n; i++)
+			if (c->pages[i] != HC_PAGE_NONE)
+				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
+	hc__quota_give(p, held);
+}
+
+static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, struct tk_call *c, hc_ticket *out)
+{
+	const struct hc_seg_rank *me;
+	struct tk_name nm;
+	uint64_t w = 0;
+	unsigned t = 0;
+	uint32_t held = 0, tpw;
+	int ret, n = 0;
+
+	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = name_init(p, name, &nm, c->op)) < 0)
+		return ret;
+	if (!out)
+		return hc__err(EINVAL, "%s: the ticket handle is NULL", c->op);
+	if (c->nkeys > p->g.ticket_keys)
+		return hc__err(E2BIG, "%s: %u keys, but a ticket of pool '%s' names at most %u (ticket_keys)", c->op,
+			       c->nkeys, p->info.name, p->g.ticket_keys);
+	me = &p->ranks[p->slot];
+	tpw = atomic_load_explicit(&me->tp, memory_order_relaxed);
+	c->nw.tp = tpw >> 16;
+	c->nw.rank = tpw & 0xffff;
+	c->nw.timeout_ms = atomic_load_explicit(&me->timeout_ms, memory_order_relaxed);
+	c->nw.nkeys = c->nkeys;
+	memset(out, 0, sizeof(*out));
+
+	for (int restart = 0; restart < HC_TK_RESTARTS; restart++) {
+		struct hc_seg_ticket *r;
+		uint64_t bit = UINT64_C(1) << c->nw.rank, all = all_shares(c->nw.tp);
+
+		if ((ret = find_or_take(p, &nm, &c->nw, &t, &w)) < 0)
+			return ret;
+		r = &p->tickets[t];
+		if (ret == 1) { /* we are first */
+			n = build(p, t, c, &held);
+			if (n < 0) { /* give the record back; waiters start over */
+				clear_bit_everywhere(p, t);
+				atomic_store_explicit(&r->word, hc__tk_with(w, HC_TK_FREE, 0) & ~HC_TK_CLAIMED,
+						      memory_order_release);
+				return n;
+			}
+			/* Release: the answer before anyone reads OPEN. */
+			if ((w & HC_TK_CLAIMED) == all) {
+				uint64_t d = hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot);
+				atomic_store_explicit(&r->word, d, memory_order_release);
+				drop(p, t, d);
+			} else {
+				atomic_store_explicit(&r->word, hc__tk_with(w, HC_TK_OPEN, 0), memory_order_release);
+			}
+			hc__count(p, HC_CTR_tickets_opened, 1);
+			out->first = 1;
+			goto done;
+		}
+		if (hc__tk_state(w) == HC_TK_BUILDING &&
+		    (ret = wait_built(p, t, hc__tk_gen(w), c->nw.timeout_ms, &w)) < 0)
+			return ret;
+		if (hc__tk_state(w) == HC_TK_FREE || hc__tk_state(w) == HC_TK_BUILDING)
+			continue; /* the builder died or gave up; start over */
+		if (hc__tk_gen(w) != hc__tk_gen(atomic_load_explicit(&r->word, memory_order_acquire)))
+			continue;
+		if (r->kind != c->nw.kind || r->nkeys != c->nkeys || r->keys_fold[0] != c->nw.fold[0] ||
+		    r->keys_fold[1] != c->nw.fold[1])
+			return hc__err(EINVAL, "%s: ticket '%s' step %u of engine %u was opened as a %s of %u keys with other keys; a name is for one key list (use another step)",
+				       c->op, nm.req, nm.step, nm.engine - 1, kind_name(r->kind), r->nkeys);
+		if (r->tp_size != c->nw.tp)
+			return hc__err(EINVAL, "%s: ticket '%s' step %u was opened for TP %u, this rank has TP %u", c->op,
+				       nm.req, nm.step, r->tp_size, c->nw.tp);
+		if (w & bit)
+			return hc__err(EALREADY, "%s: TP rank %u already claimed its share of ticket '%s' step %u", c->op,
+				       c->nw.rank, nm.req, nm.step);
+		if ((w & HC_TK_EXPIRED) || hc__tk_state(w) != HC_TK_OPEN || expire(p, t, w))
+			return hc__err(ESTALE, "%s: ticket '%s' step %u expired before TP rank %u claimed its share (timeout %u ms); look up again under a new step",
+				       c->op, nm.req, nm.step, c->nw.rank, c->nw.timeout_ms);
+		if ((n = join(p, t, c, &held)) < 0) {
+			uint64_t now = atomic_load(&r->word);
+			if (hc__tk_gen(now) == hc__tk_gen(w) && (now & HC_TK_EXPIRED))
+				return hc__err(ESTALE, "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
+					       c->op, nm.req, nm.step, c->nw.rank);
+			return n;
+		}
+		/* Claim: one CAS, which also names us the dropper if we are last. */
+		for (;;) {
+			uint64_t nw = w | bit;
+
+			if ((nw & HC_TK_CLAIMED) == all)
+				nw = hc__tk_with(nw, HC_TK_DROPPING, (unsigned)p->slot);
+			if (atomic_compare_exchange_strong(&r->word, &w, nw)) {
+				if (hc__tk_state(nw) == HC_TK_DROPPING)
+					drop(p, t, nw);
+				break;
+			}
+			if (hc__tk_gen(w) != hc__tk_gen(nw) || hc__tk_state(w) != HC_TK_OPEN || (w & (bit | HC_TK_EXPIRED))) {
+				undo_join(p, c, (uint32_t)n, held);
+				return hc__err(ESTALE, "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
+					       c->op, nm.req, nm.step, c->nw.rank);
+			}
+		}
+		hc__count(p, HC_CTR_tickets_joined, 1);
+		goto done;
+	}
+	return hc__err(EAGAIN, "%s: ticket '%s' step %u kept changing under us; try again", c->op, nm.req, nm.step);
+done:
+	out->index = t;
+	out->gen = hc__tk_gen(w);
+	out->kind = c->nw.kind;
+	out->n = (uint32_t)n;
+	out->held = held;
+	out->pages = c->pages;
+	return n;
+}
+
+int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct hc_lookup_req *req,
+		     hc_page_t *pages, hc_ticket *t)
+{
+	struct tk_call c = { .op = "ticket lookup", .lreq = req, .pages = pages };
+	int ret;
+
+	if (!p)
+		return hc__err(EINVAL, "ticket lookup: pool is NULL");
+	if ((ret = hc__lookup_check(p, req, pages, c.op)) < 0)
+		return ret;
+	c.nkeys = req->nkeys;
+	c.nw.kind = HC_TK_LOOKUP;
+	c.nw.comps = req->comps;
+	fold_keys(req->keys, req->nkeys, HC_TK_LOOKUP, req->comps, 0, c.nw.fold);
+	return ticket_run(p, name, &c, t);
+}
+
+int hc_ticket_reserve(hc_pool *p, const struct hc_ticket_name *name, const struct hc_reserve_req *req,
+		      hc_page_t *pages, uint8_t *skip, hc_ticket *t)
+{
+	struct tk_call c = { .op = "ticket reserve", .rreq = req, .pages = pages, .skip = skip };
+	int ret;
+
+	if (!p)
+		return hc__err(EINVAL, "ticket reserve: pool is NULL");
+	if ((ret = hc__reserve_check(p, req, pages, skip, c.op)) < 0)
+		return ret;
+	c.nkeys = req->nkeys;
+	c.nw.kind = HC_TK_RESERVE;
+	fold_keys(req->keys, req->nkeys, HC_TK_RESERVE, req->first_depth, req->presence, c.nw.fold);
+	return ticket_run(p, name, &c, t);
+}
+
+int hc_ticket_release(hc_pool *p, hc_ticket *t)
+{
+	int ret;
+
+	if (!p || !t)
+		return hc__err(EINVAL, "ticket release: %s is NULL", p ? "ticket" : "pool");
+	if ((ret = hc__need_slot(p, "ticket release")) < 0)
+		return ret;
+	if (t->released)
+		return hc__err(EALREADY, "ticket release: ticket %u was already released by this rank", t->index);
+	if (t->kind != HC_TK_LOOKUP && t->kind != HC_TK_RESERVE)
+		return hc__err(EINVAL, "ticket release: the handle was never filled by hc_ticket_lookup or hc_ticket_reserve");
+	if (t->kind == HC_TK_LOOKUP && t->n && !t->pages)
+		return hc__err(EINVAL, "ticket release: the handle lost its page array");
+	if (t->kind == HC_TK_LOOKUP)
+		for (uint32_t i = 0; i < t->n; i++)
+			if (t->pages[i] != HC_PAGE_NONE && HC_PAGE_ID(t->pages[i]) < p->g.npages)
+				hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
+	hc__quota_give(p, t->held);
+	t->released = 1;
+	return 0;
+}
