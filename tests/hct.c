@@ -233,3 +233,44 @@ int hct_run(Suite *s)
 	hct_sweep(1);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+void hct_keys(hc_key_t *out, unsigned n, uint32_t seed)
+{
+	uint32_t *tok = malloc((size_t)n * 4 * sizeof(*tok));
+	uint64_t x = seed * UINT64_C(0x9E3779B97F4A7C15) + 1;
+
+	ck_assert_ptr_nonnull(tok);
+	for (unsigned i = 0; i < n * 4; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		tok[i] = (uint32_t)x;
+	}
+	ck_assert_int_eq(hc_key_chain(NULL, NULL, tok, (size_t)n * 4, 4, out), (int)n);
+	free(tok);
+}
+
+int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0)
+{
+	hc_page_t *pages = calloc(n, sizeof(*pages));
+	uint8_t *skip = calloc(n, 1);
+	struct hc_reserve_req rq = { .keys = keys, .nkeys = n, .first_depth = depth0 };
+	int m = hc_reserve(p, &rq, pages, skip);
+
+	for (unsigned i = 0; m > 0 && i < n; i++) {
+		if (skip[i])
+			continue;
+		ck_assert_int_eq(hct_fill_commit_all(p, pages[i]), 1);
+	}
+	free(pages);
+	free(skip);
+	return m;
+}
+
+int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n)
+{
+	hc_page_t *pages = calloc(n, sizeof(*pages));
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = n };
+	int h = hc_lookup(p, &rq, pages);
+
+	free(pages);
+	return h;
+}

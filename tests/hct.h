@@ -59,6 +59,13 @@ void hct_board_put(struct hct_board *b, hc_page_t pg);
 void hct_board_drop(struct hct_board *b, hc_page_t pg);
 int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed);
 
+/* n chained keys of a pseudo-random token sequence (4-token pages), from a seed. */
+void hct_keys(hc_key_t *out, unsigned n, uint32_t seed);
+/* Reserve keys, fill and commit every page reserved: the count stored (or a negative errno). */
+int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0);
+/* Plain prefix lookup (no pin): the hit length. */
+int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n);
+
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);
 double hct_now(void);

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_lookup.c - the key index, prefix lookup, hit policies, reserve by
+ * key and host locks, in one process.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hct.h"
+
+static const char *name;
+static hc_pool *pool;
+
+static void setup(void)
+{
+	name = hct_name();
+	pool = hct_create_attach(name, 64, 50, 8);
+}
+
+static void teardown(void)
+{
+	if (pool) {
+		ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, NULL, NULL), 0);
+		hc_pool_detach(pool);
+	}
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+
+static void print_violation(void *arg, const char *line)
+{
+	(void)arg;
+	fprintf(stderr, "violation: %s\n", line);
+}
+
+START_TEST(store_then_find)
+{
+	hc_key_t keys[8];
+	hc_page_t pages[8];
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 8 };
+
+	hct_keys(keys, 8, 1);
+	ck_assert_int_eq(hct_hit(pool, keys, 8), 0);
+	ck_assert_int_eq(hct_store(pool, keys, 5, 0), 5);
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 5);
+	for (int i = 0; i < 5; i++) {
+		struct hc_page_info pi;
+		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[i]), &pi));
+		ck_assert_int_eq(pi.state, HC_PAGE_READY);
+		ck_assert_int_eq(pi.depth, (uint32_t)i);
+		ck_assert_int_eq(pi.keyed, 1);
+		ck_assert_mem_eq(pi.key, keys[i], 32);
+		ck_assert_int_eq(hct_verify(pool, pages[i], 1), 0);
+	}
+	ck_assert_uint_eq(pages[5], HC_PAGE_NONE);
+	ck_assert_uint_eq(pages[7], HC_PAGE_NONE);
+	/* A gap ends the prefix: key 1 gone, so the hit is 1. */
+	ck_assert_int_eq(hc_evict_key(pool, keys[1]), 1);
+	ck_assert_int_eq(hct_hit(pool, keys, 8), 1);
+	ck_assert_int_eq(hc_evict_key(pool, keys[1]), 0);
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
+}
+END_TEST
+
+START_TEST(findable_only_when_ready)
+{
+	hc_key_t keys[2];
+	hc_page_t pages[2];
+	uint8_t skip[2];
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = 2 };
+
+	hct_keys(keys, 2, 2);
+	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 2);
+	ck_assert_int_eq(hct_hit(pool, keys, 2), 0); /* reserved is not findable */
+	/* A second writer of the same keys is told to skip them. */
+	{
+		hc_page_t p2[2];
+		uint8_t s2[2];
+		ck_assert_int_eq(hc_reserve(pool, &rr, p2, s2), 0);
+		ck_assert_int_eq(s2[0], HC_SKIP_BUSY);
+		ck_assert_int_eq(s2[1], HC_SKIP_BUSY);
+		ck_assert_uint_eq(p2[0], HC_PAGE_NONE);
+	}
+	ck_assert_int_eq(hct_fill_commit_all(pool, pages[0]), 1);
+	ck_assert_int_eq(hct_hit(pool, keys, 2), 1);
+	ck_assert_int_eq(hct_fill_commit_all(pool, pages[1]), 1);
+	ck_assert_int_eq(hct_hit(pool, keys, 2), 2);
+	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 0);
+	ck_assert_int_eq(skip[0], HC_SKIP_READY);
+	ck_assert_int_eq(skip[1], HC_SKIP_READY);
+	/* Freed: gone from the index. */
+	{
+		struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+		ck_assert_int_eq(hc_lookup(pool, &rq, pages), 2);
+		ck_assert_int_eq(hc_page_free(pool, pages, 2), 2);
+		ck_assert_int_eq(hct_hit(pool, keys, 2), 0);
+	}
+}
+END_TEST
+
+START_TEST(abort_unkeys)
+{
+	hc_key_t keys[3];
+	hc_page_t pages[3];
+	uint8_t skip[3];
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = 3 };
+
+	hct_keys(keys, 3, 3);
+	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 3);
+	ck_assert_int_eq(hc_page_abort(pool, pages, 3), 3);
+	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 3); /* absent again, not busy */
+	ck_assert_int_eq(skip[0], 0);
+	ck_assert_int_eq(hc_page_abort(pool, pages, 3), 3);
+}
+END_TEST
+
+START_TEST(other_fingerprint_finds_nothing)
+{
+	hc_key_t keys[4];
+	hc_page_t pages[4];
+	uint8_t fp[32], skip[4];
+	struct hc_pool_info info;
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 4 };
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = 4, .fingerprint = fp };
+
+	hct_keys(keys, 4, 4);
+	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
+	hc_pool_info(pool, &info);
+	memcpy(fp, info.fingerprint, 32);
+	rq.fingerprint = fp;
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 4);
+	fp[7] ^= 1;
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 0);
+	ck_assert_uint_eq(pages[0], HC_PAGE_NONE);
+	ck_assert_err(hc_reserve(pool, &rr, pages, skip), EINVAL);
+	ck_assert_msg_has("fingerprint");
+}
+END_TEST
+
+START_TEST(lookup_pin_holds_against_eviction)
+{
+	hc_key_t keys[4];
+	hc_page_t pages[4];
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 4, .flags = HC_LOOKUP_PIN };
+
+	hct_keys(keys, 4, 5);
+	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 4);
+	ck_assert_err(hc_evict_key(pool, keys[2]), EBUSY);
+	ck_assert_int_eq(hc_evict(pool, 64), 0); /* everything is pinned */
+	for (int i = 0; i < 4; i++)
+		ck_assert_ok(hc_page_unpin(pool, pages[i]));
+	ck_assert_int_eq(hc_evict(pool, 64), 4);
+	ck_assert_int_eq(hct_hit(pool, keys, 4), 0);
+}
+END_TEST
+
+START_TEST(host_lock_holds)
+{
+	hc_key_t keys[2];
+	hc_page_t pages[2];
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_page_info pi;
+
+	hct_keys(keys, 2, 6);
+	ck_assert_int_eq(hct_store(pool, keys, 2, 0), 2);
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 2);
+	ck_assert_ok(hc_page_lock(pool, pages[1]));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi));
+	ck_assert_int_eq(pi.locks, 1);
+	ck_assert_int_eq(pi.pins, 0);
+	ck_assert_int_eq(hc_evict(pool, 64), 1);
+	ck_assert_err(hc_page_unpin(pool, pages[1]), EINVAL); /* a lock is not a pin */
+	ck_assert_err(hc_page_free(pool, &pages[1], 1), EBUSY);
+	ck_assert_ok(hc_page_unlock(pool, pages[1]));
+	ck_assert_err(hc_page_unlock(pool, pages[1]), EINVAL);
+	ck_assert_msg_has("not locked");
+	ck_assert_int_eq(hc_evict(pool, 64), 1);
+	ck_assert_err(hc_page_lock(pool, pages[1]), ESTALE);
+}
+END_TEST
+
+/* Fill the pool, then ask for more: the least recently used go first. */
+START_TEST(alloc_evicts_when_full)
+{
+	hc_key_t a[32], b[32], c[8];
+
+	hct_keys(a, 32, 7);
+	hct_keys(b, 32, 8);
+	hct_keys(c, 8, 9);
+	ck_assert_int_eq(hct_store(pool, a, 32, 0), 32);
+	ck_assert_int_eq(hct_store(pool, b, 32, 0), 32);
+	ck_assert_int_eq(hct_hit(pool, a, 32), 32);
+	ck_assert_int_eq(hct_store(pool, c, 8, 0), 8);
+	ck_assert_int_eq(hct_hit(pool, c, 8), 8);
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(pool, &st));
+		ck_assert_uint_ge(st.counter[HC_CTR_evictions], 8);
+		ck_assert_uint_eq(st.pages[HC_PAGE_READY], 64);
+		ck_assert_uint_eq(st.keyed, 64);
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("lookup");
+	TCase *tc = tcase_create("lookup");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, store_then_find);
+	tcase_add_test(tc, findable_only_when_ready);
+	tcase_add_test(tc, abort_unkeys);
+	tcase_add_test(tc, other_fingerprint_finds_nothing);
+	tcase_add_test(tc, lookup_pin_holds_against_eviction);
+	tcase_add_test(tc, host_lock_holds);
+	tcase_add_test(tc, alloc_evicts_when_full);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
