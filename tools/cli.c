@@ -270,6 +270,22 @@ int hc_cli_parse_hex(const char *what, const char *s, uint8_t *out, size_t n)
 	return 0;
 }
 
+int hc_cli_parse_hex_prefix(const char *what, const char *s, size_t max, char *out)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n > max)
+		return cli_err(EINVAL, "%s '%s' is %zu hex digits long: at most %zu", what, s, n, max);
+	for (size_t i = 0; i < n; i++) {
+		if (hexval(s[i]) < 0)
+			return cli_err(EINVAL, "%s '%s': '%c' at offset %zu is not a hex digit (0-9, a-f)", what, s,
+				       s[i], i);
+		out[i] = (char)tolower((unsigned char)s[i]);
+	}
+	out[n] = 0;
+	return 0;
+}
+
 char *hc_cli_format_size(uint64_t bytes, char *buf, size_t len)
 {
 	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
