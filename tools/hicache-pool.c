@@ -116,6 +116,87 @@ static int check_dir(const char *dir)
 	return 0;
 }
 
+/* getopt_long codes of the long options, for every verb */
+enum {
+	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
+	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
+	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT__END
+};
+
+/*
+ * The options of every verb but create.  Each verb's getopt table names the
+ * ones it takes; parse_args fills what was given, checks the values, the
+ * NAME operand (where 'name' is given; 'extra' for one more) and --dir.
+ */
+struct verb_args {
+	const char *dir;              /* NULL unless --dir */
+	bool json, prometheus, quiescent, no_recover, force;
+	uint32_t limit;               /* --limit; UINT32_MAX when absent */
+	uint32_t count;               /* --count; 0 when absent */
+	const char *key;              /* --key as given, NULL when absent */
+	uint8_t keyb[HC_KEY_BYTES];   /* --key as bytes */
+};
+
+#define OPTION_DIR  { "dir", required_argument, NULL, OPT_DIR }
+#define OPTION_JSON { "json", no_argument, NULL, OPT_JSON }
+#define OPTIONS_END { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+#define ARGS_OK (-1) /* parse_args: go on; anything else is the exit status */
+
+static int parse_args(int argc, char **argv, const struct option *opts, const char *usage, struct verb_args *va,
+		      const char **name, const char **extra)
+{
+	int c, ret;
+
+	memset(va, 0, sizeof(*va));
+	va->limit = UINT32_MAX;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		ret = 0;
+		switch (c) {
+		case 'h':
+			fputs(usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_DIR:
+			va->dir = optarg;
+			break;
+		case OPT_JSON:
+			va->json = true;
+			break;
+		case OPT_PROMETHEUS:
+			va->prometheus = true;
+			break;
+		case OPT_QUIESCENT:
+			va->quiescent = true;
+			break;
+		case OPT_NO_RECOVER:
+			va->no_recover = true;
+			break;
+		case OPT_FORCE:
+			va->force = true;
+			break;
+		case OPT_LIMIT:
+			ret = hc_cli_parse_u32("--limit", optarg, 1, UINT32_MAX, &va->limit);
+			break;
+		case OPT_COUNT:
+			/* the library returns the count as an int */
+			ret = hc_cli_parse_u32("--count", optarg, 1, INT32_MAX, &va->count);
+			break;
+		case OPT_KEY:
+			va->key = optarg;
+			ret = hc_cli_parse_hex("--key", optarg, va->keyb, HC_KEY_BYTES);
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+		if (ret < 0)
+			return usage_error("%s", hc_cli_error());
+	}
+	if (name && (ret = take_operands(argc, argv, name, extra)) != 0)
+		return ret;
+	if ((ret = check_dir(va->dir)) != 0)
+		return ret;
+	return ARGS_OK;
+}
+
 static int print_json(struct json_object *o)
 {
 	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -192,12 +273,6 @@ static const char create_usage[] =
 	"  --numa MODE           bind:NODES, interleave or interleave:NODES\n"
 	"\n"
 	"DTYPE is one of f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, uint8.\n";
-
-enum {
-	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
-	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
-	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT__END
-};
 
 static int cmd_create(int argc, char **argv)
 {
@@ -616,44 +691,24 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 static int cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
+		OPTION_DIR, OPTION_JSON,
 		{ "no-recover", no_argument, NULL, OPT_NO_RECOVER },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
 	struct hc_component_info ci[HC_MAX_COMPONENTS];
 	struct hc_rank_info ri[HC_MAX_RANKS];
 	struct hc_pool_info in;
+	struct verb_args va;
 	uint64_t counts[5];
-	const char *name, *dir = NULL;
-	bool json = false, readonly = false;
+	const char *name;
 	unsigned nri = 0;
 	hc_pool *p = NULL;
-	int c, ret;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(info_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		case OPT_NO_RECOVER:
-			readonly = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, info_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
 	/* ADMIN attach runs recovery first, so the counts below are after it. */
-	if (attach(name, dir, readonly ? HC_ATTACH_READONLY : HC_ATTACH_ADMIN, &p) < 0)
+	if (attach(name, va.dir, va.no_recover ? HC_ATTACH_READONLY : HC_ATTACH_ADMIN, &p) < 0)
 		return failure("%s", lib_error());
 	ret = HC_CLI_EXIT_FAIL;
 	if (hc_pool_info(p, &in) < 0 || hc_pool_count_states(p, counts) < 0) {
@@ -675,14 +730,14 @@ static int cmd_info(int argc, char **argv)
 		if (ri[nri].live || ri[nri].pins || ri[nri].locks || ri[nri].reserved)
 			nri++;
 	}
-	if (json) {
+	if (va.json) {
 		struct json_object *o = info_json(&in, ci, counts, ri, nri);
 
 		if (print_json(o) == 0)
 			ret = HC_CLI_EXIT_OK;
 		json_object_put(o);
 	} else {
-		info_text(&in, ci, counts, ri, nri, readonly);
+		info_text(&in, ci, counts, ri, nri, va.no_recover);
 		ret = HC_CLI_EXIT_OK;
 	}
 out:
@@ -861,39 +916,20 @@ static struct json_object *ls_json(const struct ls_entry *es, size_t n, const ch
 
 static int cmd_ls(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	static const struct option opts[] = { OPTION_DIR, OPTION_JSON, OPTIONS_END };
 	struct ls_entry *es = NULL, *grown;
 	size_t n = 0, cap = 0;
-	const char *dir = DEFAULT_DIR;
+	struct verb_args va;
+	const char *dir;
 	struct dirent *d;
-	bool json = false;
 	DIR *dh;
-	int c, ret;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(ls_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
+	if ((ret = parse_args(argc, argv, opts, ls_usage, &va, NULL, NULL)) != ARGS_OK)
+		return ret;
 	if (optind < argc)
 		return usage_error("unexpected argument '%s': ls takes no NAME (use info)", argv[optind]);
-	if ((ret = check_dir(dir)) != 0)
-		return ret;
+	dir = va.dir ? va.dir : DEFAULT_DIR;
 	dh = opendir(dir);
 	if (!dh)
 		return failure("cannot list %s: %s", dir, strerror(errno));
@@ -938,7 +974,7 @@ static int cmd_ls(int argc, char **argv)
 	}
 	if (n)
 		qsort(es, n, sizeof(*es), ls_cmp);
-	if (json) {
+	if (va.json) {
 		struct json_object *o = ls_json(es, n, dir);
 
 		if (print_json(o) == 0)
@@ -974,35 +1010,19 @@ static const char destroy_usage[] =
 static int cmd_destroy(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
+		OPTION_DIR,
 		{ "force", no_argument, NULL, OPT_FORCE },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
-	const char *name, *dir = NULL;
-	unsigned flags = 0;
-	int c, ret;
+	struct verb_args va;
+	const char *name;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(destroy_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_FORCE:
-			flags |= HC_DESTROY_FORCE;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, destroy_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
-	if (hc_pool_destroy(name, dir, flags) < 0)
+	if (hc_pool_destroy(name, va.dir, va.force ? HC_DESTROY_FORCE : 0) < 0)
 		return failure("%s", lib_error());
-	printf("destroyed pool '%s' at %s/hicache.%s\n", name, dir ? dir : DEFAULT_DIR, name);
+	printf("destroyed pool '%s' at %s/hicache.%s\n", name, va.dir ? va.dir : DEFAULT_DIR, name);
 	return HC_CLI_EXIT_OK;
 }
 
@@ -1030,44 +1050,24 @@ static const char repair_usage[] =
 
 static int cmd_repair(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	static const struct option opts[] = { OPTION_DIR, OPTION_JSON, OPTIONS_END };
 	struct hc_recovery_report rep = { 0 };
 	struct hc_pool_info in;
-	const char *name, *dir = NULL;
-	bool json = false;
+	struct verb_args va;
+	const char *name;
 	hc_pool *p;
-	int c, ret, rr;
+	int ret, rr;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(repair_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, repair_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
 	/* NO_RECOVER: recovery at attach would leave nothing for the report */
-	if (attach(name, dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
+	if (attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
 		return failure("%s", lib_error());
 	log_info = true; /* the library names each dead slot it clears */
 	rr = hc_pool_recover(p, &rep);
 	hc_pool_info(p, &in);
 	/* Print the report even on failure: what was undone stays undone. */
-	if (json) {
+	if (va.json) {
 		struct json_object *o = json_object_new_object();
 
 		jadd_str(o, "name", in.name);
@@ -1251,44 +1251,24 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 static int cmd_stat(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
+		OPTION_DIR, OPTION_JSON,
 		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
 	struct metric g[NGAUGES], ctr[HC_CTR__COUNT];
 	struct hc_pool_info in;
+	struct verb_args va;
 	struct hc_stats st;
-	const char *name, *dir = NULL;
-	bool json = false, prom = false;
+	const char *name;
 	hc_pool *p;
-	int c, ret;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(stat_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		case OPT_PROMETHEUS:
-			prom = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, stat_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
-	if (json && prom)
+	if (va.json && va.prometheus)
 		return usage_error("both --json and --prometheus given: choose one format");
 	/* READONLY: a scrape must never change the pool (no recovery at attach) */
-	if (attach(name, dir, HC_ATTACH_READONLY, &p) < 0)
+	if (attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
 		return failure("%s", lib_error());
 	ret = HC_CLI_EXIT_FAIL;
 	if (hc_pool_info(p, &in) < 0 || hc_pool_stats(p, &st) < 0) {
@@ -1296,7 +1276,7 @@ static int cmd_stat(int argc, char **argv)
 		goto out;
 	}
 	stat_metrics(&st, g, ctr);
-	if (json) {
+	if (va.json) {
 		struct json_object *o = stat_json(&in, &st, g, ctr);
 
 		if (print_json(o) == 0)
@@ -1304,7 +1284,7 @@ static int cmd_stat(int argc, char **argv)
 		json_object_put(o);
 		goto out;
 	}
-	if (prom)
+	if (va.prometheus)
 		stat_prometheus(&in, &st, g, ctr);
 	else
 		stat_text(&in, &st, g, ctr);
@@ -1348,46 +1328,27 @@ static void check_report(void *arg, const char *line)
 static int cmd_check(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
+		OPTION_DIR, OPTION_JSON,
 		{ "quiescent", no_argument, NULL, OPT_QUIESCENT },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
 	struct check_out co = { NULL };
 	struct hc_pool_info in;
-	const char *name, *dir = NULL;
-	bool json = false;
-	unsigned flags = 0;
+	struct verb_args va;
+	const char *name;
+	unsigned flags;
 	hc_pool *p;
-	int c, ret, n;
+	int ret, n;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(check_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		case OPT_QUIESCENT:
-			flags |= HC_CHECK_QUIESCENT;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, check_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
+	flags = va.quiescent ? HC_CHECK_QUIESCENT : 0;
 	/* NO_RECOVER: look at the pool as the ranks left it, not as recovery
 	 * would tidy it; the check's own liveness probes still recover dead ranks */
-	if (attach(name, dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
+	if (attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
 		return failure("%s", lib_error());
 	hc_pool_info(p, &in);
-	if (json)
+	if (va.json)
 		co.lines = json_object_new_array();
 	n = hc_pool_check(p, flags, check_report, &co);
 	if (n < 0) {
@@ -1395,7 +1356,7 @@ static int cmd_check(int argc, char **argv)
 		json_object_put(co.lines);
 		goto out;
 	}
-	if (json) {
+	if (va.json) {
 		struct json_object *o = json_object_new_object();
 
 		jadd_str(o, "name", in.name);
@@ -1488,49 +1449,26 @@ static void keys_text(const struct hc_page_info *pi, uint32_t shown, uint32_t ma
 static int cmd_keys(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
+		OPTION_DIR, OPTION_JSON,
 		{ "limit", required_argument, NULL, OPT_LIMIT },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
 	char prefix[2 * HC_KEY_BYTES + 1] = "", hex[2 * HC_KEY_BYTES + 1];
-	const char *name, *dir = NULL, *pfx = NULL;
+	const char *name, *pfx = NULL;
 	struct hc_page_info *pi = NULL;
 	struct hc_pool_info in;
-	uint32_t limit = UINT32_MAX, matching = 0;
+	struct verb_args va;
+	uint32_t limit, matching = 0;
 	size_t plen;
-	bool json = false;
 	hc_pool *p;
-	int c, ret;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		ret = 0;
-		switch (c) {
-		case 'h':
-			fputs(keys_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_LIMIT:
-			ret = hc_cli_parse_u32("--limit", optarg, 1, UINT32_MAX, &limit);
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-		if (ret < 0)
-			return usage_error("%s", hc_cli_error());
-	}
-	if ((ret = take_operands(argc, argv, &name, &pfx)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, keys_usage, &va, &name, &pfx)) != ARGS_OK)
 		return ret;
 	if (pfx && hc_cli_parse_hex_prefix("PREFIX", pfx, 2 * HC_KEY_BYTES, prefix) < 0)
 		return usage_error("%s", hc_cli_error());
 	plen = strlen(prefix);
-	if (attach(name, dir, HC_ATTACH_READONLY, &p) < 0)
+	if (attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
 		return failure("%s", lib_error());
 	ret = HC_CLI_EXIT_FAIL;
 	hc_pool_info(p, &in);
@@ -1548,9 +1486,8 @@ static int cmd_keys(int argc, char **argv)
 			matching++;
 	}
 	qsort(pi, matching, sizeof(*pi), keys_cmp);
-	if (limit > matching)
-		limit = matching;
-	if (json) {
+	limit = va.limit < matching ? va.limit : matching;
+	if (va.json) {
 		struct json_object *o = keys_json(&in, prefix, pi, limit, matching);
 
 		if (print_json(o) == 0)
@@ -1604,53 +1541,28 @@ static int attach_rank(const char *name, const char *dir, hc_pool **p)
 static int cmd_evict(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
+		OPTION_DIR,
 		{ "key", required_argument, NULL, OPT_KEY },
 		{ "count", required_argument, NULL, OPT_COUNT },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
-	const char *name, *dir = NULL, *keyhex = NULL;
 	char hex[2 * HC_KEY_BYTES + 1];
-	uint8_t key[HC_KEY_BYTES];
 	struct hc_pool_info in;
-	uint32_t count = 0;
+	struct verb_args va;
+	const char *name;
 	hc_pool *p;
-	int c, ret, n;
+	int ret, n;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		ret = 0;
-		switch (c) {
-		case 'h':
-			fputs(evict_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_KEY:
-			keyhex = optarg;
-			ret = hc_cli_parse_hex("--key", optarg, key, HC_KEY_BYTES);
-			break;
-		case OPT_COUNT:
-			/* the library returns the count as an int */
-			ret = hc_cli_parse_u32("--count", optarg, 1, INT32_MAX, &count);
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-		if (ret < 0)
-			return usage_error("%s", hc_cli_error());
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, evict_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
-	if (!keyhex == !count)
+	if (!va.key == !va.count)
 		return usage_error("give exactly one of --key HEX64 and --count N");
-	if ((ret = attach_rank(name, dir, &p)) != 0)
+	if ((ret = attach_rank(name, va.dir, &p)) != 0)
 		return ret;
 	hc_pool_info(p, &in);
-	if (keyhex) {
-		n = hc_evict_key(p, key);
-		hc_cli_hex(key, HC_KEY_BYTES, hex);
+	if (va.key) {
+		n = hc_evict_key(p, va.keyb);
+		hc_cli_hex(va.keyb, HC_KEY_BYTES, hex);
 		if (n < 0)
 			ret = failure("%s", lib_error());
 		else if (n == 0)
@@ -1660,12 +1572,12 @@ static int cmd_evict(int argc, char **argv)
 			printf("evicted key %s from pool '%s'\n", hex, in.name);
 	} else {
 		/* more than every page asks for nothing more */
-		n = hc_evict(p, count < in.npages ? count : in.npages);
+		n = hc_evict(p, va.count < in.npages ? va.count : in.npages);
 		if (n < 0)
 			ret = failure("%s", lib_error());
 		else
-			printf("evicted %d of %" PRIu32 " page%s asked from pool '%s'%s\n", n, count, count == 1 ? "" : "s",
-			       in.name, (uint32_t)n < count ? ": no other keyed READY page is free of holds" : "");
+			printf("evicted %d of %" PRIu32 " page%s asked from pool '%s'%s\n", n, va.count, va.count == 1 ? "" : "s",
+			       in.name, (uint32_t)n < va.count ? ": no other keyed READY page is free of holds" : "");
 	}
 	hc_pool_detach(p);
 	return ret;
@@ -1673,31 +1585,16 @@ static int cmd_evict(int argc, char **argv)
 
 static int cmd_clear(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *name, *dir = NULL;
+	static const struct option opts[] = { OPTION_DIR, OPTIONS_END };
 	struct hc_pool_info in;
+	struct verb_args va;
+	const char *name;
 	hc_pool *p;
-	int c, ret, n;
+	int ret, n;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(clear_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, clear_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
-	if ((ret = attach_rank(name, dir, &p)) != 0)
+	if ((ret = attach_rank(name, va.dir, &p)) != 0)
 		return ret;
 	hc_pool_info(p, &in);
 	n = hc_pool_clear(p);
