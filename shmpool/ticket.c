@@ -240,6 +240,7 @@ static void abandon(struct hc_pool *p, hc_page_t page)
 		uint64_t q = hc__w_make(HC_PAGE_QUARANTINE, hc__w_owner(w), hc__w_gen(w), hc__now_ms() | 1);
 		if (atomic_compare_exchange_weak(&pg->word, &w, q)) {
 			hc__count(p, HC_CTR_quarantines, 1);
+			hc__quota_give_slot(p, hc__w_owner(w), 1);
 			if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
 				hc__unkey(p, HC_PAGE_ID(page));
 			return;
@@ -381,11 +382,7 @@ static int build(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_
 		ret = hc__reserve(p, c->rreq, c->pages, c->skip);
 		if (ret < 0)
 			return ret;
-		*held = (uint32_t)ret;
-		if ((ret = hc__quota_take(p, *held, c->op)) < 0) {
-			hc__reserve_undo(p, c->pages, c->skip, c->nkeys);
-			return ret;
-		}
+		*held = 0; /* the reservations count as ours until completed (pages.c) */
 		n = c->nkeys;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -428,10 +425,12 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		c->pages[i] = e;
 		++*held;
 	}
+	if (c->nw.kind == HC_TK_RESERVE) { /* the builder holds the reservations */
+		*held = 0;
+		return (int)n;
+	}
 	if ((ret = hc__quota_take(p, *held, c->op)) < 0)
 		return ret;
-	if (c->nw.kind == HC_TK_RESERVE)
-		return (int)n;
 	for (i = 0; i < n; i++) {
 		if (c->pages[i] == HC_PAGE_NONE)
 			continue;
