@@ -565,6 +565,12 @@ done:
 	out->n = (uint32_t)n;
 	out->held = held;
 	out->pages = c->pages;
+	if (c->nw.kind == HC_TK_RESERVE) { /* the answer is how many pages to write */
+		int m = 0;
+		for (unsigned i = 0; i < c->nkeys; i++)
+			m += c->pages[i] != HC_PAGE_NONE;
+		return m;
+	}
 	return n;
 }
 
