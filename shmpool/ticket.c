@@ -166,9 +166,22 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 				return 0;
 			}
 		}
-		/* A free record, else the oldest tombstone. */
-		for (int pass = 0; pass < 2; pass++) {
-			for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		/* A free record, else the tombstone closed longest ago. */
+		unsigned oldest = p->g.max_tickets;
+		uint64_t oldest_deadline = UINT64_MAX;
+
+		for (int pass = 0; pass < 3; pass++) {
+			if (pass == 1) { /* find the oldest tombstone; pass 2 takes it */
+				for (unsigned t = 0; t < p->g.max_tickets; t++) {
+					uint64_t w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
+					if (hc__tk_state(w) == HC_TK_CLOSED && p->tickets[t].deadline_ms < oldest_deadline) {
+						oldest_deadline = p->tickets[t].deadline_ms;
+						oldest = t;
+					}
+				}
+				continue;
+			}
+			for (unsigned t = pass == 0 ? 0 : oldest; t < p->g.max_tickets; t++) {
 				struct hc_seg_ticket *r = &p->tickets[t];
 				uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), taken;
 				unsigned st = hc__tk_state(w);
@@ -261,8 +274,11 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 
 		if (e == HC_PAGE_NONE || HC_PAGE_ID(h) >= p->g.npages)
 			continue;
-		if (r->kind == HC_TK_LOOKUP)
-			atomic_fetch_and(&hc__tmask_row(p, HC_PAGE_ID(h))[t / 64], ~(UINT64_C(1) << (t % 64)));
+		if (r->kind == HC_TK_LOOKUP) {
+			_Atomic uint64_t *tw = &hc__tmask_row(p, HC_PAGE_ID(h))[t / 64];
+			if (atomic_load_explicit(tw, memory_order_relaxed) & (UINT64_C(1) << (t % 64)))
+				atomic_fetch_and(tw, ~(UINT64_C(1) << (t % 64)));
+		}
 		else if ((w & HC_TK_EXPIRED) && !(e >> HC_TP_SKIP_SHIFT))
 			abandon(p, h);
 	}

@@ -449,6 +449,33 @@ START_TEST(quota_limits_holds)
 }
 END_TEST
 
+/* Every record open and none overdue: a clear EBUSY; one expires: room again. */
+START_TEST(ticket_table_full)
+{
+	hc_page_t pages[1];
+	hc_ticket t[65];
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	char id[16];
+
+	hct_keys(shared->keys, 1, 20);
+	join(pool, 8, 2, 0, 200);
+	for (int i = 0; i < 64; i++) {
+		struct hc_ticket_name tn = { .request_id = id, .step = 0 };
+		snprintf(id, sizeof(id), "full-%d", i);
+		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t[i]), 0);
+	}
+	{
+		struct hc_ticket_name tn = { .request_id = "one-more", .step = 0 };
+		ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t[64]), EBUSY);
+		ck_assert_msg_has("max_tickets");
+		usleep(300 * 1000);
+		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t[64]), 0);
+	}
+	for (int i = 0; i < 65; i++)
+		ck_assert_ok(hc_ticket_release(pool, &t[i]));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tickets");
@@ -466,6 +493,7 @@ int main(void)
 	tcase_add_test(tc, ticket_name_errors);
 	tcase_add_test(tc, too_many_keys_for_a_ticket);
 	tcase_add_test(tc, quota_limits_holds);
+	tcase_add_test(tc, ticket_table_full);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
