@@ -150,6 +150,17 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 	atomic_fetch_add_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c], n, memory_order_relaxed);
 }
 
+/* A 64-bit finalizer (murmur3's): spreads bits for hashing, nothing more. */
+static inline uint64_t hc__mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= UINT64_C(0xff51afd7ed558ccd);
+	x ^= x >> 33;
+	x *= UINT64_C(0xc4ceb9fe1a85ec53);
+	x ^= x >> 33;
+	return x;
+}
+
 /* The number of columns a freer must read (see pages.c). */
 static inline uint32_t hc__hwm(const struct hc_pool *p)
 {

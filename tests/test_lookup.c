@@ -26,12 +26,6 @@ static void teardown(void)
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 
-static void print_violation(void *arg, const char *line)
-{
-	(void)arg;
-	fprintf(stderr, "violation: %s\n", line);
-}
-
 START_TEST(store_then_find)
 {
 	hc_key_t keys[8];
@@ -57,7 +51,7 @@ START_TEST(store_then_find)
 	ck_assert_int_eq(hc_evict_key(pool, keys[1]), 1);
 	ck_assert_int_eq(hct_hit(pool, keys, 8), 1);
 	ck_assert_int_eq(hc_evict_key(pool, keys[1]), 0);
-	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 }
 END_TEST
 
@@ -288,7 +282,7 @@ START_TEST(hit_policies)
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 1);
 	rq.comps = 0x6;
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
-	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 	hc_pool_detach(p);
 	hc_pool_destroy(n2, NULL, 0);
 }

@@ -25,49 +25,37 @@ struct shared {
 };
 static struct shared *sh;
 
-static void print_violation(void *arg, const char *line)
-{
-	(void)arg;
-	fprintf(stderr, "violation: %s\n", line);
-}
-
 static void setup(void)
 {
 	name = hct_name();
 	pool = hct_create_attach(name, 32, 20, 8);
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(sh, MAP_FAILED);
-	memset(sh, 0, sizeof(*sh));
+	sh = hct_shared(sizeof(*sh));
 }
 
 static void teardown(void)
 {
 	if (pool) {
-		ck_assert_int_eq(hc_pool_check(pool, 0, print_violation, NULL), 0);
+		ck_assert_int_eq(hc_pool_check(pool, 0, hct_print_violation, NULL), 0);
 		hc_pool_detach(pool);
 	}
 	munmap(sh, sizeof(*sh));
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 
+static void run_then_die(hc_pool *p, void *arg)
+{
+	void (*fn)(hc_pool *) = (void (*)(hc_pool *))arg;
+
+	sh->slot = p->slot;
+	fn(p);
+	kill(getpid(), SIGKILL);
+}
+
 /* Run fn in a child that attaches, then dies by SIGKILL inside fn's state. */
 static void die_in_child(void (*fn)(hc_pool *))
 {
-	pid_t pid = fork();
-	int st;
+	int st = hct_in_child(name, run_then_die, (void *)fn);
 
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		hc_pool *p;
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
-		if (hc_pool_attach(name, &o, &p) < 0)
-			_exit(100);
-		sh->slot = p->slot;
-		fn(p);
-		kill(getpid(), SIGKILL);
-		_exit(101);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_msg(WIFSIGNALED(st), "child status %d", st);
 }
 
@@ -78,7 +66,7 @@ static void settle(void)
 	ck_assert_ok(hc_pool_recover(pool, &rep));
 	usleep(40 * 1000); /* past the quarantine grace */
 	ck_assert_ok(hc_pool_recover(pool, &rep));
-	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 }
 
 static void hold_everything(hc_pool *p)
@@ -161,7 +149,7 @@ START_TEST(dead_index_writer_stripe_rebuilt)
 	ck_assert_int_eq(hct_store(pool, sh->keys + 2, 1, 0), 1);
 	ck_assert_ok(hc_pool_stats(pool, &st));
 	ck_assert_uint_eq(st.counter[HC_CTR_index_rebuilds], 1);
-	ck_assert_int_eq(hc_pool_check(pool, 0, print_violation, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(pool, 0, hct_print_violation, NULL), 0);
 	settle();
 	ck_assert_int_eq(hct_hit(pool, sh->keys + 2, 1), 1);
 	ck_assert_int_eq(hct_hit(pool, sh->keys, 1), 0);
@@ -210,7 +198,7 @@ START_TEST(dead_builder_others_rebuild)
 	ck_assert_int_eq(pi.pins, 1);
 	ck_assert_int_eq(pi.tickets, 1); /* its own ticket, for rank 0, not the dead one's */
 	ck_assert_ok(hc_ticket_release(pool, &t));
-	ck_assert_int_eq(hc_pool_check(pool, 0, print_violation, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(pool, 0, hct_print_violation, NULL), 0);
 }
 END_TEST
 

@@ -32,9 +32,7 @@ static void setup(void)
 {
 	name = hct_name();
 	pool = hct_create_attach(name, 32, 50, 8);
-	shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(shared, MAP_FAILED);
-	memset(shared, 0, sizeof(*shared));
+	shared = hct_shared(sizeof(*shared));
 }
 
 static void teardown(void)
@@ -54,24 +52,9 @@ static void join(hc_pool *p, uint32_t engine, uint32_t tp, uint32_t rank, uint32
 	ck_assert_ok(hc_engine_join(p, &e));
 }
 
-/* Run fn in a forked child that attaches the pool itself; its exit status. */
 static int in_child(void (*fn)(hc_pool *, void *), void *arg)
 {
-	pid_t pid = fork();
-	int st;
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		hc_pool *p;
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
-		if (hc_pool_attach(name, &o, &p) < 0)
-			_exit(100);
-		fn(p, arg);
-		hc_pool_detach(p);
-		_exit(0);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return st;
+	return hct_in_child(name, fn, arg);
 }
 
 struct lk {
@@ -449,6 +432,54 @@ START_TEST(quota_limits_holds)
 }
 END_TEST
 
+/* The first rank fails: every rank gets the same failure, not another answer. */
+START_TEST(failure_is_shared)
+{
+	hc_page_t pages[NK];
+	hc_ticket t = { .index = 77 };
+	struct hc_ticket_name tn = { .request_id = "req-f", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 3 };
+	struct hc_engine_spec e = { .engine_id = 12, .tp_size = 2, .tp_rank = 0, .quota_pages = 2 };
+	struct lk a = { .engine = 12, .tp = 2, .rank = 1, .n = 3, .req = "req-f", .expect_err = "first rank" };
+
+	hct_keys(shared->keys, NK, 25);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 3, 0), 3);
+	ck_assert_ok(hc_engine_join(pool, &e));
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EDQUOT);
+	ck_assert_uint_eq(t.index, 77); /* a failed call leaves the handle alone */
+	/* Rank 1 has room for 3 pins (quota is per rank) but gets EDQUOT too:
+	 * the engine's ranks agree. */
+	ck_assert_int_eq(in_child(child_lookup, &a), 101 << 8); /* its join asks another quota */
+	{
+		pid_t pid = fork();
+		int st;
+		if (pid == 0) {
+			hc_pool *p;
+			struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+			struct hc_engine_spec e1 = e;
+			hc_ticket t1;
+			e1.tp_rank = 1;
+			if (hc_pool_attach(name, &o, &p) < 0 || hc_engine_join(p, &e1) < 0)
+				_exit(100);
+			shared->ret = hc_ticket_lookup(p, &tn, &rq, shared->pages, &t1);
+			shared->err_has = strstr(hc_last_error(), "first rank") != NULL;
+			_exit(0);
+		}
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_int_eq(st, 0);
+	}
+	ck_assert_int_eq(shared->ret, -EDQUOT);
+	ck_assert_int_eq(shared->err_has, 1);
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(pool, &st));
+		ck_assert_uint_eq(st.pin_count, 0);
+		ck_assert_uint_eq(st.ticket_pages, 0);
+		ck_assert_uint_eq(st.open_tickets, 0);
+	}
+}
+END_TEST
+
 /* Every record open and none overdue: a clear EBUSY; one expires: room again. */
 START_TEST(ticket_table_full)
 {
@@ -494,6 +525,7 @@ int main(void)
 	tcase_add_test(tc, too_many_keys_for_a_ticket);
 	tcase_add_test(tc, quota_limits_holds);
 	tcase_add_test(tc, ticket_table_full);
+	tcase_add_test(tc, failure_is_shared);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
