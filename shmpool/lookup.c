@@ -171,7 +171,7 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 			release(p, pages[i], tk);
 		pages[i] = HC_PAGE_NONE;
 	}
-	if (!(req->flags & HC_LOOKUP_NOTOUCH))
+	if (!(req->flags & HC_LOOKUP_NOTOUCH) && !p->readonly)
 		hc__touch(p, pages, best);
 	hc__count(p, HC_CTR_lookups, 1);
 	hc__count(p, HC_CTR_lookup_keys, n);

@@ -102,9 +102,14 @@ int hc__need_slot(const struct hc_pool *p, const char *op)
 }
 
 /*
- * The quota (engine.c sets it): pages this rank holds pinned, locked, or
- * handed to it to write and not yet committed or aborted.  Add first, then
- * check, so racing threads can only fail spuriously, never pass together.
+ * The quota (engine.c sets it): pages this rank holds pinned or host-locked,
+ * plus pages it reserved (owns in RESERVED).  Pins and locks are taken and
+ * given back by the rank itself.  A reservation is counted by its owner
+ * when allocated, and given back by whoever takes the page out of RESERVED:
+ * the committer that completes it (any rank), the owner's abort, or the
+ * dropper of an expired ticket; recovery zeroes a dead slot's count.  Add
+ * first, then check, so racing threads can only fail spuriously, never pass
+ * together.
  */
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 {
@@ -122,8 +127,19 @@ int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 
 void hc__quota_give(struct hc_pool *p, uint32_t n)
 {
-	_Atomic uint32_t *h = &p->ranks[p->slot].held;
-	uint32_t v = atomic_load_explicit(h, memory_order_relaxed);
+	hc__quota_give_slot(p, (unsigned)p->slot, n);
+}
+
+/* Never below zero: a slot recovered and claimed again starts from 0. */
+void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n)
+{
+	_Atomic uint32_t *h;
+	uint32_t v;
+
+	if (slot >= p->g.max_ranks || n == 0)
+		return;
+	h = &p->ranks[slot].held;
+	v = atomic_load_explicit(h, memory_order_relaxed);
 
 	while (!atomic_compare_exchange_weak_explicit(h, &v, v > n ? v - n : 0, memory_order_relaxed,
 						      memory_order_relaxed))
@@ -176,15 +192,22 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		uint32_t rid = HC_PAGE_ID(pages[i]), gen = HC_PAGE_GEN(pages[i]);
 		uint64_t w = hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0);
 
-		if (rid < p->g.npages)
-			atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
+		if (rid < p->g.npages &&
+		    atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0)))
+			hc__quota_give(p, 1);
 	}
 }
 
-/* Free pages first, then evict by policy; all or nothing. */
+/* Free pages first, then evict by policy; all or nothing.  The pages count
+ * against this rank's quota until they leave RESERVED. */
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op)
 {
-	unsigned got = scan_free(p, n, presence, out);
+	unsigned got;
+	int ret;
+
+	if ((ret = hc__quota_take(p, n, op)) < 0)
+		return ret;
+	got = scan_free(p, n, presence, out);
 
 	if (got < n)
 		got += hc__evict_take(p, n - got, presence, out + got);
@@ -195,6 +218,7 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, 
 		return (int)n;
 	}
 	hc__alloc_undo(p, out, got);
+	hc__quota_give(p, n - got);
 	hc__count(p, HC_CTR_alloc_fails, 1);
 	return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages",
 		       op, n, got, p->info.name, p->g.npages);
@@ -214,11 +238,7 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 	if (presence == 0 || (presence >> p->g.ncomp) != 0)
 		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
 			       presence, p->g.ncomp);
-	if ((ret = hc__quota_take(p, n, "alloc")) < 0)
-		return ret;
-	if ((ret = hc__alloc(p, n, presence, out, "alloc")) < 0)
-		hc__quota_give(p, n);
-	return ret;
+	return hc__alloc(p, n, presence, out, "alloc");
 }
 
 int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group,
@@ -276,7 +296,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed)) &&
 	    atomic_compare_exchange_strong_explicit(&pg->word, &w, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
 						    memory_order_seq_cst, memory_order_acquire)) {
-		hc__quota_give(p, 1);
+		hc__quota_give(p, 1); /* our own reservation is done */
 		return 1;
 	}
 	do {
@@ -295,7 +315,8 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 		/* Release (seq_cst): our shard's bytes before READY; pairs with the
 		 * acquire in hc_page_pin and in every reader's state load. */
 	} while (!atomic_compare_exchange_weak(&pg->word, &w, nw));
-	hc__quota_give(p, 1);
+	if (fill == needed) /* the owner's reservation is done */
+		hc__quota_give_slot(p, hc__w_owner(w), 1);
 	return fill == needed;
 }
 

@@ -89,6 +89,7 @@ int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page
 void hc__unkey(struct hc_pool *p, uint32_t id);
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op);
 void hc__quota_give(struct hc_pool *p, uint32_t n);
+void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n);
 
 /* index.c: the key index.  Readers lock nothing; writers hold the stripe. */
 struct hc__khash {
@@ -114,7 +115,6 @@ void hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, i
 int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
 		      const uint8_t *skip, const char *op);
 int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
-void hc__reserve_undo(struct hc_pool *p, hc_page_t *pages, const uint8_t *skip, unsigned n);
 
 /* evict.c */
 unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out);
@@ -145,7 +145,20 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 {
 	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
 
+	if (p->readonly)
+		return;
 	atomic_fetch_add_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c], n, memory_order_relaxed);
+}
+
+/* A 64-bit finalizer (murmur3's): spreads bits for hashing, nothing more. */
+static inline uint64_t hc__mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= UINT64_C(0xff51afd7ed558ccd);
+	x ^= x >> 33;
+	x *= UINT64_C(0xc4ceb9fe1a85ec53);
+	x ^= x >> 33;
+	return x;
 }
 
 /* The number of columns a freer must read (see pages.c). */
