@@ -1566,12 +1566,13 @@ static int cmd_evict(int argc, char **argv)
 		if (n < 0)
 			ret = failure("%s", lib_error());
 		else if (n == 0)
-			ret = failure("no page of pool '%s' has key %s: list the keys with '" PROG " keys %s'", in.name,
-				      hex, in.name);
+			ret = failure("no page of pool '%s' has key %s: list the keys with '" PROG " keys %s%s%s'",
+				      in.name, hex, in.name, va.dir ? " --dir " : "", va.dir ? va.dir : "");
 		else
 			printf("evicted key %s from pool '%s'\n", hex, in.name);
 	} else {
-		/* more than every page asks for nothing more */
+		/* more than every page asks for nothing more, and an LRU pool
+		 * would first try to allocate room for that many candidates */
 		n = hc_evict(p, va.count < in.npages ? va.count : in.npages);
 		if (n < 0)
 			ret = failure("%s", lib_error());
