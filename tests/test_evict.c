@@ -63,6 +63,7 @@ START_TEST(lru_order)
 	ck_assert_int_eq(hc_evict(p, 2), 2);
 	ck_assert_int_eq(present(p, b, 1), 1);
 	ck_assert_int_eq(hct_hit(p, a, 4), 2);
+	ck_assert_int_eq(hc_evict(p, UINT32_MAX), 3); /* more than the pool: all there is */
 	done(p);
 }
 END_TEST

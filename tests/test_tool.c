@@ -359,11 +359,11 @@ START_TEST(usage_errors)
 		{ { "--pages", "4", "--pages", "5" }, "'--pages' is given twice" },
 		{ { "--pages", "4", "--kv", "x,bf17,4,256,2" }, "unknown DTYPE 'bf17'" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,256" }, "has 4 fields" },
-		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,3,4" }, "has 7 fields" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,3,4,5" }, "has 8 fields" },
 		{ { "--pages", "4", "--kv", "x,bf16,4x,256,2" }, "HEADS '4x'" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,,2" }, "HEAD_BYTES" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,256,zero" }, "LAYERS 'zero'" },
-		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" }, "'mirror' must be 'replicated' or 'sharded'" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" }, "'mirror' must be 'replicated', 'sharded' or 'window=PAGES'" },
 		{ { "--pages", "4", "--kv", "a b,bf16,4,256,2" }, "NAME 'a b'" },
 		{ { "--pages", "4", "--state", "s,f32,1Z,2" }, "BYTES_PER_LAYER '1Z'" },
 		{ { "--pages", "4", "--mode", "0644" }, "--mode '0644'" },
@@ -539,6 +539,36 @@ START_TEST(create_options)
 	ck_assert_int_eq(stat(shm_path(name), &st), 0);
 	ck_assert_uint_eq(st.st_mode & 07777, 0660);
 	ck_assert_tool(0, "destroy", name);
+
+	/* The cache options: eviction policy, tickets, hit windows. */
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--kv", "swa,bf16,4,64,2,window=4", "--state", "st,f32,1024,1,replicated,window=1",
+		       "--pages", "16", "--evict", "lru", "--max-tickets", "128", "--ticket-keys", "512");
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "evict"), "lru");
+	ck_assert_int_eq(jint(o, "max_tickets"), 128);
+	ck_assert_int_eq(jint(o, "ticket_keys"), 512);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 0);
+	ck_assert_int_eq(jint(c, "window_pages"), 0);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 1);
+	ck_assert_int_eq(jint(c, "window_pages"), 4);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 2);
+	ck_assert_int_eq(jint(c, "window_pages"), 1);
+	ck_assert_str_eq(jstr(c, "sharding"), "replicated");
+	json_object_put(o);
+	ck_assert_tool(0, "destroy", name);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--evict", "fifo");
+	ck_assert_msg(strstr(r.err, "'clock' or 'lru'"), "stderr: %s", r.err);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--max-tickets", "100");
+	ck_assert_msg(strstr(r.err, "multiple of 64"), "stderr: %s", r.err);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2,window=0", "--pages", "16");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2,windows=2", "--pages", "16");
+	ck_assert_msg(strstr(r.err, "window=PAGES"), "stderr: %s", r.err);
 }
 END_TEST
 
@@ -1264,8 +1294,8 @@ START_TEST(parse_specs)
 	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "LAYERS '0' is too small"));
 	ck_assert_int_eq(hc_cli_parse_comp("--kv", "a23456789012345678901234567890123,bf16,4,256,2", HC_COMP_KV, &c),
 			 -EINVAL);
-	ck_assert_int_eq(hc_cli_parse_comp("--state", "s,f32,1024,2,3,4", HC_COMP_STATE, &c), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "has 6 fields"));
+	ck_assert_int_eq(hc_cli_parse_comp("--state", "s,f32,1024,2,3,4,5", HC_COMP_STATE, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "has 7 fields"));
 
 	ck_assert_int_eq(hc_cli_parse_numa("--numa", "bind:0-1", &m, &nodes), 0);
 	ck_assert_int_eq(m, HC_NUMA_BIND);

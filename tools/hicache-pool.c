@@ -120,7 +120,8 @@ static int check_dir(const char *dir)
 enum {
 	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
 	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
-	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT__END
+	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT_EVICT, OPT_MAX_TICKETS,
+	OPT_TICKET_KEYS, OPT__END
 };
 
 /*
@@ -245,10 +246,11 @@ static int attach(const char *name, const char *dir, unsigned flags, hc_pool **p
 static const char create_usage[] =
 	"Usage: " PROG " create NAME --model ID --page-tokens N --tp N [--head-groups N]\n"
 	"           (--pages N | --size SIZE)\n"
-	"           [--kv NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated]]...\n"
-	"           [--state NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated]]...\n"
+	"           [--kv NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated][,window=W]]...\n"
+	"           [--state NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated][,window=W]]...\n"
 	"           [--dir DIR] [--group GROUP] [--mode 0600|0660] [--max-ranks N]\n"
 	"           [--quarantine-ms N] [--numa bind:NODES|interleave[:NODES]]\n"
+	"           [--evict clock|lru] [--max-tickets N] [--ticket-keys N]\n"
 	"\n"
 	"Create pool NAME as DIR/hicache.NAME (DIR: " DEFAULT_DIR ").  Give at least one\n"
 	"--kv or --state component; components are laid out in the order given.\n"
@@ -264,6 +266,8 @@ static const char create_usage[] =
 	"  --kv SPEC             a K/V component: HEADS total KV heads, HEAD_BYTES\n"
 	"                        bytes of one head of one token; 'replicated' for MLA\n"
 	"  --state SPEC          a per-page state snapshot of BYTES_PER_LAYER per layer\n"
+	"                        window=W: a hit needs this component in its last W\n"
+	"                        pages only (sliding window; 1 for a state snapshot)\n"
 	"  --dir DIR             a tmpfs, huge-page tmpfs or hugetlbfs directory\n"
 	"  --group GROUP         group allowed to attach (mode becomes 0660)\n"
 	"  --mode 0600|0660      file mode (default 0600, or 0660 with --group)\n"
@@ -271,6 +275,10 @@ static const char create_usage[] =
 	"  --quarantine-ms N     grace before a dead rank's reservations are reused\n"
 	"                        (default 2000)\n"
 	"  --numa MODE           bind:NODES, interleave or interleave:NODES\n"
+	"  --evict POLICY        clock (default: approximate LRU, no shared counter)\n"
+	"                        or lru (exact; a chain's root goes last)\n"
+	"  --max-tickets N       tickets open at once, a multiple of 64 (default 64)\n"
+	"  --ticket-keys N       most keys one ticket names (default 1024)\n"
 	"\n"
 	"DTYPE is one of f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, uint8.\n";
 
@@ -291,6 +299,9 @@ static int cmd_create(int argc, char **argv)
 		{ "max-ranks", required_argument, NULL, OPT_MAX_RANKS },
 		{ "quarantine-ms", required_argument, NULL, OPT_QUARANTINE },
 		{ "numa", required_argument, NULL, OPT_NUMA },
+		{ "evict", required_argument, NULL, OPT_EVICT },
+		{ "max-tickets", required_argument, NULL, OPT_MAX_TICKETS },
+		{ "ticket-keys", required_argument, NULL, OPT_TICKET_KEYS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -362,6 +373,22 @@ static int cmd_create(int argc, char **argv)
 			break;
 		case OPT_NUMA:
 			ret = hc_cli_parse_numa("--numa", optarg, &spec.numa, &spec.numa_nodes);
+			break;
+		case OPT_EVICT:
+			if (!strcmp(optarg, "clock"))
+				spec.evict = HC_EVICT_CLOCK;
+			else if (!strcmp(optarg, "lru"))
+				spec.evict = HC_EVICT_LRU;
+			else
+				return usage_error("--evict '%s': use 'clock' or 'lru'", optarg);
+			break;
+		case OPT_MAX_TICKETS:
+			ret = hc_cli_parse_u32("--max-tickets", optarg, 64, 4096, &spec.max_tickets);
+			if (ret == 0 && spec.max_tickets % 64)
+				return usage_error("--max-tickets %u: give a multiple of 64", spec.max_tickets);
+			break;
+		case OPT_TICKET_KEYS:
+			ret = hc_cli_parse_u32("--ticket-keys", optarg, 1, HC_LOOKUP_MAX, &spec.ticket_keys);
 			break;
 		default:
 			return bad_option(c, argv);
@@ -572,6 +599,10 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	jadd_u64(o, "head_groups", in->head_groups);
 	jadd_u64(o, "max_ranks", in->max_ranks);
 	jadd_u64(o, "quarantine_ms", in->quarantine_ms);
+	jadd_str(o, "evict", in->evict == HC_EVICT_LRU ? "lru" : "clock");
+	jadd_u64(o, "max_tickets", in->max_tickets);
+	jadd_u64(o, "ticket_keys", in->ticket_keys);
+	jadd_u64(o, "index_slots", in->index_slots);
 	jadd_u64(o, "npages", in->npages);
 	jadd_u64(o, "envelope_bytes", in->envelope_bytes);
 	jadd_u64(o, "envelopes_offset", in->envelopes_offset);
@@ -598,6 +629,7 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 		jadd_u64(x, "bytes", ci[i].bytes);
 		jadd_u64(x, "group_stride", ci[i].group_stride);
 		jadd_u64(x, "layer_stride", ci[i].layer_stride);
+		jadd_u64(x, "window_pages", ci[i].window_pages);
 		json_object_array_add(a, x);
 	}
 	json_object_object_add(o, "components", a);
@@ -633,6 +665,8 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 	printf("geometry     %" PRIu32 " tokens/page, tp %" PRIu32 ", %" PRIu32 " head groups, %" PRIu32
 	       " rank slots, quarantine %" PRIu32 " ms\n",
 	       in->page_tokens, in->tp_size, in->head_groups, in->max_ranks, in->quarantine_ms);
+	printf("cache        evict %s, key index of %" PRIu32 " slots, %" PRIu32 " tickets of up to %" PRIu32 " keys\n",
+	       in->evict == HC_EVICT_LRU ? "lru" : "clock", in->index_slots, in->max_tickets, in->ticket_keys);
 	printf("envelope     %" PRIu64 " bytes (%s), from offset %" PRIu64 "\n", in->envelope_bytes,
 	       hc_cli_format_size(in->envelope_bytes, b1, sizeof(b1)), in->envelopes_offset);
 	printf("segment      %" PRIu64 " bytes (%s)\n", in->segment_bytes,
@@ -646,21 +680,23 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 		if ((int)strlen(ci[i].name) > w)
 			w = (int)strlen(ci[i].name);
 	printf("components   %" PRIu32 "\n", in->ncomp);
-	printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6s  %6s  %12s  %12s  %12s  %12s\n", w, "NAME", "DTYPE",
+	printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6s  %6s  %12s  %12s  %12s  %12s  %6s\n", w, "NAME", "DTYPE",
 	       "KIND", "SHARDING", "HEADS", "HEAD_BYTES", "LAYERS", "GROUPS", "OFFSET", "BYTES", "GROUP_STRIDE",
-	       "LAYER_STRIDE");
+	       "LAYER_STRIDE", "WINDOW");
 	for (unsigned i = 0; i < in->ncomp; i++) {
-		char heads[16] = "-", hb[16] = "-";
+		char heads[16] = "-", hb[16] = "-", win[16] = "all";
 
 		if (ci[i].kind == HC_COMP_KV) {
 			snprintf(heads, sizeof(heads), "%" PRIu32, ci[i].kv_heads);
 			snprintf(hb, sizeof(hb), "%" PRIu32, ci[i].head_bytes);
 		}
+		if (ci[i].window_pages)
+			snprintf(win, sizeof(win), "%" PRIu32, ci[i].window_pages);
 		printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6" PRIu32 "  %6" PRIu32 "  %12" PRIu64 "  %12" PRIu64
-		       "  %12" PRIu64 "  %12" PRIu64 "\n",
+		       "  %12" PRIu64 "  %12" PRIu64 "  %6s\n",
 		       w, ci[i].name, hc_dtype_name(ci[i].dtype), kind_name(ci[i].kind),
 		       sharding_name(ci[i].sharding), heads, hb, ci[i].layers, ci[i].groups, ci[i].offset,
-		       ci[i].bytes, ci[i].group_stride, ci[i].layer_stride);
+		       ci[i].bytes, ci[i].group_stride, ci[i].layer_stride, win);
 	}
 
 	for (unsigned i = 0; i < nri; i++)
