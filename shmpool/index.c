@@ -47,7 +47,9 @@ int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash
 {
 	const struct hc_seg_page *pg = &p->pages[id];
 
-	return atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
+	/* The flag too: a page reused without a key keeps its old key's words. */
+	return (atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED) &&
+	       atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
 	       atomic_load_explicit(&pg->key[1], memory_order_relaxed) == kh->k[1] &&
 	       atomic_load_explicit(&pg->key[2], memory_order_relaxed) == kh->k[2] &&
 	       atomic_load_explicit(&pg->key[3], memory_order_relaxed) == kh->k[3];

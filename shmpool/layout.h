@@ -153,7 +153,9 @@ static_assert(offsetof(struct hc_seg_comp, bytes_per_layer) == 64, "component la
  * rest of the slot is written; readers other than the holder use it and
  * pid only for display.
  */
-enum hc_rank_state { HC_RANK_FREE = 0, HC_RANK_LIVE = 1 };
+/* RECOVERING: the holder is dead and whoever got EOWNERDEAD is undoing its
+ * holds, with the mutex held; it stores FREE when done. */
+enum hc_rank_state { HC_RANK_FREE = 0, HC_RANK_LIVE = 1, HC_RANK_RECOVERING = 2 };
 
 struct hc_seg_rank {
 	pthread_mutex_t lock;

@@ -475,6 +475,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 	uint32_t held = 0, tpw;
 	int ret, n = 0;
 	hc_ticket res; /* *out is written only on success: a live handle is never lost */
+	uint32_t g0;
 
 	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = name_init(p, name, &nm, c->op)) < 0)
 		return ret;
@@ -519,11 +520,13 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 			res.first = 1;
 			goto done;
 		}
-		if (hc__tk_state(w) == HC_TK_BUILDING &&
-		    (ret = wait_built(p, t, hc__tk_gen(w), c->nw.timeout_ms, &w)) < 0)
+		g0 = hc__tk_gen(w);
+		if (hc__tk_state(w) == HC_TK_BUILDING && (ret = wait_built(p, t, g0, c->nw.timeout_ms, &w)) < 0)
 			return ret;
-		if (hc__tk_state(w) == HC_TK_FREE || hc__tk_state(w) == HC_TK_BUILDING)
-			continue; /* the builder died or gave up; start over */
+		/* The builder died and the record went to another name meanwhile,
+		 * or is free: start over. */
+		if (hc__tk_gen(w) != g0 || hc__tk_state(w) == HC_TK_FREE || hc__tk_state(w) == HC_TK_BUILDING)
+			continue;
 		if (hc__tk_gen(w) != hc__tk_gen(atomic_load_explicit(&r->word, memory_order_acquire)))
 			continue;
 		if (r->kind != c->nw.kind || r->nkeys != c->nkeys || r->keys_fold[0] != c->nw.fold[0] ||
