@@ -40,6 +40,7 @@
  * the private copy of npages before use.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -168,7 +169,8 @@ static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_p
 			if (!now)
 				now = hc__now_ms() | 1;
 			if (now - hc__w_aux(w) < p->quarantine_ms ||
-			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
+			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) ||
+			    hc__held_anywhere(p, id)) /* a live co-writer's copy may still land */
 				continue;
 			break;
 		default:
@@ -437,12 +439,21 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 			return hc__err(EOVERFLOW, "%s: page %u is %s 65535 times by this rank", op, HC_PAGE_ID(page),
 				       hold_name(one));
 	} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
-	for (;;) {
+	for (unsigned spin = 1;; spin++) {
 		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
 			return 0;
 		if (!wait_freeing || hc__w_state(w) != HC_PAGE_FREEING || hc__w_gen(w) != HC_PAGE_GEN(page))
 			break;
+		/* A freer that died after (C) never puts it back: prove it dead
+		 * (its recovery restores READY), or give up after a long while. */
+		if (spin % 4096 == 0) {
+			if (spin >= 4096u * 2048u)
+				break;
+			if (hc__w_owner(w) < p->g.max_ranks)
+				hc__rank_probe(p, hc__w_owner(w), NULL);
+			sched_yield();
+		}
 		__builtin_ia32_pause();
 	}
 	hold_undo(c, one);
@@ -452,6 +463,31 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 		return hc__err(EAGAIN, "%s: page %u is not committed yet", op, HC_PAGE_ID(page));
 	return hc__err(ESTALE, "%s: page %u generation %u is gone (now %s, generation %u)", op, HC_PAGE_ID(page),
 		       HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
+}
+
+/*
+ * A co-writer's hold on a reservation it was handed (ticket.c): the same
+ * (A) and (B), but RESERVED is fine.  It keeps the page from reuse out of
+ * quarantine while this rank's copy into it may still land, even if the
+ * owner dies or aborts meanwhile (scan_free and the sweep skip held pages).
+ */
+int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op)
+{
+	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
+	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
+	uint64_t w;
+
+	do {
+		if ((v & 0xffffu) == 0xffffu)
+			return hc__err(EOVERFLOW, "%s: page %u is held 65535 times by this rank", op, HC_PAGE_ID(page));
+	} while (!atomic_compare_exchange_weak(c, &v, v + HC_PIN_ONE)); /* (A) */
+	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
+	if (hc__w_gen(w) == HC_PAGE_GEN(page) &&
+	    (hc__w_state(w) == HC_PAGE_RESERVED || hc__w_state(w) == HC_PAGE_READY))
+		return 0;
+	hold_undo(c, HC_PIN_ONE);
+	return hc__err(ESTALE, "%s: reserved page %u generation %u is gone (now %s, generation %u): its owner aborted or died",
+		       op, HC_PAGE_ID(page), HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
 }
 
 static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
@@ -718,7 +754,7 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 		if (st > HC_PAGE_FREEING || (st != HC_PAGE_FREE && st != HC_PAGE_READY && hc__w_owner(w) >= p->g.max_ranks)) {
 			nw = hc__w_make(HC_PAGE_QUARANTINE, 0, hc__w_gen(w), now);
 			count = rep ? &rep->bad_words : NULL;
-		} else if (st == HC_PAGE_QUARANTINE && now - hc__w_aux(w) >= p->quarantine_ms) {
+		} else if (st == HC_PAGE_QUARANTINE && now - hc__w_aux(w) >= p->quarantine_ms && !hc__held_anywhere(p, i)) {
 			/* Whoever quarantined a keyed page may have died before
 			 * unkeying it; nobody else touches a quarantined page. */
 			if (atomic_load_explicit(&p->pages[i].flags, memory_order_relaxed) & HC_PF_KEYED)

@@ -80,6 +80,7 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 int hc__need_slot(const struct hc_pool *p, const char *op);
 int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op);
 void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
+int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op);
 int hc__held_anywhere(const struct hc_pool *p, uint32_t id);
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op);
 void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n);

@@ -157,11 +157,20 @@ static void *holder_main(void *arg)
 	int slot = -1, ret;
 
 	prctl(PR_GET_NAME, comm);
-	for (int attempt = 0; slot < 0 && attempt < HC_CLAIM_RETRIES; attempt++) {
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	/* Retry while some slot is busy only for a moment, for up to
+	 * HC_CLAIM_RETRIES waits or two seconds, whichever is longer: on a
+	 * loaded machine a prober's moment can last a scheduling quantum. */
+	for (int attempt = 0; slot < 0; attempt++) {
 		int transient = 0;
+		struct timespec now;
 
-		if (attempt)
+		if (attempt) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (attempt >= HC_CLAIM_RETRIES && now.tv_sec - ts.tv_sec >= 2)
+				break;
 			usleep(HC_PROBE_WAIT_US);
+		}
 		for (unsigned s = 0; s < p->g.max_ranks; s++) {
 			r = &p->ranks[s];
 			ret = pthread_mutex_trylock(&r->lock);

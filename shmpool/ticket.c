@@ -432,8 +432,21 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		c->pages[i] = e;
 		++*held;
 	}
-	if (c->nw.kind == HC_TK_RESERVE) { /* the builder holds the reservations */
-		*held = 0;
+	if (c->nw.kind == HC_TK_RESERVE) {
+		/* The builder owns the reservations (and the quota for them); we
+		 * hold each page we will write until our copy is done. */
+		for (i = 0; i < n; i++) {
+			if (c->pages[i] == HC_PAGE_NONE)
+				continue;
+			if ((ret = hc__hold_write(p, c->pages[i], c->op)) < 0)
+				break;
+		}
+		if (ret < 0) {
+			while (i-- > 0)
+				if (c->pages[i] != HC_PAGE_NONE)
+					hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
+			return ret;
+		}
 		return (int)n;
 	}
 	if ((ret = hc__quota_take(p, *held, c->op)) < 0)
@@ -459,11 +472,11 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 
 static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n, uint32_t held)
 {
+	for (uint32_t i = 0; i < n; i++)
+		if (c->pages[i] != HC_PAGE_NONE)
+			hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
 	if (c->nw.kind == HC_TK_LOOKUP)
-		for (uint32_t i = 0; i < n; i++)
-			if (c->pages[i] != HC_PAGE_NONE)
-				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
-	hc__quota_give(p, held);
+		hc__quota_give(p, held);
 }
 
 static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, struct tk_call *c, hc_ticket *out)
@@ -637,13 +650,15 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 		return hc__err(EALREADY, "ticket release: ticket %u was already released by this rank", t->index);
 	if (t->kind != HC_TK_LOOKUP && t->kind != HC_TK_RESERVE)
 		return hc__err(EINVAL, "ticket release: the handle was never filled by hc_ticket_lookup or hc_ticket_reserve");
-	if (t->kind == HC_TK_LOOKUP && t->n && !t->pages)
+	if (t->n && !t->pages)
 		return hc__err(EINVAL, "ticket release: the handle lost its page array");
-	if (t->kind == HC_TK_LOOKUP)
+	/* Our pins (lookup), or our write holds (reserve, not the builder). */
+	if (t->kind == HC_TK_LOOKUP || !t->first)
 		for (uint32_t i = 0; i < t->n; i++)
 			if (t->pages[i] != HC_PAGE_NONE && HC_PAGE_ID(t->pages[i]) < p->g.npages)
 				hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
-	hc__quota_give(p, t->held);
+	if (t->kind == HC_TK_LOOKUP)
+		hc__quota_give(p, t->held);
 	t->released = 1;
 	return 0;
 }
