@@ -104,8 +104,9 @@ int hc__need_slot(const struct hc_pool *p, const char *op)
 
 /*
  * The quota (engine.c sets it): pages this rank holds pinned or host-locked,
- * plus pages it reserved (owns in RESERVED).  Pins and locks are taken and
- * given back by the rank itself.  A reservation is counted by its owner
+ * plus pages it reserved (owns in RESERVED).  A held page counts once, when
+ * the rank's hold word on it leaves zero, and is given back when it returns
+ * to zero, by the rank itself.  A reservation is counted by its owner
  * when allocated, and given back by whoever takes the page out of RESERVED:
  * the committer that completes it (any rank), the owner's abort, or the
  * dropper of an expired ticket; recovery zeroes a dead slot's count.  Add
@@ -399,19 +400,21 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 }
 
 /* Take back one hold of ours; never below zero, even if a stray release of
- * another thread of this rank got there first. */
-static void hold_undo(_Atomic uint32_t *c, uint32_t one)
+ * another thread of this rank got there first.  1 if the page is no longer
+ * held by this rank at all (the quota counts pages, not holds). */
+static int hold_undo(_Atomic uint32_t *c, uint32_t one)
 {
 	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
 
 	while ((v & (one * 0xffffu)) &&
 	       !atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed))
 		;
+	return (v & (one * 0xffffu)) && v == one;
 }
 
-void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one)
+int hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one)
 {
-	hold_undo(&hc__pin_row(p, id)[p->slot], one);
+	return hold_undo(&hc__pin_row(p, id)[p->slot], one);
 }
 
 static const char *hold_name(uint32_t one)
@@ -421,7 +424,8 @@ static const char *hold_name(uint32_t one)
 
 /*
  * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
- * lock (HC_LOCK_ONE).  With wait_freeing, a FREEING page is waited out: the
+ * lock (HC_LOCK_ONE).  Returns 1 if the rank held nothing on the page
+ * before (a page more for its quota), 0 if it did, or a negative errno.  With wait_freeing, a FREEING page is waited out: the
  * caller knows another hold (a ticket's) keeps it, so the freer will put it
  * back to READY.
  */
@@ -442,7 +446,7 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 	for (unsigned spin = 1;; spin++) {
 		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
-			return 0;
+			return v == 0; /* 1: the page is newly held by this rank */
 		if (!wait_freeing || hc__w_state(w) != HC_PAGE_FREEING || hc__w_gen(w) != HC_PAGE_GEN(page))
 			break;
 		/* A freer that died after (C) never puts it back: prove it dead
@@ -496,10 +500,10 @@ static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 
 	if ((ret = need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
 		return ret;
-	if ((ret = hc__quota_take(p, 1, op)) < 0)
+	if ((ret = hc__hold(p, page, one, 0, op)) < 0)
 		return ret;
-	if ((ret = hc__hold(p, page, one, 0, op)) < 0) {
-		hc__quota_give(p, 1);
+	if (ret == 1 && (ret = hc__quota_take(p, 1, op)) < 0) {
+		hc__hold_drop(p, HC_PAGE_ID(page), one);
 		return ret;
 	}
 	hc__count(p, one == HC_PIN_ONE ? HC_CTR_pins : HC_CTR_locks, 1);
@@ -526,7 +530,8 @@ static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *
 			return hc__err(EINVAL, "%s: page %u is not %s by this rank", op, HC_PAGE_ID(page), hold_name(one));
 		/* Release: our reads of the page happen before a freer sees the count drop. */
 	} while (!atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed));
-	hc__quota_give(p, 1);
+	if (v == one) /* the page is no longer held by this rank */
+		hc__quota_give(p, 1);
 	return 0;
 }
 

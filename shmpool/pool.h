@@ -79,7 +79,7 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 #define HC_LOCK_ONE (UINT32_C(1) << 16)
 int hc__need_slot(const struct hc_pool *p, const char *op);
 int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op);
-void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
+int hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
 int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op);
 int hc__held_anywhere(const struct hc_pool *p, uint32_t id);
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op);
@@ -111,8 +111,9 @@ void hc__index_repair_page(struct hc_pool *p, uint32_t id);
 
 /* lookup.c, reserve.c: the cores that tickets share */
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op);
-int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk);
-void hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk);
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
+	       uint32_t *newly);
+uint32_t hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk);
 int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
 		      const uint8_t *skip, const char *op);
 int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);

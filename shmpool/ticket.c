@@ -375,16 +375,13 @@ static int build(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_
 	uint32_t n;
 
 	if (c->nw.kind == HC_TK_LOOKUP) {
-		ret = hc__lookup(p, c->lreq, c->pages, 1, tk);
+		ret = hc__lookup(p, c->lreq, c->pages, 1, tk, held);
 		n = (uint32_t)ret;
-		*held = 0;
-		for (uint32_t i = 0; i < n; i++)
-			*held += c->pages[i] != HC_PAGE_NONE;
 		if ((ret = hc__quota_take(p, *held, c->op)) < 0) {
 			hc__lookup_release(p, c->pages, n, tk);
 			return ret;
 		}
-		hc__count(p, HC_CTR_pins, *held);
+		hc__count(p, HC_CTR_pins, n);
 	} else {
 		ret = hc__reserve(p, c->rreq, c->pages, c->skip);
 		if (ret < 0)
@@ -449,8 +446,7 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		}
 		return (int)n;
 	}
-	if ((ret = hc__quota_take(p, *held, c->op)) < 0)
-		return ret;
+	*held = 0;
 	for (i = 0; i < n; i++) {
 		if (c->pages[i] == HC_PAGE_NONE)
 			continue;
@@ -458,25 +454,30 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		 * puts it back, so FREEING is waited out. */
 		if ((ret = hc__hold(p, c->pages[i], HC_PIN_ONE, 1, c->op)) < 0)
 			break;
+		*held += (uint32_t)ret;
+		ret = 0;
 	}
+	if (ret == 0 && (ret = hc__quota_take(p, *held, c->op)) < 0)
+		i = n;
 	if (ret < 0) {
 		while (i-- > 0)
 			if (c->pages[i] != HC_PAGE_NONE)
 				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
-		hc__quota_give(p, *held);
 		return ret;
 	}
-	hc__count(p, HC_CTR_pins, *held);
+	hc__count(p, HC_CTR_pins, n);
 	return (int)n;
 }
 
-static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n, uint32_t held)
+static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n)
 {
+	uint32_t gone = 0;
+
 	for (uint32_t i = 0; i < n; i++)
 		if (c->pages[i] != HC_PAGE_NONE)
-			hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
+			gone += (uint32_t)hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
 	if (c->nw.kind == HC_TK_LOOKUP)
-		hc__quota_give(p, held);
+		hc__quota_give(p, gone);
 }
 
 static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, struct tk_call *c, hc_ticket *out)
@@ -574,7 +575,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 				break;
 			}
 			if (hc__tk_gen(w) != hc__tk_gen(nw) || hc__tk_state(w) != HC_TK_OPEN || (w & (bit | HC_TK_EXPIRED))) {
-				undo_join(p, c, (uint32_t)n, held);
+				undo_join(p, c, (uint32_t)n);
 				return hc__err(ESTALE, "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
 					       c->op, nm.req, nm.step, c->nw.rank);
 			}
@@ -653,12 +654,15 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 	if (t->n && !t->pages)
 		return hc__err(EINVAL, "ticket release: the handle lost its page array");
 	/* Our pins (lookup), or our write holds (reserve, not the builder). */
-	if (t->kind == HC_TK_LOOKUP || !t->first)
+	if (t->kind == HC_TK_LOOKUP || !t->first) {
+		uint32_t gone = 0;
+
 		for (uint32_t i = 0; i < t->n; i++)
 			if (t->pages[i] != HC_PAGE_NONE && HC_PAGE_ID(t->pages[i]) < p->g.npages)
-				hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
-	if (t->kind == HC_TK_LOOKUP)
-		hc__quota_give(p, t->held);
+				gone += (uint32_t)hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
+		if (t->kind == HC_TK_LOOKUP)
+			hc__quota_give(p, gone);
+	}
 	t->released = 1;
 	return 0;
 }

@@ -418,8 +418,18 @@ START_TEST(quota_limits_holds)
 	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
 	ck_assert_uint_eq(ri.held, 3);
 	ck_assert_uint_eq(ri.quota, 3);
-	ck_assert_err(hc_page_lock(pool, pages[0]), EDQUOT);
+	/* A page counts once, however it is held. */
+	ck_assert_ok(hc_page_lock(pool, pages[0]));
+	ck_assert_ok(hc_page_pin(pool, pages[0]));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_uint_eq(ri.held, 3);
 	ck_assert_err(hc_page_alloc(pool, 1, 1, more), EDQUOT);
+	{
+		struct hc_lookup_req one = { .keys = keys + 3, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+		ck_assert_err(hc_lookup(pool, &one, more), EDQUOT);
+	}
+	ck_assert_ok(hc_page_unpin(pool, pages[0]));
+	ck_assert_ok(hc_page_unlock(pool, pages[0]));
 	for (int i = 0; i < 3; i++)
 		ck_assert_ok(hc_page_unpin(pool, pages[i]));
 	ck_assert_int_eq(hc_page_alloc(pool, 3, 1, more), 3);
