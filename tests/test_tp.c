@@ -535,6 +535,282 @@ START_TEST(late_rank_under_eviction)
 }
 END_TEST
 
+
+/* ---- targeted cases: each asserts what the API promises, and failed on
+ * main when it was written (see the comment of each). */
+
+static hc_pool *child_attach(const char *name)
+{
+	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	hc_pool *c = NULL;
+
+	if (hc_pool_attach(name, &o, &c) < 0) {
+		fprintf(stderr, "child attach: %s\n", hc_last_error());
+		_exit(99);
+	}
+	return c;
+}
+
+static void child_join(hc_pool *c, uint32_t engine, uint32_t tp, uint32_t rank)
+{
+	struct hc_engine_spec es = { .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
+
+	if (hc_engine_join(c, &es) < 0) {
+		fprintf(stderr, "child join: %s\n", hc_last_error());
+		_exit(98);
+	}
+}
+
+static int wait_child(pid_t pid)
+{
+	int status;
+
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status), "child %d: status 0x%x", pid, status);
+	return WEXITSTATUS(status);
+}
+
+static uint32_t held_now(hc_pool *p)
+{
+	struct hc_pool_info info;
+	struct hc_rank_info ri;
+
+	hc_pool_info(p, &info);
+	ck_assert_ok(hc_pool_rank(p, (unsigned)info.self_slot, &ri));
+	return ri.held;
+}
+
+/*
+ * The quota counts pages a rank holds "pinned, locked or reserved".
+ * Found: hc_page_commit gives one page back per call, not per page (three
+ * shard commits of one page give back three), and hc_ticket_release gives
+ * a reserve ticket's pages back again after their commits did: the count
+ * drops below what the rank holds, and the quota stops limiting.
+ */
+START_TEST(quota_counts_pages_held)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 50, 8);
+	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = 4 };
+	hc_key_t k[4];
+	hc_page_t pg[2], pins[2];
+	uint8_t skip[2];
+	hc_ticket t;
+	int granted = 0;
+
+	ck_assert_ok(hc_engine_join(p, &es));
+	hct_keys(k, 4, 3);
+	/* A plain reservation committed shard by shard. */
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
+	ck_assert_uint_eq(held_now(p), 2);
+	hct_fill(p, pg[0], 1);
+	ck_assert_int_eq(hc_page_commit(p, pg[0], 1), 0);
+	ck_assert_msg(held_now(p) == 2, "one shard of a page committed: held %u, want 2", held_now(p));
+	ck_assert_int_eq(hct_fill_commit_all(p, pg[0]), 1);
+	ck_assert_msg(held_now(p) == 1, "page READY, the other reserved: held %u, want 1", held_now(p));
+	ck_assert_int_eq(hct_fill_commit_all(p, pg[1]), 1);
+	ck_assert_uint_eq(held_now(p), 0);
+	/* Two pins, then a reserve ticket: commit, release. */
+	struct hc_lookup_req lq = { .keys = k, .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	ck_assert_int_eq(hc_lookup(p, &lq, pins), 2);
+	struct hc_ticket_name nm = { .request_id = "quota", .step = 0 };
+	struct hc_reserve_req r2 = { .keys = k + 2, .nkeys = 2, .first_depth = 2 };
+	ck_assert_int_ge(hc_ticket_reserve(p, &nm, &r2, pg, skip, &t), 0);
+	ck_assert_uint_eq(held_now(p), 4);
+	for (int i = 0; i < 2; i++) {
+		hct_fill(p, pg[i], 1);
+		hct_fill(p, pg[i], 2);
+		hct_fill(p, pg[i], HC_SHARD_REPLICATED);
+		ck_assert_int_eq(hc_page_commit(p, pg[i], 1 | 2 | HC_SHARD_REPLICATED), 1);
+	}
+	ck_assert_uint_eq(held_now(p), 2);
+	ck_assert_ok(hc_ticket_release(p, &t));
+	ck_assert_msg(held_now(p) == 2, "reserve ticket released, 2 pins still held: held %u, want 2", held_now(p));
+	for (int i = 0; i < 4; i++)
+		granted += hc_page_pin(p, pins[i % 2]) == 0;
+	ck_assert_msg(granted == 2, "quota 4 with 2 pins held: %d more pins granted, want 2", granted);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+END_TEST
+
+/*
+ * "Every other rank that arrives with the same name gets exactly the same
+ * pages" (DESIGN.md, tickets).  Found: a builder whose reservation fails
+ * (ENOSPC) gives the record back unpublished, so the next rank builds again
+ * and gets pages: rank 0 stored nothing, rank 1 fills a shard of pages whose
+ * other shard nobody will write.
+ */
+START_TEST(failed_build_is_the_answer)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 50, 8);
+	hc_page_t all[8];
+	hc_key_t k[4];
+	int *ret = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	ck_assert_ptr_ne(ret, MAP_FAILED);
+	hct_keys(k, 4, 5);
+	ck_assert_int_eq(hc_page_alloc(p, 8, 2, all), 8); /* one writer each: an abort frees at once */
+	for (uint32_t r = 0; r < 2; r++) {
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			hc_pool *c = child_attach(name);
+			hc_page_t pg[4];
+			uint8_t skip[4];
+			hc_ticket t;
+			struct hc_ticket_name nm = { .request_id = "full", .step = 1 };
+			struct hc_reserve_req rq = { .keys = k, .nkeys = 4 };
+			child_join(c, 1, 2, r);
+			ret[r] = hc_ticket_reserve(c, &nm, &rq, pg, skip, &t);
+			_exit(0);
+		}
+		ck_assert_int_eq(wait_child(pid), 0);
+		if (r == 0) /* the pool has room again before rank 1 comes */
+			ck_assert_int_eq(hc_page_abort(p, all, 8), 8);
+	}
+	ck_assert_int_eq(ret[0], -ENOSPC);
+	ck_assert_msg(ret[1] == ret[0], "one ticket, two answers: rank 0 got %d, rank 1 got %d", ret[0], ret[1]);
+	munmap(ret, 4096);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
+}
+END_TEST
+
+/*
+ * A rank waiting for a ticket's builder must end up with that ticket or
+ * none.  Found: wait_built returns when the record's generation changes,
+ * and ticket_run compares the record's generation with itself; if the
+ * builder died and the record was taken by another name (here another
+ * engine's, same keys) and published, the waiter joins it: it gets the
+ * other engine's pages and takes that engine's rank-1 share, whose owner
+ * then gets EALREADY.  (The builder is made slow by holding the key index
+ * stripes it needs.)
+ */
+START_TEST(waiter_joins_only_its_ticket)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 50, 8);
+	hc_key_t k[2];
+	struct res { int ret; uint32_t index, gen; hc_page_t pg[2]; } *res;
+	pid_t pid[4];
+	int status;
+
+	res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(res, MAP_FAILED);
+	hct_keys(k, 2, 6);
+	for (int i = 0; i < HC_INDEX_STRIPES; i++)
+		pthread_mutex_lock(&p->ctl->index_lock[i].m);
+	/* 0: engine 1 rank 0 (the builder, killed); 1: engine 1 rank 1 (waits);
+	 * 2, 3: engine 2 ranks 0 and 1, same keys, another name. */
+	for (int i = 0; i < 4; i++) {
+		if (i == 2) {
+			ck_assert_int_eq(waitpid(pid[1], &status, WUNTRACED), pid[1]);
+			kill(pid[0], SIGKILL);
+			ck_assert_int_eq(waitpid(pid[0], &status, 0), pid[0]);
+			for (int s = 0; s < HC_INDEX_STRIPES; s++)
+				pthread_mutex_unlock(&p->ctl->index_lock[s].m);
+			ck_assert_ok(hc_pool_recover(p, NULL));
+		}
+		if (i == 3) {
+			kill(pid[1], SIGCONT);
+			ck_assert_int_eq(wait_child(pid[1]), 0);
+		}
+		pid[i] = fork();
+		ck_assert_int_ge(pid[i], 0);
+		if (pid[i] == 0) {
+			hc_pool *c = child_attach(name);
+			uint8_t skip[2];
+			hc_ticket t = { 0 };
+			struct hc_ticket_name nm = { .request_id = i < 2 ? "engine-1" : "engine-2", .step = 1 };
+			struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
+			child_join(c, i < 2 ? 1 : 2, 2, (uint32_t)i % 2);
+			if (i == 1)
+				raise(SIGSTOP); /* the parent goes on once we wait; we continue when told */
+			res[i].ret = hc_ticket_reserve(c, &nm, &rq, res[i].pg, skip, &t);
+			res[i].index = t.index;
+			res[i].gen = t.gen;
+			if (i == 2)
+				pause(); /* keep the reservation */
+			_exit(0);
+		}
+		if (i == 0) {
+			for (int tries = 0; tries < 2000 && hc__tk_state(atomic_load(&p->tickets[0].word)) != HC_TK_BUILDING; tries++)
+				usleep(1000);
+			ck_assert_uint_eq(hc__tk_state(atomic_load(&p->tickets[0].word)), HC_TK_BUILDING);
+		}
+		if (i == 1) {
+			/* Let rank 1 find the record BUILDING and wait on it, then stop it. */
+			ck_assert_int_eq(waitpid(pid[1], &status, WUNTRACED), pid[1]);
+			kill(pid[1], SIGCONT);
+			usleep(100 * 1000);
+			kill(pid[1], SIGSTOP);
+		}
+		if (i == 2) {
+			for (int tries = 0; tries < 2000 && hc__tk_state(atomic_load(&p->tickets[0].word)) != HC_TK_OPEN; tries++)
+				usleep(1000);
+		}
+	}
+	ck_assert_int_eq(wait_child(pid[3]), 0);
+	kill(pid[2], SIGKILL);
+	waitpid(pid[2], &status, 0);
+	ck_assert_int_eq(res[2].ret, 2);
+	ck_assert_msg(res[3].ret == 2, "engine 2 rank 1 could not claim its own share: %d", res[3].ret);
+	ck_assert_msg(res[1].ret < 0 || res[1].index != res[2].index || res[1].gen != res[2].gen,
+		      "engine 1 rank 1 asked for 'engine-1' and joined engine 2's ticket (record %u gen %u, pages %u and %u)",
+		      res[1].index, res[1].gen, HC_PAGE_ID(res[1].pg[0]), HC_PAGE_ID(res[1].pg[1]));
+	munmap(res, 4096);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
+}
+END_TEST
+
+/*
+ * ticket.c: "A closed record stays as a tombstone, so a rank that comes
+ * again gets -EALREADY ... until the record is needed for another name",
+ * taking "a free record, else the oldest tombstone".  Found: it takes the
+ * lowest-numbered tombstone, so once every record has been used each new
+ * ticket erases the tombstone of the one just before it (record 0 over and
+ * over), and a rank that comes again builds the ticket again.
+ */
+START_TEST(oldest_tombstone_goes_first)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 50, 8);
+	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	hc_key_t k[1];
+	hc_page_t pg;
+	hc_ticket t;
+	char id[32];
+	int ret;
+
+	ck_assert_ok(hc_engine_join(p, &es));
+	hct_keys(k, 1, 2);
+	struct hc_lookup_req lq = { .keys = k, .nkeys = 1 };
+	for (int i = 0; i < 64; i++) { /* every record used once: 64 tombstones */
+		snprintf(id, sizeof(id), "old-%d", i);
+		struct hc_ticket_name nm = { .request_id = id, .step = 0 };
+		ck_assert_int_ge(hc_ticket_lookup(p, &nm, &lq, &pg, &t), 0);
+		ck_assert_ok(hc_ticket_release(p, &t));
+	}
+	struct hc_ticket_name a = { .request_id = "A", .step = 0 }, b = { .request_id = "B", .step = 0 };
+	ck_assert_int_ge(hc_ticket_lookup(p, &a, &lq, &pg, &t), 0);
+	ck_assert_ok(hc_ticket_release(p, &t));
+	ck_assert_int_ge(hc_ticket_lookup(p, &b, &lq, &pg, &t), 0);
+	ck_assert_ok(hc_ticket_release(p, &t));
+	ret = hc_ticket_lookup(p, &a, &lq, &pg, &t);
+	if (ret >= 0)
+		hc_ticket_release(p, &t);
+	ck_assert_msg(ret == -EALREADY, "ticket A, asked again right after one other ticket: %d (first %d), want -EALREADY",
+		      ret, ret >= 0 ? t.first : -1);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tp");
@@ -544,6 +820,13 @@ int main(void)
 	tcase_add_test(tc, tp2_and_tp1);
 	tcase_add_test(tc, tp4_and_tp2);
 	tcase_add_test(tc, late_rank_under_eviction);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("tickets and quotas");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, quota_counts_pages_held);
+	tcase_add_test(tc, failed_build_is_the_answer);
+	tcase_add_test(tc, waiter_joins_only_its_ticket);
+	tcase_add_test(tc, oldest_tombstone_goes_first);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
