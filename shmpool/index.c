@@ -27,34 +27,6 @@
 
 #include "pool.h"
 
-/* Keys are SHA-256 digests: their words are already uniform.  The secret
- * keeps bucket placement unknown to whoever chooses the tokens. */
-void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__khash *kh)
-{
-	uint64_t h;
-
-	memcpy(kh->k, key, 32);
-	h = hc__mix64(kh->k[0] ^ p->hash_secret);
-	kh->b1 = (uint32_t)h & p->imask;
-	kh->b2 = (uint32_t)(h >> 32) & p->imask;
-	if (kh->b2 == kh->b1)
-		kh->b2 = kh->b1 ^ 1;
-	kh->tag = (uint32_t)(kh->k[1] >> 32) ^ (uint32_t)h;
-	kh->stripe = (unsigned)(kh->k[2] >> 7) % HC_INDEX_STRIPES;
-}
-
-int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash *kh)
-{
-	const struct hc_seg_page *pg = &p->pages[id];
-
-	/* The flag too: a page reused without a key keeps its old key's words. */
-	return (atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED) &&
-	       atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
-	       atomic_load_explicit(&pg->key[1], memory_order_relaxed) == kh->k[1] &&
-	       atomic_load_explicit(&pg->key[2], memory_order_relaxed) == kh->k[2] &&
-	       atomic_load_explicit(&pg->key[3], memory_order_relaxed) == kh->k[3];
-}
-
 void hc__page_khash(const struct hc_pool *p, uint32_t id, struct hc__khash *kh)
 {
 	uint64_t k[4];
