@@ -101,7 +101,8 @@ int hc_engine_leave(hc_pool *p)
 	return 0;
 }
 
-/* Recovery or leave: the slot is in no engine.  Its holds go with it. */
+/* Recovery or leave: the slot is in no engine and has no quota.  On leave
+ * its holds stay (pins are the rank's, not the engine's). */
 void hc__engine_clear_slot(struct hc_pool *p, unsigned slot)
 {
 	struct hc_seg_rank *r = &p->ranks[slot];

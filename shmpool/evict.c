@@ -210,6 +210,8 @@ unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_pag
 
 	if (n == 0 || p->slot < 0)
 		return 0;
+	if (n > p->g.npages) /* never more victims than pages: the LRU heap holds n */
+		n = p->g.npages;
 	hc__tickets_sweep(p); /* expired tickets may be all that holds some pages */
 	got = p->g.evict == HC_EVICT_LRU ? evict_lru(p, n, presence, out) : evict_clock(p, n, presence, out);
 	hc__count(p, HC_CTR_evictions, got);

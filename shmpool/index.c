@@ -27,16 +27,6 @@
 
 #include "pool.h"
 
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= UINT64_C(0xff51afd7ed558ccd);
-	x ^= x >> 33;
-	x *= UINT64_C(0xc4ceb9fe1a85ec53);
-	x ^= x >> 33;
-	return x;
-}
-
 /* Keys are SHA-256 digests: their words are already uniform.  The secret
  * keeps bucket placement unknown to whoever chooses the tokens. */
 void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__khash *kh)
@@ -44,7 +34,7 @@ void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__kha
 	uint64_t h;
 
 	memcpy(kh->k, key, 32);
-	h = mix64(kh->k[0] ^ p->hash_secret);
+	h = hc__mix64(kh->k[0] ^ p->hash_secret);
 	kh->b1 = (uint32_t)h & p->imask;
 	kh->b2 = (uint32_t)(h >> 32) & p->imask;
 	if (kh->b2 == kh->b1)
@@ -57,7 +47,9 @@ int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash
 {
 	const struct hc_seg_page *pg = &p->pages[id];
 
-	return atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
+	/* The flag too: a page reused without a key keeps its old key's words. */
+	return (atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED) &&
+	       atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
 	       atomic_load_explicit(&pg->key[1], memory_order_relaxed) == kh->k[1] &&
 	       atomic_load_explicit(&pg->key[2], memory_order_relaxed) == kh->k[2] &&
 	       atomic_load_explicit(&pg->key[3], memory_order_relaxed) == kh->k[3];

@@ -205,6 +205,10 @@ int hc__geom_regions(struct hc__geom *g)
 		return hc__err(EINVAL, "max_tickets %u must be a multiple of 64 in 64..4096", g->max_tickets);
 	if (g->ticket_keys == 0 || g->ticket_keys > HC_LOOKUP_MAX)
 		return hc__err(EINVAL, "ticket_keys %u is out of range 1..%d", g->ticket_keys, HC_LOOKUP_MAX);
+	for (unsigned i = 0; i < g->ncomp; i++)
+		if (g->comps[i].window_pages > HC_LOOKUP_MAX)
+			return hc__err(EINVAL, "component '%s': window of %u pages is over the limit of %d (0 means every page)",
+				       g->comps[i].name, g->comps[i].window_pages, HC_LOOKUP_MAX);
 	if (g->evict > HC_EVICT_LRU)
 		return hc__err(EINVAL, "eviction policy %u is unknown: use HC_EVICT_CLOCK or HC_EVICT_LRU", g->evict);
 	/* Two slots per page at least, so two-choice buckets never fill. */

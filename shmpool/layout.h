@@ -153,7 +153,9 @@ static_assert(offsetof(struct hc_seg_comp, bytes_per_layer) == 64, "component la
  * rest of the slot is written; readers other than the holder use it and
  * pid only for display.
  */
-enum hc_rank_state { HC_RANK_FREE = 0, HC_RANK_LIVE = 1 };
+/* RECOVERING: the holder is dead and whoever got EOWNERDEAD is undoing its
+ * holds, with the mutex held; it stores FREE when done. */
+enum hc_rank_state { HC_RANK_FREE = 0, HC_RANK_LIVE = 1, HC_RANK_RECOVERING = 2 };
 
 struct hc_seg_rank {
 	pthread_mutex_t lock;
@@ -232,9 +234,15 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
  *   RESERVED    -> READY      whoever completes the fill mask
  *   RESERVED    -> FREE       the owner, aborting a one-writer page
  *   RESERVED    -> QUARANTINE the owner, aborting a page of several writers
- *   READY       -> FREEING    any rank, freeing; then it reads every pin
- *                             counter and stores FREE, or READY back if pinned
- *   RESERVED/FREEING of a dead owner -> QUARANTINE / READY  recovery
+ *   READY       -> FREEING    any rank, freeing or evicting (aux 0); then it
+ *                             reads every hold and stores READY back if any,
+ *                             else FREEING aux 1 ("nothing held"), takes the
+ *                             page out of the index, and stores FREE, or
+ *                             RESERVED (gen+1, owner = self) when an
+ *                             allocation evicts it for itself
+ *   RESERVED    -> QUARANTINE the dropper of an expired reservation ticket
+ *   RESERVED of a dead owner -> QUARANTINE                  recovery
+ *   FREEING of a dead owner  -> READY (aux 0) / FREE (aux 1) recovery
  *   QUARANTINE  -> FREE       recovery, once the grace ran out
  * 'presence' is written by the allocator after its CAS and before the
  * handle leaves it; readers read it after an acquire load of 'word'.
@@ -305,7 +313,8 @@ struct hc_seg_ticket {
 	uint64_t deadline_ms;        /* CLOCK_BOOTTIME ms */
 	uint64_t keys_fold[2];       /* which keys the name was used with */
 	char request_id[48];
-	uint8_t reserved0[8];
+	int32_t result;              /* 0, or the first rank's failure, which every rank gets */
+	uint32_t reserved0;
 };
 static_assert(sizeof(struct hc_seg_ticket) == 128, "ticket record size");
 

@@ -32,7 +32,7 @@ struct probe {
 
 /* Verify page id as the holder of key kh; returns the handle or NONE. */
 static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *kh, int hold, int tk,
-			uint32_t *presence)
+			uint32_t *presence, uint32_t *newly)
 {
 	struct hc_seg_page *pg = &p->pages[id];
 	uint64_t w, w2;
@@ -49,7 +49,9 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 			bit = UINT64_C(1) << (tk % 64);
 			atomic_fetch_or(tw, bit); /* (A), seq_cst */
 		}
-		if (hc__hold(p, HC_PAGE_MAKE(id, hc__w_gen(w)), HC_PIN_ONE, 0, "lookup") < 0) {
+		int first = hc__hold(p, HC_PAGE_MAKE(id, hc__w_gen(w)), HC_PIN_ONE, 0, "lookup");
+
+		if (first < 0) {
 			if (tw)
 				atomic_fetch_and(tw, ~bit);
 			return HC_PAGE_NONE;
@@ -60,6 +62,7 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 				atomic_fetch_and(tw, ~bit);
 			return HC_PAGE_NONE;
 		}
+		*newly += (uint32_t)first;
 		*presence = atomic_load_explicit(&pg->presence, memory_order_relaxed);
 		return HC_PAGE_MAKE(id, hc__w_gen(w));
 	}
@@ -72,13 +75,15 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 	return w2 == w ? HC_PAGE_MAKE(id, hc__w_gen(w)) : HC_PAGE_NONE;
 }
 
-static void release(struct hc_pool *p, hc_page_t page, int tk)
+/* 1 if the page is no longer held by this rank at all. */
+static int release(struct hc_pool *p, hc_page_t page, int tk)
 {
 	uint32_t id = HC_PAGE_ID(page);
+	int gone = hc__hold_drop(p, id, HC_PIN_ONE);
 
-	hc__hold_drop(p, id, HC_PIN_ONE);
 	if (tk >= 0)
 		atomic_fetch_and(&hc__tmask_row(p, id)[tk / 64], ~(UINT64_C(1) << (tk % 64)));
+	return gone;
 }
 
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op)
@@ -100,16 +105,19 @@ int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, c
 
 /*
  * The lookup itself.  hold: pin every page of the answer for this rank; tk:
- * also set ticket tk's bit on them (-1: none).  Returns the hit length.
+ * also set ticket tk's bit on them (-1: none); *newly gets the pages this
+ * rank held nothing on before (its quota's count).  Returns the hit length.
  * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
  */
-int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk)
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
+	       uint32_t *newly)
 {
 	const uint32_t want = req->comps ? req->comps : (p->g.ncomp >= 32 ? ~0u : (1u << p->g.ncomp) - 1);
 	uint32_t full = 0, win = 0, run[HC_MAX_COMPONENTS] = { 0 }, wlen[HC_MAX_COMPONENTS] = { 0 };
 	uint32_t maxwin = 0, best = 0, n = req->nkeys;
 	struct hc__khash kh, next;
 
+	*newly = 0;
 	for (unsigned c = 0; c < p->g.ncomp; c++) {
 		if (!(want & (1u << c)))
 			continue;
@@ -138,7 +146,7 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 			__builtin_prefetch(&p->index[(size_t)next.b2 * HC_BUCKET_ENTRIES]);
 		}
 		id = hc__index_find(p, &kh);
-		pages[i] = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, &kh, hold, tk, &presence);
+		pages[i] = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, &kh, hold, tk, &presence, newly);
 		if (pages[i] == HC_PAGE_NONE && !full) {
 			for (uint32_t m = win; m; m &= m - 1) /* a gap: every window starts again */
 				run[__builtin_ctz(m)] = 0;
@@ -146,7 +154,7 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 		}
 		if (pages[i] == HC_PAGE_NONE || (presence & full) != full) {
 			if (pages[i] != HC_PAGE_NONE && hold)
-				release(p, pages[i], tk);
+				*newly -= (uint32_t)release(p, pages[i], tk);
 			for (uint32_t j = i; j < n; j++)
 				pages[j] = HC_PAGE_NONE;
 			break; /* the full-attention prefix ends here */
@@ -168,10 +176,10 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 		if (pages[i] == HC_PAGE_NONE || needed)
 			continue;
 		if (hold)
-			release(p, pages[i], tk);
+			*newly -= (uint32_t)release(p, pages[i], tk);
 		pages[i] = HC_PAGE_NONE;
 	}
-	if (!(req->flags & HC_LOOKUP_NOTOUCH))
+	if (!(req->flags & HC_LOOKUP_NOTOUCH) && !p->readonly)
 		hc__touch(p, pages, best);
 	hc__count(p, HC_CTR_lookups, 1);
 	hc__count(p, HC_CTR_lookup_keys, n);
@@ -179,28 +187,22 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 	return (int)best;
 }
 
-/* Pages of the answer that hold something (window policies leave gaps). */
-static uint32_t count_held(const hc_page_t *pages, uint32_t n)
+/* Undo the pins of an answer (and the ticket's bits); the pages no longer
+ * held by this rank at all. */
+uint32_t hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk)
 {
-	uint32_t k = 0;
+	uint32_t gone = 0;
 
-	for (uint32_t i = 0; i < n; i++)
-		k += pages[i] != HC_PAGE_NONE;
-	return k;
-}
-
-/* Undo the pins of an answer (and the ticket's bits). */
-void hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk)
-{
 	for (uint32_t i = 0; i < n; i++)
 		if (pages[i] != HC_PAGE_NONE)
-			release(p, pages[i], tk);
+			gone += (uint32_t)release(p, pages[i], tk);
+	return gone;
 }
 
 int hc_lookup(hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages)
 {
 	int hold, ret, hit;
-	uint32_t k;
+	uint32_t newly;
 
 	if (!p)
 		return hc__err(EINVAL, "lookup: pool is NULL");
@@ -209,14 +211,13 @@ int hc_lookup(hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages)
 	hold = (req->flags & HC_LOOKUP_PIN) != 0;
 	if (hold && (ret = hc__need_slot(p, "lookup")) < 0)
 		return ret;
-	hit = hc__lookup(p, req, pages, hold, -1);
+	hit = hc__lookup(p, req, pages, hold, -1, &newly);
 	if (!hold)
 		return hit;
-	k = count_held(pages, (uint32_t)hit);
-	if ((ret = hc__quota_take(p, k, "lookup")) < 0) {
+	if ((ret = hc__quota_take(p, newly, "lookup")) < 0) {
 		hc__lookup_release(p, pages, (uint32_t)hit, -1);
 		return ret;
 	}
-	hc__count(p, HC_CTR_pins, k);
+	hc__count(p, HC_CTR_pins, (uint64_t)hit);
 	return hit;
 }

@@ -40,6 +40,7 @@
  * the private copy of npages before use.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -102,9 +103,15 @@ int hc__need_slot(const struct hc_pool *p, const char *op)
 }
 
 /*
- * The quota (engine.c sets it): pages this rank holds pinned, locked, or
- * handed to it to write and not yet committed or aborted.  Add first, then
- * check, so racing threads can only fail spuriously, never pass together.
+ * The quota (engine.c sets it): pages this rank holds pinned or host-locked,
+ * plus pages it reserved (owns in RESERVED).  A held page counts once, when
+ * the rank's hold word on it leaves zero, and is given back when it returns
+ * to zero, by the rank itself.  A reservation is counted by its owner
+ * when allocated, and given back by whoever takes the page out of RESERVED:
+ * the committer that completes it (any rank), the owner's abort, or the
+ * dropper of an expired ticket; recovery zeroes a dead slot's count.  Add
+ * first, then check, so racing threads can only fail spuriously, never pass
+ * together.
  */
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 {
@@ -122,8 +129,19 @@ int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 
 void hc__quota_give(struct hc_pool *p, uint32_t n)
 {
-	_Atomic uint32_t *h = &p->ranks[p->slot].held;
-	uint32_t v = atomic_load_explicit(h, memory_order_relaxed);
+	hc__quota_give_slot(p, (unsigned)p->slot, n);
+}
+
+/* Never below zero: a slot recovered and claimed again starts from 0. */
+void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n)
+{
+	_Atomic uint32_t *h;
+	uint32_t v;
+
+	if (slot >= p->g.max_ranks || n == 0)
+		return;
+	h = &p->ranks[slot].held;
+	v = atomic_load_explicit(h, memory_order_relaxed);
 
 	while (!atomic_compare_exchange_weak_explicit(h, &v, v > n ? v - n : 0, memory_order_relaxed,
 						      memory_order_relaxed))
@@ -152,7 +170,8 @@ static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_p
 			if (!now)
 				now = hc__now_ms() | 1;
 			if (now - hc__w_aux(w) < p->quarantine_ms ||
-			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
+			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) ||
+			    hc__held_anywhere(p, id)) /* a live co-writer's copy may still land */
 				continue;
 			break;
 		default:
@@ -176,15 +195,22 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		uint32_t rid = HC_PAGE_ID(pages[i]), gen = HC_PAGE_GEN(pages[i]);
 		uint64_t w = hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0);
 
-		if (rid < p->g.npages)
-			atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
+		if (rid < p->g.npages &&
+		    atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0)))
+			hc__quota_give(p, 1);
 	}
 }
 
-/* Free pages first, then evict by policy; all or nothing. */
+/* Free pages first, then evict by policy; all or nothing.  The pages count
+ * against this rank's quota until they leave RESERVED. */
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op)
 {
-	unsigned got = scan_free(p, n, presence, out);
+	unsigned got;
+	int ret;
+
+	if ((ret = hc__quota_take(p, n, op)) < 0)
+		return ret;
+	got = scan_free(p, n, presence, out);
 
 	if (got < n)
 		got += hc__evict_take(p, n - got, presence, out + got);
@@ -195,6 +221,7 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, 
 		return (int)n;
 	}
 	hc__alloc_undo(p, out, got);
+	hc__quota_give(p, n - got);
 	hc__count(p, HC_CTR_alloc_fails, 1);
 	return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages",
 		       op, n, got, p->info.name, p->g.npages);
@@ -214,11 +241,7 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 	if (presence == 0 || (presence >> p->g.ncomp) != 0)
 		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
 			       presence, p->g.ncomp);
-	if ((ret = hc__quota_take(p, n, "alloc")) < 0)
-		return ret;
-	if ((ret = hc__alloc(p, n, presence, out, "alloc")) < 0)
-		hc__quota_give(p, n);
-	return ret;
+	return hc__alloc(p, n, presence, out, "alloc");
 }
 
 int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group,
@@ -276,7 +299,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed)) &&
 	    atomic_compare_exchange_strong_explicit(&pg->word, &w, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
 						    memory_order_seq_cst, memory_order_acquire)) {
-		hc__quota_give(p, 1);
+		hc__quota_give(p, 1); /* our own reservation is done */
 		return 1;
 	}
 	do {
@@ -295,7 +318,8 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 		/* Release (seq_cst): our shard's bytes before READY; pairs with the
 		 * acquire in hc_page_pin and in every reader's state load. */
 	} while (!atomic_compare_exchange_weak(&pg->word, &w, nw));
-	hc__quota_give(p, 1);
+	if (fill == needed) /* the owner's reservation is done */
+		hc__quota_give_slot(p, hc__w_owner(w), 1);
 	return fill == needed;
 }
 
@@ -376,19 +400,21 @@ int hc_page_abort(hc_pool *p, const hc_page_t *pages, unsigned n)
 }
 
 /* Take back one hold of ours; never below zero, even if a stray release of
- * another thread of this rank got there first. */
-static void hold_undo(_Atomic uint32_t *c, uint32_t one)
+ * another thread of this rank got there first.  1 if the page is no longer
+ * held by this rank at all (the quota counts pages, not holds). */
+static int hold_undo(_Atomic uint32_t *c, uint32_t one)
 {
 	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
 
 	while ((v & (one * 0xffffu)) &&
 	       !atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed))
 		;
+	return (v & (one * 0xffffu)) && v == one;
 }
 
-void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one)
+int hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one)
 {
-	hold_undo(&hc__pin_row(p, id)[p->slot], one);
+	return hold_undo(&hc__pin_row(p, id)[p->slot], one);
 }
 
 static const char *hold_name(uint32_t one)
@@ -398,7 +424,8 @@ static const char *hold_name(uint32_t one)
 
 /*
  * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
- * lock (HC_LOCK_ONE).  With wait_freeing, a FREEING page is waited out: the
+ * lock (HC_LOCK_ONE).  Returns 1 if the rank held nothing on the page
+ * before (a page more for its quota), 0 if it did, or a negative errno.  With wait_freeing, a FREEING page is waited out: the
  * caller knows another hold (a ticket's) keeps it, so the freer will put it
  * back to READY.
  */
@@ -416,12 +443,21 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 			return hc__err(EOVERFLOW, "%s: page %u is %s 65535 times by this rank", op, HC_PAGE_ID(page),
 				       hold_name(one));
 	} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
-	for (;;) {
+	for (unsigned spin = 1;; spin++) {
 		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
-			return 0;
+			return v == 0; /* 1: the page is newly held by this rank */
 		if (!wait_freeing || hc__w_state(w) != HC_PAGE_FREEING || hc__w_gen(w) != HC_PAGE_GEN(page))
 			break;
+		/* A freer that died after (C) never puts it back: prove it dead
+		 * (its recovery restores READY), or give up after a long while. */
+		if (spin % 4096 == 0) {
+			if (spin >= 4096u * 2048u)
+				break;
+			if (hc__w_owner(w) < p->g.max_ranks)
+				hc__rank_probe(p, hc__w_owner(w), NULL);
+			sched_yield();
+		}
 		__builtin_ia32_pause();
 	}
 	hold_undo(c, one);
@@ -433,16 +469,41 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 		       HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
 }
 
+/*
+ * A co-writer's hold on a reservation it was handed (ticket.c): the same
+ * (A) and (B), but RESERVED is fine.  It keeps the page from reuse out of
+ * quarantine while this rank's copy into it may still land, even if the
+ * owner dies or aborts meanwhile (scan_free and the sweep skip held pages).
+ */
+int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op)
+{
+	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
+	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
+	uint64_t w;
+
+	do {
+		if ((v & 0xffffu) == 0xffffu)
+			return hc__err(EOVERFLOW, "%s: page %u is held 65535 times by this rank", op, HC_PAGE_ID(page));
+	} while (!atomic_compare_exchange_weak(c, &v, v + HC_PIN_ONE)); /* (A) */
+	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
+	if (hc__w_gen(w) == HC_PAGE_GEN(page) &&
+	    (hc__w_state(w) == HC_PAGE_RESERVED || hc__w_state(w) == HC_PAGE_READY))
+		return 0;
+	hold_undo(c, HC_PIN_ONE);
+	return hc__err(ESTALE, "%s: reserved page %u generation %u is gone (now %s, generation %u): its owner aborted or died",
+		       op, HC_PAGE_ID(page), HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
+}
+
 static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 {
 	int ret;
 
 	if ((ret = need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
 		return ret;
-	if ((ret = hc__quota_take(p, 1, op)) < 0)
+	if ((ret = hc__hold(p, page, one, 0, op)) < 0)
 		return ret;
-	if ((ret = hc__hold(p, page, one, 0, op)) < 0) {
-		hc__quota_give(p, 1);
+	if (ret == 1 && (ret = hc__quota_take(p, 1, op)) < 0) {
+		hc__hold_drop(p, HC_PAGE_ID(page), one);
 		return ret;
 	}
 	hc__count(p, one == HC_PIN_ONE ? HC_CTR_pins : HC_CTR_locks, 1);
@@ -469,7 +530,8 @@ static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *
 			return hc__err(EINVAL, "%s: page %u is not %s by this rank", op, HC_PAGE_ID(page), hold_name(one));
 		/* Release: our reads of the page happen before a freer sees the count drop. */
 	} while (!atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed));
-	hc__quota_give(p, 1);
+	if (v == one) /* the page is no longer held by this rank */
+		hc__quota_give(p, 1);
 	return 0;
 }
 
@@ -697,7 +759,7 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 		if (st > HC_PAGE_FREEING || (st != HC_PAGE_FREE && st != HC_PAGE_READY && hc__w_owner(w) >= p->g.max_ranks)) {
 			nw = hc__w_make(HC_PAGE_QUARANTINE, 0, hc__w_gen(w), now);
 			count = rep ? &rep->bad_words : NULL;
-		} else if (st == HC_PAGE_QUARANTINE && now - hc__w_aux(w) >= p->quarantine_ms) {
+		} else if (st == HC_PAGE_QUARANTINE && now - hc__w_aux(w) >= p->quarantine_ms && !hc__held_anywhere(p, i)) {
 			/* Whoever quarantined a keyed page may have died before
 			 * unkeying it; nobody else touches a quarantined page. */
 			if (atomic_load_explicit(&p->pages[i].flags, memory_order_relaxed) & HC_PF_KEYED)

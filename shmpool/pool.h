@@ -79,7 +79,8 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 #define HC_LOCK_ONE (UINT32_C(1) << 16)
 int hc__need_slot(const struct hc_pool *p, const char *op);
 int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op);
-void hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
+int hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
+int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op);
 int hc__held_anywhere(const struct hc_pool *p, uint32_t id);
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op);
 void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n);
@@ -89,6 +90,7 @@ int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page
 void hc__unkey(struct hc_pool *p, uint32_t id);
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op);
 void hc__quota_give(struct hc_pool *p, uint32_t n);
+void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n);
 
 /* index.c: the key index.  Readers lock nothing; writers hold the stripe. */
 struct hc__khash {
@@ -109,12 +111,12 @@ void hc__index_repair_page(struct hc_pool *p, uint32_t id);
 
 /* lookup.c, reserve.c: the cores that tickets share */
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op);
-int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk);
-void hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk);
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
+	       uint32_t *newly);
+uint32_t hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk);
 int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
 		      const uint8_t *skip, const char *op);
 int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
-void hc__reserve_undo(struct hc_pool *p, hc_page_t *pages, const uint8_t *skip, unsigned n);
 
 /* evict.c */
 unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out);
@@ -145,7 +147,20 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 {
 	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
 
+	if (p->readonly)
+		return;
 	atomic_fetch_add_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c], n, memory_order_relaxed);
+}
+
+/* A 64-bit finalizer (murmur3's): spreads bits for hashing, nothing more. */
+static inline uint64_t hc__mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= UINT64_C(0xff51afd7ed558ccd);
+	x ^= x >> 33;
+	x *= UINT64_C(0xc4ceb9fe1a85ec53);
+	x ^= x >> 33;
+	return x;
 }
 
 /* The number of columns a freer must read (see pages.c). */

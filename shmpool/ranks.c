@@ -23,6 +23,7 @@
 #define HC_PROBE_WAIT_US 200
 #define HC_PROBE_RETRIES 50
 #define HC_CLAIM_RETRIES 200
+#define HC_RECOVERY_WAIT_US (30u * 1000u * 1000u) /* a recovery slower than this: call it busy */
 
 _Atomic unsigned hc__forks;
 
@@ -77,11 +78,15 @@ static void recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_re
 static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
 	struct hc_seg_rank *r = &p->ranks[slot];
+	uint32_t was = atomic_load_explicit(&r->state, memory_order_relaxed);
 
 	hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
 		atomic_load_explicit(&r->pid, memory_order_relaxed));
+	/* Probers that find the mutex busy now wait for FREE instead of taking
+	 * the dead slot for a live one (hc__rank_probe). */
+	atomic_store_explicit(&r->state, HC_RANK_RECOVERING, memory_order_release);
 	recover_slot(p, slot, rep);
-	if (atomic_load_explicit(&r->state, memory_order_relaxed) == HC_RANK_LIVE) {
+	if (was != HC_RANK_FREE) { /* LIVE, or RECOVERING by a recoverer that died */
 		if (rep)
 			rep->dead_ranks++;
 		hc__count(p, HC_CTR_recoveries, 1);
@@ -105,10 +110,15 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 	if (p->readonly)
 		return atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_LIVE;
 	ret = pthread_mutex_trylock(&r->lock);
-	/* Busy but FREE: another prober or a claimer has it for a moment.  Look
-	 * again before calling it live. */
-	for (int tries = 0; ret == EBUSY && tries < HC_PROBE_RETRIES &&
-			    atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_FREE; tries++) {
+	/* Busy but FREE: another prober or a claimer has it for a moment.  Busy
+	 * and RECOVERING: the holder is dead and someone is undoing its holds;
+	 * wait for that (up to HC_RECOVERY_WAIT_US) rather than call it live. */
+	for (int tries = 0; ret == EBUSY; tries++) {
+		uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
+
+		if (st == HC_RANK_LIVE || (st == HC_RANK_FREE && tries >= HC_PROBE_RETRIES) ||
+		    (uint64_t)tries * HC_PROBE_WAIT_US >= HC_RECOVERY_WAIT_US)
+			break;
 		usleep(HC_PROBE_WAIT_US);
 		ret = pthread_mutex_trylock(&r->lock);
 	}
@@ -147,17 +157,26 @@ static void *holder_main(void *arg)
 	int slot = -1, ret;
 
 	prctl(PR_GET_NAME, comm);
-	for (int attempt = 0; slot < 0 && attempt < HC_CLAIM_RETRIES; attempt++) {
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	/* Retry while some slot is busy only for a moment, for up to
+	 * HC_CLAIM_RETRIES waits or two seconds, whichever is longer: on a
+	 * loaded machine a prober's moment can last a scheduling quantum. */
+	for (int attempt = 0; slot < 0; attempt++) {
 		int transient = 0;
+		struct timespec now;
 
-		if (attempt)
+		if (attempt) {
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if (attempt >= HC_CLAIM_RETRIES && now.tv_sec - ts.tv_sec >= 2)
+				break;
 			usleep(HC_PROBE_WAIT_US);
+		}
 		for (unsigned s = 0; s < p->g.max_ranks; s++) {
 			r = &p->ranks[s];
 			ret = pthread_mutex_trylock(&r->lock);
 			if (ret == EBUSY) {
-				/* FREE but locked: a prober's moment, not a live rank */
-				transient |= atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_FREE;
+				/* FREE but locked: a prober's moment; RECOVERING: soon free */
+				transient |= atomic_load_explicit(&r->state, memory_order_acquire) != HC_RANK_LIVE;
 				continue;
 			}
 			if (ret == EOWNERDEAD) {

@@ -145,22 +145,11 @@ out:
 
 int hc_reserve(hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip)
 {
-	int ret, m;
+	int ret;
 
 	if (!p)
 		return hc__err(EINVAL, "reserve: pool is NULL");
 	if ((ret = hc__need_slot(p, "reserve")) < 0 || (ret = hc__reserve_check(p, req, pages, skip, "reserve")) < 0)
 		return ret;
-	if ((m = hc__reserve(p, req, pages, skip)) < 0)
-		return m;
-	if ((ret = hc__quota_take(p, (uint32_t)m, "reserve")) < 0) {
-		hc__reserve_undo(p, pages, skip, req->nkeys);
-		return ret;
-	}
-	return m;
-}
-
-void hc__reserve_undo(struct hc_pool *p, hc_page_t *pages, const uint8_t *skip, unsigned n)
-{
-	undo(p, pages, skip, n);
+	return hc__reserve(p, req, pages, skip);
 }

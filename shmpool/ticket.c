@@ -52,16 +52,6 @@ static uint64_t now_ms64(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 31;
-	x *= UINT64_C(0x7fb5d329728ea185);
-	x ^= x >> 27;
-	x *= UINT64_C(0x81dadef4bc2dd44d);
-	x ^= x >> 33;
-	return x;
-}
-
 static inline uint64_t all_shares(uint32_t tp)
 {
 	return tp >= 32 ? HC_TK_CLAIMED : (UINT64_C(1) << tp) - 1;
@@ -84,11 +74,11 @@ static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name,
 			       HC_REQUEST_ID_MAX);
 	memcpy(nm->req, name->request_id, len);
 	nm->step = name->step;
-	nm->hash = mix64(((uint64_t)nm->engine << 32 | nm->step) ^ UINT64_C(0x9e3779b97f4a7c15));
+	nm->hash = hc__mix64(((uint64_t)nm->engine << 32 | nm->step) ^ UINT64_C(0x9e3779b97f4a7c15));
 	for (size_t i = 0; i < sizeof(nm->req); i += 8) {
 		uint64_t v;
 		memcpy(&v, nm->req + i, 8);
-		nm->hash = mix64(nm->hash ^ v);
+		nm->hash = hc__mix64(nm->hash ^ v);
 	}
 	nm->hash |= 1; /* 0 means "no name" */
 	return 0;
@@ -97,13 +87,13 @@ static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name,
 /* Which keys (and how) a name was used with. */
 static void fold_keys(const hc_key_t *keys, unsigned n, uint32_t kind, uint32_t x, uint32_t y, uint64_t out[2])
 {
-	uint64_t a = mix64((uint64_t)n << 32 | kind), b = mix64((uint64_t)x << 32 | y);
+	uint64_t a = hc__mix64((uint64_t)n << 32 | kind), b = hc__mix64((uint64_t)x << 32 | y);
 
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t k[4];
 		memcpy(k, keys[i], 32);
-		a = mix64(a ^ k[0] ^ (k[2] << 1 | k[2] >> 63)) + i;
-		b = mix64(b ^ k[1] ^ (k[3] << 3 | k[3] >> 61)) ^ i;
+		a = hc__mix64(a ^ k[0] ^ (k[2] << 1 | k[2] >> 63)) + i;
+		b = hc__mix64(b ^ k[1] ^ (k[3] << 3 | k[3] >> 61)) ^ i;
 	}
 	out[0] = a;
 	out[1] = b;
@@ -166,9 +156,22 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 				return 0;
 			}
 		}
-		/* A free record, else the oldest tombstone. */
-		for (int pass = 0; pass < 2; pass++) {
-			for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		/* A free record, else the tombstone closed longest ago. */
+		unsigned oldest = p->g.max_tickets;
+		uint64_t oldest_deadline = UINT64_MAX;
+
+		for (int pass = 0; pass < 3; pass++) {
+			if (pass == 1) { /* find the oldest tombstone; pass 2 takes it */
+				for (unsigned t = 0; t < p->g.max_tickets; t++) {
+					uint64_t w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
+					if (hc__tk_state(w) == HC_TK_CLOSED && p->tickets[t].deadline_ms < oldest_deadline) {
+						oldest_deadline = p->tickets[t].deadline_ms;
+						oldest = t;
+					}
+				}
+				continue;
+			}
+			for (unsigned t = pass == 0 ? 0 : oldest; t < p->g.max_tickets; t++) {
 				struct hc_seg_ticket *r = &p->tickets[t];
 				uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), taken;
 				unsigned st = hc__tk_state(w);
@@ -190,6 +193,7 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 				r->nkeys = nw->nkeys;
 				r->tp_size = nw->tp;
 				r->n = 0;
+				r->result = 0;
 				r->comps = nw->comps;
 				atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
 				r->deadline_ms = now_ms64() + nw->timeout_ms;
@@ -240,6 +244,7 @@ static void abandon(struct hc_pool *p, hc_page_t page)
 		uint64_t q = hc__w_make(HC_PAGE_QUARANTINE, hc__w_owner(w), hc__w_gen(w), hc__now_ms() | 1);
 		if (atomic_compare_exchange_weak(&pg->word, &w, q)) {
 			hc__count(p, HC_CTR_quarantines, 1);
+			hc__quota_give_slot(p, hc__w_owner(w), 1);
 			if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
 				hc__unkey(p, HC_PAGE_ID(page));
 			return;
@@ -260,8 +265,11 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 
 		if (e == HC_PAGE_NONE || HC_PAGE_ID(h) >= p->g.npages)
 			continue;
-		if (r->kind == HC_TK_LOOKUP)
-			atomic_fetch_and(&hc__tmask_row(p, HC_PAGE_ID(h))[t / 64], ~(UINT64_C(1) << (t % 64)));
+		if (r->kind == HC_TK_LOOKUP) {
+			_Atomic uint64_t *tw = &hc__tmask_row(p, HC_PAGE_ID(h))[t / 64];
+			if (atomic_load_explicit(tw, memory_order_relaxed) & (UINT64_C(1) << (t % 64)))
+				atomic_fetch_and(tw, ~(UINT64_C(1) << (t % 64)));
+		}
 		else if ((w & HC_TK_EXPIRED) && !(e >> HC_TP_SKIP_SHIFT))
 			abandon(p, h);
 	}
@@ -367,25 +375,18 @@ static int build(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_
 	uint32_t n;
 
 	if (c->nw.kind == HC_TK_LOOKUP) {
-		ret = hc__lookup(p, c->lreq, c->pages, 1, tk);
+		ret = hc__lookup(p, c->lreq, c->pages, 1, tk, held);
 		n = (uint32_t)ret;
-		*held = 0;
-		for (uint32_t i = 0; i < n; i++)
-			*held += c->pages[i] != HC_PAGE_NONE;
 		if ((ret = hc__quota_take(p, *held, c->op)) < 0) {
 			hc__lookup_release(p, c->pages, n, tk);
 			return ret;
 		}
-		hc__count(p, HC_CTR_pins, *held);
+		hc__count(p, HC_CTR_pins, n);
 	} else {
 		ret = hc__reserve(p, c->rreq, c->pages, c->skip);
 		if (ret < 0)
 			return ret;
-		*held = (uint32_t)ret;
-		if ((ret = hc__quota_take(p, *held, c->op)) < 0) {
-			hc__reserve_undo(p, c->pages, c->skip, c->nkeys);
-			return ret;
-		}
+		*held = 0; /* the reservations count as ours until completed (pages.c) */
 		n = c->nkeys;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -428,10 +429,24 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		c->pages[i] = e;
 		++*held;
 	}
-	if ((ret = hc__quota_take(p, *held, c->op)) < 0)
-		return ret;
-	if (c->nw.kind == HC_TK_RESERVE)
+	if (c->nw.kind == HC_TK_RESERVE) {
+		/* The builder owns the reservations (and the quota for them); we
+		 * hold each page we will write until our copy is done. */
+		for (i = 0; i < n; i++) {
+			if (c->pages[i] == HC_PAGE_NONE)
+				continue;
+			if ((ret = hc__hold_write(p, c->pages[i], c->op)) < 0)
+				break;
+		}
+		if (ret < 0) {
+			while (i-- > 0)
+				if (c->pages[i] != HC_PAGE_NONE)
+					hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
+			return ret;
+		}
 		return (int)n;
+	}
+	*held = 0;
 	for (i = 0; i < n; i++) {
 		if (c->pages[i] == HC_PAGE_NONE)
 			continue;
@@ -439,25 +454,30 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		 * puts it back, so FREEING is waited out. */
 		if ((ret = hc__hold(p, c->pages[i], HC_PIN_ONE, 1, c->op)) < 0)
 			break;
+		*held += (uint32_t)ret;
+		ret = 0;
 	}
+	if (ret == 0 && (ret = hc__quota_take(p, *held, c->op)) < 0)
+		i = n;
 	if (ret < 0) {
 		while (i-- > 0)
 			if (c->pages[i] != HC_PAGE_NONE)
 				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
-		hc__quota_give(p, *held);
 		return ret;
 	}
-	hc__count(p, HC_CTR_pins, *held);
+	hc__count(p, HC_CTR_pins, n);
 	return (int)n;
 }
 
-static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n, uint32_t held)
+static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n)
 {
+	uint32_t gone = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (c->pages[i] != HC_PAGE_NONE)
+			gone += (uint32_t)hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
 	if (c->nw.kind == HC_TK_LOOKUP)
-		for (uint32_t i = 0; i < n; i++)
-			if (c->pages[i] != HC_PAGE_NONE)
-				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
-	hc__quota_give(p, held);
+		hc__quota_give(p, gone);
 }
 
 static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, struct tk_call *c, hc_ticket *out)
@@ -468,6 +488,8 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 	unsigned t = 0;
 	uint32_t held = 0, tpw;
 	int ret, n = 0;
+	hc_ticket res; /* *out is written only on success: a live handle is never lost */
+	uint32_t g0;
 
 	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = name_init(p, name, &nm, c->op)) < 0)
 		return ret;
@@ -482,7 +504,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 	c->nw.rank = tpw & 0xffff;
 	c->nw.timeout_ms = atomic_load_explicit(&me->timeout_ms, memory_order_relaxed);
 	c->nw.nkeys = c->nkeys;
-	memset(out, 0, sizeof(*out));
+	memset(&res, 0, sizeof(res));
 
 	for (int restart = 0; restart < HC_TK_RESTARTS; restart++) {
 		struct hc_seg_ticket *r;
@@ -493,11 +515,10 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 		r = &p->tickets[t];
 		if (ret == 1) { /* we are first */
 			n = build(p, t, c, &held);
-			if (n < 0) { /* give the record back; waiters start over */
+			if (n < 0) { /* publish the failure: every rank gets the same answer */
 				clear_bit_everywhere(p, t);
-				atomic_store_explicit(&r->word, hc__tk_with(w, HC_TK_FREE, 0) & ~HC_TK_CLAIMED,
-						      memory_order_release);
-				return n;
+				r->n = 0;
+				r->result = n;
 			}
 			/* Release: the answer before anyone reads OPEN. */
 			if ((w & HC_TK_CLAIMED) == all) {
@@ -508,14 +529,18 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 				atomic_store_explicit(&r->word, hc__tk_with(w, HC_TK_OPEN, 0), memory_order_release);
 			}
 			hc__count(p, HC_CTR_tickets_opened, 1);
-			out->first = 1;
+			if (n < 0)
+				return n; /* its own message stands */
+			res.first = 1;
 			goto done;
 		}
-		if (hc__tk_state(w) == HC_TK_BUILDING &&
-		    (ret = wait_built(p, t, hc__tk_gen(w), c->nw.timeout_ms, &w)) < 0)
+		g0 = hc__tk_gen(w);
+		if (hc__tk_state(w) == HC_TK_BUILDING && (ret = wait_built(p, t, g0, c->nw.timeout_ms, &w)) < 0)
 			return ret;
-		if (hc__tk_state(w) == HC_TK_FREE || hc__tk_state(w) == HC_TK_BUILDING)
-			continue; /* the builder died or gave up; start over */
+		/* The builder died and the record went to another name meanwhile,
+		 * or is free: start over. */
+		if (hc__tk_gen(w) != g0 || hc__tk_state(w) == HC_TK_FREE || hc__tk_state(w) == HC_TK_BUILDING)
+			continue;
 		if (hc__tk_gen(w) != hc__tk_gen(atomic_load_explicit(&r->word, memory_order_acquire)))
 			continue;
 		if (r->kind != c->nw.kind || r->nkeys != c->nkeys || r->keys_fold[0] != c->nw.fold[0] ||
@@ -550,22 +575,32 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 				break;
 			}
 			if (hc__tk_gen(w) != hc__tk_gen(nw) || hc__tk_state(w) != HC_TK_OPEN || (w & (bit | HC_TK_EXPIRED))) {
-				undo_join(p, c, (uint32_t)n, held);
+				undo_join(p, c, (uint32_t)n);
 				return hc__err(ESTALE, "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
 					       c->op, nm.req, nm.step, c->nw.rank);
 			}
 		}
 		hc__count(p, HC_CTR_tickets_joined, 1);
+		if (r->result < 0)
+			return hc__err(-r->result, "%s: the first rank of engine %u failed ticket '%s' step %u with %s; every rank gets the same answer (try again under a new step)",
+				       c->op, nm.engine - 1, nm.req, nm.step, strerror(-r->result));
 		goto done;
 	}
 	return hc__err(EAGAIN, "%s: ticket '%s' step %u kept changing under us; try again", c->op, nm.req, nm.step);
 done:
-	out->index = t;
-	out->gen = hc__tk_gen(w);
-	out->kind = c->nw.kind;
-	out->n = (uint32_t)n;
-	out->held = held;
-	out->pages = c->pages;
+	res.index = t;
+	res.gen = hc__tk_gen(w);
+	res.kind = c->nw.kind;
+	res.n = (uint32_t)n;
+	res.held = held;
+	res.pages = c->pages;
+	*out = res;
+	if (c->nw.kind == HC_TK_RESERVE) { /* the answer is how many pages to write */
+		int m = 0;
+		for (unsigned i = 0; i < c->nkeys; i++)
+			m += c->pages[i] != HC_PAGE_NONE;
+		return m;
+	}
 	return n;
 }
 
@@ -582,7 +617,9 @@ int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct
 	c.nkeys = req->nkeys;
 	c.nw.kind = HC_TK_LOOKUP;
 	c.nw.comps = req->comps;
-	fold_keys(req->keys, req->nkeys, HC_TK_LOOKUP, req->comps, 0, c.nw.fold);
+	/* The answer depends on the components and on whether the fingerprint is ours. */
+	fold_keys(req->keys, req->nkeys, HC_TK_LOOKUP, req->comps, (uint32_t)hc__fp_ok(p, req->fingerprint, c.op),
+		  c.nw.fold);
 	return ticket_run(p, name, &c, t);
 }
 
@@ -614,13 +651,18 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 		return hc__err(EALREADY, "ticket release: ticket %u was already released by this rank", t->index);
 	if (t->kind != HC_TK_LOOKUP && t->kind != HC_TK_RESERVE)
 		return hc__err(EINVAL, "ticket release: the handle was never filled by hc_ticket_lookup or hc_ticket_reserve");
-	if (t->kind == HC_TK_LOOKUP && t->n && !t->pages)
+	if (t->n && !t->pages)
 		return hc__err(EINVAL, "ticket release: the handle lost its page array");
-	if (t->kind == HC_TK_LOOKUP)
+	/* Our pins (lookup), or our write holds (reserve, not the builder). */
+	if (t->kind == HC_TK_LOOKUP || !t->first) {
+		uint32_t gone = 0;
+
 		for (uint32_t i = 0; i < t->n; i++)
 			if (t->pages[i] != HC_PAGE_NONE && HC_PAGE_ID(t->pages[i]) < p->g.npages)
-				hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
-	hc__quota_give(p, t->held);
+				gone += (uint32_t)hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
+		if (t->kind == HC_TK_LOOKUP)
+			hc__quota_give(p, gone);
+	}
 	t->released = 1;
 	return 0;
 }

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -273,4 +275,38 @@ int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n)
 
 	free(pages);
 	return h;
+}
+
+void *hct_shared(size_t bytes)
+{
+	void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	memset(m, 0, bytes);
+	return m;
+}
+
+void hct_print_violation(void *arg, const char *line)
+{
+	(void)arg;
+	fprintf(stderr, "violation: %s\n", line);
+}
+
+int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		hc_pool *p;
+		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		if (hc_pool_attach(pool_name, &o, &p) < 0)
+			_exit(100);
+		fn(p, arg);
+		hc_pool_detach(p);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return st;
 }

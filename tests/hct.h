@@ -66,6 +66,15 @@ int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0);
 /* Plain prefix lookup (no pin): the hit length. */
 int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n);
 
+/* Zeroed shared memory that forked children write and the parent reads. */
+void *hct_shared(size_t bytes);
+/* A report function for hc_pool_check that prints each violation. */
+void hct_print_violation(void *arg, const char *line);
+/* Fork; the child attaches pool_name itself (a forked handle is refused),
+ * runs fn, detaches and exits 0 (100 if it could not attach).  Returns the
+ * child's wait status. */
+int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg);
+
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);
 double hct_now(void);

@@ -26,12 +26,6 @@ static void teardown(void)
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 
-static void print_violation(void *arg, const char *line)
-{
-	(void)arg;
-	fprintf(stderr, "violation: %s\n", line);
-}
-
 START_TEST(store_then_find)
 {
 	hc_key_t keys[8];
@@ -57,7 +51,7 @@ START_TEST(store_then_find)
 	ck_assert_int_eq(hc_evict_key(pool, keys[1]), 1);
 	ck_assert_int_eq(hct_hit(pool, keys, 8), 1);
 	ck_assert_int_eq(hc_evict_key(pool, keys[1]), 0);
-	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 }
 END_TEST
 
@@ -202,6 +196,191 @@ START_TEST(alloc_evicts_when_full)
 }
 END_TEST
 
+
+/* Store keys[first..first+n) with one presence mask: the count stored. */
+static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned n, uint32_t presence)
+{
+	hc_page_t pages[8];
+	uint8_t skip[8];
+	struct hc_reserve_req rr = { .keys = keys + first, .nkeys = n, .first_depth = first, .presence = presence };
+	int m = hc_reserve(p, &rr, pages, skip);
+
+	for (unsigned i = 0; m > 0 && i < n; i++)
+		ck_assert_int_eq(hct_fill_commit_all(p, pages[i]), 1);
+	return m;
+}
+
+/*
+ * Hit policies: "kv" needs every page, "swa" the last 2, "state" the last 1.
+ * Page:      0   1   2      3      4      5
+ * holds:     kv  kv  kv,st  kv,sw  kv,sw  kv,sw,st
+ */
+START_TEST(hit_policies)
+{
+	struct hc_component_spec comps[3] = {
+		{ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
+		  .head_bytes = 64, .layers = 1 },
+		{ .name = "swa", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
+		  .head_bytes = 64, .layers = 1, .window_pages = 2 },
+		{ .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
+		  .bytes_per_layer = 512, .layers = 1, .window_pages = 1 },
+	};
+	struct hct_spec s;
+	const char *n2 = hct_name();
+	hc_pool *p;
+	hc_key_t keys[6];
+	hc_page_t pages[6];
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 6 };
+	struct hc_component_info ci;
+
+	hct_spec_init(&s, n2, 16);
+	s.spec.comps = comps;
+	s.spec.ncomp = 3;
+	ck_assert_ok(hc_pool_create(&s.spec));
+	p = hct_attach(n2, 0);
+	ck_assert_ok(hc_pool_component(p, 1, &ci));
+	ck_assert_uint_eq(ci.window_pages, 2);
+	hct_keys(keys, 6, 21);
+	ck_assert_int_eq(store_with(p, keys, 0, 2, 0x1), 2);
+	ck_assert_int_eq(store_with(p, keys, 2, 1, 0x5), 1);
+	ck_assert_int_eq(store_with(p, keys, 3, 2, 0x3), 2);
+	ck_assert_int_eq(store_with(p, keys, 5, 1, 0x7), 1);
+
+	rq.comps = 0x1;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	rq.comps = 0x3; /* kv everywhere, swa on 4 and 5 */
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	rq.comps = 0x5; /* state on the last page: 5 */
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	rq.comps = 0;   /* all three */
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	rq.nkeys = 5;   /* ends at page 4: no state there; page 2 has it, but swa needs 1 and 2 */
+	rq.comps = 0x5;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 3);
+	rq.comps = 0x7;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 0);
+	rq.comps = 0x3;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 5);
+	/* State alone, pinned: only the page it needs is pinned. */
+	rq.nkeys = 6;
+	rq.comps = 0x4;
+	rq.flags = HC_LOOKUP_PIN;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	for (int i = 0; i < 5; i++)
+		ck_assert_uint_eq(pages[i], HC_PAGE_NONE);
+	ck_assert_uint_ne(pages[5], HC_PAGE_NONE);
+	{
+		struct hc_page_info pi;
+		ck_assert_ok(hc_page_info(p, HC_PAGE_ID(pages[5]), &pi));
+		ck_assert_int_eq(pi.pins, 1);
+		ck_assert_ok(hc_page_unpin(p, pages[5]));
+	}
+	/* A hole before the window: full attention stops there, the window does not. */
+	rq.flags = 0;
+	ck_assert_int_eq(hc_evict_key(p, keys[1]), 1);
+	rq.comps = 0x1;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 1);
+	rq.comps = 0x6;
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	hc_pool_detach(p);
+	hc_pool_destroy(n2, NULL, 0);
+}
+END_TEST
+
+START_TEST(lookup_bad_input)
+{
+	hc_key_t keys[2];
+	hc_page_t pages[2];
+	uint8_t skip[2];
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 0 };
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = 0 };
+
+	hct_keys(keys, 2, 22);
+	ck_assert_err(hc_lookup(pool, &rq, pages), EINVAL);
+	ck_assert_msg_has("0 keys");
+	ck_assert_err(hc_reserve(pool, &rr, pages, skip), EINVAL);
+	rq.nkeys = rr.nkeys = HC_LOOKUP_MAX + 1;
+	ck_assert_err(hc_lookup(pool, &rq, pages), E2BIG);
+	ck_assert_msg_has("1..65536");
+	ck_assert_err(hc_reserve(pool, &rr, pages, skip), E2BIG);
+	rq.nkeys = rr.nkeys = 2;
+	rq.keys = rr.keys = NULL;
+	ck_assert_err(hc_lookup(pool, &rq, pages), EINVAL);
+	ck_assert_err(hc_reserve(pool, &rr, pages, skip), EINVAL);
+	rq.keys = rr.keys = keys;
+	ck_assert_err(hc_lookup(pool, NULL, pages), EINVAL);
+	ck_assert_err(hc_lookup(pool, &rq, NULL), EINVAL);
+	ck_assert_err(hc_reserve(pool, &rr, pages, NULL), EINVAL);
+	rq.comps = 0x10;
+	ck_assert_err(hc_lookup(pool, &rq, pages), EINVAL);
+	ck_assert_msg_has("component mask");
+	rq.comps = 0;
+	rq.flags = 0x80;
+	ck_assert_err(hc_lookup(pool, &rq, pages), EINVAL);
+	ck_assert_msg_has("unknown flags");
+	rr.presence = 0x8;
+	ck_assert_err(hc_reserve(pool, &rr, pages, skip), EINVAL);
+	rr.presence = 0;
+	rr.first_depth = UINT32_MAX;
+	ck_assert_err(hc_reserve(pool, &rr, pages, skip), EINVAL);
+	ck_assert_err(hc_evict_key(pool, NULL), EINVAL);
+	ck_assert_err(hc_page_info(pool, 64, NULL), EINVAL);
+	{
+		struct hc_page_info pi;
+		ck_assert_err(hc_page_info(pool, 64, &pi), EINVAL);
+		ck_assert_msg_has("out of range");
+	}
+}
+END_TEST
+
+/* An admin attach has no rank slot: it may look, never hold. */
+START_TEST(admin_looks_but_never_holds)
+{
+	hc_key_t keys[3];
+	hc_page_t pages[3];
+	uint8_t skip[3];
+	hc_pool *adm = hct_attach(name, HC_ATTACH_ADMIN);
+	hc_pool *ro = hct_attach(name, HC_ATTACH_READONLY);
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 3 };
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = 3 };
+
+	hct_keys(keys, 3, 23);
+	ck_assert_int_eq(hct_store(pool, keys, 3, 0), 3);
+	ck_assert_int_eq(hc_lookup(adm, &rq, pages), 3);
+	ck_assert_int_eq(hc_lookup(ro, &rq, pages), 3);
+	rq.flags = HC_LOOKUP_PIN;
+	ck_assert_err(hc_lookup(adm, &rq, pages), EPERM);
+	ck_assert_err(hc_reserve(adm, &rr, pages, skip), EPERM);
+	ck_assert_err(hc_evict(adm, 1), EPERM);
+	ck_assert_err(hc_pool_clear(adm), EPERM);
+	hc_pool_detach(ro);
+	hc_pool_detach(adm);
+}
+END_TEST
+
+START_TEST(clear_empties_when_nothing_is_held)
+{
+	hc_key_t keys[6];
+	hc_page_t pages[6];
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_stats st;
+
+	hct_keys(keys, 6, 24);
+	ck_assert_int_eq(hct_store(pool, keys, 6, 0), 6);
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 6);
+	ck_assert_err(hc_pool_clear(pool), EBUSY);
+	ck_assert_msg_has("6 pins");
+	for (int i = 0; i < 6; i++)
+		ck_assert_ok(hc_page_unpin(pool, pages[i]));
+	ck_assert_int_eq(hc_pool_clear(pool), 6);
+	ck_assert_ok(hc_pool_stats(pool, &st));
+	ck_assert_uint_eq(st.pages[HC_PAGE_FREE], 64);
+	ck_assert_uint_eq(st.keyed, 0);
+	ck_assert_int_eq(hct_hit(pool, keys, 6), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lookup");
@@ -216,6 +395,10 @@ int main(void)
 	tcase_add_test(tc, lookup_pin_holds_against_eviction);
 	tcase_add_test(tc, host_lock_holds);
 	tcase_add_test(tc, alloc_evicts_when_full);
+	tcase_add_test(tc, hit_policies);
+	tcase_add_test(tc, lookup_bad_input);
+	tcase_add_test(tc, admin_looks_but_never_holds);
+	tcase_add_test(tc, clear_empties_when_nothing_is_held);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -5,6 +5,7 @@
  * naming the bad thing for each kind of command-line error, and exit 1 for
  * failures.  The parsers in tools/cli.c are also tested directly.
  */
+#include <ctype.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -358,11 +359,11 @@ START_TEST(usage_errors)
 		{ { "--pages", "4", "--pages", "5" }, "'--pages' is given twice" },
 		{ { "--pages", "4", "--kv", "x,bf17,4,256,2" }, "unknown DTYPE 'bf17'" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,256" }, "has 4 fields" },
-		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,3,4" }, "has 7 fields" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,3,4,5" }, "has 8 fields" },
 		{ { "--pages", "4", "--kv", "x,bf16,4x,256,2" }, "HEADS '4x'" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,,2" }, "HEAD_BYTES" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,256,zero" }, "LAYERS 'zero'" },
-		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" }, "'mirror' must be 'replicated' or 'sharded'" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" }, "'mirror' must be 'replicated', 'sharded' or 'window=PAGES'" },
 		{ { "--pages", "4", "--kv", "a b,bf16,4,256,2" }, "NAME 'a b'" },
 		{ { "--pages", "4", "--state", "s,f32,1Z,2" }, "BYTES_PER_LAYER '1Z'" },
 		{ { "--pages", "4", "--mode", "0644" }, "--mode '0644'" },
@@ -538,6 +539,36 @@ START_TEST(create_options)
 	ck_assert_int_eq(stat(shm_path(name), &st), 0);
 	ck_assert_uint_eq(st.st_mode & 07777, 0660);
 	ck_assert_tool(0, "destroy", name);
+
+	/* The cache options: eviction policy, tickets, hit windows. */
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--kv", "swa,bf16,4,64,2,window=4", "--state", "st,f32,1024,1,replicated,window=1",
+		       "--pages", "16", "--evict", "lru", "--max-tickets", "128", "--ticket-keys", "512");
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "evict"), "lru");
+	ck_assert_int_eq(jint(o, "max_tickets"), 128);
+	ck_assert_int_eq(jint(o, "ticket_keys"), 512);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 0);
+	ck_assert_int_eq(jint(c, "window_pages"), 0);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 1);
+	ck_assert_int_eq(jint(c, "window_pages"), 4);
+	c = json_object_array_get_idx(jget(o, "components", json_type_array), 2);
+	ck_assert_int_eq(jint(c, "window_pages"), 1);
+	ck_assert_str_eq(jstr(c, "sharding"), "replicated");
+	json_object_put(o);
+	ck_assert_tool(0, "destroy", name);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--evict", "fifo");
+	ck_assert_msg(strstr(r.err, "'clock' or 'lru'"), "stderr: %s", r.err);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--max-tickets", "100");
+	ck_assert_msg(strstr(r.err, "multiple of 64"), "stderr: %s", r.err);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2,window=0", "--pages", "16");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2,windows=2", "--pages", "16");
+	ck_assert_msg(strstr(r.err, "window=PAGES"), "stderr: %s", r.err);
 }
 END_TEST
 
@@ -596,13 +627,25 @@ END_TEST
 
 START_TEST(help_and_version)
 {
-	static const char *const verbs[] = { "create", "info", "ls", "destroy", "repair" };
+	static const char *const verbs[] = { "create", "info", "ls", "stat", "check", "keys", "evict", "clear",
+					     "destroy", "repair" };
 
 	ck_assert_tool(0, "--version");
 	ck_assert_out_has("hicache-pool (hicache) " HICACHE_VERSION_STRING "\n");
 	ck_assert_tool(0, "--help");
-	for (unsigned i = 0; i < 5; i++)
-		ck_assert_out_has(verbs[i]);
+	for (unsigned i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "\n  %s ", verbs[i]);
+		ck_assert_out_has(want);
+	}
+	for (unsigned i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+		char want[64];
+
+		ck_assert_tool(0, "help", verbs[i]);
+		snprintf(want, sizeof(want), "Usage: hicache-pool %s ", verbs[i]);
+		ck_assert_out_has(want);
+	}
 	ck_assert_tool(0, "create", "--help");
 	ck_assert_out_has("--page-tokens");
 	ck_assert_out_has("--numa");
@@ -610,6 +653,571 @@ START_TEST(help_and_version)
 	ck_assert_out_has("--no-recover");
 	ck_assert_tool(0, "repair", "-h");
 	ck_assert_out_has("Usage: hicache-pool repair");
+	ck_assert_tool(0, "stat", "--help");
+	ck_assert_out_has("--prometheus");
+	ck_assert_tool(0, "check", "--help");
+	ck_assert_out_has("--quiescent");
+	ck_assert_tool(0, "keys", "-h");
+	ck_assert_out_has("--limit");
+	ck_assert_tool(0, "evict", "--help");
+	ck_assert_out_has("--count N");
+	ck_assert_tool(2, "frobnicate");
+	ck_assert_err_has("use create, info, ls, stat, check, keys, evict, clear, destroy, repair or help");
+}
+END_TEST
+
+/* ---- stat, check, keys, evict, clear, and ranks and engines in ls */
+
+/* A rank of its own in this (forked) test process, on a pool the tool made. */
+static hc_pool *rank_on(const char *name)
+{
+	return hct_attach(name, 0);
+}
+
+/* The line of r.out that starts with 'start' (NULL if none), copied into buf. */
+static char *out_line(const char *start, char *buf, size_t len)
+{
+	for (const char *l = r.out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		size_t n = strcspn(l, "\n");
+
+		if (!strncmp(l, start, strlen(start))) {
+			snprintf(buf, len, "%.*s", (int)n, l);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
+/* Every counter and gauge the library reports, in each of the three formats. */
+START_TEST(stat_formats)
+{
+	const char *name = hct_name();
+	hc_key_t keys[4], other[2];
+	struct hc_stats st;
+	json_object *o, *ctr, *pages;
+	char want[1024], line[512];
+	hc_pool *p;
+
+	create_tiny(name, "16");
+	/* an idle pool: no hit ratio yet */
+	ck_assert_tool(0, "stat", name, "--json");
+	o = jparse(r.out);
+	ck_assert(json_object_is_type(jget(o, "hit_ratio", json_type_null), json_type_null));
+	ck_assert_int_eq(jint(jget(o, "counters", json_type_object), "lookups"), 0);
+	json_object_put(o);
+	ck_assert_tool(0, "stat", name);
+	ck_assert_ptr_nonnull(out_line("  hit_ratio ", line, sizeof(line)));
+	ck_assert_msg(strstr(line, " -  hits / lookup_keys"), "line: %s", line);
+
+	p = rank_on(name);
+	hct_keys(keys, 4, 11);
+	hct_keys(other, 2, 12);
+	ck_assert_int_eq(hct_store(p, keys, 4, 0), 4);
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(hct_hit(p, keys, 4), 4);
+	ck_assert_int_eq(hct_hit(p, other, 2), 0);
+	ck_assert_ok(hc_pool_stats(p, &st));
+
+	ck_assert_tool(0, "stat", name, "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "name"), name);
+	ck_assert_int_eq(jint(o, "npages"), 16);
+	ctr = jget(o, "counters", json_type_object);
+	ck_assert_int_eq(jint(ctr, "lookups"), 6);
+	ck_assert_int_eq(jint(ctr, "lookup_keys"), 22);
+	ck_assert_int_eq(jint(ctr, "hits"), 20);
+	ck_assert_int_eq(jint(ctr, "reserves"), 4);
+	ck_assert_uint_eq(json_object_object_length(ctr), HC_CTR__COUNT);
+	for (unsigned i = 0; i < HC_CTR__COUNT; i++)
+		ck_assert_int_eq(jint(ctr, hc_counter_name(i)), (int64_t)st.counter[i]);
+	pages = jget(o, "pages", json_type_object);
+	ck_assert_int_eq(jint(pages, "ready"), 4);
+	ck_assert_int_eq(jint(pages, "free"), 12);
+	ck_assert_int_eq(jint(o, "keyed_pages"), 4);
+	ck_assert_int_eq(jint(o, "live_ranks"), 1);
+	ck_assert_int_eq(jint(o, "engines"), 0);
+	ck_assert_int_eq(jint(o, "pin_count"), 0);
+	ck_assert_double_eq_tol(json_object_get_double(jget(o, "hit_ratio", json_type_double)), 20.0 / 22.0, 1e-9);
+	json_object_put(o);
+
+	/* text: "  name  value  help", every counter with the library's value */
+	ck_assert_tool(0, "stat", name);
+	snprintf(want, sizeof(want), "pool '%s' at %s: 16 pages\n", name, shm_path(name));
+	ck_assert_msg(!strncmp(r.out, want, strlen(want)), "first line:\n%s", r.out);
+	for (unsigned i = 0; i < HC_CTR__COUNT; i++) {
+		unsigned long long v;
+		char n[64];
+
+		snprintf(want, sizeof(want), "  %s ", hc_counter_name(i));
+		ck_assert_msg(out_line(want, line, sizeof(line)), "no line for %s:\n%s", hc_counter_name(i), r.out);
+		ck_assert_int_eq(sscanf(line, " %63s %llu", n, &v), 2);
+		ck_assert_uint_eq(v, st.counter[i]);
+		ck_assert_msg(strstr(line, hc_counter_help(i)), "line lacks the help: %s", line);
+	}
+	ck_assert_ptr_nonnull(out_line("  pages_ready ", line, sizeof(line)));
+	ck_assert_ptr_nonnull(out_line("  hit_ratio ", line, sizeof(line)));
+	ck_assert_msg(strstr(line, " 0.909  hits / lookup_keys"), "line: %s", line);
+	/* one column: the value ends at the same offset on every line */
+	{
+		char a[512], b[512];
+		out_line("  hits ", a, sizeof(a));
+		out_line("  pages_quarantine ", b, sizeof(b));
+		ck_assert_int_eq((int)(strstr(a, "  keys found") - a), (int)(strstr(b, "  pages in state") - b));
+	}
+
+	/* Prometheus 0.0.4: every sample "name{labels} value", HELP and TYPE first */
+	ck_assert_tool(0, "stat", name, "--prometheus");
+	{
+		char helped[64][64], typed[64][64], types[64][16];
+		unsigned nh = 0, nt = 0, samples = 0;
+		char *save = NULL, *buf = strdup(r.out);
+
+		for (char *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+			char metric[128], labels[256], rest[64];
+			unsigned long long v;
+			unsigned k;
+
+			if (!strncmp(l, "# HELP ", 7)) {
+				ck_assert_int_eq(sscanf(l, "# HELP %63s", helped[nh]), 1);
+				ck_assert_msg(strlen(l) > 8 + strlen(helped[nh]), "empty HELP: %s", l);
+				nh++;
+				continue;
+			}
+			if (!strncmp(l, "# TYPE ", 7)) {
+				ck_assert_int_eq(sscanf(l, "# TYPE %63s %15s", typed[nt], types[nt]), 2);
+				ck_assert_msg(!strcmp(types[nt], "gauge") || !strcmp(types[nt], "counter"), "%s", l);
+				ck_assert_msg(nh == nt + 1 && !strcmp(helped[nt], typed[nt]), "TYPE without its HELP: %s", l);
+				nt++;
+				continue;
+			}
+			ck_assert_msg(l[0] != '#', "unknown comment: %s", l);
+			ck_assert_msg(sscanf(l, "%127[a-zA-Z0-9_:]{%255[^}]} %llu%63s", metric, labels, &v, rest) == 3,
+				      "not 'name{labels} value': %s", l);
+			ck_assert_msg(isalpha((unsigned char)metric[0]) || metric[0] == '_', "bad name: %s", l);
+			/* labels: key="value" pairs, comma separated, the pool first */
+			snprintf(want, sizeof(want), "pool=\"%s\"", name);
+			ck_assert_msg(!strncmp(labels, want, strlen(want)), "labels: %s", l);
+			for (char *q = labels; *q;) {
+				char key[64];
+				int used = 0;
+				ck_assert_msg(sscanf(q, "%63[a-zA-Z_]=\"%*[^\"]\"%n", key, &used) == 1 && used > 0,
+					      "bad labels: %s", l);
+				q += used;
+				ck_assert_msg(*q == 0 || *q == ',', "bad labels: %s", l);
+				q += *q == ',';
+			}
+			for (k = 0; k < nt && strcmp(typed[k], metric); k++)
+				;
+			ck_assert_msg(k < nt, "sample before its HELP and TYPE: %s", l);
+			ck_assert_msg(!strcmp(types[k], "counter") == (strlen(metric) > 6 &&
+								       !strcmp(metric + strlen(metric) - 6, "_total")),
+				      "counter names end in _total, gauges do not: %s", l);
+			samples++;
+		}
+		free(buf);
+		ck_assert_uint_eq(nh, nt);
+		ck_assert_uint_eq(nt, 1 + 9 + HC_CTR__COUNT);
+		ck_assert_uint_eq(samples, 5 + 9 + HC_CTR__COUNT);
+	}
+	snprintf(want, sizeof(want), "\nhicache_hits_total{pool=\"%s\"} 20\n", name);
+	ck_assert_out_has(want);
+	snprintf(want, sizeof(want), "\nhicache_pages{pool=\"%s\",state=\"ready\"} 4\n", name);
+	ck_assert_out_has(want);
+	ck_assert_out_has("# TYPE hicache_lookups_total counter\n");
+	ck_assert_out_has("# TYPE hicache_pages gauge\n");
+
+	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+/* A healthy pool passes; pages whose KEYED flag disagrees with the index fail. */
+START_TEST(check_pool)
+{
+	const char *name = hct_name();
+	hc_key_t keys[3];
+	hc_page_t pg;
+	json_object *o, *v;
+	struct hc_lookup_req rq = { .nkeys = 1 };
+	char want[128];
+	uint32_t free_id = 15;
+	hc_pool *p;
+
+	create_tiny(name, "16");
+	p = rank_on(name);
+	hct_keys(keys, 3, 21);
+	ck_assert_int_eq(hct_store(p, keys, 3, 0), 3);
+	ck_assert_tool(0, "check", name);
+	snprintf(want, sizeof(want), "pool '%s': ok, no violations (live check)\n", name);
+	ck_assert_str_eq(r.out, want);
+	ck_assert_tool(0, "check", name, "--quiescent", "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jbool(o, "ok"), 1);
+	ck_assert_int_eq(jbool(o, "quiescent"), 1);
+	ck_assert_int_eq(jint(o, "count"), 0);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "violations", json_type_array)), 0);
+	json_object_put(o);
+
+	/* A READY page the index names, but not flagged keyed: a writer could be
+	 * mid-way, so only a quiescent check calls it a violation. */
+	rq.keys = &keys[1];
+	ck_assert_int_eq(hc_lookup(p, &rq, &pg), 1);
+	atomic_store(&p->pages[HC_PAGE_ID(pg)].flags, 0);
+	ck_assert_tool(0, "check", name);
+	ck_assert_tool(1, "check", name, "--quiescent");
+	snprintf(want, sizeof(want), "names page %u, which is READY and not keyed", HC_PAGE_ID(pg));
+	ck_assert_out_has(want);
+	ck_assert_out_has("1 violation (quiescent check)");
+	atomic_store(&p->pages[HC_PAGE_ID(pg)].flags, HC_PF_KEYED);
+
+	/* a FREE page flagged keyed is wrong at any time */
+	ck_assert_int_eq(hc_page_state(p, free_id, NULL, NULL, NULL), HC_PAGE_FREE);
+	atomic_store(&p->pages[free_id].flags, HC_PF_KEYED);
+	ck_assert_tool(1, "check", name);
+	snprintf(want, sizeof(want), "page %u: FREE but still flagged as keyed\n", free_id);
+	ck_assert_out_has(want);
+	ck_assert_out_has("1 violation (live check)");
+	ck_assert_str_eq(r.err, "");
+	ck_assert_tool(1, "check", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jbool(o, "ok"), 0);
+	ck_assert_int_eq(jint(o, "count"), 1);
+	v = jget(o, "violations", json_type_array);
+	ck_assert_uint_eq(json_object_array_length(v), 1);
+	ck_assert_msg(strstr(json_object_get_string(json_object_array_get_idx(v, 0)), "flagged as keyed"), "%s", r.out);
+	json_object_put(o);
+	atomic_store(&p->pages[free_id].flags, 0);
+	ck_assert_tool(0, "check", name, "--quiescent");
+
+	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+START_TEST(keys_list)
+{
+	const char *name = hct_name();
+	hc_key_t keys[6];
+	char hex[6][65], pfx[8], want[128], line[512];
+	struct hc_lookup_req rq = { .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	hc_page_t pg[2];
+	json_object *o, *a, *e;
+	const char *prev = "";
+	hc_pool *p;
+
+	create_tiny(name, "16");
+	ck_assert_tool(0, "keys", name);
+	ck_assert_str_eq(r.out, "0 shown of 0 matching keys\n");
+
+	p = rank_on(name);
+	hct_keys(keys, 6, 31);
+	for (int i = 0; i < 6; i++)
+		hex_of(keys[i], hex[i]);
+	ck_assert_int_eq(hct_store(p, keys, 6, 0), 6);
+	rq.keys = keys;
+	ck_assert_int_eq(hc_lookup(p, &rq, pg), 2); /* pins keys 0 and 1 */
+	ck_assert_ok(hc_page_lock(p, pg[1]));
+
+	ck_assert_tool(0, "keys", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jint(o, "matching"), 6);
+	ck_assert_int_eq(jint(o, "shown"), 6);
+	ck_assert_str_eq(jstr(o, "prefix"), "");
+	a = jget(o, "keys", json_type_array);
+	ck_assert_uint_eq(json_object_array_length(a), 6);
+	for (size_t i = 0; i < 6; i++) {
+		const char *k;
+		int d;
+
+		e = json_object_array_get_idx(a, i);
+		k = jstr(e, "key");
+		ck_assert_msg(strcmp(prev, k) < 0, "not sorted: %s after %s", k, prev);
+		prev = k;
+		for (d = 0; d < 6 && strcmp(hex[d], k); d++)
+			;
+		ck_assert_msg(d < 6, "unknown key %s", k);
+		ck_assert_int_eq(jint(e, "depth"), d);
+		ck_assert_str_eq(jstr(e, "state"), "READY");
+		ck_assert_int_eq(jint(e, "pins"), d < 2);
+		ck_assert_int_eq(jint(e, "locks"), d == 1);
+		ck_assert_int_eq(jint(e, "tickets"), 0);
+		if (d < 2)
+			ck_assert_int_eq(jint(e, "page"), HC_PAGE_ID(pg[d]));
+	}
+	json_object_put(o);
+
+	/* text: one row per key, 64 hex digits first; a footer */
+	ck_assert_tool(0, "keys", name);
+	ck_assert_ptr_nonnull(out_line("KEY ", line, sizeof(line)));
+	ck_assert_ptr_nonnull(out_line(hex[1], line, sizeof(line)));
+	snprintf(want, sizeof(want), "%s  %8u  READY ", hex[1], HC_PAGE_ID(pg[1]));
+	ck_assert_msg(!strncmp(line, want, strlen(want)), "row: %s", line);
+	ck_assert_out_has("\n6 shown of 6 matching keys\n");
+
+	/* a prefix, in upper case, and a limit */
+	for (int i = 0; i < 3; i++)
+		pfx[i] = (char)toupper((unsigned char)hex[4][i]);
+	pfx[3] = 0;
+	ck_assert_tool(0, "keys", name, pfx, "--json");
+	o = jparse(r.out);
+	ck_assert_int_ge(jint(o, "matching"), 1);
+	a = jget(o, "keys", json_type_array);
+	for (size_t i = 0; i < json_object_array_length(a); i++)
+		ck_assert_int_eq(strncmp(jstr(json_object_array_get_idx(a, i), "key"), hex[4], 3), 0);
+	json_object_put(o);
+	ck_assert_tool(0, "keys", name, hex[4]);
+	ck_assert_out_has("1 shown of 1 matching key (prefix ");
+	ck_assert_tool(0, "keys", name, "--limit", "2");
+	ck_assert_out_has("\n2 shown of 6 matching keys\n");
+	ck_assert_tool(0, "keys", "--limit", "1", name, "--json");
+	o = jparse(r.out);
+	ck_assert_int_eq(jint(o, "shown"), 1);
+	ck_assert_int_eq(jint(o, "matching"), 6);
+	json_object_put(o);
+
+	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+START_TEST(evict_and_clear)
+{
+	const char *name = hct_name();
+	hc_key_t keys[6];
+	char hex[65];
+	struct hc_lookup_req rq = { .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_stats st;
+	hc_page_t pg;
+	hc_pool *p;
+
+	create_tiny(name, "16");
+	p = rank_on(name);
+	hct_keys(keys, 6, 41);
+	ck_assert_int_eq(hct_store(p, keys, 6, 0), 6);
+
+	/* one key */
+	hex_of(keys[0], hex);
+	ck_assert_tool(0, "evict", name, "--key", hex);
+	ck_assert_out_has("evicted key ");
+	ck_assert_out_has(hex);
+	ck_assert_int_eq(hct_hit(p, keys, 6), 0);
+	ck_assert_int_eq(hct_hit(p, keys + 1, 5), 5);
+	ck_assert_tool(1, "evict", name, "--key", hex);
+	ck_assert_err_has("has key ");
+	ck_assert_err_has("hicache-pool keys");
+	ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "not one line: %s", r.err);
+
+	/* a pinned key: the library's reason, and clear refuses */
+	rq.keys = &keys[1];
+	ck_assert_int_eq(hc_lookup(p, &rq, &pg), 1);
+	hex_of(keys[1], hex);
+	ck_assert_tool(1, "evict", name, "--key", hex);
+	ck_assert_err_has("hicache-pool: evict: the key's page");
+	ck_assert_err_has("is pinned");
+	ck_assert_tool(1, "clear", name);
+	ck_assert_err_has("hicache-pool: clear: pool '");
+	ck_assert_err_has("is in use: 1 pins");
+	ck_assert_int_eq(hct_hit(p, keys + 1, 5), 5); /* nothing freed */
+
+	/* by policy: never the pinned page */
+	ck_assert_tool(0, "evict", name, "--count", "2");
+	ck_assert_out_has("evicted 2 of 2 pages asked");
+	ck_assert_tool(0, "evict", name, "--count", "99");
+	ck_assert_out_has("evicted 2 of 99 pages asked");
+	ck_assert_out_has("no other keyed READY page is free of holds");
+	ck_assert_int_eq(hct_hit(p, keys + 1, 1), 1);
+	ck_assert_ok(hc_page_unpin(p, pg));
+
+	/* idle: clear frees what is left */
+	ck_assert_int_eq(hct_store(p, keys + 2, 3, 2), 3);
+	ck_assert_tool(0, "clear", name);
+	ck_assert_out_has("cleared pool '");
+	ck_assert_out_has("': 4 pages freed\n");
+	ck_assert_ok(hc_pool_stats(p, &st));
+	ck_assert_uint_eq(st.pages[HC_PAGE_READY], 0);
+	ck_assert_uint_eq(st.keyed, 0);
+	ck_assert_uint_eq(st.counter[HC_CTR_evictions], 1 + 4 + 4);
+	ck_assert_uint_eq(st.live_ranks, 1); /* the tool gave its slot back */
+	ck_assert_tool(0, "clear", name);
+	ck_assert_out_has("': 0 pages freed\n");
+	ck_assert_tool(0, "evict", name, "--count", "1");
+	ck_assert_out_has("evicted 0 of 1 page asked");
+
+	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+#define KEY64 "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+/* The admin verbs' command-line errors: exit 2, one line naming the bad
+ * thing, before any pool is touched (none exists); then exit 1 for each on
+ * a pool that does not exist. */
+START_TEST(admin_usage_errors)
+{
+	const char *name = hct_name();
+	static const struct {
+		const char *args[7];
+		const char *want;
+	} cases[] = {
+		{ { "stat", "p", "--json", "--prometheus" }, "both --json and --prometheus given: choose one" },
+		{ { "stat" }, "missing pool NAME" },
+		{ { "stat", "p", "--dir", "rel" }, "--dir 'rel' must be an absolute path" },
+		{ { "check", "p", "--quiet" }, "'--quiet'" },
+		{ { "check", "p", "q" }, "unexpected argument 'q'" },
+		{ { "keys", "p", "12g4" }, "PREFIX '12g4': 'g' at offset 2 is not a hex digit" },
+		{ { "keys", "p", KEY64 "0" }, "65 hex digits long: at most 64" },
+		{ { "keys", "p", "--limit", "0" }, "--limit '0' is too small" },
+		{ { "keys", "p", "--limit", "ten" }, "--limit 'ten' is not a decimal number" },
+		{ { "keys", "p", "ab", "cd" }, "unexpected argument 'cd'" },
+		{ { "keys", "bad/name" }, "'bad/name'" },
+		{ { "evict", "p" }, "give exactly one of --key HEX64 and --count N" },
+		{ { "evict", "p", "--count", "1", "--key", KEY64 }, "give exactly one of" },
+		{ { "evict", "p", "--count", "0" }, "--count '0' is too small" },
+		{ { "evict", "p", "--count", "3x" }, "--count '3x' is not a decimal number" },
+		{ { "evict", "p", "--count", "-1" }, "--count '-1' is not a decimal number" },
+		{ { "evict", "p", "--count", "2147483648" }, "--count '2147483648' is too large" },
+		{ { "evict", "p", "--count" }, "'--count' needs a value" },
+		{ { "evict", "p", "--key", "abcd" }, "expected exactly 64 hex digits" },
+		{ { "evict", "p", "--key", "z" KEY64 "0" }, "expected exactly 64 hex digits" },
+		{ { "evict", "p", "--key", "0z112233445566778899aabbccddeeff00112233445566778899aabbccddeeff" },
+		  "'0z' at offset 0 is not hex" },
+		{ { "clear", "p", "extra" }, "unexpected argument 'extra'" },
+		{ { "clear", "p", "--json" }, "'--json'" },
+	};
+	static const char *const missing[][3] = {
+		{ "stat" }, { "check" }, { "keys" }, { "evict", "--count", "1" }, { "clear" },
+	};
+
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *const *a = cases[i].args;
+		char prefix[64];
+		int got = TOOL(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
+
+		ck_assert_msg(got == 2, "case %u (%s %s): exit %d, want 2: %s", i, a[0], a[1] ? a[1] : "", got, r.err);
+		ck_assert_msg(strstr(r.err, cases[i].want), "case %u: stderr lacks \"%s\": %s", i, cases[i].want, r.err);
+		snprintf(prefix, sizeof(prefix), "hicache-pool: %s: ", a[0]);
+		ck_assert_msg(!strncmp(r.err, prefix, strlen(prefix)), "case %u: bad prefix: %s", i, r.err);
+		ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "case %u: not one line: %s", i, r.err);
+		ck_assert_str_eq(r.out, "");
+	}
+	for (unsigned i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
+		char want[128];
+		int got = TOOL(missing[i][0], name, missing[i][1], missing[i][2]);
+
+		ck_assert_msg(got == 1, "%s: exit %d, want 1: %s", missing[i][0], got, r.err);
+		snprintf(want, sizeof(want), "hicache-pool: %s: no pool '%s'", missing[i][0], name);
+		ck_assert_err_has(want);
+	}
+}
+END_TEST
+
+/* ls and info show each live rank's engine, TP rank, quota and pages held. */
+START_TEST(ls_engines)
+{
+	const char *name = hct_name();
+	struct hc_engine_spec es = { .engine_id = 7, .tp_size = 2, .quota_pages = 32 };
+	struct hc_lookup_req rq = { .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	hc_pool *a, *b, *c, *d;
+	struct hc_pool_info ia, ib, ic, id;
+	json_object *o, *e, *x, *ranks, *engs;
+	hc_key_t key;
+	hc_page_t pg;
+	char want[256];
+	int seen = 0;
+
+	create_tiny(name, "16");
+	a = rank_on(name);
+	b = rank_on(name);
+	c = rank_on(name);
+	d = rank_on(name);
+	hc_pool_info(a, &ia);
+	hc_pool_info(b, &ib);
+	hc_pool_info(c, &ic);
+	hc_pool_info(d, &id);
+	es.tp_rank = 1;
+	ck_assert_ok(hc_engine_join(b, &es));
+	es.tp_rank = 0;
+	ck_assert_ok(hc_engine_join(a, &es));
+	es = (struct hc_engine_spec){ .engine_id = 9, .tp_size = 4, .tp_rank = 2, .quota_pages = HC_QUOTA_UNLIMITED };
+	ck_assert_ok(hc_engine_join(d, &es));
+	hct_keys(&key, 1, 51);
+	ck_assert_int_eq(hct_store(a, &key, 1, 0), 1);
+	rq.keys = &key;
+	ck_assert_int_eq(hc_lookup(b, &rq, &pg), 1);
+
+	ck_assert_tool(0, "ls", "--json");
+	o = jparse(r.out);
+	e = ls_find(o, name);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_int_eq(jint(e, "live_ranks"), 4);
+	ranks = jget(e, "ranks", json_type_array);
+	ck_assert_uint_eq(json_object_array_length(ranks), 4);
+	for (size_t i = 0; i < 4; i++) {
+		x = json_object_array_get_idx(ranks, i);
+		ck_assert_int_eq(jint(x, "pid"), getpid());
+		ck_assert_int_eq(jbool(x, "live"), 1);
+		if (jint(x, "slot") == ib.self_slot) {
+			ck_assert_int_eq(jint(x, "engine_id"), 7);
+			ck_assert_int_eq(jint(x, "tp_rank"), 1);
+			ck_assert_int_eq(jint(x, "tp_size"), 2);
+			ck_assert_int_eq(jint(x, "quota"), 32);
+			ck_assert_int_eq(jint(x, "held"), 1);
+			ck_assert_int_eq(jint(x, "pins"), 1);
+			seen |= 1;
+		} else if (jint(x, "slot") == ic.self_slot) {
+			ck_assert_int_eq(jint(x, "engine_id"), -1);
+			seen |= 2;
+		} else if (jint(x, "slot") == id.self_slot) {
+			ck_assert_int_eq(jint(x, "quota"), (int64_t)HC_QUOTA_UNLIMITED);
+			seen |= 4;
+		}
+	}
+	ck_assert_int_eq(seen, 7);
+	engs = jget(e, "engines", json_type_array);
+	ck_assert_uint_eq(json_object_array_length(engs), 2);
+	x = json_object_array_get_idx(engs, 0);
+	ck_assert_int_eq(jint(x, "engine_id"), 7);
+	ck_assert_int_eq(jint(x, "tp_size"), 2);
+	ck_assert_int_eq(jbool(x, "complete"), 1);
+	ck_assert_int_eq(json_object_get_int(json_object_array_get_idx(jget(x, "tp_ranks", json_type_array), 1)), 1);
+	ck_assert_int_eq(json_object_get_int(json_object_array_get_idx(jget(x, "slots", json_type_array), 0)),
+			 ia.self_slot);
+	ck_assert_int_eq(json_object_get_int(json_object_array_get_idx(jget(x, "slots", json_type_array), 1)),
+			 ib.self_slot);
+	x = json_object_array_get_idx(engs, 1);
+	ck_assert_int_eq(jint(x, "engine_id"), 9);
+	ck_assert_int_eq(jbool(x, "complete"), 0);
+	json_object_put(o);
+
+	ck_assert_tool(0, "ls");
+	snprintf(want, sizeof(want), "  engine 7: tp 2, ranks 0,1 (slots %d,%d)\n", ia.self_slot, ib.self_slot);
+	ck_assert_out_has(want);
+	snprintf(want, sizeof(want), "  engine 9: tp 4, ranks 2 (slots %d), missing 0,1,3\n", id.self_slot);
+	ck_assert_out_has(want);
+	snprintf(want, sizeof(want), "  slot %d: pid %d (", ib.self_slot, (int)getpid());
+	ck_assert_out_has(want);
+	ck_assert_out_has("), engine 7, tp rank 1 of 2, quota 32, held 1\n");
+	ck_assert_out_has("), engine 9, tp rank 2 of 4, quota unlimited, held 0\n");
+	ck_assert_out_has("), no engine, held 0\n");
+
+	/* info shows the same */
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "engines", json_type_array)), 2);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "ranks", json_type_array)), 4);
+	json_object_put(o);
+	ck_assert_tool(0, "info", name);
+	snprintf(want, sizeof(want), "  engine 7: tp 2, ranks 0,1 (slots %d,%d)\n", ia.self_slot, ib.self_slot);
+	ck_assert_out_has(want);
+	ck_assert_out_has("ENGINE");
+
+	ck_assert_ok(hc_page_unpin(b, pg));
+	hc_pool_detach(d);
+	hc_pool_detach(c);
+	hc_pool_detach(b);
+	hc_pool_detach(a);
+	ck_assert_tool(0, "destroy", name);
 }
 END_TEST
 
@@ -686,8 +1294,8 @@ START_TEST(parse_specs)
 	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "LAYERS '0' is too small"));
 	ck_assert_int_eq(hc_cli_parse_comp("--kv", "a23456789012345678901234567890123,bf16,4,256,2", HC_COMP_KV, &c),
 			 -EINVAL);
-	ck_assert_int_eq(hc_cli_parse_comp("--state", "s,f32,1024,2,3,4", HC_COMP_STATE, &c), -EINVAL);
-	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "has 6 fields"));
+	ck_assert_int_eq(hc_cli_parse_comp("--state", "s,f32,1024,2,3,4,5", HC_COMP_STATE, &c), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(hc_cli_error(), "has 7 fields"));
 
 	ck_assert_int_eq(hc_cli_parse_numa("--numa", "bind:0-1", &m, &nodes), 0);
 	ck_assert_int_eq(m, HC_NUMA_BIND);
@@ -713,6 +1321,16 @@ START_TEST(parse_specs)
 	hex[10] = 'g';
 	ck_assert_int_eq(hc_cli_parse_hex("fp", hex, back, 32), -EINVAL);
 	ck_assert_int_eq(hc_cli_parse_hex("fp", "abc", back, 32), -EINVAL);
+
+	ck_assert_int_eq(hc_cli_parse_hex_prefix("P", "aB09F", 64, hex), 0);
+	ck_assert_str_eq(hex, "ab09f");
+	ck_assert_int_eq(hc_cli_parse_hex_prefix("P", "", 64, hex), 0);
+	ck_assert_str_eq(hex, "");
+	ck_assert_int_eq(hc_cli_parse_hex_prefix("P", "12 4", 64, hex), -EINVAL);
+	ck_assert_str_eq(hc_cli_error(), "P '12 4': ' ' at offset 2 is not a hex digit (0-9, a-f)");
+	ck_assert_int_eq(hc_cli_parse_hex_prefix("P", "0x12", 64, hex), -EINVAL);
+	ck_assert_int_eq(hc_cli_parse_hex_prefix("P", "abc", 2, hex), -EINVAL);
+	ck_assert_str_eq(hc_cli_error(), "P 'abc' is 3 hex digits long: at most 2");
 }
 END_TEST
 
@@ -733,6 +1351,7 @@ int main(void)
 {
 	Suite *s = suite_create("tool");
 	TCase *tc = tcase_create("hicache-pool");
+	TCase *ta = tcase_create("admin");
 	TCase *tp = tcase_create("parsers");
 
 	/* a test runs the tool up to ~45 times, each through libtool's wrapper script */
@@ -748,6 +1367,15 @@ int main(void)
 	tcase_add_test(tc, ls_dir_incomplete);
 	tcase_add_test(tc, help_and_version);
 	suite_add_tcase(s, tc);
+	/* the admin verbs: each test runs the tool up to ~40 times */
+	tcase_set_timeout(ta, 60);
+	tcase_add_test(ta, stat_formats);
+	tcase_add_test(ta, check_pool);
+	tcase_add_test(ta, keys_list);
+	tcase_add_test(ta, evict_and_clear);
+	tcase_add_test(ta, ls_engines);
+	tcase_add_test(ta, admin_usage_errors);
+	suite_add_tcase(s, ta);
 	tcase_set_timeout(tp, 10);
 	tcase_add_test(tp, parse_numbers);
 	tcase_add_test(tp, parse_specs);

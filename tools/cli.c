@@ -147,8 +147,8 @@ static void dtype_list(char *buf, size_t len)
 
 int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, struct hc_cli_comp *out)
 {
-	const char *form = kind == HC_COMP_KV ? "NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated]"
-					      : "NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated]";
+	const char *form = kind == HC_COMP_KV ? "NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated][,window=W]"
+					      : "NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated][,window=W]";
 	const unsigned nshape = kind == HC_COMP_KV ? 5 : 4;
 	char buf[256], *f[8], *p;
 	unsigned nf = 0;
@@ -168,7 +168,7 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 		}
 		*p++ = 0;
 	}
-	if (p || nf < nshape || nf > nshape + 1)
+	if (p || nf < nshape || nf > nshape + 2)
 		return cli_err(EINVAL, "%s '%s' has %s%u fields: expected %s", what, s, p ? "over " : "", nf, form);
 
 	if (!comp_name_ok(f[0]))
@@ -199,14 +199,17 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 	}
 
 	out->spec.sharding = HC_SHARDED;
-	if (nf == nshape + 1) {
-		const char *sh = f[nshape];
+	for (unsigned i = nshape; i < nf; i++) {
+		const char *x = f[i];
 
-		if (!strcmp(sh, "replicated"))
+		if (!strcmp(x, "replicated"))
 			out->spec.sharding = HC_REPLICATED;
-		else if (strcmp(sh, "sharded") != 0)
-			return cli_err(EINVAL, "%s '%s': the last field '%s' must be 'replicated' or 'sharded'",
-				       what, s, sh);
+		else if (!strncmp(x, "window=", 7)) {
+			if ((ret = hc_cli_parse_u32("window", x + 7, 1, HC_LOOKUP_MAX, &out->spec.window_pages)) < 0)
+				return cli_err(-ret, "%s '%s': %s", what, s, hc_cli_error());
+		} else if (strcmp(x, "sharded") != 0)
+			return cli_err(EINVAL, "%s '%s': field '%s' must be 'replicated', 'sharded' or 'window=PAGES'",
+				       what, s, x);
 	}
 	return 0;
 }
@@ -267,6 +270,22 @@ int hc_cli_parse_hex(const char *what, const char *s, uint8_t *out, size_t n)
 				       s[2 * i + 1], 2 * i);
 		out[i] = (uint8_t)(hi << 4 | lo);
 	}
+	return 0;
+}
+
+int hc_cli_parse_hex_prefix(const char *what, const char *s, size_t max, char *out)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n > max)
+		return cli_err(EINVAL, "%s '%s' is %zu hex digits long: at most %zu", what, s, n, max);
+	for (size_t i = 0; i < n; i++) {
+		if (hexval(s[i]) < 0)
+			return cli_err(EINVAL, "%s '%s': '%c' at offset %zu is not a hex digit (0-9, a-f)", what, s,
+				       s[i], i);
+		out[i] = (char)tolower((unsigned char)s[i]);
+	}
+	out[n] = 0;
 	return 0;
 }
 

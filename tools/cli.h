@@ -64,6 +64,9 @@ int hc_cli_parse_numa(const char *what, const char *s, enum hc_numa_mode *mode, 
 char *hc_cli_hex(const uint8_t *b, size_t n, char *out);
 /* Exactly 2n hex digits (either case) into n bytes. */
 int hc_cli_parse_hex(const char *what, const char *s, uint8_t *out, size_t n);
+/* 0..max hex digits (either case), lower-cased into out (max + 1 bytes): a
+ * prefix to match against hc_cli_hex() output. */
+int hc_cli_parse_hex_prefix(const char *what, const char *s, size_t max, char *out);
 
 /* "512 B", "20.0 KiB", "1.50 GiB": for people; JSON gets exact bytes. */
 char *hc_cli_format_size(uint64_t bytes, char *buf, size_t len);

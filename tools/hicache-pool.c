@@ -54,6 +54,16 @@ static int say(int code, const char *fmt, ...)
 #define usage_error(...) say(HC_CLI_EXIT_USAGE, __VA_ARGS__)
 #define failure(...)     say(HC_CLI_EXIT_FAIL, __VA_ARGS__)
 
+/* The library's last error, less a leading "VERB: " that say() adds too
+ * ("hicache-pool: clear: clear: pool ..." reads like a stutter). */
+static const char *lib_error(void)
+{
+	const char *e = hc_last_error();
+	size_t n = verb ? strlen(verb) : 0;
+
+	return n && !strncmp(e, verb, n) && !strncmp(e + n, ": ", 2) ? e + n + 2 : e;
+}
+
 static void tool_log(int level, const char *msg, void *arg)
 {
 	(void)arg;
@@ -77,17 +87,26 @@ static int bad_option(int c, char **argv)
 	return usage_error("unknown or ambiguous option '%s'; see '" PROG " %s --help'", opt, verb);
 }
 
-/* The one NAME operand of a verb, checked as the library would. */
-static int take_name(int argc, char **argv, const char **name)
+/* The NAME operand of a verb, checked as the library would, and one more
+ * optional operand where 'extra' is given (else NULL). */
+static int take_operands(int argc, char **argv, const char **name, const char **extra)
 {
 	if (optind >= argc)
 		return usage_error("missing pool NAME; see '" PROG " %s --help'", verb);
-	if (optind + 1 < argc)
-		return usage_error("unexpected argument '%s': give one pool NAME", argv[optind + 1]);
+	if (optind + 1 + (extra != NULL) < argc)
+		return usage_error("unexpected argument '%s': give one pool NAME%s", argv[optind + 1 + (extra != NULL)],
+				   extra ? " and at most one more operand" : "");
 	if (hc_pool_name_valid(argv[optind]) < 0)
 		return usage_error("%s", hc_last_error());
 	*name = argv[optind];
+	if (extra)
+		*extra = optind + 1 < argc ? argv[optind + 1] : NULL;
 	return 0;
+}
+
+static int take_name(int argc, char **argv, const char **name)
+{
+	return take_operands(argc, argv, name, NULL);
 }
 
 static int check_dir(const char *dir)
@@ -95,6 +114,88 @@ static int check_dir(const char *dir)
 	if (dir && dir[0] != '/')
 		return usage_error("--dir '%s' must be an absolute path", dir);
 	return 0;
+}
+
+/* getopt_long codes of the long options, for every verb */
+enum {
+	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
+	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
+	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT_EVICT, OPT_MAX_TICKETS,
+	OPT_TICKET_KEYS, OPT__END
+};
+
+/*
+ * The options of every verb but create.  Each verb's getopt table names the
+ * ones it takes; parse_args fills what was given, checks the values, the
+ * NAME operand (where 'name' is given; 'extra' for one more) and --dir.
+ */
+struct verb_args {
+	const char *dir;              /* NULL unless --dir */
+	bool json, prometheus, quiescent, no_recover, force;
+	uint32_t limit;               /* --limit; UINT32_MAX when absent */
+	uint32_t count;               /* --count; 0 when absent */
+	const char *key;              /* --key as given, NULL when absent */
+	uint8_t keyb[HC_KEY_BYTES];   /* --key as bytes */
+};
+
+#define OPTION_DIR  { "dir", required_argument, NULL, OPT_DIR }
+#define OPTION_JSON { "json", no_argument, NULL, OPT_JSON }
+#define OPTIONS_END { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+#define ARGS_OK (-1) /* parse_args: go on; anything else is the exit status */
+
+static int parse_args(int argc, char **argv, const struct option *opts, const char *usage, struct verb_args *va,
+		      const char **name, const char **extra)
+{
+	int c, ret;
+
+	memset(va, 0, sizeof(*va));
+	va->limit = UINT32_MAX;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		ret = 0;
+		switch (c) {
+		case 'h':
+			fputs(usage, stdout);
+			return HC_CLI_EXIT_OK;
+		case OPT_DIR:
+			va->dir = optarg;
+			break;
+		case OPT_JSON:
+			va->json = true;
+			break;
+		case OPT_PROMETHEUS:
+			va->prometheus = true;
+			break;
+		case OPT_QUIESCENT:
+			va->quiescent = true;
+			break;
+		case OPT_NO_RECOVER:
+			va->no_recover = true;
+			break;
+		case OPT_FORCE:
+			va->force = true;
+			break;
+		case OPT_LIMIT:
+			ret = hc_cli_parse_u32("--limit", optarg, 1, UINT32_MAX, &va->limit);
+			break;
+		case OPT_COUNT:
+			/* the library returns the count as an int */
+			ret = hc_cli_parse_u32("--count", optarg, 1, INT32_MAX, &va->count);
+			break;
+		case OPT_KEY:
+			va->key = optarg;
+			ret = hc_cli_parse_hex("--key", optarg, va->keyb, HC_KEY_BYTES);
+			break;
+		default:
+			return bad_option(c, argv);
+		}
+		if (ret < 0)
+			return usage_error("%s", hc_cli_error());
+	}
+	if (name && (ret = take_operands(argc, argv, name, extra)) != 0)
+		return ret;
+	if ((ret = check_dir(va->dir)) != 0)
+		return ret;
+	return ARGS_OK;
 }
 
 static int print_json(struct json_object *o)
@@ -145,10 +246,11 @@ static int attach(const char *name, const char *dir, unsigned flags, hc_pool **p
 static const char create_usage[] =
 	"Usage: " PROG " create NAME --model ID --page-tokens N --tp N [--head-groups N]\n"
 	"           (--pages N | --size SIZE)\n"
-	"           [--kv NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated]]...\n"
-	"           [--state NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated]]...\n"
+	"           [--kv NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated][,window=W]]...\n"
+	"           [--state NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated][,window=W]]...\n"
 	"           [--dir DIR] [--group GROUP] [--mode 0600|0660] [--max-ranks N]\n"
 	"           [--quarantine-ms N] [--numa bind:NODES|interleave[:NODES]]\n"
+	"           [--evict clock|lru] [--max-tickets N] [--ticket-keys N]\n"
 	"\n"
 	"Create pool NAME as DIR/hicache.NAME (DIR: " DEFAULT_DIR ").  Give at least one\n"
 	"--kv or --state component; components are laid out in the order given.\n"
@@ -164,6 +266,8 @@ static const char create_usage[] =
 	"  --kv SPEC             a K/V component: HEADS total KV heads, HEAD_BYTES\n"
 	"                        bytes of one head of one token; 'replicated' for MLA\n"
 	"  --state SPEC          a per-page state snapshot of BYTES_PER_LAYER per layer\n"
+	"                        window=W: a hit needs this component in its last W\n"
+	"                        pages only (sliding window; 1 for a state snapshot)\n"
 	"  --dir DIR             a tmpfs, huge-page tmpfs or hugetlbfs directory\n"
 	"  --group GROUP         group allowed to attach (mode becomes 0660)\n"
 	"  --mode 0600|0660      file mode (default 0600, or 0660 with --group)\n"
@@ -171,14 +275,12 @@ static const char create_usage[] =
 	"  --quarantine-ms N     grace before a dead rank's reservations are reused\n"
 	"                        (default 2000)\n"
 	"  --numa MODE           bind:NODES, interleave or interleave:NODES\n"
+	"  --evict POLICY        clock (default: approximate LRU, no shared counter)\n"
+	"                        or lru (exact; a chain's root goes last)\n"
+	"  --max-tickets N       tickets open at once, a multiple of 64 (default 64)\n"
+	"  --ticket-keys N       most keys one ticket names (default 1024)\n"
 	"\n"
 	"DTYPE is one of f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, uint8.\n";
-
-enum {
-	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
-	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
-	OPT_FORCE, OPT__END
-};
 
 static int cmd_create(int argc, char **argv)
 {
@@ -197,6 +299,9 @@ static int cmd_create(int argc, char **argv)
 		{ "max-ranks", required_argument, NULL, OPT_MAX_RANKS },
 		{ "quarantine-ms", required_argument, NULL, OPT_QUARANTINE },
 		{ "numa", required_argument, NULL, OPT_NUMA },
+		{ "evict", required_argument, NULL, OPT_EVICT },
+		{ "max-tickets", required_argument, NULL, OPT_MAX_TICKETS },
+		{ "ticket-keys", required_argument, NULL, OPT_TICKET_KEYS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -269,6 +374,22 @@ static int cmd_create(int argc, char **argv)
 		case OPT_NUMA:
 			ret = hc_cli_parse_numa("--numa", optarg, &spec.numa, &spec.numa_nodes);
 			break;
+		case OPT_EVICT:
+			if (!strcmp(optarg, "clock"))
+				spec.evict = HC_EVICT_CLOCK;
+			else if (!strcmp(optarg, "lru"))
+				spec.evict = HC_EVICT_LRU;
+			else
+				return usage_error("--evict '%s': use 'clock' or 'lru'", optarg);
+			break;
+		case OPT_MAX_TICKETS:
+			ret = hc_cli_parse_u32("--max-tickets", optarg, 64, 4096, &spec.max_tickets);
+			if (ret == 0 && spec.max_tickets % 64)
+				return usage_error("--max-tickets %u: give a multiple of 64", spec.max_tickets);
+			break;
+		case OPT_TICKET_KEYS:
+			ret = hc_cli_parse_u32("--ticket-keys", optarg, 1, HC_LOOKUP_MAX, &spec.ticket_keys);
+			break;
 		default:
 			return bad_option(c, argv);
 		}
@@ -298,7 +419,7 @@ static int cmd_create(int argc, char **argv)
 	spec.ncomp = ncomp;
 
 	if (hc_pool_create(&spec) < 0)
-		return failure("%s", hc_last_error());
+		return failure("%s", lib_error());
 	/* Read the pool back: the summary shows what the library made of the spec. */
 	if (attach(spec.name, spec.dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &info) < 0) {
 		ret = failure("pool '%s' was created, but reading it back failed: %s", spec.name, hc_last_error());
@@ -318,6 +439,132 @@ out:
 	if (p)
 		hc_pool_detach(p);
 	return ret;
+}
+
+/* ------------------------------------------------------ ranks and engines */
+
+/* One rank slot as info and ls print it in JSON. */
+static struct json_object *rank_json(const struct hc_rank_info *ri)
+{
+	struct json_object *x = json_object_new_object();
+
+	jadd_u64(x, "slot", ri->slot);
+	jadd_bool(x, "live", ri->live);
+	jadd_u64(x, "pid", ri->pid);
+	jadd_str(x, "comm", ri->comm);
+	jadd_u64(x, "epoch", ri->epoch);
+	jadd_u64(x, "attached_unix_ns", ri->attached_unix_ns);
+	jadd_u64(x, "pins", ri->pins);
+	jadd_u64(x, "locks", ri->locks);
+	jadd_u64(x, "reserved", ri->reserved);
+	json_object_object_add(x, "engine_id", json_object_new_int(ri->engine_id));
+	jadd_u64(x, "tp_size", ri->tp_size);
+	jadd_u64(x, "tp_rank", ri->tp_rank);
+	jadd_u64(x, "quota", ri->quota);
+	jadd_u64(x, "held", ri->held);
+	return x;
+}
+
+/* "-", "unlimited" or the page count: a quota for people. */
+static const char *quota_text(const struct hc_rank_info *ri, char *buf, size_t len)
+{
+	if (ri->engine_id < 0)
+		return "-";
+	if (ri->quota == HC_QUOTA_UNLIMITED)
+		return "unlimited";
+	snprintf(buf, len, "%" PRIu32, ri->quota);
+	return buf;
+}
+
+/*
+ * The ranks that are in an engine, as indices into ri, sorted by engine id
+ * and then TP rank, so each engine is one run.  Returns how many.  There
+ * is no engine table in the pool: membership is in the rank slots.
+ */
+static unsigned engine_order(const struct hc_rank_info *ri, unsigned n, unsigned *idx)
+{
+	unsigned m = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		unsigned j;
+
+		if (!ri[i].live || ri[i].engine_id < 0)
+			continue;
+		/* insertion sort: at most HC_MAX_RANKS entries */
+		for (j = m++; j > 0; j--) {
+			const struct hc_rank_info *a = &ri[idx[j - 1]];
+
+			if (a->engine_id < ri[i].engine_id ||
+			    (a->engine_id == ri[i].engine_id && a->tp_rank <= ri[i].tp_rank))
+				break;
+			idx[j] = idx[j - 1];
+		}
+		idx[j] = i;
+	}
+	return m;
+}
+
+/* The end of the run of engine members that starts at idx[i]. */
+static unsigned engine_run(const struct hc_rank_info *ri, const unsigned *idx, unsigned m, unsigned i)
+{
+	unsigned e = i + 1;
+
+	while (e < m && ri[idx[e]].engine_id == ri[idx[i]].engine_id)
+		e++;
+	return e;
+}
+
+/* "engine 3: tp 2, ranks 0,1 (slots 4,5)", and the TP ranks not present. */
+static void engines_text(const struct hc_rank_info *ri, unsigned n, const char *indent)
+{
+	unsigned idx[HC_MAX_RANKS], m = engine_order(ri, n, idx);
+
+	for (unsigned i = 0, e; i < m; i = e) {
+		const struct hc_rank_info *first = &ri[idx[i]];
+		unsigned missing = 0;
+
+		e = engine_run(ri, idx, m, i);
+		printf("%sengine %" PRId32 ": tp %" PRIu32 ", ranks ", indent, first->engine_id, first->tp_size);
+		for (unsigned k = i; k < e; k++)
+			printf("%s%" PRIu32, k > i ? "," : "", ri[idx[k]].tp_rank);
+		printf(" (slots ");
+		for (unsigned k = i; k < e; k++)
+			printf("%s%" PRIu32, k > i ? "," : "", ri[idx[k]].slot);
+		printf(")");
+		for (uint32_t t = 0, k = i; t < first->tp_size; t++) {
+			while (k < e && ri[idx[k]].tp_rank < t)
+				k++;
+			if (k < e && ri[idx[k]].tp_rank == t)
+				continue;
+			printf("%s%" PRIu32, missing++ ? "," : ", missing ", t);
+		}
+		printf("\n");
+	}
+}
+
+static struct json_object *engines_json(const struct hc_rank_info *ri, unsigned n)
+{
+	unsigned idx[HC_MAX_RANKS], m = engine_order(ri, n, idx);
+	struct json_object *a = json_object_new_array();
+
+	for (unsigned i = 0, e; i < m; i = e) {
+		const struct hc_rank_info *first = &ri[idx[i]];
+		struct json_object *x = json_object_new_object(), *tr = json_object_new_array(),
+				   *sl = json_object_new_array();
+
+		e = engine_run(ri, idx, m, i);
+		for (unsigned k = i; k < e; k++) {
+			json_object_array_add(tr, json_object_new_int64(ri[idx[k]].tp_rank));
+			json_object_array_add(sl, json_object_new_int64(ri[idx[k]].slot));
+		}
+		json_object_object_add(x, "engine_id", json_object_new_int(first->engine_id));
+		jadd_u64(x, "tp_size", first->tp_size);
+		json_object_object_add(x, "tp_ranks", tr);
+		json_object_object_add(x, "slots", sl);
+		jadd_bool(x, "complete", e - i == first->tp_size);
+		json_object_array_add(a, x);
+	}
+	return a;
 }
 
 /* -------------------------------------------------------------------- info */
@@ -352,6 +599,10 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	jadd_u64(o, "head_groups", in->head_groups);
 	jadd_u64(o, "max_ranks", in->max_ranks);
 	jadd_u64(o, "quarantine_ms", in->quarantine_ms);
+	jadd_str(o, "evict", in->evict == HC_EVICT_LRU ? "lru" : "clock");
+	jadd_u64(o, "max_tickets", in->max_tickets);
+	jadd_u64(o, "ticket_keys", in->ticket_keys);
+	jadd_u64(o, "index_slots", in->index_slots);
 	jadd_u64(o, "npages", in->npages);
 	jadd_u64(o, "envelope_bytes", in->envelope_bytes);
 	jadd_u64(o, "envelopes_offset", in->envelopes_offset);
@@ -378,6 +629,7 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 		jadd_u64(x, "bytes", ci[i].bytes);
 		jadd_u64(x, "group_stride", ci[i].group_stride);
 		jadd_u64(x, "layer_stride", ci[i].layer_stride);
+		jadd_u64(x, "window_pages", ci[i].window_pages);
 		json_object_array_add(a, x);
 	}
 	json_object_object_add(o, "components", a);
@@ -388,19 +640,10 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	json_object_object_add(o, "pages", x);
 
 	a = json_object_new_array();
-	for (unsigned i = 0; i < nri; i++) {
-		x = json_object_new_object();
-		jadd_u64(x, "slot", ri[i].slot);
-		jadd_bool(x, "live", ri[i].live);
-		jadd_u64(x, "pid", ri[i].pid);
-		jadd_str(x, "comm", ri[i].comm);
-		jadd_u64(x, "epoch", ri[i].epoch);
-		jadd_u64(x, "attached_unix_ns", ri[i].attached_unix_ns);
-		jadd_u64(x, "pins", ri[i].pins);
-		jadd_u64(x, "reserved", ri[i].reserved);
-		json_object_array_add(a, x);
-	}
+	for (unsigned i = 0; i < nri; i++)
+		json_object_array_add(a, rank_json(&ri[i]));
 	json_object_object_add(o, "ranks", a);
+	json_object_object_add(o, "engines", engines_json(ri, nri));
 	return o;
 }
 
@@ -422,6 +665,8 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 	printf("geometry     %" PRIu32 " tokens/page, tp %" PRIu32 ", %" PRIu32 " head groups, %" PRIu32
 	       " rank slots, quarantine %" PRIu32 " ms\n",
 	       in->page_tokens, in->tp_size, in->head_groups, in->max_ranks, in->quarantine_ms);
+	printf("cache        evict %s, key index of %" PRIu32 " slots, %" PRIu32 " tickets of up to %" PRIu32 " keys\n",
+	       in->evict == HC_EVICT_LRU ? "lru" : "clock", in->index_slots, in->max_tickets, in->ticket_keys);
 	printf("envelope     %" PRIu64 " bytes (%s), from offset %" PRIu64 "\n", in->envelope_bytes,
 	       hc_cli_format_size(in->envelope_bytes, b1, sizeof(b1)), in->envelopes_offset);
 	printf("segment      %" PRIu64 " bytes (%s)\n", in->segment_bytes,
@@ -435,21 +680,23 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 		if ((int)strlen(ci[i].name) > w)
 			w = (int)strlen(ci[i].name);
 	printf("components   %" PRIu32 "\n", in->ncomp);
-	printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6s  %6s  %12s  %12s  %12s  %12s\n", w, "NAME", "DTYPE",
+	printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6s  %6s  %12s  %12s  %12s  %12s  %6s\n", w, "NAME", "DTYPE",
 	       "KIND", "SHARDING", "HEADS", "HEAD_BYTES", "LAYERS", "GROUPS", "OFFSET", "BYTES", "GROUP_STRIDE",
-	       "LAYER_STRIDE");
+	       "LAYER_STRIDE", "WINDOW");
 	for (unsigned i = 0; i < in->ncomp; i++) {
-		char heads[16] = "-", hb[16] = "-";
+		char heads[16] = "-", hb[16] = "-", win[16] = "all";
 
 		if (ci[i].kind == HC_COMP_KV) {
 			snprintf(heads, sizeof(heads), "%" PRIu32, ci[i].kv_heads);
 			snprintf(hb, sizeof(hb), "%" PRIu32, ci[i].head_bytes);
 		}
+		if (ci[i].window_pages)
+			snprintf(win, sizeof(win), "%" PRIu32, ci[i].window_pages);
 		printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6" PRIu32 "  %6" PRIu32 "  %12" PRIu64 "  %12" PRIu64
-		       "  %12" PRIu64 "  %12" PRIu64 "\n",
+		       "  %12" PRIu64 "  %12" PRIu64 "  %6s\n",
 		       w, ci[i].name, hc_dtype_name(ci[i].dtype), kind_name(ci[i].kind),
 		       sharding_name(ci[i].sharding), heads, hb, ci[i].layers, ci[i].groups, ci[i].offset,
-		       ci[i].bytes, ci[i].group_stride, ci[i].layer_stride);
+		       ci[i].bytes, ci[i].group_stride, ci[i].layer_stride, win);
 	}
 
 	for (unsigned i = 0; i < nri; i++)
@@ -458,85 +705,75 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 	       readonly ? " (read-only: as recorded, not proven)" : "");
 	if (!nri)
 		return;
-	printf("  %4s  %-5s  %8s  %-15s  %6s  %10s  %8s  %s\n", "SLOT", "STATE", "PID", "COMM", "EPOCH", "PINS",
-	       "RESERVED", "ATTACHED");
-	for (unsigned i = 0; i < nri; i++)
-		printf("  %4" PRIu32 "  %-5s  %8" PRIu32 "  %-15s  %6" PRIu32 "  %10" PRIu64 "  %8" PRIu32 "  %s\n",
+	printf("  %4s  %-5s  %8s  %-15s  %6s  %10s  %10s  %8s  %6s  %5s  %9s  %8s  %s\n", "SLOT", "STATE", "PID",
+	       "COMM", "EPOCH", "PINS", "LOCKS", "RESERVED", "ENGINE", "TP", "QUOTA", "HELD", "ATTACHED");
+	for (unsigned i = 0; i < nri; i++) {
+		char eng[16] = "-", tp[32] = "-", quota[16];
+
+		if (ri[i].engine_id >= 0) {
+			snprintf(eng, sizeof(eng), "%" PRId32, ri[i].engine_id);
+			snprintf(tp, sizeof(tp), "%" PRIu32 "/%" PRIu32, ri[i].tp_rank, ri[i].tp_size);
+		}
+		printf("  %4" PRIu32 "  %-5s  %8" PRIu32 "  %-15s  %6" PRIu32 "  %10" PRIu64 "  %10" PRIu64 "  %8" PRIu32
+		       "  %6s  %5s  %9s  %8" PRIu32 "  %s\n",
 		       ri[i].slot, ri[i].live ? "live" : "free", ri[i].pid, ri[i].comm[0] ? ri[i].comm : "-",
-		       ri[i].epoch, ri[i].pins, ri[i].reserved,
+		       ri[i].epoch, ri[i].pins, ri[i].locks, ri[i].reserved, eng, tp,
+		       quota_text(&ri[i], quota, sizeof(quota)), ri[i].held,
 		       hc_cli_format_time(ri[i].attached_unix_ns, when, sizeof(when)));
+	}
+	engines_text(ri, nri, "  ");
 }
 
 static int cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
+		OPTION_DIR, OPTION_JSON,
 		{ "no-recover", no_argument, NULL, OPT_NO_RECOVER },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
 	struct hc_component_info ci[HC_MAX_COMPONENTS];
 	struct hc_rank_info ri[HC_MAX_RANKS];
 	struct hc_pool_info in;
+	struct verb_args va;
 	uint64_t counts[5];
-	const char *name, *dir = NULL;
-	bool json = false, readonly = false;
+	const char *name;
 	unsigned nri = 0;
 	hc_pool *p = NULL;
-	int c, ret;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(info_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		case OPT_NO_RECOVER:
-			readonly = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, info_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
 	/* ADMIN attach runs recovery first, so the counts below are after it. */
-	if (attach(name, dir, readonly ? HC_ATTACH_READONLY : HC_ATTACH_ADMIN, &p) < 0)
-		return failure("%s", hc_last_error());
+	if (attach(name, va.dir, va.no_recover ? HC_ATTACH_READONLY : HC_ATTACH_ADMIN, &p) < 0)
+		return failure("%s", lib_error());
 	ret = HC_CLI_EXIT_FAIL;
 	if (hc_pool_info(p, &in) < 0 || hc_pool_count_states(p, counts) < 0) {
-		failure("%s", hc_last_error());
+		failure("%s", lib_error());
 		goto out;
 	}
 	for (unsigned i = 0; i < in.ncomp && i < HC_MAX_COMPONENTS; i++) {
 		if (hc_pool_component(p, i, &ci[i]) < 0) {
-			failure("%s", hc_last_error());
+			failure("%s", lib_error());
 			goto out;
 		}
 	}
 	for (unsigned s = 0; s < in.max_ranks && s < HC_MAX_RANKS; s++) {
 		if (hc_pool_rank(p, s, &ri[nri]) < 0) {
-			failure("%s", hc_last_error());
+			failure("%s", lib_error());
 			goto out;
 		}
 		/* a free slot that holds nothing is noise */
-		if (ri[nri].live || ri[nri].pins || ri[nri].reserved)
+		if (ri[nri].live || ri[nri].pins || ri[nri].locks || ri[nri].reserved)
 			nri++;
 	}
-	if (json) {
+	if (va.json) {
 		struct json_object *o = info_json(&in, ci, counts, ri, nri);
 
 		if (print_json(o) == 0)
 			ret = HC_CLI_EXIT_OK;
 		json_object_put(o);
 	} else {
-		info_text(&in, ci, counts, ri, nri, readonly);
+		info_text(&in, ci, counts, ri, nri, va.no_recover);
 		ret = HC_CLI_EXIT_OK;
 	}
 out:
@@ -549,7 +786,8 @@ out:
 static const char ls_usage[] =
 	"Usage: " PROG " ls [--dir DIR] [--json]\n"
 	"\n"
-	"List the pools in DIR (default " DEFAULT_DIR "), the files named hicache.NAME.\n"
+	"List the pools in DIR (default " DEFAULT_DIR "), the files named hicache.NAME,\n"
+	"with their live ranks (pid, engine, TP rank, quota, pages held) and engines.\n"
 	"Each is attached read-only, so listing never changes a pool; live ranks are\n"
 	"the slots marked live, not proven.  A file that is not a usable pool is\n"
 	"listed with the reason.  Leftovers of an interrupted create\n"
@@ -567,6 +805,7 @@ struct ls_entry {
 	char msg[4096 + 256];
 	struct hc_pool_info info;
 	unsigned live;
+	struct hc_rank_info ranks[HC_MAX_RANKS]; /* the live ones: [0, live) */
 };
 
 static int ls_cmp(const void *a, const void *b)
@@ -601,7 +840,6 @@ static const char *file_kind(mode_t m)
 
 static void ls_probe(struct ls_entry *e, const char *dir, int dfd, const char *d_name)
 {
-	struct hc_rank_info ri;
 	struct stat st;
 	hc_pool *p;
 
@@ -622,8 +860,8 @@ static void ls_probe(struct ls_entry *e, const char *dir, int dfd, const char *d
 		snprintf(e->msg, sizeof(e->msg), "%s", hc_last_error());
 		return;
 	}
-	for (unsigned s = 0; s < e->info.max_ranks; s++)
-		if (hc_pool_rank(p, s, &ri) == 0 && ri.live)
+	for (unsigned s = 0; s < e->info.max_ranks && s < HC_MAX_RANKS; s++)
+		if (hc_pool_rank(p, s, &e->ranks[e->live]) == 0 && e->ranks[e->live].live)
 			e->live++;
 	hc_pool_detach(p);
 }
@@ -656,12 +894,26 @@ static void ls_text(const struct ls_entry *es, size_t n, const char *dir)
 			printf("%-*s  %-*s  %10" PRIu32 "  %10s  %10s  %4u  %s\n", wn, e->name, wm, e->info.model_id,
 			       e->info.npages, hc_cli_format_size(e->info.envelope_bytes, b1, sizeof(b1)),
 			       hc_cli_format_size(e->info.segment_bytes, b2, sizeof(b2)), e->live, e->path);
+		if (e->err || e->incomplete)
+			continue;
+		for (unsigned k = 0; k < e->live; k++) {
+			const struct hc_rank_info *ri = &e->ranks[k];
+			char quota[16];
+
+			printf("  slot %" PRIu32 ": pid %" PRIu32 " (%s), ", ri->slot, ri->pid, ri->comm[0] ? ri->comm : "-");
+			if (ri->engine_id < 0)
+				printf("no engine, held %" PRIu32 "\n", ri->held);
+			else
+				printf("engine %" PRId32 ", tp rank %" PRIu32 " of %" PRIu32 ", quota %s, held %" PRIu32 "\n",
+				       ri->engine_id, ri->tp_rank, ri->tp_size, quota_text(ri, quota, sizeof(quota)), ri->held);
+		}
+		engines_text(e->ranks, e->live, "  ");
 	}
 }
 
 static struct json_object *ls_json(const struct ls_entry *es, size_t n, const char *dir)
 {
-	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x;
+	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x, *a2;
 	char hex[65];
 
 	jadd_str(o, "dir", dir);
@@ -686,6 +938,11 @@ static struct json_object *ls_json(const struct ls_entry *es, size_t n, const ch
 			jadd_u64(x, "segment_bytes", e->info.segment_bytes);
 			jadd_u64(x, "max_ranks", e->info.max_ranks);
 			jadd_u64(x, "live_ranks", e->live);
+			a2 = json_object_new_array();
+			for (unsigned k = 0; k < e->live; k++)
+				json_object_array_add(a2, rank_json(&e->ranks[k]));
+			json_object_object_add(x, "ranks", a2);
+			json_object_object_add(x, "engines", engines_json(e->ranks, e->live));
 		}
 		json_object_array_add(a, x);
 	}
@@ -695,39 +952,20 @@ static struct json_object *ls_json(const struct ls_entry *es, size_t n, const ch
 
 static int cmd_ls(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	static const struct option opts[] = { OPTION_DIR, OPTION_JSON, OPTIONS_END };
 	struct ls_entry *es = NULL, *grown;
 	size_t n = 0, cap = 0;
-	const char *dir = DEFAULT_DIR;
+	struct verb_args va;
+	const char *dir;
 	struct dirent *d;
-	bool json = false;
 	DIR *dh;
-	int c, ret;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(ls_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
+	if ((ret = parse_args(argc, argv, opts, ls_usage, &va, NULL, NULL)) != ARGS_OK)
+		return ret;
 	if (optind < argc)
 		return usage_error("unexpected argument '%s': ls takes no NAME (use info)", argv[optind]);
-	if ((ret = check_dir(dir)) != 0)
-		return ret;
+	dir = va.dir ? va.dir : DEFAULT_DIR;
 	dh = opendir(dir);
 	if (!dh)
 		return failure("cannot list %s: %s", dir, strerror(errno));
@@ -772,7 +1010,7 @@ static int cmd_ls(int argc, char **argv)
 	}
 	if (n)
 		qsort(es, n, sizeof(*es), ls_cmp);
-	if (json) {
+	if (va.json) {
 		struct json_object *o = ls_json(es, n, dir);
 
 		if (print_json(o) == 0)
@@ -808,35 +1046,19 @@ static const char destroy_usage[] =
 static int cmd_destroy(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
+		OPTION_DIR,
 		{ "force", no_argument, NULL, OPT_FORCE },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		OPTIONS_END,
 	};
-	const char *name, *dir = NULL;
-	unsigned flags = 0;
-	int c, ret;
+	struct verb_args va;
+	const char *name;
+	int ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(destroy_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_FORCE:
-			flags |= HC_DESTROY_FORCE;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, destroy_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
-	if (hc_pool_destroy(name, dir, flags) < 0)
-		return failure("%s", hc_last_error());
-	printf("destroyed pool '%s' at %s/hicache.%s\n", name, dir ? dir : DEFAULT_DIR, name);
+	if (hc_pool_destroy(name, va.dir, va.force ? HC_DESTROY_FORCE : 0) < 0)
+		return failure("%s", lib_error());
+	printf("destroyed pool '%s' at %s/hicache.%s\n", name, va.dir ? va.dir : DEFAULT_DIR, name);
 	return HC_CLI_EXIT_OK;
 }
 
@@ -864,44 +1086,24 @@ static const char repair_usage[] =
 
 static int cmd_repair(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
+	static const struct option opts[] = { OPTION_DIR, OPTION_JSON, OPTIONS_END };
 	struct hc_recovery_report rep = { 0 };
 	struct hc_pool_info in;
-	const char *name, *dir = NULL;
-	bool json = false;
+	struct verb_args va;
+	const char *name;
 	hc_pool *p;
-	int c, ret, rr;
+	int ret, rr;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			fputs(repair_usage, stdout);
-			return HC_CLI_EXIT_OK;
-		case OPT_DIR:
-			dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		default:
-			return bad_option(c, argv);
-		}
-	}
-	if ((ret = take_name(argc, argv, &name)) != 0 || (ret = check_dir(dir)) != 0)
+	if ((ret = parse_args(argc, argv, opts, repair_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
 	/* NO_RECOVER: recovery at attach would leave nothing for the report */
-	if (attach(name, dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
-		return failure("%s", hc_last_error());
+	if (attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
+		return failure("%s", lib_error());
 	log_info = true; /* the library names each dead slot it clears */
 	rr = hc_pool_recover(p, &rep);
 	hc_pool_info(p, &in);
 	/* Print the report even on failure: what was undone stays undone. */
-	if (json) {
+	if (va.json) {
 		struct json_object *o = json_object_new_object();
 
 		jadd_str(o, "name", in.name);
@@ -922,7 +1124,521 @@ static int cmd_repair(int argc, char **argv)
 	}
 	ret = HC_CLI_EXIT_OK;
 	if (rr < 0)
-		ret = failure("%s", hc_last_error());
+		ret = failure("%s", lib_error());
+	hc_pool_detach(p);
+	return ret;
+}
+
+/* -------------------------------------------------------------------- stat */
+
+static const char stat_usage[] =
+	"Usage: " PROG " stat NAME [--dir DIR] [--json | --prometheus]\n"
+	"\n"
+	"Show pool NAME's gauges (pages by state, keyed, pinned and host-locked\n"
+	"pages, pages held by tickets, live ranks, engines, open tickets) and every\n"
+	"counter the ranks keep, summed over ranks, with the hit ratio.  The pool is\n"
+	"attached read-only: reading the stats never changes it, and live ranks are\n"
+	"the slots marked live, not proven (repair proves them).\n"
+	"\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --json          print one JSON object\n"
+	"  --prometheus    print the Prometheus text exposition format 0.0.4\n";
+
+/* The gauges of struct hc_stats besides pages[]: X(name, field, help),
+ * declared once for every printer, as the library's HC_COUNTERS. */
+#define STAT_GAUGES(X)                                                            \
+	X(keyed_pages, keyed, "pages in the key index")                           \
+	X(pinned_pages, pinned_pages, "pages pinned by at least one rank")        \
+	X(pin_count, pin_count, "pins held, summed over pages")                   \
+	X(locked_pages, locked_pages, "pages host-locked by at least one rank")   \
+	X(lock_count, lock_count, "host locks held, summed over pages")           \
+	X(ticket_pages, ticket_pages, "pages held by at least one ticket")        \
+	X(live_ranks, live_ranks, "rank slots marked live")                       \
+	X(engines, engines, "engines with a live rank")                           \
+	X(open_tickets, open_tickets, "tickets being built, open or being dropped")
+
+enum {
+#define X(name, field, help) GAUGE_##name,
+	STAT_GAUGES(X)
+#undef X
+	NGAUGES
+};
+
+struct metric {
+	const char *name, *help;
+	uint64_t value;
+};
+
+static void stat_metrics(const struct hc_stats *st, struct metric *g, struct metric *c)
+{
+	unsigned i = 0;
+
+#define X(name, field, help) g[i++] = (struct metric){ #name, help, st->field };
+	STAT_GAUGES(X)
+#undef X
+	for (unsigned k = 0; k < HC_CTR__COUNT; k++)
+		c[k] = (struct metric){ hc_counter_name(k), hc_counter_help(k), st->counter[k] };
+}
+
+/* hits / lookup_keys, or -1 before the first lookup. */
+static double hit_ratio(const struct hc_stats *st)
+{
+	uint64_t asked = st->counter[HC_CTR_lookup_keys];
+
+	return asked ? (double)st->counter[HC_CTR_hits] / (double)asked : -1.0;
+}
+
+static void stat_line(const char *name, int wn, uint64_t v, int wv, const char *help)
+{
+	printf("  %-*s  %*" PRIu64 "  %s\n", wn, name, wv, v, help);
+}
+
+/* Aligned "name value help" lines: pages by state, gauges, counters. */
+static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, const struct metric *g,
+		      const struct metric *c)
+{
+	char name[32], help[32], val[32];
+	int wn = (int)strlen("pages_quarantine"), wv = 5, len;
+	double hr = hit_ratio(st);
+
+	for (unsigned i = 0; i < NGAUGES + HC_CTR__COUNT; i++) {
+		const struct metric *m = i < NGAUGES ? &g[i] : &c[i - NGAUGES];
+
+		if ((len = (int)strlen(m->name)) > wn)
+			wn = len;
+		if ((len = snprintf(val, sizeof(val), "%" PRIu64, m->value)) > wv)
+			wv = len;
+	}
+	for (int s = 0; s < 5; s++)
+		if ((len = snprintf(val, sizeof(val), "%" PRIu64, st->pages[s])) > wv)
+			wv = len;
+
+	printf("pool '%s' at %s: %" PRIu32 " pages\n", in->name, in->path, in->npages);
+	for (int s = 0; s < 5; s++) {
+		snprintf(name, sizeof(name), "pages_%s", state_keys[s]);
+		snprintf(help, sizeof(help), "pages in state %s", hc_page_state_name((enum hc_page_state)s));
+		stat_line(name, wn, st->pages[s], wv, help);
+	}
+	for (unsigned i = 0; i < NGAUGES + HC_CTR__COUNT; i++) {
+		const struct metric *m = i < NGAUGES ? &g[i] : &c[i - NGAUGES];
+
+		stat_line(m->name, wn, m->value, wv, m->help);
+	}
+	if (hr < 0)
+		printf("  %-*s  %*s  hits / lookup_keys (no lookups yet)\n", wn, "hit_ratio", wv, "-");
+	else
+		printf("  %-*s  %*.3f  hits / lookup_keys\n", wn, "hit_ratio", wv, hr);
+}
+
+/* # HELP and # TYPE of one metric family; HELP escapes '\' and newlines. */
+static void prom_family(const char *name, const char *type, const char *help)
+{
+	printf("# HELP hicache_%s ", name);
+	for (const char *h = help; *h; h++) {
+		if (*h == '\\' || *h == '\n')
+			putchar('\\');
+		putchar(*h == '\n' ? 'n' : *h);
+	}
+	printf("\n# TYPE hicache_%s %s\n", name, type);
+}
+
+/* Pool names are [A-Za-z0-9_.-] (hc_pool_name_valid): no label escaping needed. */
+static void stat_prometheus(const struct hc_pool_info *in, const struct hc_stats *st, const struct metric *g,
+			    const struct metric *c)
+{
+	char name[64];
+
+	prom_family("pages", "gauge", "pages by state");
+	for (int s = 0; s < 5; s++)
+		printf("hicache_pages{pool=\"%s\",state=\"%s\"} %" PRIu64 "\n", in->name, state_keys[s], st->pages[s]);
+	for (unsigned i = 0; i < NGAUGES; i++) {
+		prom_family(g[i].name, "gauge", g[i].help);
+		printf("hicache_%s{pool=\"%s\"} %" PRIu64 "\n", g[i].name, in->name, g[i].value);
+	}
+	for (unsigned i = 0; i < HC_CTR__COUNT; i++) {
+		snprintf(name, sizeof(name), "%s_total", c[i].name);
+		prom_family(name, "counter", c[i].help);
+		printf("hicache_%s{pool=\"%s\"} %" PRIu64 "\n", name, in->name, c[i].value);
+	}
+}
+
+static struct json_object *stat_json(const struct hc_pool_info *in, const struct hc_stats *st,
+				     const struct metric *g, const struct metric *c)
+{
+	struct json_object *o = json_object_new_object(), *x = json_object_new_object();
+	double hr = hit_ratio(st);
+
+	jadd_str(o, "name", in->name);
+	jadd_str(o, "path", in->path);
+	jadd_u64(o, "npages", in->npages);
+	for (int s = 0; s < 5; s++)
+		jadd_u64(x, state_keys[s], st->pages[s]);
+	json_object_object_add(o, "pages", x);
+	for (unsigned i = 0; i < NGAUGES; i++)
+		jadd_u64(o, g[i].name, g[i].value);
+	x = json_object_new_object();
+	for (unsigned i = 0; i < HC_CTR__COUNT; i++)
+		jadd_u64(x, c[i].name, c[i].value);
+	json_object_object_add(o, "counters", x);
+	json_object_object_add(o, "hit_ratio", hr < 0 ? NULL : json_object_new_double(hr));
+	return o;
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		OPTION_DIR, OPTION_JSON,
+		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
+		OPTIONS_END,
+	};
+	struct metric g[NGAUGES], ctr[HC_CTR__COUNT];
+	struct hc_pool_info in;
+	struct verb_args va;
+	struct hc_stats st;
+	const char *name;
+	hc_pool *p;
+	int ret;
+
+	if ((ret = parse_args(argc, argv, opts, stat_usage, &va, &name, NULL)) != ARGS_OK)
+		return ret;
+	if (va.json && va.prometheus)
+		return usage_error("both --json and --prometheus given: choose one format");
+	/* READONLY: a scrape must never change the pool (no recovery at attach) */
+	if (attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
+		return failure("%s", lib_error());
+	ret = HC_CLI_EXIT_FAIL;
+	if (hc_pool_info(p, &in) < 0 || hc_pool_stats(p, &st) < 0) {
+		failure("%s", lib_error());
+		goto out;
+	}
+	stat_metrics(&st, g, ctr);
+	if (va.json) {
+		struct json_object *o = stat_json(&in, &st, g, ctr);
+
+		if (print_json(o) == 0)
+			ret = HC_CLI_EXIT_OK;
+		json_object_put(o);
+		goto out;
+	}
+	if (va.prometheus)
+		stat_prometheus(&in, &st, g, ctr);
+	else
+		stat_text(&in, &st, g, ctr);
+	ret = HC_CLI_EXIT_OK;
+out:
+	hc_pool_detach(p);
+	return ret;
+}
+
+/* ------------------------------------------------------------------- check */
+
+static const char check_usage[] =
+	"Usage: " PROG " check NAME [--dir DIR] [--json] [--quiescent]\n"
+	"\n"
+	"Check every invariant that ties pool NAME's page table, holds, key index,\n"
+	"tickets and rank table together; print one line per violation and a\n"
+	"summary.  Exit status 0 when none is found, 1 when some are (or the check\n"
+	"could not run).  Proving rank liveness recovers dead ranks on the way, as\n"
+	"any attach does, so it needs write access to the pool.\n"
+	"\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --json          print one JSON object\n"
+	"  --quiescent     no rank is mid-operation: pages being freed, tickets\n"
+	"                  being built and other transient states count as\n"
+	"                  violations too\n";
+
+struct check_out {
+	struct json_object *lines; /* --json: the violations, else NULL: print them */
+};
+
+static void check_report(void *arg, const char *line)
+{
+	struct check_out *co = arg;
+
+	if (co->lines)
+		json_object_array_add(co->lines, json_object_new_string(line));
+	else
+		printf("%s\n", line);
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		OPTION_DIR, OPTION_JSON,
+		{ "quiescent", no_argument, NULL, OPT_QUIESCENT },
+		OPTIONS_END,
+	};
+	struct check_out co = { NULL };
+	struct hc_pool_info in;
+	struct verb_args va;
+	const char *name;
+	unsigned flags;
+	hc_pool *p;
+	int ret, n;
+
+	if ((ret = parse_args(argc, argv, opts, check_usage, &va, &name, NULL)) != ARGS_OK)
+		return ret;
+	flags = va.quiescent ? HC_CHECK_QUIESCENT : 0;
+	/* NO_RECOVER: look at the pool as the ranks left it, not as recovery
+	 * would tidy it; the check's own liveness probes still recover dead ranks */
+	if (attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
+		return failure("%s", lib_error());
+	hc_pool_info(p, &in);
+	if (va.json)
+		co.lines = json_object_new_array();
+	n = hc_pool_check(p, flags, check_report, &co);
+	if (n < 0) {
+		ret = failure("cannot check pool '%s': %s", in.name, lib_error());
+		json_object_put(co.lines);
+		goto out;
+	}
+	if (va.json) {
+		struct json_object *o = json_object_new_object();
+
+		jadd_str(o, "name", in.name);
+		jadd_str(o, "path", in.path);
+		jadd_bool(o, "quiescent", flags & HC_CHECK_QUIESCENT);
+		jadd_bool(o, "ok", n == 0);
+		jadd_u64(o, "count", (uint64_t)n);
+		json_object_object_add(o, "violations", co.lines);
+		print_json(o);
+		json_object_put(o);
+	} else if (n == 0) {
+		printf("pool '%s': ok, no violations (%s check)\n", in.name, flags ? "quiescent" : "live");
+	} else {
+		printf("pool '%s': %d violation%s (%s check)\n", in.name, n, n == 1 ? "" : "s",
+		       flags ? "quiescent" : "live");
+	}
+	ret = n ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
+out:
+	hc_pool_detach(p);
+	return ret;
+}
+
+/* -------------------------------------------------------------------- keys */
+
+static const char keys_usage[] =
+	"Usage: " PROG " keys NAME [PREFIX] [--dir DIR] [--limit N] [--json]\n"
+	"\n"
+	"List the keyed pages of pool NAME, sorted by key: key, page id, state,\n"
+	"chain depth, pins, host locks, tickets holding it and last-use stamp.\n"
+	"PREFIX (hex digits, either case) keeps only the keys that start with it.\n"
+	"The pool is attached read-only, and each page is read on its own, so the\n"
+	"list is not one atomic snapshot of a busy pool.\n"
+	"\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --limit N       show at most the first N matching keys\n"
+	"  --json          print one JSON object\n";
+
+static int keys_cmp(const void *a, const void *b)
+{
+	const struct hc_page_info *x = a, *y = b;
+	int r = memcmp(x->key, y->key, HC_KEY_BYTES);
+
+	return r ? r : (x->id > y->id) - (x->id < y->id);
+}
+
+static struct json_object *keys_json(const struct hc_pool_info *in, const char *prefix,
+				     const struct hc_page_info *pi, uint32_t shown, uint32_t matching)
+{
+	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x;
+	char hex[2 * HC_KEY_BYTES + 1];
+
+	jadd_str(o, "name", in->name);
+	jadd_str(o, "path", in->path);
+	jadd_str(o, "prefix", prefix);
+	jadd_u64(o, "matching", matching);
+	jadd_u64(o, "shown", shown);
+	for (uint32_t i = 0; i < shown; i++) {
+		x = json_object_new_object();
+		jadd_str(x, "key", hc_cli_hex(pi[i].key, HC_KEY_BYTES, hex));
+		jadd_u64(x, "page", pi[i].id);
+		jadd_u64(x, "gen", pi[i].gen);
+		jadd_str(x, "state", hc_page_state_name(pi[i].state));
+		jadd_u64(x, "depth", pi[i].depth);
+		jadd_u64(x, "pins", pi[i].pins);
+		jadd_u64(x, "locks", pi[i].locks);
+		jadd_u64(x, "tickets", pi[i].tickets);
+		jadd_u64(x, "stamp", pi[i].stamp);
+		jadd_u64(x, "presence", pi[i].presence);
+		json_object_array_add(a, x);
+	}
+	json_object_object_add(o, "keys", a);
+	return o;
+}
+
+static void keys_text(const struct hc_page_info *pi, uint32_t shown, uint32_t matching, const char *prefix)
+{
+	char hex[2 * HC_KEY_BYTES + 1];
+
+	if (shown)
+		printf("%-64s  %8s  %-10s  %5s  %5s  %5s  %7s  %s\n", "KEY", "PAGE", "STATE", "DEPTH", "PINS", "LOCKS",
+		       "TICKETS", "STAMP");
+	for (uint32_t i = 0; i < shown; i++)
+		printf("%s  %8" PRIu32 "  %-10s  %5" PRIu32 "  %5" PRIu32 "  %5" PRIu32 "  %7" PRIu32 "  %" PRIu64 "\n",
+		       hc_cli_hex(pi[i].key, HC_KEY_BYTES, hex), pi[i].id, hc_page_state_name(pi[i].state),
+		       pi[i].depth, pi[i].pins, pi[i].locks, pi[i].tickets, pi[i].stamp);
+	printf("%" PRIu32 " shown of %" PRIu32 " matching key%s%s%s%s\n", shown, matching, matching == 1 ? "" : "s",
+	       *prefix ? " (prefix " : "", prefix, *prefix ? ")" : "");
+}
+
+static int cmd_keys(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		OPTION_DIR, OPTION_JSON,
+		{ "limit", required_argument, NULL, OPT_LIMIT },
+		OPTIONS_END,
+	};
+	char prefix[2 * HC_KEY_BYTES + 1] = "", hex[2 * HC_KEY_BYTES + 1];
+	const char *name, *pfx = NULL;
+	struct hc_page_info *pi = NULL;
+	struct hc_pool_info in;
+	struct verb_args va;
+	uint32_t limit, matching = 0;
+	size_t plen;
+	hc_pool *p;
+	int ret;
+
+	if ((ret = parse_args(argc, argv, opts, keys_usage, &va, &name, &pfx)) != ARGS_OK)
+		return ret;
+	if (pfx && hc_cli_parse_hex_prefix("PREFIX", pfx, 2 * HC_KEY_BYTES, prefix) < 0)
+		return usage_error("%s", hc_cli_error());
+	plen = strlen(prefix);
+	if (attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
+		return failure("%s", lib_error());
+	ret = HC_CLI_EXIT_FAIL;
+	hc_pool_info(p, &in);
+	pi = calloc(in.npages ? in.npages : 1, sizeof(*pi));
+	if (!pi) {
+		failure("out of memory for the %" PRIu32 " pages of pool '%s'", in.npages, in.name);
+		goto out;
+	}
+	for (uint32_t id = 0; id < in.npages; id++) {
+		if (hc_page_info(p, id, &pi[matching]) < 0) {
+			failure("%s", lib_error());
+			goto out;
+		}
+		if (pi[matching].keyed && !strncmp(hc_cli_hex(pi[matching].key, HC_KEY_BYTES, hex), prefix, plen))
+			matching++;
+	}
+	qsort(pi, matching, sizeof(*pi), keys_cmp);
+	limit = va.limit < matching ? va.limit : matching;
+	if (va.json) {
+		struct json_object *o = keys_json(&in, prefix, pi, limit, matching);
+
+		if (print_json(o) == 0)
+			ret = HC_CLI_EXIT_OK;
+		json_object_put(o);
+		goto out;
+	}
+	keys_text(pi, limit, matching, prefix);
+	ret = HC_CLI_EXIT_OK;
+out:
+	free(pi);
+	hc_pool_detach(p);
+	return ret;
+}
+
+/* ------------------------------------------------------------- evict, clear */
+
+static const char evict_usage[] =
+	"Usage: " PROG " evict NAME (--key HEX64 | --count N) [--dir DIR]\n"
+	"\n"
+	"Evict from pool NAME the page of one key, or up to N pages chosen by the\n"
+	"pool's eviction policy.  Only keyed READY pages that no rank pins or\n"
+	"host-locks and no ticket holds are evicted.  The tool takes a rank slot\n"
+	"while it runs, so the pool needs a free one.\n"
+	"\n"
+	"  --key HEX64     the key, 64 hex digits (as 'keys' lists them); exit\n"
+	"                  status 1 if no page has it\n"
+	"  --count N       evict up to N pages by policy and print how many went\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n";
+
+static const char clear_usage[] =
+	"Usage: " PROG " clear NAME [--dir DIR]\n"
+	"\n"
+	"Free every READY page of pool NAME and print how many.  Refused, with what\n"
+	"is held, while any rank pins, host-locks or reserves a page or a ticket\n"
+	"holds one.  Pages a rank allocated without a key and uses without a pin\n"
+	"are freed too: clear a pool only while its engines are idle.  The tool\n"
+	"takes a rank slot while it runs, so the pool needs a free one.\n"
+	"\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n";
+
+/* Attach as a rank: eviction and clearing retire pages, which takes a slot.
+ * NO_POPULATE: the tool never touches an envelope. */
+static int attach_rank(const char *name, const char *dir, hc_pool **p)
+{
+	if (attach(name, dir, HC_ATTACH_NO_POPULATE, p) < 0)
+		return failure("%s", lib_error());
+	return 0;
+}
+
+static int cmd_evict(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		OPTION_DIR,
+		{ "key", required_argument, NULL, OPT_KEY },
+		{ "count", required_argument, NULL, OPT_COUNT },
+		OPTIONS_END,
+	};
+	char hex[2 * HC_KEY_BYTES + 1];
+	struct hc_pool_info in;
+	struct verb_args va;
+	const char *name;
+	hc_pool *p;
+	int ret, n;
+
+	if ((ret = parse_args(argc, argv, opts, evict_usage, &va, &name, NULL)) != ARGS_OK)
+		return ret;
+	if (!va.key == !va.count)
+		return usage_error("give exactly one of --key HEX64 and --count N");
+	if ((ret = attach_rank(name, va.dir, &p)) != 0)
+		return ret;
+	hc_pool_info(p, &in);
+	if (va.key) {
+		n = hc_evict_key(p, va.keyb);
+		hc_cli_hex(va.keyb, HC_KEY_BYTES, hex);
+		if (n < 0)
+			ret = failure("%s", lib_error());
+		else if (n == 0)
+			ret = failure("no page of pool '%s' has key %s: list the keys with '" PROG " keys %s%s%s'",
+				      in.name, hex, in.name, va.dir ? " --dir " : "", va.dir ? va.dir : "");
+		else
+			printf("evicted key %s from pool '%s'\n", hex, in.name);
+	} else {
+		/* more than every page asks for nothing more, and an LRU pool
+		 * would first try to allocate room for that many candidates */
+		n = hc_evict(p, va.count < in.npages ? va.count : in.npages);
+		if (n < 0)
+			ret = failure("%s", lib_error());
+		else
+			printf("evicted %d of %" PRIu32 " page%s asked from pool '%s'%s\n", n, va.count, va.count == 1 ? "" : "s",
+			       in.name, (uint32_t)n < va.count ? ": no other keyed READY page is free of holds" : "");
+	}
+	hc_pool_detach(p);
+	return ret;
+}
+
+static int cmd_clear(int argc, char **argv)
+{
+	static const struct option opts[] = { OPTION_DIR, OPTIONS_END };
+	struct hc_pool_info in;
+	struct verb_args va;
+	const char *name;
+	hc_pool *p;
+	int ret, n;
+
+	if ((ret = parse_args(argc, argv, opts, clear_usage, &va, &name, NULL)) != ARGS_OK)
+		return ret;
+	if ((ret = attach_rank(name, va.dir, &p)) != 0)
+		return ret;
+	hc_pool_info(p, &in);
+	n = hc_pool_clear(p);
+	if (n < 0)
+		ret = failure("%s", lib_error());
+	else
+		printf("cleared pool '%s': %d page%s freed\n", in.name, n, n == 1 ? "" : "s");
 	hc_pool_detach(p);
 	return ret;
 }
@@ -938,13 +1654,19 @@ static const char main_usage[] =
 	"Verbs:\n"
 	"  create NAME ...   create a pool\n"
 	"  info NAME         show a pool's geometry, page states and ranks\n"
-	"  ls                list the pools in a directory\n"
+	"  ls                list the pools in a directory, their ranks and engines\n"
+	"  stat NAME         show a pool's counters and gauges (text, JSON, Prometheus)\n"
+	"  check NAME        check a pool's invariants; exit 1 on a violation\n"
+	"  keys NAME [PFX]   list the keyed pages, by key\n"
+	"  evict NAME        evict one key, or N pages by policy\n"
+	"  clear NAME        free every READY page of an idle pool\n"
 	"  destroy NAME      remove a pool\n"
 	"  repair NAME       undo what dead ranks held, and report it\n"
 	"  help [VERB]       show the help of a verb\n"
 	"\n"
 	"Run '" PROG " VERB --help' for the options of a verb.  Exit status: 0 on\n"
-	"success, 1 when the operation failed, 2 when the command line is wrong.\n";
+	"success, 1 when the operation failed (or check found a violation, or evict\n"
+	"found no such key), 2 when the command line is wrong.\n";
 
 static const struct {
 	const char *name;
@@ -954,11 +1676,27 @@ static const struct {
 	{ "create", cmd_create, create_usage },
 	{ "info", cmd_info, info_usage },
 	{ "ls", cmd_ls, ls_usage },
+	{ "stat", cmd_stat, stat_usage },
+	{ "check", cmd_check, check_usage },
+	{ "keys", cmd_keys, keys_usage },
+	{ "evict", cmd_evict, evict_usage },
+	{ "clear", cmd_clear, clear_usage },
 	{ "destroy", cmd_destroy, destroy_usage },
 	{ "repair", cmd_repair, repair_usage },
 };
 
 #define NVERBS (sizeof(verbs) / sizeof(verbs[0]))
+
+/* "create, info, ..., repair", from the table, so a new verb shows up here. */
+static const char *verb_list(void)
+{
+	static char buf[256];
+	size_t off = 0;
+
+	for (unsigned i = 0; i < NVERBS && off < sizeof(buf); i++)
+		off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%s", i ? ", " : "", verbs[i].name);
+	return buf;
+}
 
 static int find_verb(const char *name)
 {
@@ -975,7 +1713,7 @@ int main(int argc, char **argv)
 	hc_set_log(tool_log, NULL);
 	opterr = 0; /* every message goes through say() */
 	if (argc < 2)
-		return usage_error("missing verb: use create, info, ls, destroy, repair or help (" PROG " --help)");
+		return usage_error("missing verb: use %s or help (" PROG " --help)", verb_list());
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(main_usage, stdout);
 		return HC_CLI_EXIT_OK;
@@ -994,7 +1732,7 @@ int main(int argc, char **argv)
 			return usage_error("unexpected argument '%s': give one VERB", argv[3]);
 		v = find_verb(argv[2]);
 		if (v < 0)
-			return usage_error("unknown verb '%s': use create, info, ls, destroy or repair", argv[2]);
+			return usage_error("unknown verb '%s': use %s", argv[2], verb_list());
 		fputs(verbs[v].usage, stdout);
 		return HC_CLI_EXIT_OK;
 	}
@@ -1002,7 +1740,7 @@ int main(int argc, char **argv)
 		return usage_error("unknown option '%s' before the verb; see '" PROG " --help'", argv[1]);
 	v = find_verb(argv[1]);
 	if (v < 0)
-		return usage_error("unknown verb '%s': use create, info, ls, destroy, repair or help", argv[1]);
+		return usage_error("unknown verb '%s': use %s or help", argv[1], verb_list());
 	verb = verbs[v].name;
 	/* the verb is argv[0] of its own command line */
 	ret = verbs[v].fn(argc - 1, argv + 1);

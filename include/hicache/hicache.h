@@ -364,7 +364,7 @@ struct hc_ticket_name {
 typedef struct hc_ticket {
 	uint32_t index, gen;       /* the ticket record and its life */
 	uint32_t kind;             /* 1 lookup, 2 reserve */
-	uint32_t n;                /* pages recorded (hit length, or keys reserved for) */
+	uint32_t n;                /* entries of the answer: the hit length, or nkeys for a reservation */
 	uint32_t held;             /* pages this rank holds under the ticket */
 	int first;                 /* 1 if this rank did the work */
 	int released;
@@ -377,10 +377,11 @@ HC_API int hc_ticket_reserve(hc_pool *pool, const struct hc_ticket_name *name, c
 			     hc_page_t *pages, uint8_t *skip, hc_ticket *t);
 HC_API int hc_ticket_release(hc_pool *pool, hc_ticket *t);
 
-/* Eviction and clearing (cache mode).  Only keyed pages are evicted. */
+/* Eviction (cache mode): only keyed pages, never a held one. */
 HC_API int hc_evict(hc_pool *pool, unsigned n);                 /* by policy; the count evicted */
 HC_API int hc_evict_key(hc_pool *pool, const uint8_t key[HC_KEY_BYTES]); /* 1, or 0 if absent */
-HC_API int hc_pool_clear(hc_pool *pool);                        /* pages freed; -EBUSY if anything is held */
+/* Free every READY page, keyed or not; -EBUSY if any rank or ticket holds anything. */
+HC_API int hc_pool_clear(hc_pool *pool);
 
 /* One page, as inspection tools see it. */
 struct hc_page_info {

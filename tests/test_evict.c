@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_evict.c - eviction order (exact LRU, CLOCK), what is never evicted,
+ * and all-or-nothing allocation when too little can be evicted.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "hct.h"
+
+static const char *name;
+
+static hc_pool *make(enum hc_evict_policy pol, uint32_t npages)
+{
+	struct hct_spec s;
+
+	name = hct_name();
+	hct_spec_init(&s, name, npages);
+	s.spec.evict = pol;
+	s.spec.quarantine_ms = 50;
+	ck_assert_ok(hc_pool_create(&s.spec));
+	return hct_attach(name, 0);
+}
+
+static void done(hc_pool *p)
+{
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, NULL, NULL), 0);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, 0);
+}
+
+/* How many of keys[0..n) are still findable, each on its own. */
+static int present(hc_pool *p, const hc_key_t *keys, unsigned n)
+{
+	int k = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		k += hct_hit(p, keys + i, 1);
+	return k;
+}
+
+/* A chain's deepest pages go first, its root last; a used chain outlives an unused one. */
+START_TEST(lru_order)
+{
+	hc_pool *p = make(HC_EVICT_LRU, 16);
+	hc_key_t a[4], b[4];
+	struct hc_pool_info info;
+
+	hc_pool_info(p, &info);
+	ck_assert_int_eq(info.evict, HC_EVICT_LRU);
+	hct_keys(a, 4, 31);
+	hct_keys(b, 4, 32);
+	ck_assert_int_eq(hct_store(p, a, 4, 0), 4);
+	ck_assert_int_eq(hct_store(p, b, 4, 0), 4);
+	ck_assert_int_eq(hct_hit(p, a, 4), 4); /* a is now the more recent */
+	ck_assert_int_eq(hc_evict(p, 2), 2);
+	ck_assert_int_eq(hct_hit(p, b, 4), 2); /* b3 and b2 went */
+	ck_assert_int_eq(hct_hit(p, a, 4), 4);
+	ck_assert_int_eq(hc_evict(p, 1), 1); /* b1, not a anything: b was touched before a */
+	ck_assert_int_eq(present(p, b, 4), 1);
+	ck_assert_int_eq(hct_hit(p, b, 1), 1); /* the root survived its descendants */
+	/* b0 was just looked up: now a's deepest pages are the oldest. */
+	ck_assert_int_eq(hc_evict(p, 2), 2);
+	ck_assert_int_eq(present(p, b, 1), 1);
+	ck_assert_int_eq(hct_hit(p, a, 4), 2);
+	ck_assert_int_eq(hc_evict(p, UINT32_MAX), 3); /* more than the pool: all there is */
+	done(p);
+}
+END_TEST
+
+/* Deepest first among pages of the same last use. */
+START_TEST(lru_root_last_under_pressure)
+{
+	hc_pool *p = make(HC_EVICT_LRU, 8);
+	hc_key_t a[8], c[4];
+
+	hct_keys(a, 8, 33);
+	hct_keys(c, 4, 34);
+	ck_assert_int_eq(hct_store(p, a, 8, 0), 8);
+	/* Need 4 pages: the 4 deepest of chain a go. */
+	ck_assert_int_eq(hct_store(p, c, 4, 0), 4);
+	ck_assert_int_eq(hct_hit(p, a, 8), 4);
+	ck_assert_int_eq(present(p, a, 8), 4);
+	done(p);
+}
+END_TEST
+
+/* CLOCK: a page looked up since the hand last passed gets a second chance. */
+START_TEST(clock_second_chance)
+{
+	hc_pool *p = make(HC_EVICT_CLOCK, 8);
+	hc_key_t k[8];
+	int left = 0, touched = 0;
+
+	hct_keys(k, 8, 35);
+	ck_assert_int_eq(hct_store(p, k, 8, 0), 8);
+	ck_assert_int_eq(hc_evict(p, 1), 1); /* the hand clears every bit on its way */
+	for (int i = 0; i < 8; i += 2)
+		touched += hct_hit(p, k + i, 1);
+	ck_assert_int_ge(touched, 3);
+	ck_assert_int_eq(hc_evict(p, 3), 3);
+	for (int i = 0; i < 8; i += 2)
+		left += hct_hit(p, k + i, 1);
+	ck_assert_int_eq(left, touched); /* every touched page survived */
+	ck_assert_int_eq(present(p, k, 8), 4);
+	done(p);
+}
+END_TEST
+
+/* Too little to evict: the allocation fails whole and evicts nothing. */
+START_TEST(all_or_nothing_when_pinned)
+{
+	hc_pool *p = make(HC_EVICT_LRU, 8);
+	hc_key_t k[8];
+	hc_page_t pages[8], out[4];
+	struct hc_lookup_req rq = { .keys = k, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_stats st;
+
+	hct_keys(k, 8, 36);
+	ck_assert_int_eq(hct_store(p, k, 8, 0), 8);
+	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
+	ck_assert_err(hc_page_alloc(p, 4, 1, out), ENOSPC);
+	ck_assert_msg_has("evictable");
+	ck_assert_ok(hc_pool_stats(p, &st));
+	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 0);
+	ck_assert_uint_eq(st.counter[HC_CTR_alloc_fails], 1);
+	ck_assert_int_eq(hc_page_alloc(p, 2, 1, out), 2); /* the two unpinned ones */
+	ck_assert_int_eq(hct_hit(p, k, 8), 6);
+	ck_assert_int_eq(hc_page_abort(p, out, 2), 2);
+	for (int i = 0; i < 6; i++)
+		ck_assert_ok(hc_page_unpin(p, pages[i]));
+	done(p);
+}
+END_TEST
+
+/* Pages allocated without a key are not cache entries: never evicted. */
+START_TEST(unkeyed_pages_stay)
+{
+	hc_pool *p = make(HC_EVICT_CLOCK, 8);
+	hc_page_t raw[8];
+
+	ck_assert_int_eq(hc_page_alloc(p, 8, 1, raw), 8);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(hct_fill_commit_all(p, raw[i]), 1);
+	ck_assert_int_eq(hc_evict(p, 8), 0);
+	ck_assert_err(hc_page_alloc(p, 1, 1, raw), ENOSPC);
+	ck_assert_int_eq(hc_page_free(p, raw, 8), 8);
+	done(p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("evict");
+	TCase *tc = tcase_create("evict");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, lru_order);
+	tcase_add_test(tc, lru_root_last_under_pressure);
+	tcase_add_test(tc, clock_second_chance);
+	tcase_add_test(tc, all_or_nothing_when_pinned);
+	tcase_add_test(tc, unkeyed_pages_stay);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}

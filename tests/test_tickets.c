@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_tickets.c - engines, tickets for lookup and reservation, quotas.
+ * The test process is TP rank 0 of an engine; forked children attach on
+ * their own and play the other ranks.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "hct.h"
+
+#define NK 8
+
+static const char *name;
+static hc_pool *pool;
+
+/* What a child rank saw, for the parent to compare. */
+struct seen {
+	int ret;
+	int err_has; /* 1 if hc_last_error() had the expected text */
+	hc_page_t pages[NK];
+	uint8_t skip[NK];
+	hc_key_t keys[NK];
+};
+static struct seen *shared;
+
+static void setup(void)
+{
+	name = hct_name();
+	pool = hct_create_attach(name, 32, 50, 8);
+	shared = hct_shared(sizeof(*shared));
+}
+
+static void teardown(void)
+{
+	if (pool) {
+		ck_assert_int_eq(hc_pool_check(pool, 0, NULL, NULL), 0);
+		hc_pool_detach(pool);
+	}
+	munmap(shared, sizeof(*shared));
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+
+static void join(hc_pool *p, uint32_t engine, uint32_t tp, uint32_t rank, uint32_t timeout_ms)
+{
+	struct hc_engine_spec e = { .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = timeout_ms };
+	ck_assert_ok(hc_engine_join(p, &e));
+}
+
+static int in_child(void (*fn)(hc_pool *, void *), void *arg)
+{
+	return hct_in_child(name, fn, arg);
+}
+
+struct lk {
+	uint32_t engine, tp, rank, timeout_ms, n, step;
+	const char *req;
+	int release;
+	int reserve;
+	const char *expect_err;
+	int fill_group; /* reserve: fill and commit this shard (bit), 0 none */
+};
+
+static void child_lookup(hc_pool *p, void *arg)
+{
+	struct lk *a = arg;
+	struct hc_engine_spec e = { .engine_id = a->engine, .tp_size = a->tp, .tp_rank = a->rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = a->timeout_ms };
+	struct hc_ticket_name tn = { .request_id = a->req, .step = a->step };
+	hc_ticket t;
+
+	if (hc_engine_join(p, &e) < 0)
+		_exit(101);
+	if (a->reserve) {
+		struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = a->n };
+		shared->ret = hc_ticket_reserve(p, &tn, &rr, shared->pages, shared->skip, &t);
+	} else {
+		struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = a->n };
+		shared->ret = hc_ticket_lookup(p, &tn, &rq, shared->pages, &t);
+	}
+	shared->err_has = a->expect_err && strstr(hc_last_error(), a->expect_err) != NULL;
+	if (shared->ret >= 0 && a->fill_group)
+		for (unsigned i = 0; i < a->n; i++)
+			if (!shared->skip[i]) {
+				hct_fill(p, shared->pages[i], (uint32_t)a->fill_group);
+				hc_page_commit(p, shared->pages[i], (uint32_t)a->fill_group);
+			}
+	if (shared->ret >= 0 && a->release && hc_ticket_release(p, &t) < 0)
+		_exit(102);
+}
+
+START_TEST(lookup_same_answer_despite_changes)
+{
+	hc_page_t pages[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-1", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = NK };
+	struct lk a = { .engine = 7, .tp = 2, .rank = 1, .n = NK, .req = "req-1", .release = 1 };
+	struct hc_page_info pi;
+
+	hct_keys(shared->keys, NK, 11);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 5, 0), 5);
+	join(pool, 7, 2, 0, 0);
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 5);
+	ck_assert_int_eq(t.first, 1);
+	/* The pool changes before rank 1 arrives: more keys, and an eviction try. */
+	ck_assert_int_eq(hct_store(pool, shared->keys + 5, 3, 5), 3);
+	ck_assert_int_eq(hct_hit(pool, shared->keys, NK), NK);
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_int_eq(pi.tickets, 1); /* the ticket holds it for rank 1 */
+	ck_assert_int_eq(pi.pins, 1);
+	ck_assert_int_eq(in_child(child_lookup, &a), 0);
+	ck_assert_int_eq(shared->ret, 5);
+	ck_assert_mem_eq(shared->pages, pages, 5 * sizeof(hc_page_t));
+	ck_assert_uint_eq(shared->pages[5], HC_PAGE_NONE);
+	/* Every share claimed: the ticket let go; rank 1 released its own. */
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_int_eq(pi.tickets, 0);
+	ck_assert_int_eq(pi.pins, 1);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+	ck_assert_err(hc_ticket_release(pool, &t), EALREADY);
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_int_eq(pi.pins, 0);
+	/* A rank that comes again with the name gets a clear error. */
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EALREADY);
+	ck_assert_msg_has("already claimed");
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(pool, &st));
+		ck_assert_uint_eq(st.counter[HC_CTR_tickets_opened], 1);
+		ck_assert_uint_eq(st.counter[HC_CTR_tickets_joined], 1);
+		ck_assert_uint_eq(st.open_tickets, 0);
+	}
+}
+END_TEST
+
+START_TEST(same_name_other_keys)
+{
+	hc_page_t pages[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-2", .step = 3 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 4 };
+	struct lk a = { .engine = 7, .tp = 2, .rank = 1, .n = 4, .step = 3, .req = "req-2", .release = 1,
+			.expect_err = "other keys" };
+
+	hct_keys(shared->keys, NK, 12);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 4, 0), 4);
+	join(pool, 7, 2, 0, 0);
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 4);
+	shared->keys[2][0] ^= 1;
+	ck_assert_int_eq(in_child(child_lookup, &a), 0);
+	ck_assert_int_eq(shared->ret, -EINVAL);
+	ck_assert_int_eq(shared->err_has, 1);
+	/* Another step is another ticket: fine, with a shorter hit. */
+	a.step = 4;
+	a.expect_err = NULL;
+	ck_assert_int_eq(in_child(child_lookup, &a), 0);
+	ck_assert_int_eq(shared->ret, 2);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+}
+END_TEST
+
+START_TEST(latecomer_after_timeout)
+{
+	hc_page_t pages[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-3", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 3 };
+	struct lk a = { .engine = 9, .tp = 2, .rank = 1, .timeout_ms = 100, .n = 3, .req = "req-3",
+			.expect_err = "expired" };
+	struct hc_page_info pi;
+
+	hct_keys(shared->keys, NK, 13);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 3, 0), 3);
+	join(pool, 9, 2, 0, 100);
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 3);
+	usleep(250 * 1000);
+	ck_assert_int_eq(in_child(child_lookup, &a), 0);
+	ck_assert_int_eq(shared->ret, -ESTALE);
+	ck_assert_int_eq(shared->err_has, 1);
+	/* Only the unclaimed share expired: rank 0 still holds its own. */
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_int_eq(pi.tickets, 0);
+	ck_assert_int_eq(pi.pins, 1);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(pool, &st));
+		ck_assert_uint_eq(st.counter[HC_CTR_tickets_expired], 1);
+	}
+}
+END_TEST
+
+static void die_after_lookup(hc_pool *p, void *arg)
+{
+	child_lookup(p, arg);
+	kill(getpid(), SIGKILL);
+}
+
+/* The builder publishes and dies: the other rank still gets its pages. */
+START_TEST(builder_dies_after_publishing)
+{
+	hc_page_t pages[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-4", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 4 };
+	struct lk a = { .engine = 5, .tp = 2, .rank = 0, .n = 4, .req = "req-4" };
+	struct hc_page_info pi;
+	int st;
+
+	hct_keys(shared->keys, NK, 14);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 4, 0), 4);
+	st = in_child(die_after_lookup, &a);
+	ck_assert(WIFSIGNALED(st));
+	ck_assert_int_eq(shared->ret, 4);
+	join(pool, 5, 2, 1, 0);
+	ck_assert_int_eq(hc_evict(pool, 32), 0); /* the ticket still holds all 4 */
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 4);
+	ck_assert_int_eq(t.first, 0);
+	ck_assert_mem_eq(shared->pages, pages, 4 * sizeof(hc_page_t));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[3]), &pi));
+	ck_assert_int_eq(pi.pins, 1); /* ours; the dead rank's went with it */
+	ck_assert_int_eq(pi.tickets, 0);
+	ck_assert_int_eq(hct_verify(pool, pages[3], 1), 0);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+	ck_assert_int_eq(hc_evict(pool, 32), 4);
+}
+END_TEST
+
+/* TP write path: same pages for both ranks, READY when both shards are in. */
+START_TEST(reserve_by_key_two_ranks)
+{
+	hc_page_t pages[NK];
+	uint8_t skip[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-5", .step = 1 };
+	struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = 4 };
+	struct lk a = { .engine = 3, .tp = 2, .rank = 1, .n = 4, .step = 1, .req = "req-5", .reserve = 1,
+			.release = 1, .fill_group = 2 };
+
+	hct_keys(shared->keys, NK, 15);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 1, 0), 1); /* key 0 is READY already */
+	join(pool, 3, 2, 0, 0);
+	ck_assert_int_eq(hc_ticket_reserve(pool, &tn, &rr, pages, skip, &t), 3);
+	ck_assert_int_eq(skip[0], HC_SKIP_READY);
+	ck_assert_uint_eq(pages[0], HC_PAGE_NONE);
+	for (int i = 1; i < 4; i++) {
+		ck_assert_int_eq(skip[i], 0);
+		hct_fill(pool, pages[i], 1);
+		hct_fill(pool, pages[i], HC_SHARD_REPLICATED);
+		ck_assert_int_eq(hc_page_commit(pool, pages[i], 1 | HC_SHARD_REPLICATED), 0);
+	}
+	ck_assert_int_eq(hct_hit(pool, shared->keys, 4), 1); /* rank 1's shard is missing */
+	ck_assert_int_eq(in_child(child_lookup, &a), 0);
+	ck_assert_int_eq(shared->ret, 3);
+	ck_assert_mem_eq(shared->pages, pages, 4 * sizeof(hc_page_t));
+	ck_assert_mem_eq(shared->skip, skip, 4);
+	ck_assert_int_eq(hct_hit(pool, shared->keys, 4), 4);
+	for (int i = 1; i < 4; i++) {
+		ck_assert_int_eq(hct_verify(pool, pages[i], 1), 0);
+		ck_assert_int_eq(hct_verify(pool, pages[i], 2), 0);
+		ck_assert_int_eq(hct_verify(pool, pages[i], HC_SHARD_REPLICATED), 0);
+	}
+	ck_assert_ok(hc_ticket_release(pool, &t));
+}
+END_TEST
+
+/* Two engines storing the same keys end with one page each and no copies. */
+START_TEST(two_engines_one_page)
+{
+	hc_page_t pages[NK];
+	uint8_t skip[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-6", .step = 0 };
+	struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = 4 };
+	struct lk a = { .engine = 4, .tp = 1, .rank = 0, .n = 4, .req = "req-6", .reserve = 1, .release = 1 };
+	struct hc_stats st;
+
+	hct_keys(shared->keys, NK, 16);
+	join(pool, 3, 2, 0, 0);
+	ck_assert_int_eq(hc_ticket_reserve(pool, &tn, &rr, pages, skip, &t), 4);
+	ck_assert_int_eq(in_child(child_lookup, &a), 0); /* engine 4, TP 1, same name */
+	ck_assert_int_eq(shared->ret, 0);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(shared->skip[i], HC_SKIP_BUSY);
+	ck_assert_ok(hc_pool_stats(pool, &st));
+	ck_assert_uint_eq(st.counter[HC_CTR_reserves], 4);
+	ck_assert_uint_eq(st.counter[HC_CTR_reserve_skips], 4);
+	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 4);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+	ck_assert_int_eq(hc_page_abort(pool, pages, 4), 4); /* our rank 1 never comes */
+}
+END_TEST
+
+START_TEST(engine_join_errors)
+{
+	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 2, .tp_rank = 0, .quota_pages = 10 };
+	struct lk a = { .engine = 1, .tp = 4, .rank = 1, .n = 1, .req = "x" };
+	hc_page_t pages[1];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "x" };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+
+	e.engine_id = HC_ENGINE_ID_MAX + 1;
+	ck_assert_err(hc_engine_join(pool, &e), EINVAL);
+	ck_assert_msg_has("engine id");
+	e.engine_id = 1;
+	e.tp_size = 0;
+	ck_assert_err(hc_engine_join(pool, &e), EINVAL);
+	e.tp_size = HC_TP_MAX + 1;
+	ck_assert_err(hc_engine_join(pool, &e), EINVAL);
+	ck_assert_msg_has("tp_size");
+	e.tp_size = 2;
+	e.tp_rank = 2;
+	ck_assert_err(hc_engine_join(pool, &e), EINVAL);
+	ck_assert_msg_has("tp_rank");
+	e.tp_rank = 0;
+	e.quota_pages = 0;
+	ck_assert_err(hc_engine_join(pool, &e), EINVAL);
+	ck_assert_msg_has("quota of 0");
+	hct_keys(shared->keys, 1, 1);
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EINVAL);
+	ck_assert_msg_has("hc_engine_join");
+	e.quota_pages = 10;
+	ck_assert_ok(hc_engine_join(pool, &e));
+	ck_assert_err(hc_engine_join(pool, &e), EALREADY);
+	/* Another rank says TP 4: refused.  Same TP rank twice: refused. */
+	ck_assert_int_eq(in_child(child_lookup, &a), 101 << 8);
+	a.tp = 2;
+	a.rank = 0;
+	ck_assert_int_eq(in_child(child_lookup, &a), 101 << 8);
+	ck_assert_ok(hc_engine_leave(pool));
+	ck_assert_err(hc_engine_leave(pool), ENOENT);
+}
+END_TEST
+
+START_TEST(ticket_name_errors)
+{
+	hc_key_t many[NK];
+	hc_page_t pages[NK];
+	hc_ticket t;
+	char longid[HC_REQUEST_ID_MAX + 2];
+	struct hc_ticket_name tn = { .request_id = "" };
+	struct hc_lookup_req rq = { .keys = many, .nkeys = 2 };
+
+	hct_keys(many, NK, 17);
+	join(pool, 2, 2, 0, 0);
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EINVAL);
+	ck_assert_msg_has("empty");
+	memset(longid, 'a', sizeof(longid) - 1);
+	longid[sizeof(longid) - 1] = 0;
+	tn.request_id = longid;
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EINVAL);
+	ck_assert_msg_has("too long");
+	tn.request_id = NULL;
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EINVAL);
+	ck_assert_err(hc_ticket_lookup(pool, NULL, &rq, pages, &t), EINVAL);
+	tn.request_id = "ok";
+	rq.nkeys = 0;
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EINVAL);
+	rq.nkeys = 2;
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, NULL), EINVAL);
+	ck_assert_err(hc_ticket_release(pool, NULL), EINVAL);
+	memset(&t, 0, sizeof(t));
+	ck_assert_err(hc_ticket_release(pool, &t), EINVAL);
+	ck_assert_msg_has("never filled");
+}
+END_TEST
+
+START_TEST(too_many_keys_for_a_ticket)
+{
+	struct hct_spec s;
+	const char *n2 = hct_name();
+	hc_pool *p2;
+	hc_key_t keys[5];
+	hc_page_t pages[5];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "big" };
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 5 };
+	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+
+	hct_spec_init(&s, n2, 16);
+	s.spec.ticket_keys = 4;
+	ck_assert_ok(hc_pool_create(&s.spec));
+	p2 = hct_attach(n2, 0);
+	ck_assert_ok(hc_engine_join(p2, &e));
+	hct_keys(keys, 5, 18);
+	ck_assert_err(hc_ticket_lookup(p2, &tn, &rq, pages, &t), E2BIG);
+	ck_assert_msg_has("ticket_keys");
+	rq.nkeys = 4;
+	ck_assert_int_eq(hc_ticket_lookup(p2, &tn, &rq, pages, &t), 0);
+	ck_assert_ok(hc_ticket_release(p2, &t));
+	hc_pool_detach(p2);
+	hc_pool_destroy(n2, NULL, 0);
+}
+END_TEST
+
+START_TEST(quota_limits_holds)
+{
+	hc_key_t keys[6];
+	hc_page_t pages[6], more[4];
+	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 1, .quota_pages = 3 };
+	struct hc_lookup_req rq = { .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_rank_info ri;
+
+	hct_keys(keys, 6, 19);
+	ck_assert_int_eq(hct_store(pool, keys, 6, 0), 6);
+	ck_assert_ok(hc_engine_join(pool, &e));
+	ck_assert_err(hc_lookup(pool, &rq, pages), EDQUOT);
+	ck_assert_msg_has("quota of 3");
+	rq.nkeys = 3;
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 3);
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_uint_eq(ri.held, 3);
+	ck_assert_uint_eq(ri.quota, 3);
+	/* A page counts once, however it is held. */
+	ck_assert_ok(hc_page_lock(pool, pages[0]));
+	ck_assert_ok(hc_page_pin(pool, pages[0]));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_uint_eq(ri.held, 3);
+	ck_assert_err(hc_page_alloc(pool, 1, 1, more), EDQUOT);
+	{
+		struct hc_lookup_req one = { .keys = keys + 3, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+		ck_assert_err(hc_lookup(pool, &one, more), EDQUOT);
+	}
+	ck_assert_ok(hc_page_unpin(pool, pages[0]));
+	ck_assert_ok(hc_page_unlock(pool, pages[0]));
+	for (int i = 0; i < 3; i++)
+		ck_assert_ok(hc_page_unpin(pool, pages[i]));
+	ck_assert_int_eq(hc_page_alloc(pool, 3, 1, more), 3);
+	ck_assert_err(hc_page_alloc(pool, 1, 1, more + 3), EDQUOT);
+	ck_assert_int_eq(hc_page_commit(pool, more[0], hc_page_needed(pool, 1)), 1);
+	ck_assert_int_eq(hc_page_alloc(pool, 1, 1, more + 3), 1); /* a committed page no longer counts */
+	ck_assert_int_eq(hc_page_abort(pool, more + 1, 3), 3);
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_uint_eq(ri.held, 0);
+}
+END_TEST
+
+/* The first rank fails: every rank gets the same failure, not another answer. */
+START_TEST(failure_is_shared)
+{
+	hc_page_t pages[NK];
+	hc_ticket t = { .index = 77 };
+	struct hc_ticket_name tn = { .request_id = "req-f", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 3 };
+	struct hc_engine_spec e = { .engine_id = 12, .tp_size = 2, .tp_rank = 0, .quota_pages = 2 };
+	struct lk a = { .engine = 12, .tp = 2, .rank = 1, .n = 3, .req = "req-f", .expect_err = "first rank" };
+
+	hct_keys(shared->keys, NK, 25);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 3, 0), 3);
+	ck_assert_ok(hc_engine_join(pool, &e));
+	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EDQUOT);
+	ck_assert_uint_eq(t.index, 77); /* a failed call leaves the handle alone */
+	/* Rank 1 has room for 3 pins (quota is per rank) but gets EDQUOT too:
+	 * the engine's ranks agree. */
+	ck_assert_int_eq(in_child(child_lookup, &a), 101 << 8); /* its join asks another quota */
+	{
+		pid_t pid = fork();
+		int st;
+		if (pid == 0) {
+			hc_pool *p;
+			struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+			struct hc_engine_spec e1 = e;
+			hc_ticket t1;
+			e1.tp_rank = 1;
+			if (hc_pool_attach(name, &o, &p) < 0 || hc_engine_join(p, &e1) < 0)
+				_exit(100);
+			shared->ret = hc_ticket_lookup(p, &tn, &rq, shared->pages, &t1);
+			shared->err_has = strstr(hc_last_error(), "first rank") != NULL;
+			_exit(0);
+		}
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_int_eq(st, 0);
+	}
+	ck_assert_int_eq(shared->ret, -EDQUOT);
+	ck_assert_int_eq(shared->err_has, 1);
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(pool, &st));
+		ck_assert_uint_eq(st.pin_count, 0);
+		ck_assert_uint_eq(st.ticket_pages, 0);
+		ck_assert_uint_eq(st.open_tickets, 0);
+	}
+}
+END_TEST
+
+/* Every record open and none overdue: a clear EBUSY; one expires: room again. */
+START_TEST(ticket_table_full)
+{
+	hc_page_t pages[1];
+	hc_ticket t[65];
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	char id[16];
+
+	hct_keys(shared->keys, 1, 20);
+	join(pool, 8, 2, 0, 200);
+	for (int i = 0; i < 64; i++) {
+		struct hc_ticket_name tn = { .request_id = id, .step = 0 };
+		snprintf(id, sizeof(id), "full-%d", i);
+		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t[i]), 0);
+	}
+	{
+		struct hc_ticket_name tn = { .request_id = "one-more", .step = 0 };
+		ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t[64]), EBUSY);
+		ck_assert_msg_has("max_tickets");
+		usleep(300 * 1000);
+		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t[64]), 0);
+	}
+	for (int i = 0; i < 65; i++)
+		ck_assert_ok(hc_ticket_release(pool, &t[i]));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("tickets");
+	TCase *tc = tcase_create("tickets");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, lookup_same_answer_despite_changes);
+	tcase_add_test(tc, same_name_other_keys);
+	tcase_add_test(tc, latecomer_after_timeout);
+	tcase_add_test(tc, builder_dies_after_publishing);
+	tcase_add_test(tc, reserve_by_key_two_ranks);
+	tcase_add_test(tc, two_engines_one_page);
+	tcase_add_test(tc, engine_join_errors);
+	tcase_add_test(tc, ticket_name_errors);
+	tcase_add_test(tc, too_many_keys_for_a_ticket);
+	tcase_add_test(tc, quota_limits_holds);
+	tcase_add_test(tc, ticket_table_full);
+	tcase_add_test(tc, failure_is_shared);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
