@@ -722,7 +722,7 @@ static void wait_step(struct step *st, int s)
 
 /*
  * A freer killed right after (C) (READY -> FREEING, aux 0) leaves the page
- * FREEING under a dead slot until someone recovers it.  Found: a rank
+ * FREEING under a dead slot until someone recovers it.  Found (fixed on main by 8ab2d2f): a rank
  * claiming its share of a lookup ticket that holds the page waits for
  * FREEING to end (hc__hold, wait_freeing) without ever probing the freer:
  * it spins for as long as nobody else happens to run recovery.  (The kill
@@ -795,7 +795,7 @@ END_TEST
 /*
  * Rank 0 builds a reserve ticket and dies; recovery quarantines its pages.
  * Rank 1, alive, holds its share of the same pages and is still copying its
- * shard when the grace runs out.  Found: nothing holds the page for rank 1,
+ * shard when the grace runs out.  Found (fixed on main by 8ab2d2f): nothing holds the page for rank 1,
  * so after quarantine_ms another writer gets it, fills it and makes it
  * READY; rank 1's copy then lands in that READY page (its commit fails
  * with ESTALE, too late).  The same happens when the builder detaches
@@ -864,7 +864,7 @@ END_TEST
 /*
  * A page's key words outlive its keyed life: reused unkeyed (hc_page_alloc)
  * it still carries them, and the lookup's check (hc__page_key_is) never
- * looks at HC_PF_KEYED.  Found: a reader that read the key's index entry,
+ * looks at HC_PF_KEYED.  Found (fixed on main by 011c8c5): a reader that read the key's index entry,
  * then stalled while the page was evicted, reallocated unkeyed and
  * committed, takes the unkeyed page as the key's.  Stop a reader at random
  * moments, and reuse the page while it is stopped.
@@ -940,7 +940,7 @@ END_TEST
 
 /*
  * "A rank is never declared dead on a timeout" -- nor alive because someone
- * else is busy recovering it.  Found: hc__rank_probe calls a slot live when
+ * else is busy recovering it.  Found (fixed on main by 011c8c5): hc__rank_probe calls a slot live when
  * its mutex is busy and its state is LIVE, which is also the state of a
  * dead slot while another process recovers it (holding its mutex, for the
  * whole recovery).  Here the dead rank's replacement is refused its TP rank
