@@ -722,7 +722,7 @@ static void wait_step(struct step *st, int s)
 
 /*
  * A freer killed right after (C) (READY -> FREEING, aux 0) leaves the page
- * FREEING under a dead slot until someone recovers it.  Found: a rank
+ * FREEING under a dead slot until someone recovers it.  Found (fixed on main by 8ab2d2f): a rank
  * claiming its share of a lookup ticket that holds the page waits for
  * FREEING to end (hc__hold, wait_freeing) without ever probing the freer:
  * it spins for as long as nobody else happens to run recovery.  (The kill
@@ -795,7 +795,7 @@ END_TEST
 /*
  * Rank 0 builds a reserve ticket and dies; recovery quarantines its pages.
  * Rank 1, alive, holds its share of the same pages and is still copying its
- * shard when the grace runs out.  Found: nothing holds the page for rank 1,
+ * shard when the grace runs out.  Found (fixed on main by 8ab2d2f): nothing holds the page for rank 1,
  * so after quarantine_ms another writer gets it, fills it and makes it
  * READY; rank 1's copy then lands in that READY page (its commit fails
  * with ESTALE, too late).  The same happens when the builder detaches
@@ -864,7 +864,7 @@ END_TEST
 /*
  * A page's key words outlive its keyed life: reused unkeyed (hc_page_alloc)
  * it still carries them, and the lookup's check (hc__page_key_is) never
- * looks at HC_PF_KEYED.  Found: a reader that read the key's index entry,
+ * looks at HC_PF_KEYED.  Found (fixed on main by 011c8c5): a reader that read the key's index entry,
  * then stalled while the page was evicted, reallocated unkeyed and
  * committed, takes the unkeyed page as the key's.  Stop a reader at random
  * moments, and reuse the page while it is stopped.
@@ -940,7 +940,7 @@ END_TEST
 
 /*
  * "A rank is never declared dead on a timeout" -- nor alive because someone
- * else is busy recovering it.  Found: hc__rank_probe calls a slot live when
+ * else is busy recovering it.  Found (fixed on main by 011c8c5): hc__rank_probe calls a slot live when
  * its mutex is busy and its state is LIVE, which is also the state of a
  * dead slot while another process recovers it (holding its mutex, for the
  * whole recovery).  Here the dead rank's replacement is refused its TP rank
@@ -1000,10 +1000,11 @@ END_TEST
 
 /*
  * hc_pool_check without HC_CHECK_QUIESCENT is for a pool in use, where a
- * stopped process may be mid-operation.  Found: it reports "keyed and
- * RESERVED but not in the index" for the moment between reserve's flag
- * store and its index insert (reserve.c), and between hc__unkey's remove
- * and its flag clear (pages.c).  Stop a reserver/aborter at random.
+ * stopped process may be mid-operation.  Found (fixed on main by 011c8c5):
+ * it reported "keyed and RESERVED but not in the index" for the moment
+ * between reserve's flag store and its index insert (reserve.c), and between
+ * hc__unkey's remove and its flag clear (pages.c).  Stop a reserver/aborter
+ * at random.
  */
 static int nviol;
 static char first_viol[256];
@@ -1054,6 +1055,69 @@ START_TEST(check_a_stopped_writer)
 }
 END_TEST
 
+/*
+ * A retirer (evict or free) that has checked a page (FREEING, aux 1) and is
+ * descheduled before it takes the page out of the index leaves the page's
+ * entry, and its key flag, in place for a while; so does a process that
+ * quarantines a keyed page and dies before unkeying it (until a recovery
+ * sweep).  Found (on main after 011c8c5): hc__index_find answers with the
+ * first entry whose page carries the key, so that leaving page shadows the
+ * key's live page: reserve's check says "absent" and every reservation of
+ * the key gets one more page (two READY pages, one key), and lookups miss
+ * the READY page.  (The retirer is held at its unkey by the key index
+ * stripes, and stopped there.)
+ */
+START_TEST(leaving_page_shadows_the_live_one)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, QUAR_MS, 16);
+	hc_key_t k[1];
+	hc_page_t a;
+	uint8_t skip;
+	uint32_t aux = 0;
+	pid_t r;
+	int status, stored_again, hit, nready = 0;
+
+	hct_keys(k, 1, 12);
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+	ck_assert_int_eq(hc_reserve(p, &rq, &a, &skip), 1);
+	ck_assert_int_eq(hct_fill_commit_all(p, a), 1);
+	for (int i = 0; i < HC_INDEX_STRIPES; i++)
+		pthread_mutex_lock(&p->ctl->index_lock[i].m);
+	if ((r = fork()) == 0) {
+		hc_pool *c = child_attach(name);
+		_exit(hc_evict_key(c, k[0]) == 1 ? 0 : 1);
+	}
+	for (int tries = 0; tries < 5000; tries++) {
+		if (hc_page_state(p, HC_PAGE_ID(a), NULL, NULL, &aux) == HC_PAGE_FREEING && aux == 1)
+			break;
+		usleep(1000);
+	}
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(a), NULL, NULL, &aux), HC_PAGE_FREEING);
+	ck_assert_uint_eq(aux, 1);
+	kill(r, SIGSTOP); /* checked, nothing held, not yet out of the index */
+	ck_assert_int_eq(waitpid(r, &status, WUNTRACED), r);
+	for (int i = 0; i < HC_INDEX_STRIPES; i++)
+		pthread_mutex_unlock(&p->ctl->index_lock[i].m);
+	/* The key is going: storing it again is right, once. */
+	ck_assert_int_eq(hct_store(p, k, 1, 0), 1);
+	stored_again = hct_store(p, k, 1, 0);
+	hit = hct_hit(p, k, 1);
+	kill(r, SIGCONT);
+	ck_assert_int_eq(waitpid(r, &status, 0), r);
+	for (uint32_t id = 0; id < 16; id++) {
+		struct hc_page_info pi;
+		hc_page_info(p, id, &pi);
+		nready += pi.state == HC_PAGE_READY && pi.keyed && memcmp(pi.key, k[0], HC_KEY_BYTES) == 0;
+	}
+	ck_assert_msg(stored_again == 0 && hit == 1 && nready == 1,
+		      "while a leaving page's entry was in the index, the key (READY again) was reserved once more (%d, want 0), a lookup hit %d (want 1); now %d READY pages hold the key (want 1)",
+		      stored_again, hit, nready);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("chaos");
@@ -1069,6 +1133,7 @@ int main(void)
 	tcase_add_test(tc, stalled_reader_and_a_reused_page);
 	tcase_add_test(tc, probe_during_recovery);
 	tcase_add_test(tc, check_a_stopped_writer);
+	tcase_add_test(tc, leaving_page_shadows_the_live_one);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -583,24 +583,27 @@ static uint32_t held_now(hc_pool *p)
 
 /*
  * The quota counts pages a rank holds "pinned, locked or reserved".
- * Found: hc_page_commit gives one page back per call, not per page (three
- * shard commits of one page give back three), and hc_ticket_release gives
- * a reserve ticket's pages back again after their commits did: the count
- * drops below what the rank holds, and the quota stops limiting.
+ * Found (fixed on main by 7872524, dd74178): hc_page_commit gave one page
+ * back per call, not per page (three shard commits of one page gave back
+ * three), and hc_ticket_release gave a reserve ticket's pages back again
+ * after their commits had: the count dropped below what the rank held, and
+ * the quota stopped limiting.
  */
 START_TEST(quota_counts_pages_held)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 16, 50, 8);
 	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = 4 };
-	hc_key_t k[4];
-	hc_page_t pg[2], pins[2];
+	hc_key_t k[6];
+	hc_page_t pg[2], pins[2], more[3];
 	uint8_t skip[2];
 	hc_ticket t;
 	int granted = 0;
 
+	hct_keys(k, 6, 3);
+	/* Two more READY pages, stored before the quota applies. */
+	ck_assert_int_eq(hct_store(p, k + 4, 2, 4), 2);
 	ck_assert_ok(hc_engine_join(p, &es));
-	hct_keys(k, 4, 3);
 	/* A plain reservation committed shard by shard. */
 	struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
@@ -636,6 +639,14 @@ START_TEST(quota_counts_pages_held)
 	ck_assert_uint_eq(held_now(p), 2);
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(hc_page_unpin(p, pins[i % 2]), 0);
+	/* Quota 4, 2 pages pinned: 2 more pages, not 3. */
+	granted = 0;
+	struct hc_lookup_req one[3] = { { .keys = k + 2, .nkeys = 1 }, { .keys = k + 3, .nkeys = 1 }, { .keys = k + 4, .nkeys = 1 } };
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(hc_lookup(p, &one[i], &more[i]), 1);
+		granted += hc_page_pin(p, more[i]) == 0;
+	}
+	ck_assert_msg(granted == 2, "quota 4 with 2 pages pinned: %d more pages pinned, want 2", granted);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
 }
@@ -643,7 +654,7 @@ END_TEST
 
 /*
  * "Every other rank that arrives with the same name gets exactly the same
- * pages" (DESIGN.md, tickets).  Found: a builder whose reservation fails
+ * pages" (DESIGN.md, tickets).  Found (fixed on main by 725988b): a builder whose reservation fails
  * (ENOSPC) gives the record back unpublished, so the next rank builds again
  * and gets pages: rank 0 stored nothing, rank 1 fills a shard of pages whose
  * other shard nobody will write.
@@ -687,7 +698,7 @@ END_TEST
 
 /*
  * A rank waiting for a ticket's builder must end up with that ticket or
- * none.  Found: wait_built returns when the record's generation changes,
+ * none.  Found (fixed on main by 011c8c5): wait_built returns when the record's generation changes,
  * and ticket_run compares the record's generation with itself; if the
  * builder died and the record was taken by another name (here another
  * engine's, same keys) and published, the waiter joins it: it gets the
@@ -779,7 +790,8 @@ END_TEST
  * taking "a free record, else the oldest tombstone".  Found: it takes the
  * lowest-numbered tombstone, so once every record has been used each new
  * ticket erases the tombstone of the one just before it (record 0 over and
- * over), and a rank that comes again builds the ticket again.
+ * over), and a rank that comes again builds the ticket again.  (Fixed on
+ * main by c20e663, which orders tombstones by deadline, in milliseconds.)
  */
 START_TEST(oldest_tombstone_goes_first)
 {
@@ -802,8 +814,10 @@ START_TEST(oldest_tombstone_goes_first)
 		ck_assert_ok(hc_ticket_release(p, &t));
 	}
 	struct hc_ticket_name a = { .request_id = "A", .step = 0 }, b = { .request_id = "B", .step = 0 };
+	usleep(2000); /* the pool's clock counts milliseconds */
 	ck_assert_int_ge(hc_ticket_lookup(p, &a, &lq, &pg, &t), 0);
 	ck_assert_ok(hc_ticket_release(p, &t));
+	usleep(2000);
 	ck_assert_int_ge(hc_ticket_lookup(p, &b, &lq, &pg, &t), 0);
 	ck_assert_ok(hc_ticket_release(p, &t));
 	ret = hc_ticket_lookup(p, &a, &lq, &pg, &t);
@@ -813,6 +827,88 @@ START_TEST(oldest_tombstone_goes_first)
 		      ret, ret >= 0 ? t.first : -1);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+END_TEST
+
+/*
+ * The tombstone a latecomer needs is the one of a ticket that expired: it
+ * must say -ESTALE, not build the ticket again with another answer for the
+ * rank that never got the first one.  Found (after c20e663): tombstones are
+ * ordered by deadline (opening time plus the engine's ticket timeout), not
+ * by when they closed, so an expired ticket's tombstone, whose deadline is
+ * past, is the first one reused, ahead of tombstones closed long before it.
+ */
+START_TEST(expired_tombstone_outlives_older_ones)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 50, 8);
+	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct res { int ret, first; } *res;
+	hc_key_t k[1];
+	hc_page_t pg;
+	hc_ticket t;
+	char id[32];
+	pid_t r0, r1;
+	int status;
+
+	res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(res, MAP_FAILED);
+	ck_assert_ok(hc_engine_join(p, &es));
+	hct_keys(k, 1, 2);
+	ck_assert_int_eq(hct_store(p, k, 1, 0), 1);
+	struct hc_lookup_req lq = { .keys = k, .nkeys = 1 };
+	for (int i = 0; i < 63; i++) { /* 63 tombstones of engine 1, closed now */
+		snprintf(id, sizeof(id), "old-%d", i);
+		struct hc_ticket_name nm = { .request_id = id, .step = 0 };
+		ck_assert_int_ge(hc_ticket_lookup(p, &nm, &lq, &pg, &t), 0);
+		ck_assert_ok(hc_ticket_release(p, &t));
+	}
+	usleep(2000);
+	for (uint32_t r = 0; r < 2; r++) {
+		if (r == 1) {
+			/* X expires (50 ms) and closes after every other tombstone; then
+			 * engine 1 opens one more ticket, which needs a record. */
+			usleep(100 * 1000);
+			ck_assert_ok(hc_pool_recover(p, NULL)); /* sweeps overdue tickets */
+			struct hc_ticket_name y = { .request_id = "Y", .step = 0 };
+			ck_assert_int_ge(hc_ticket_lookup(p, &y, &lq, &pg, &t), 0);
+			ck_assert_ok(hc_ticket_release(p, &t));
+		}
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) { /* engine 2, TP 2, ticket timeout 50 ms: ticket X */
+			hc_pool *c = child_attach(name);
+			struct hc_engine_spec e2 = { .engine_id = 2, .tp_size = 2, .tp_rank = r,
+						     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 50 };
+			struct hc_ticket_name x = { .request_id = "X", .step = 0 };
+			hc_page_t got;
+			hc_ticket tx;
+			if (hc_engine_join(c, &e2) < 0)
+				_exit(98);
+			res[r].ret = hc_ticket_lookup(c, &x, &lq, &got, &tx);
+			res[r].first = res[r].ret >= 0 ? tx.first : -1;
+			if (r == 0) {
+				raise(SIGSTOP); /* stays attached until told */
+			}
+			_exit(0);
+		}
+		if (r == 0) {
+			r0 = pid;
+			ck_assert_int_eq(waitpid(r0, &status, WUNTRACED), r0);
+		} else {
+			r1 = pid;
+			ck_assert_int_eq(wait_child(r1), 0);
+		}
+	}
+	kill(r0, SIGCONT);
+	ck_assert_int_eq(wait_child(r0), 0);
+	ck_assert_int_eq(res[0].ret, 1);
+	ck_assert_int_eq(res[0].first, 1);
+	ck_assert_msg(res[1].ret == -ESTALE, "rank 1, late for expired ticket X: %d (first %d), want -ESTALE", res[1].ret,
+		      res[1].first);
+	munmap(res, 4096);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
 }
 END_TEST
 
@@ -832,6 +928,7 @@ int main(void)
 	tcase_add_test(tc, failed_build_is_the_answer);
 	tcase_add_test(tc, waiter_joins_only_its_ticket);
 	tcase_add_test(tc, oldest_tombstone_goes_first);
+	tcase_add_test(tc, expired_tombstone_outlives_older_ones);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
