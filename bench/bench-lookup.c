@@ -284,27 +284,6 @@ static void run_loop(struct wctx *c, enum peer peer, unsigned n, uint64_t dur_ns
 	r->ns = t - t0;
 }
 
-/*
- * Worker i runs on the i-th CPU it may use, so two workers never share one
- * and measure the scheduler instead.
- */
-static void pin_cpu(unsigned i)
-{
-	cpu_set_t set, one;
-	unsigned seen = 0;
-
-	if (sched_getaffinity(0, sizeof(set), &set) < 0)
-		return;
-	for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-		if (!CPU_ISSET(cpu, &set) || seen++ != i)
-			continue;
-		CPU_ZERO(&one);
-		CPU_SET(cpu, &one);
-		sched_setaffinity(0, sizeof(one), &one);
-		return;
-	}
-}
-
 static unsigned cpus_allowed(void)
 {
 	cpu_set_t set;
@@ -327,7 +306,7 @@ static void __attribute__((noreturn)) worker(struct bench *b, unsigned idx, int 
 	struct cmd cmd;
 	int ret;
 
-	pin_cpu(idx);
+	bench_pin_cpu(idx);
 	if (!c) {
 		fail(&r, -ENOMEM, "no memory for the worker's buffers");
 		goto out;
