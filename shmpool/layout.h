@@ -176,7 +176,11 @@ struct hc_seg_rank {
 	 * away, recovery stores 0.  Approximate only in that racing threads of
 	 * one rank may both pass the check and each back out. */
 	_Atomic uint32_t held;
-	uint8_t reserved1[128 - 100];
+	/* The holder thread's TID, stored by it before LIVE: a prober that
+	 * finds the mutex busy compares it with the owner TID in the lock word,
+	 * to tell the live holder from a recoverer of a dead one (ranks.c). */
+	_Atomic uint32_t holder_tid;
+	uint8_t reserved1[128 - 104];
 };
 static_assert(sizeof(pthread_mutex_t) == 40, "glibc x86-64/aarch64 mutex size is part of the layout");
 static_assert(offsetof(struct hc_seg_rank, state) == 40, "rank slot layout");

@@ -80,11 +80,13 @@ static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_r
 	struct hc_seg_rank *r = &p->ranks[slot];
 	uint32_t was = atomic_load_explicit(&r->state, memory_order_relaxed);
 
+	/* Probers that find the mutex busy now wait for FREE instead of taking
+	 * the dead slot for a live one (hc__rank_probe; the lock word already
+	 * names us, not the holder, so even before this store they wait). */
+	atomic_store_explicit(&r->state, HC_RANK_RECOVERING, memory_order_release);
+	atomic_store_explicit(&r->holder_tid, 0, memory_order_release);
 	hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
 		atomic_load_explicit(&r->pid, memory_order_relaxed));
-	/* Probers that find the mutex busy now wait for FREE instead of taking
-	 * the dead slot for a live one (hc__rank_probe). */
-	atomic_store_explicit(&r->state, HC_RANK_RECOVERING, memory_order_release);
 	recover_slot(p, slot, rep);
 	if (was != HC_RANK_FREE) { /* LIVE, or RECOVERING by a recoverer that died */
 		if (rep)
@@ -93,6 +95,23 @@ static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_r
 	}
 	atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
 	return pthread_mutex_consistent(&r->lock);
+}
+
+/*
+ * Is the slot's mutex held by the thread that claimed the slot?  glibc's
+ * robust mutex keeps the owner's TID in its lock word (with the kernel's
+ * owner-died bit once that owner is gone); a recoverer that took it with
+ * EOWNERDEAD has its own TID there.  The layout is glibc's, which the
+ * static_assert on the mutex size already assumes.
+ */
+#define HC_FUTEX_TID_MASK   0x3fffffffu
+#define HC_FUTEX_OWNER_DIED 0x40000000u
+static int held_by_holder(struct hc_seg_rank *r)
+{
+	uint32_t word = (uint32_t)__atomic_load_n(&r->lock.__data.__lock, __ATOMIC_ACQUIRE);
+	uint32_t tid = atomic_load_explicit(&r->holder_tid, memory_order_acquire);
+
+	return !(word & HC_FUTEX_OWNER_DIED) && (word & HC_FUTEX_TID_MASK) == tid && tid != 0;
 }
 
 /*
@@ -111,12 +130,14 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 		return atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_LIVE;
 	ret = pthread_mutex_trylock(&r->lock);
 	/* Busy but FREE: another prober or a claimer has it for a moment.  Busy
-	 * and RECOVERING: the holder is dead and someone is undoing its holds;
-	 * wait for that (up to HC_RECOVERY_WAIT_US) rather than call it live. */
+	 * and not held by the slot's holder thread (RECOVERING, or LIVE with
+	 * another owner TID in the lock word): the holder is dead and someone
+	 * is undoing its holds; wait for that (up to HC_RECOVERY_WAIT_US)
+	 * rather than call it live. */
 	for (int tries = 0; ret == EBUSY; tries++) {
 		uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
 
-		if (st == HC_RANK_LIVE || (st == HC_RANK_FREE && tries >= HC_PROBE_RETRIES) ||
+		if ((st == HC_RANK_LIVE && held_by_holder(r)) || (st == HC_RANK_FREE && tries >= HC_PROBE_RETRIES) ||
 		    (uint64_t)tries * HC_PROBE_WAIT_US >= HC_RECOVERY_WAIT_US)
 			break;
 		usleep(HC_PROBE_WAIT_US);
@@ -205,6 +226,7 @@ static void *holder_main(void *arg)
 		if (atomic_compare_exchange_weak(&p->hdr->slots_hwm, &h, (uint32_t)slot + 1))
 			break;
 	atomic_store_explicit(&r->pid, (uint32_t)getpid(), memory_order_relaxed);
+	atomic_store_explicit(&r->holder_tid, (uint32_t)gettid(), memory_order_relaxed);
 	atomic_fetch_add_explicit(&r->epoch, 1, memory_order_relaxed);
 	clock_gettime(CLOCK_REALTIME, &ts);
 	atomic_store_explicit(&r->attached_unix_ns, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec,
