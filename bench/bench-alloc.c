@@ -149,28 +149,6 @@ static void run_loop(struct bench *b, enum peer peer, hc_pool *p, unsigned batch
 	r->ns = t - t0;
 }
 
-/*
- * Worker i runs on the i-th CPU it may use.  Two workers left to share one
- * CPU would measure the scheduler: a ck_ring producer preempted between
- * its two steps makes the other spin for the rest of its time slice.
- */
-static void pin_cpu(unsigned i)
-{
-	cpu_set_t set, one;
-	unsigned seen = 0;
-
-	if (sched_getaffinity(0, sizeof(set), &set) < 0)
-		return;
-	for (int c = 0; c < CPU_SETSIZE; c++) {
-		if (!CPU_ISSET(c, &set) || seen++ != i)
-			continue;
-		CPU_ZERO(&one);
-		CPU_SET(c, &one);
-		sched_setaffinity(0, sizeof(one), &one);
-		return;
-	}
-}
-
 static void worker(struct bench *b, enum peer peer, unsigned idx, unsigned batch, struct bench_barrier *bar,
 		   int out)
 {
@@ -179,7 +157,7 @@ static void worker(struct bench *b, enum peer peer, unsigned idx, unsigned batch
 	int ret;
 
 	bench_barrier_child(bar);
-	pin_cpu(idx);
+	bench_pin_cpu(idx);
 	if (peer == OURS) {
 		/* A full rank attach, as an engine's: populate, rank slot, recovery. */
 		ret = hc_pool_attach(b->name, NULL, &p);

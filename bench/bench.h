@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,6 +253,28 @@ static inline const char *bench_fmt(const char *fmt, ...)
 	vsnprintf(b, sizeof(bufs[0]), fmt, ap);
 	va_end(ap);
 	return b;
+}
+
+/*
+ * Worker i runs on the i-th CPU it may use.  Two workers left to share one
+ * CPU would measure the scheduler: a ck_ring producer preempted between
+ * its two steps makes the other spin for the rest of its time slice.
+ */
+static inline void bench_pin_cpu(unsigned i)
+{
+	cpu_set_t set, one;
+	unsigned seen = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return;
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &set) || seen++ != i)
+			continue;
+		CPU_ZERO(&one);
+		CPU_SET(c, &one);
+		sched_setaffinity(0, sizeof(one), &one);
+		return;
+	}
 }
 
 #endif /* HC_BENCH_BENCH_H */

@@ -27,34 +27,6 @@
 
 #include "pool.h"
 
-/* Keys are SHA-256 digests: their words are already uniform.  The secret
- * keeps bucket placement unknown to whoever chooses the tokens. */
-void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__khash *kh)
-{
-	uint64_t h;
-
-	memcpy(kh->k, key, 32);
-	h = hc__mix64(kh->k[0] ^ p->hash_secret);
-	kh->b1 = (uint32_t)h & p->imask;
-	kh->b2 = (uint32_t)(h >> 32) & p->imask;
-	if (kh->b2 == kh->b1)
-		kh->b2 = kh->b1 ^ 1;
-	kh->tag = (uint32_t)(kh->k[1] >> 32) ^ (uint32_t)h;
-	kh->stripe = (unsigned)(kh->k[2] >> 7) % HC_INDEX_STRIPES;
-}
-
-int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash *kh)
-{
-	const struct hc_seg_page *pg = &p->pages[id];
-
-	/* The flag too: a page reused without a key keeps its old key's words. */
-	return (atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED) &&
-	       atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
-	       atomic_load_explicit(&pg->key[1], memory_order_relaxed) == kh->k[1] &&
-	       atomic_load_explicit(&pg->key[2], memory_order_relaxed) == kh->k[2] &&
-	       atomic_load_explicit(&pg->key[3], memory_order_relaxed) == kh->k[3];
-}
-
 void hc__page_khash(const struct hc_pool *p, uint32_t id, struct hc__khash *kh)
 {
 	uint64_t k[4];
@@ -74,8 +46,19 @@ static inline uint64_t entry(const struct hc__khash *kh, uint32_t id)
 	return ((uint64_t)kh->tag << 32) | ((uint64_t)id + 1);
 }
 
-/* The page whose key is kh's, by the index; -1 if none.  The caller checks
- * state and key again after it pins or re-reads the word. */
+/* A page the index should answer for: RESERVED, READY, or FREEING not yet
+ * past its hold check.  A leaving page (FREEING aux 1, or QUARANTINE still
+ * keyed) keeps its entry for a moment and must not shadow the key's next
+ * page. */
+static int live_word(uint64_t w)
+{
+	unsigned st = hc__w_state(w);
+
+	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && hc__w_aux(w) == 0);
+}
+
+/* The live page whose key is kh's, by the index; -1 if none.  The caller
+ * checks state and key again after it pins or re-reads the word. */
 int64_t hc__index_find(const struct hc_pool *p, const struct hc__khash *kh)
 {
 	const uint32_t bs[2] = { kh->b1, kh->b2 };
@@ -89,7 +72,8 @@ int64_t hc__index_find(const struct hc_pool *p, const struct hc__khash *kh)
 
 			if ((uint32_t)(e >> 32) != kh->tag || (uint32_t)e == 0 || id >= p->g.npages)
 				continue;
-			if (hc__page_key_is(p, id, kh))
+			if (hc__page_key_is(p, id, kh) &&
+			    live_word(atomic_load_explicit(&p->pages[id].word, memory_order_acquire)))
 				return id;
 		}
 	}
@@ -158,12 +142,9 @@ static int count_entries(const struct hc_pool *p, const struct hc__khash *kh, ui
  * FREEING: not yet decided to go). */
 static int keyed_live(const struct hc_pool *p, uint32_t id)
 {
-	uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
-	unsigned st = hc__w_state(w);
-
 	if (!(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
 		return 0;
-	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && hc__w_aux(w) == 0);
+	return live_word(atomic_load_explicit(&p->pages[id].word, memory_order_acquire));
 }
 
 /*

@@ -204,7 +204,8 @@ struct hc_seg_ctl {
 	struct hc_seg_lock index_lock[HC_INDEX_STRIPES]; /* index writers, by key hash */
 	struct hc_seg_lock ticket_lock[HC_TICKET_STRIPES]; /* ticket find-or-create, by name hash */
 	_Atomic uint64_t lru_clock;   /* HC_EVICT_LRU: the last stamp handed out */
-	uint8_t pad0[56];
+	_Atomic uint64_t ticket_seq;  /* ticket records taken so far (ticket.c) */
+	uint8_t pad0[48];
 	_Atomic uint32_t clock_hand;  /* HC_EVICT_CLOCK: the next page the hand looks at */
 	uint8_t pad1[60];
 };
@@ -308,8 +309,7 @@ struct hc_seg_ticket {
 	uint32_t nkeys;
 	uint32_t tp_size;
 	uint32_t n;                  /* pages recorded: the hit length, or keys reserved for */
-	_Atomic uint32_t recorded;   /* builder's progress in the page list, for recovery */
-	uint32_t comps;
+	uint64_t seq;                /* ctl->ticket_seq when taken: the oldest tombstone goes first */
 	uint64_t deadline_ms;        /* CLOCK_BOOTTIME ms */
 	uint64_t keys_fold[2];       /* which keys the name was used with */
 	char request_id[48];

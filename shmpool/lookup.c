@@ -109,24 +109,70 @@ int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, c
  * rank held nothing on before (its quota's count).  Returns the hit length.
  * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
  */
+/*
+ * The probe pipeline.  A probe is two dependent misses (bucket, then page
+ * entry) and, when pinning, a third (the pin word), each hundreds of ns on
+ * a loaded machine; one at a time that caps a core at a few million probes
+ * a second.  So key i+HASH_AHEAD is hashed and its buckets prefetched, key
+ * i+CAND_AHEAD has its buckets scanned for its tag and its page entry (and
+ * pin word) prefetched, while key i is verified.
+ */
+#define HASH_AHEAD 8
+#define CAND_AHEAD 4
+#define RING 16 /* > HASH_AHEAD, a power of two */
+
+struct pipe {
+	struct hc__khash kh[RING];
+	int64_t cand[RING];
+	uint32_t hashed, scanned;
+};
+
+static inline void pipe_fill(struct hc_pool *p, struct pipe *pp, const hc_key_t *keys, uint32_t n, uint32_t i,
+			     int hold)
+{
+	for (; pp->hashed < n && pp->hashed <= i + HASH_AHEAD; pp->hashed++) {
+		struct hc__khash *kh = &pp->kh[pp->hashed % RING];
+
+		hc__key_hash(p, keys[pp->hashed], kh);
+		__builtin_prefetch(&p->index[(size_t)kh->b1 * HC_BUCKET_ENTRIES]);
+		__builtin_prefetch(&p->index[(size_t)kh->b2 * HC_BUCKET_ENTRIES]);
+	}
+	for (; pp->scanned < pp->hashed && pp->scanned <= i + CAND_AHEAD; pp->scanned++) {
+		int64_t id = hc__index_tag(p, &pp->kh[pp->scanned % RING]);
+
+		pp->cand[pp->scanned % RING] = id;
+		if (id < 0)
+			continue;
+		__builtin_prefetch(&p->pages[id]);
+		if (hold)
+			__builtin_prefetch(&hc__pin_row(p, (uint32_t)id)[p->slot], 1);
+	}
+}
+
+/*
+ * The lookup itself.  hold: pin every page of the answer for this rank; tk:
+ * also set ticket tk's bit on them (-1: none); *newly gets the pages this
+ * rank held nothing on before (its quota's count).  Returns the hit length.
+ * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
+ */
 int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
 	       uint32_t *newly)
 {
-	const uint32_t want = req->comps ? req->comps : (p->g.ncomp >= 32 ? ~0u : (1u << p->g.ncomp) - 1);
-	uint32_t full = 0, win = 0, run[HC_MAX_COMPONENTS] = { 0 }, wlen[HC_MAX_COMPONENTS] = { 0 };
-	uint32_t maxwin = 0, best = 0, n = req->nkeys;
-	struct hc__khash kh, next;
+	uint32_t full = p->hit_full, win = p->hit_win, maxwin = p->hit_maxwin;
+	uint32_t run[HC_MAX_COMPONENTS], best = 0, n = req->nkeys;
+	struct pipe pp;
 
 	*newly = 0;
-	for (unsigned c = 0; c < p->g.ncomp; c++) {
-		if (!(want & (1u << c)))
-			continue;
-		if (p->g.comps[c].window_pages == 0) {
-			full |= 1u << c;
-		} else {
-			win |= 1u << c;
-			wlen[c] = p->g.comps[c].window_pages;
-			maxwin = wlen[c] > maxwin ? wlen[c] : maxwin;
+	if (req->comps) { /* a subset: its own policy masks */
+		full = win = maxwin = 0;
+		for (uint32_t m = req->comps; m; m &= m - 1) {
+			unsigned c = (unsigned)__builtin_ctz(m);
+			uint32_t w = p->g.comps[c].window_pages;
+
+			if (w == 0)
+				full |= 1u << c;
+			else
+				win |= 1u << c, maxwin = w > maxwin ? w : maxwin;
 		}
 	}
 	if (!hc__fp_ok(p, req->fingerprint, "lookup")) {
@@ -134,19 +180,25 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 			pages[i] = HC_PAGE_NONE;
 		return 0;
 	}
-	hc__key_hash(p, req->keys[0], &next);
+	if (win)
+		memset(run, 0, sizeof(run));
+	pp.hashed = pp.scanned = 0;
 	for (uint32_t i = 0; i < n; i++) {
+		const struct hc__khash *kh = &pp.kh[i % RING];
 		uint32_t presence = 0;
 		int64_t id;
 
-		kh = next;
-		if (i + 1 < n) { /* the next key's buckets load while we verify this one */
-			hc__key_hash(p, req->keys[i + 1], &next);
-			__builtin_prefetch(&p->index[(size_t)next.b1 * HC_BUCKET_ENTRIES]);
-			__builtin_prefetch(&p->index[(size_t)next.b2 * HC_BUCKET_ENTRIES]);
+		pipe_fill(p, &pp, req->keys, n, i, hold);
+		id = pp.cand[i % RING];
+		pages[i] = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, kh, hold, tk, &presence, newly);
+		if (pages[i] == HC_PAGE_NONE && id >= 0) {
+			/* The first tag match was another key's (or a stale entry):
+			 * look through every entry, with the keys compared. */
+			int64_t id2 = hc__index_find(p, kh);
+
+			if (id2 >= 0 && id2 != id)
+				pages[i] = verify(p, (uint32_t)id2, kh, hold, tk, &presence, newly);
 		}
-		id = hc__index_find(p, &kh);
-		pages[i] = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, &kh, hold, tk, &presence, newly);
 		if (pages[i] == HC_PAGE_NONE && !full) {
 			for (uint32_t m = win; m; m &= m - 1) /* a gap: every window starts again */
 				run[__builtin_ctz(m)] = 0;
@@ -159,18 +211,24 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 				pages[j] = HC_PAGE_NONE;
 			break; /* the full-attention prefix ends here */
 		}
+		if (!win) {
+			best = i + 1;
+			continue;
+		}
 		/* Window components: the run of pages holding each, ending here. */
 		uint32_t good = 1;
 		for (uint32_t m = win; m; m &= m - 1) {
 			unsigned c = (unsigned)__builtin_ctz(m);
+			uint32_t w = p->g.comps[c].window_pages;
+
 			run[c] = (presence & (1u << c)) ? run[c] + 1 : 0;
-			good &= run[c] >= (wlen[c] < i + 1 ? wlen[c] : i + 1);
+			good &= run[c] >= (w < i + 1 ? w : i + 1);
 		}
 		if (good)
 			best = i + 1;
 	}
-	/* Keep exactly the pages the answer needs. */
-	for (uint32_t i = 0; i < n; i++) {
+	/* Keep exactly the pages the answer needs (windows leave some out). */
+	for (uint32_t i = win ? 0 : best; i < n; i++) {
 		int needed = i < best && (full || i + maxwin >= best);
 
 		if (pages[i] == HC_PAGE_NONE || needed)

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "layout.h"
 
@@ -33,6 +34,8 @@ struct hc_pool {
 	uint8_t *env;
 	uint32_t tmask_words, imask;
 	uint64_t hash_secret;
+	/* hit policy of a lookup of every component, from the component records */
+	uint32_t hit_full, hit_win, hit_maxwin;
 
 	/* private copies of the geometry: never re-read from the segment */
 	struct hc__geom g;
@@ -99,14 +102,12 @@ struct hc__khash {
 	uint32_t tag;
 	unsigned stripe;
 };
-void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__khash *kh);
 int64_t hc__index_find(const struct hc_pool *p, const struct hc__khash *kh);
 void hc__index_lock(struct hc_pool *p, unsigned stripe);
 void hc__index_unlock(struct hc_pool *p, unsigned stripe);
 int hc__index_insert(struct hc_pool *p, const struct hc__khash *kh, uint32_t id);
 int hc__index_remove(struct hc_pool *p, const struct hc__khash *kh, uint32_t id);
 void hc__page_khash(const struct hc_pool *p, uint32_t id, struct hc__khash *kh);
-int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash *kh);
 void hc__index_repair_page(struct hc_pool *p, uint32_t id);
 
 /* lookup.c, reserve.c: the cores that tickets share */
@@ -143,13 +144,17 @@ static inline _Atomic uint64_t *hc__tmask_row(const struct hc_pool *p, uint32_t 
 }
 
 /* Counters: this rank's row, or the last row without a slot. */
+/* A plain load and store, no locked instruction: only this rank writes its
+ * row, and two of its threads racing can lose a count, never tear one. */
 static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 {
 	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
+	_Atomic uint64_t *v;
 
 	if (p->readonly)
 		return;
-	atomic_fetch_add_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c], n, memory_order_relaxed);
+	v = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + c];
+	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
 /* A 64-bit finalizer (murmur3's): spreads bits for hashing, nothing more. */
@@ -161,6 +166,53 @@ static inline uint64_t hc__mix64(uint64_t x)
 	x *= UINT64_C(0xc4ceb9fe1a85ec53);
 	x ^= x >> 33;
 	return x;
+}
+
+/* Keys are SHA-256 digests: their words are already uniform.  The secret
+ * keeps bucket placement unknown to whoever chooses the tokens.  Inline:
+ * every key of every lookup comes through here (index.c has the rest). */
+static inline void hc__key_hash(const struct hc_pool *p, const uint8_t key[32], struct hc__khash *kh)
+{
+	uint64_t h;
+
+	memcpy(kh->k, key, 32);
+	h = hc__mix64(kh->k[0] ^ p->hash_secret);
+	kh->b1 = (uint32_t)h & p->imask;
+	kh->b2 = (uint32_t)(h >> 32) & p->imask;
+	if (kh->b2 == kh->b1)
+		kh->b2 = kh->b1 ^ 1;
+	kh->tag = (uint32_t)(kh->k[1] >> 32) ^ (uint32_t)h;
+	kh->stripe = (unsigned)(kh->k[2] >> 7) % HC_INDEX_STRIPES;
+}
+
+/* Is page id keyed with kh's key?  The flag too: a page reused without a
+ * key keeps its old key's words. */
+static inline int hc__page_key_is(const struct hc_pool *p, uint32_t id, const struct hc__khash *kh)
+{
+	const struct hc_seg_page *pg = &p->pages[id];
+
+	return (atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED) &&
+	       atomic_load_explicit(&pg->key[0], memory_order_relaxed) == kh->k[0] &&
+	       atomic_load_explicit(&pg->key[1], memory_order_relaxed) == kh->k[1] &&
+	       atomic_load_explicit(&pg->key[2], memory_order_relaxed) == kh->k[2] &&
+	       atomic_load_explicit(&pg->key[3], memory_order_relaxed) == kh->k[3];
+}
+
+/* The first entry of kh's buckets with kh's tag: a candidate page id, not
+ * yet checked against its key (lookup.c pipelines that check), or -1.
+ * Acquire: pairs with the inserter's CAS; the key and flags came first. */
+static inline int64_t hc__index_tag(const struct hc_pool *p, const struct hc__khash *kh)
+{
+	const _Atomic uint64_t *bk = p->index + (size_t)kh->b1 * HC_BUCKET_ENTRIES;
+
+	for (int k = 0; k < 2; k++, bk = p->index + (size_t)kh->b2 * HC_BUCKET_ENTRIES)
+		for (int j = 0; j < HC_BUCKET_ENTRIES; j++) {
+			uint64_t e = atomic_load_explicit(&bk[j], memory_order_acquire);
+
+			if ((uint32_t)(e >> 32) == kh->tag && (uint32_t)e != 0 && (uint32_t)e - 1 < p->g.npages)
+				return (uint32_t)e - 1;
+		}
+	return -1;
 }
 
 /* The number of columns a freer must read (see pages.c). */

@@ -134,7 +134,7 @@ static int stripe_lock(struct hc_pool *p, unsigned s)
 }
 
 struct tk_new {
-	uint32_t kind, nkeys, tp, rank, comps, timeout_ms;
+	uint32_t kind, nkeys, tp, rank, timeout_ms;
 	uint64_t fold[2];
 };
 
@@ -158,14 +158,14 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 		}
 		/* A free record, else the tombstone closed longest ago. */
 		unsigned oldest = p->g.max_tickets;
-		uint64_t oldest_deadline = UINT64_MAX;
+		uint64_t oldest_seq = UINT64_MAX;
 
 		for (int pass = 0; pass < 3; pass++) {
 			if (pass == 1) { /* find the oldest tombstone; pass 2 takes it */
 				for (unsigned t = 0; t < p->g.max_tickets; t++) {
 					uint64_t w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
-					if (hc__tk_state(w) == HC_TK_CLOSED && p->tickets[t].deadline_ms < oldest_deadline) {
-						oldest_deadline = p->tickets[t].deadline_ms;
+					if (hc__tk_state(w) == HC_TK_CLOSED && p->tickets[t].seq < oldest_seq) {
+						oldest_seq = p->tickets[t].seq;
 						oldest = t;
 					}
 				}
@@ -194,8 +194,7 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 				r->tp_size = nw->tp;
 				r->n = 0;
 				r->result = 0;
-				r->comps = nw->comps;
-				atomic_store_explicit(&r->recorded, 0, memory_order_relaxed);
+				r->seq = atomic_fetch_add_explicit(&p->ctl->ticket_seq, 1, memory_order_relaxed);
 				r->deadline_ms = now_ms64() + nw->timeout_ms;
 				r->keys_fold[0] = nw->fold[0];
 				r->keys_fold[1] = nw->fold[1];
@@ -394,7 +393,6 @@ static int build(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_
 		if (c->nw.kind == HC_TK_RESERVE && c->skip[i])
 			e = ((uint64_t)c->skip[i] << HC_TP_SKIP_SHIFT);
 		atomic_store_explicit(&list[i], e, memory_order_relaxed);
-		atomic_store_explicit(&r->recorded, i + 1, memory_order_relaxed);
 	}
 	r->n = n;
 	return (int)n;
@@ -616,7 +614,6 @@ int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct
 		return ret;
 	c.nkeys = req->nkeys;
 	c.nw.kind = HC_TK_LOOKUP;
-	c.nw.comps = req->comps;
 	/* The answer depends on the components and on whether the fingerprint is ours. */
 	fold_keys(req->keys, req->nkeys, HC_TK_LOOKUP, req->comps, (uint32_t)hc__fp_ok(p, req->fingerprint, c.op),
 		  c.nw.fold);
