@@ -1078,12 +1078,12 @@ END_TEST
  * descheduled before it takes the page out of the index leaves the page's
  * entry, and its key flag, in place for a while; so does a process that
  * quarantines a keyed page and dies before unkeying it (until a recovery
- * sweep).  Found (on main after 011c8c5): hc__index_find answers with the
- * first entry whose page carries the key, so that leaving page shadows the
- * key's live page: reserve's check says "absent" and every reservation of
- * the key gets one more page (two READY pages, one key), and lookups miss
- * the READY page.  (The retirer is held at its unkey by the key index
- * stripes, and stopped there.)
+ * sweep).  Found (after 011c8c5; fixed on main by 7c8a79d): hc__index_find
+ * answered with the first entry whose page carries the key, so that leaving
+ * page shadowed the key's live page: reserve's check said "absent" and
+ * every reservation of the key got one more page (two READY pages, one
+ * key), and lookups missed the READY page.  (The retirer is held at its
+ * unkey by the key index stripes, and stopped there.)
  */
 START_TEST(leaving_page_shadows_the_live_one)
 {
