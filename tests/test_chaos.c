@@ -720,6 +720,35 @@ static void wait_step(struct step *st, int s)
 		usleep(500);
 }
 
+/* A dead engine 5 rank 0's replacement: attach, join; st->ret, st->msg. */
+static pid_t start_replacement(const char *name, struct step *st)
+{
+	pid_t y = fork();
+
+	if (y == 0) {
+		hc_pool *c = child_attach(name);
+		struct hc_engine_spec es = { .engine_id = 5, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
+		st->ret = hc_engine_join(c, &es);
+		snprintf(st->msg, sizeof(st->msg), "%s", st->ret < 0 ? hc_last_error() : "");
+		_exit(0);
+	}
+	ck_assert_int_ge(y, 0);
+	return y;
+}
+
+/* Reap the replacement and the recoverer: the replacement must have joined. */
+static void end_replacement(hc_pool *p, const char *name, struct step *st, pid_t y, pid_t rec)
+{
+	int status;
+
+	ck_assert_int_eq(waitpid(y, &status, 0), y);
+	ck_assert_int_eq(waitpid(rec, &status, 0), rec);
+	ck_assert_msg(st->ret == 0, "the dead rank's replacement could not join: %d %s", st->ret, st->msg);
+	munmap(st, 4096);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
+}
+
 /*
  * A freer killed right after (C) (READY -> FREEING, aux 0) leaves the page
  * FREEING under a dead slot until someone recovers it.  Found (fixed on main by 8ab2d2f): a rank
@@ -979,22 +1008,11 @@ START_TEST(probe_during_recovery)
 		_exit(hc_pool_recover(c, NULL) < 0);
 	}
 	usleep(100 * 1000); /* the recoverer now holds the dead slot, waiting for a stripe */
-	if ((y = fork()) == 0) { /* the replacement */
-		hc_pool *c = child_attach(name);
-		struct hc_engine_spec es = { .engine_id = 5, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
-		st->ret = hc_engine_join(c, &es);
-		snprintf(st->msg, sizeof(st->msg), "%s", st->ret < 0 ? hc_last_error() : "");
-		_exit(0);
-	}
+	y = start_replacement(name, st);
 	usleep(200 * 1000); /* a replacement that waits for the recovery is fine */
 	for (int i = 0; i < HC_INDEX_STRIPES; i++)
 		pthread_mutex_unlock(&p->ctl->index_lock[i].m);
-	ck_assert_int_eq(waitpid(y, &status, 0), y);
-	ck_assert_int_eq(waitpid(rec, &status, 0), rec);
-	ck_assert_msg(st->ret == 0, "the dead rank's replacement could not join: %d %s", st->ret, st->msg);
-	munmap(st, 4096);
-	hc_pool_detach(p);
-	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
+	end_replacement(p, name, st, y, rec);
 }
 END_TEST
 
@@ -1060,12 +1078,12 @@ END_TEST
  * descheduled before it takes the page out of the index leaves the page's
  * entry, and its key flag, in place for a while; so does a process that
  * quarantines a keyed page and dies before unkeying it (until a recovery
- * sweep).  Found (on main after 011c8c5): hc__index_find answers with the
- * first entry whose page carries the key, so that leaving page shadows the
- * key's live page: reserve's check says "absent" and every reservation of
- * the key gets one more page (two READY pages, one key), and lookups miss
- * the READY page.  (The retirer is held at its unkey by the key index
- * stripes, and stopped there.)
+ * sweep).  Found (after 011c8c5; fixed on main by 7c8a79d): hc__index_find
+ * answered with the first entry whose page carries the key, so that leaving
+ * page shadowed the key's live page: reserve's check said "absent" and
+ * every reservation of the key got one more page (two READY pages, one
+ * key), and lookups missed the READY page.  (The retirer is held at its
+ * unkey by the key index stripes, and stopped there.)
  */
 START_TEST(leaving_page_shadows_the_live_one)
 {
@@ -1118,6 +1136,57 @@ START_TEST(leaving_page_shadows_the_live_one)
 }
 END_TEST
 
+/*
+ * The same, after 011c8c5 (RECOVERING): a recoverer marks the slot
+ * RECOVERING only after it has logged "is dead; undoing its holds", and
+ * any moment between its trylock (EOWNERDEAD) and that store still shows a
+ * busy mutex and LIVE.  A logger (hc_set_log) that takes its time, or a
+ * recoverer descheduled there, makes the dead rank look alive: its
+ * replacement is refused its TP rank (EEXIST).  Here the recoverer's
+ * logger stops the process on that message.
+ */
+static void stop_on_recovery(int level, const char *msg, void *arg)
+{
+	static int once;
+
+	(void)level;
+	(void)arg;
+	if (strstr(msg, "undoing its holds") && !once++)
+		raise(SIGSTOP);
+}
+
+START_TEST(probe_while_recoverer_logs)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, QUAR_MS, 16);
+	struct step *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t x, rec, y;
+	int status;
+
+	ck_assert_ptr_ne(st, MAP_FAILED);
+	if ((x = fork()) == 0) { /* engine 5 rank 0, then killed */
+		hc_pool *c = child_attach(name);
+		child_join(c, 5, 2, 0);
+		atomic_store(&st->step, 1);
+		pause();
+	}
+	wait_step(st, 1);
+	kill(x, SIGKILL);
+	ck_assert_int_eq(waitpid(x, &status, 0), x);
+	if ((rec = fork()) == 0) { /* its attach takes the dead slot, logs, stops */
+		hc_set_log(stop_on_recovery, NULL);
+		hc_pool *c = child_attach(name);
+		_exit(hc_pool_recover(c, NULL) < 0);
+	}
+	ck_assert_int_eq(waitpid(rec, &status, WUNTRACED), rec);
+	ck_assert(WIFSTOPPED(status));
+	y = start_replacement(name, st);
+	usleep(200 * 1000); /* a replacement that waits for the recovery is fine */
+	kill(rec, SIGCONT);
+	end_replacement(p, name, st, y, rec);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("chaos");
@@ -1132,6 +1201,7 @@ int main(void)
 	tcase_add_test(tc, late_shard_after_the_grace);
 	tcase_add_test(tc, stalled_reader_and_a_reused_page);
 	tcase_add_test(tc, probe_during_recovery);
+	tcase_add_test(tc, probe_while_recoverer_logs);
 	tcase_add_test(tc, check_a_stopped_writer);
 	tcase_add_test(tc, leaving_page_shadows_the_live_one);
 	suite_add_tcase(s, tc);

@@ -834,10 +834,11 @@ END_TEST
 /*
  * The tombstone a latecomer needs is the one of a ticket that expired: it
  * must say -ESTALE, not build the ticket again with another answer for the
- * rank that never got the first one.  Found (after c20e663): tombstones are
- * ordered by deadline (opening time plus the engine's ticket timeout), not
- * by when they closed, so an expired ticket's tombstone, whose deadline is
- * past, is the first one reused, ahead of tombstones closed long before it.
+ * rank that never got the first one.  Found (after c20e663; fixed on main
+ * by c284cf6): tombstones were ordered by deadline (opening time plus the
+ * engine's ticket timeout), not by when they closed, so an expired ticket's
+ * tombstone, whose deadline is past, was the first one reused, ahead of
+ * tombstones closed long before it.
  */
 START_TEST(expired_tombstone_outlives_older_ones)
 {
