@@ -201,7 +201,11 @@ int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void 
 		return hc__err(EROFS, "check: needs a read-write attach to prove liveness");
 	for (unsigned s = 0; s < p->g.max_ranks; s++) {
 		int r = hc__rank_probe(p, s, NULL);
-		live[s] = r == 1;
+		/* A dead slot another process is still recovering may hold what
+		 * it held a moment ago; in a quiescent pool nothing is mid-way. */
+		live[s] = r == 1 || (r == HC_PROBE_RECOVERING && !(flags & HC_CHECK_QUIESCENT));
+		if (r == HC_PROBE_RECOVERING && (flags & HC_CHECK_QUIESCENT))
+			say(report, arg, &n, "rank slot %u: its dead holder's holds are still being undone", s);
 		if (r < 0)
 			say(report, arg, &n, "rank slot %u: mutex unusable", s);
 	}

@@ -64,6 +64,7 @@ void hc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* ranks.c */
 int hc__rank_claim(struct hc_pool *p);
 void hc__rank_release(struct hc_pool *p);
+#define HC_PROBE_RECOVERING 2
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 void hc__mutex_init_robust(pthread_mutex_t *m);
 

@@ -23,7 +23,6 @@
 #define HC_PROBE_WAIT_US 200
 #define HC_PROBE_RETRIES 50
 #define HC_CLAIM_RETRIES 200
-#define HC_RECOVERY_WAIT_US (30u * 1000u * 1000u) /* a recovery slower than this: call it busy */
 
 _Atomic unsigned hc__forks;
 
@@ -116,8 +115,9 @@ static int held_by_holder(struct hc_seg_rank *r)
 
 /*
  * Probe a slot that is not ours.  Returns 1 if a live process holds it, 0 if
- * it is free (a dead holder's holds are undone on the way), or a negative
- * errno if the mutex is unusable.
+ * it is free (a dead holder's holds are undone on the way),
+ * HC_PROBE_RECOVERING if its holder is dead and another process is still
+ * undoing its holds, or a negative errno if the mutex is unusable.
  */
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
@@ -132,19 +132,17 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 	/* Busy but FREE: another prober or a claimer has it for a moment.  Busy
 	 * and not held by the slot's holder thread (RECOVERING, or LIVE with
 	 * another owner TID in the lock word): the holder is dead and someone
-	 * is undoing its holds; wait for that (up to HC_RECOVERY_WAIT_US)
-	 * rather than call it live. */
+	 * is undoing its holds; wait a moment for that, and never call it live. */
 	for (int tries = 0; ret == EBUSY; tries++) {
 		uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
 
-		if ((st == HC_RANK_LIVE && held_by_holder(r)) || (st == HC_RANK_FREE && tries >= HC_PROBE_RETRIES) ||
-		    (uint64_t)tries * HC_PROBE_WAIT_US >= HC_RECOVERY_WAIT_US)
-			break;
+		if (st == HC_RANK_LIVE && held_by_holder(r))
+			return 1;
+		if (tries >= HC_PROBE_RETRIES) /* a recoverer that is slow, or stopped: dead, not ours to wait for */
+			return st == HC_RANK_FREE ? 1 : HC_PROBE_RECOVERING;
 		usleep(HC_PROBE_WAIT_US);
 		ret = pthread_mutex_trylock(&r->lock);
 	}
-	if (ret == EBUSY)
-		return 1;
 	if (ret == EOWNERDEAD) {
 		if ((ret = take_dead_slot(p, slot, rep)) != 0)
 			return hc__err(ret, "rank slot %u: cannot mark its mutex consistent: %s", slot, strerror(ret));
