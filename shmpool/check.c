@@ -29,15 +29,6 @@ static void say(hc__check_fn report, void *arg, int *n, const char *fmt, ...)
 		report(arg, line);
 }
 
-static int keyed_live(const struct hc_pool *p, uint32_t id, uint64_t w)
-{
-	unsigned st = hc__w_state(w);
-
-	if (!(atomic_load(&p->pages[id].flags) & HC_PF_KEYED))
-		return 0;
-	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && hc__w_aux(w) == 0);
-}
-
 /* The key index against the page table. */
 static void check_index(struct hc_pool *p, unsigned flags, hc__check_fn report, void *arg, int *n)
 {
@@ -60,7 +51,7 @@ static void check_index(struct hc_pool *p, unsigned flags, hc__check_fn report, 
 			continue;
 		}
 		w = atomic_load(&p->pages[id].word);
-		if (!keyed_live(p, id, w)) {
+		if (!hc__keyed_live(p, id, w)) {
 			if (flags & HC_CHECK_QUIESCENT)
 				say(report, arg, n, "index entry %llu: names page %u, which is %s and %skeyed",
 				    (unsigned long long)i, id, hc_page_state_name(hc__w_state(w)),
@@ -79,7 +70,7 @@ static void check_index(struct hc_pool *p, unsigned flags, hc__check_fn report, 
 		struct hc__khash kh;
 		int64_t found;
 
-		if (!keyed_live(p, id, w)) {
+		if (!hc__keyed_live(p, id, w)) {
 			if (!seen[id] && (atomic_load(&p->pages[id].flags) & HC_PF_KEYED) &&
 			    hc__w_state(w) == HC_PAGE_FREE)
 				say(report, arg, n, "page %u: FREE but still flagged as keyed", id);

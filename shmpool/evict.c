@@ -51,21 +51,10 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 /* A READY keyed page nobody seems to hold: worth a (C). */
 static int candidate(const struct hc_pool *p, uint32_t id, uint64_t *w)
 {
-	const _Atomic uint32_t *row = hc__pin_row(p, id);
-	const _Atomic uint64_t *tm = hc__tmask_row(p, id);
-	uint32_t hwm = hc__hwm(p);
-
 	*w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
-	if (hc__w_state(*w) != HC_PAGE_READY ||
-	    !(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
-		return 0;
-	for (unsigned r = 0; r < hwm; r++)
-		if (atomic_load_explicit(&row[r], memory_order_relaxed))
-			return 0;
-	for (unsigned t = 0; t < p->tmask_words; t++)
-		if (atomic_load_explicit(&tm[t], memory_order_relaxed))
-			return 0;
-	return 1;
+	return hc__w_state(*w) == HC_PAGE_READY &&
+	       (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) &&
+	       !hc__held_anywhere(p, id);
 }
 
 /* Retire one victim: to us (out) or to FREE (out NULL). */
@@ -262,19 +251,15 @@ int hc_evict_key(hc_pool *p, const uint8_t key[HC_KEY_BYTES])
 static int describe_holds(struct hc_pool *p, char *buf, size_t len)
 {
 	uint64_t pins = 0, locks = 0, tk = 0, resv = 0;
-	uint32_t hwm = hc__hwm(p);
 
 	for (uint32_t id = 0; id < p->g.npages; id++) {
-		const _Atomic uint32_t *row = hc__pin_row(p, id);
 		uint64_t w = atomic_load(&p->pages[id].word);
+		struct hc__holds h;
 
-		for (unsigned r = 0; r < hwm; r++) {
-			uint32_t v = atomic_load_explicit(&row[r], memory_order_relaxed);
-			pins += v & 0xffff;
-			locks += v >> 16;
-		}
-		for (unsigned t = 0; t < p->tmask_words; t++)
-			tk += atomic_load_explicit(&hc__tmask_row(p, id)[t], memory_order_relaxed) != 0;
+		hc__page_holds(p, id, &h);
+		pins += h.pins;
+		locks += h.locks;
+		tk += h.tickets != 0;
 		resv += hc__w_state(w) == HC_PAGE_RESERVED || hc__w_state(w) == HC_PAGE_FREEING;
 	}
 	if (!pins && !locks && !tk && !resv)

@@ -46,17 +46,6 @@ static inline uint64_t entry(const struct hc__khash *kh, uint32_t id)
 	return ((uint64_t)kh->tag << 32) | ((uint64_t)id + 1);
 }
 
-/* A page the index should answer for: RESERVED, READY, or FREEING not yet
- * past its hold check.  A leaving page (FREEING aux 1, or QUARANTINE still
- * keyed) keeps its entry for a moment and must not shadow the key's next
- * page. */
-static int live_word(uint64_t w)
-{
-	unsigned st = hc__w_state(w);
-
-	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && hc__w_aux(w) == 0);
-}
-
 /* The live page whose key is kh's, by the index; -1 if none.  The caller
  * checks state and key again after it pins or re-reads the word. */
 int64_t hc__index_find(const struct hc_pool *p, const struct hc__khash *kh)
@@ -73,7 +62,7 @@ int64_t hc__index_find(const struct hc_pool *p, const struct hc__khash *kh)
 			if ((uint32_t)(e >> 32) != kh->tag || (uint32_t)e == 0 || id >= p->g.npages)
 				continue;
 			if (hc__page_key_is(p, id, kh) &&
-			    live_word(atomic_load_explicit(&p->pages[id].word, memory_order_acquire)))
+			    hc__live_word(atomic_load_explicit(&p->pages[id].word, memory_order_acquire)))
 				return id;
 		}
 	}
@@ -138,13 +127,9 @@ static int count_entries(const struct hc_pool *p, const struct hc__khash *kh, ui
 	return n;
 }
 
-/* A page that should be findable by its key (keyed, and RESERVED, READY or
- * FREEING: not yet decided to go). */
 static int keyed_live(const struct hc_pool *p, uint32_t id)
 {
-	if (!(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
-		return 0;
-	return live_word(atomic_load_explicit(&p->pages[id].word, memory_order_acquire));
+	return hc__keyed_live(p, id, atomic_load_explicit(&p->pages[id].word, memory_order_acquire));
 }
 
 /*

@@ -425,11 +425,16 @@ static const char *hold_name(uint32_t one)
 /*
  * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
  * lock (HC_LOCK_ONE).  Returns 1 if the rank held nothing on the page
- * before (a page more for its quota), 0 if it did, or a negative errno.  With wait_freeing, a FREEING page is waited out: the
- * caller knows another hold (a ticket's) keeps it, so the freer will put it
- * back to READY.
+ * before (a page more for its quota), 0 if it did, or a negative errno.
+ *   HC_HOLD_WAIT_FREEING: a FREEING page is waited out; the caller knows
+ *     another hold (a ticket's) keeps it, so the freer will put it back.
+ *   HC_HOLD_RESERVED: a RESERVED page is fine too.  A co-writer's hold on a
+ *     reservation it was handed (ticket.c): it keeps the page from reuse
+ *     out of quarantine while this rank's copy into it may still land, even
+ *     if the owner dies or aborts meanwhile (scan_free and the sweep skip
+ *     held pages).
  */
-int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op)
+int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op)
 {
 	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
 	uint32_t v;
@@ -445,9 +450,12 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 	} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
 	for (unsigned spin = 1;; spin++) {
 		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
-		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(page))
+		if (hc__w_gen(w) == HC_PAGE_GEN(page) &&
+		    (hc__w_state(w) == HC_PAGE_READY ||
+		     (hc__w_state(w) == HC_PAGE_RESERVED && (flags & HC_HOLD_RESERVED))))
 			return v == 0; /* 1: the page is newly held by this rank */
-		if (!wait_freeing || hc__w_state(w) != HC_PAGE_FREEING || hc__w_gen(w) != HC_PAGE_GEN(page))
+		if (!(flags & HC_HOLD_WAIT_FREEING) || hc__w_state(w) != HC_PAGE_FREEING ||
+		    hc__w_gen(w) != HC_PAGE_GEN(page))
 			break;
 		/* A freer that died after (C) never puts it back: prove it dead
 		 * (its recovery restores READY), or give up after a long while. */
@@ -467,31 +475,6 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, 
 		return hc__err(EAGAIN, "%s: page %u is not committed yet", op, HC_PAGE_ID(page));
 	return hc__err(ESTALE, "%s: page %u generation %u is gone (now %s, generation %u)", op, HC_PAGE_ID(page),
 		       HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
-}
-
-/*
- * A co-writer's hold on a reservation it was handed (ticket.c): the same
- * (A) and (B), but RESERVED is fine.  It keeps the page from reuse out of
- * quarantine while this rank's copy into it may still land, even if the
- * owner dies or aborts meanwhile (scan_free and the sweep skip held pages).
- */
-int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op)
-{
-	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
-	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
-	uint64_t w;
-
-	do {
-		if ((v & 0xffffu) == 0xffffu)
-			return hc__err(EOVERFLOW, "%s: page %u is held 65535 times by this rank", op, HC_PAGE_ID(page));
-	} while (!atomic_compare_exchange_weak(c, &v, v + HC_PIN_ONE)); /* (A) */
-	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
-	if (hc__w_gen(w) == HC_PAGE_GEN(page) &&
-	    (hc__w_state(w) == HC_PAGE_RESERVED || hc__w_state(w) == HC_PAGE_READY))
-		return 0;
-	hold_undo(c, HC_PIN_ONE);
-	return hc__err(ESTALE, "%s: reserved page %u generation %u is gone (now %s, generation %u): its owner aborted or died",
-		       op, HC_PAGE_ID(page), HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
 }
 
 static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
@@ -568,6 +551,24 @@ int hc__held_anywhere(const struct hc_pool *p, uint32_t id)
 	for (unsigned t = 0; t < p->tmask_words; t++)
 		tany |= atomic_load(&tm[t]);
 	return any != 0 || tany != 0;
+}
+
+/* Everything that holds page id, summed: inspection (stats, page info,
+ * clear), not the (D) of a retirement, which hc__held_anywhere is. */
+void hc__page_holds(const struct hc_pool *p, uint32_t id, struct hc__holds *h)
+{
+	const _Atomic uint32_t *row = hc__pin_row(p, id);
+	const _Atomic uint64_t *tm = hc__tmask_row(p, id);
+	uint32_t hwm = hc__hwm(p);
+
+	memset(h, 0, sizeof(*h));
+	for (unsigned r = 0; r < hwm; r++) {
+		uint32_t v = atomic_load_explicit(&row[r], memory_order_relaxed);
+		h->pins += v & 0xffff;
+		h->locks += v >> 16;
+	}
+	for (unsigned t = 0; t < p->tmask_words; t++)
+		h->tickets += (uint32_t)__builtin_popcountll(atomic_load_explicit(&tm[t], memory_order_relaxed));
 }
 
 /* Take a keyed page out of the index and clear its key flag.  The caller

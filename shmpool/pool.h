@@ -82,10 +82,16 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 #define HC_PIN_ONE  UINT32_C(1)
 #define HC_LOCK_ONE (UINT32_C(1) << 16)
 int hc__need_slot(const struct hc_pool *p, const char *op);
-int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, int wait_freeing, const char *op);
+#define HC_HOLD_WAIT_FREEING 0x1u
+#define HC_HOLD_RESERVED     0x2u
+int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op);
 int hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
-int hc__hold_write(struct hc_pool *p, hc_page_t page, const char *op);
 int hc__held_anywhere(const struct hc_pool *p, uint32_t id);
+struct hc__holds {
+	uint32_t pins, locks; /* summed over rank slots */
+	uint32_t tickets;     /* tickets holding the page */
+};
+void hc__page_holds(const struct hc_pool *p, uint32_t id, struct hc__holds *h);
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op);
 void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n);
 #define HC_RETIRE_FREE 0 /* to FREE */
@@ -214,6 +220,23 @@ static inline int64_t hc__index_tag(const struct hc_pool *p, const struct hc__kh
 				return (uint32_t)e - 1;
 		}
 	return -1;
+}
+
+/* A page the index should answer for: RESERVED, READY, or FREEING not yet
+ * past its hold check.  A leaving page (FREEING aux 1, or QUARANTINE still
+ * keyed) keeps its entry for a moment and must not shadow the key's next
+ * page. */
+static inline int hc__live_word(uint64_t w)
+{
+	unsigned st = hc__w_state(w);
+
+	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && hc__w_aux(w) == 0);
+}
+
+/* Keyed, and live with word w: the page should have exactly one entry. */
+static inline int hc__keyed_live(const struct hc_pool *p, uint32_t id, uint64_t w)
+{
+	return (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) && hc__live_word(w);
 }
 
 /* The number of columns a freer must read (see pages.c). */

@@ -41,7 +41,6 @@ const char *hc_counter_help(unsigned i)
 int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 {
 	uint32_t engines[HC_MAX_RANKS];
-	uint32_t hwm;
 
 	if (!p || !out)
 		return hc__err(EINVAL, "stats: %s is NULL", p ? "out" : "pool");
@@ -50,29 +49,20 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 		for (unsigned c = 0; c < HC_CTR__COUNT; c++)
 			out->counter[c] += atomic_load_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c],
 								memory_order_relaxed);
-	hwm = hc__hwm(p);
 	for (uint32_t id = 0; id < p->g.npages; id++) {
 		uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
-		const _Atomic uint32_t *row = hc__pin_row(p, id);
-		uint32_t pins = 0, locks = 0;
-		uint64_t tk = 0;
+		struct hc__holds h;
 
 		if (hc__w_state(w) < 5)
 			out->pages[hc__w_state(w)]++;
 		if (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED)
 			out->keyed++;
-		for (unsigned r = 0; r < hwm; r++) {
-			uint32_t v = atomic_load_explicit(&row[r], memory_order_relaxed);
-			pins += v & 0xffff;
-			locks += v >> 16;
-		}
-		for (unsigned k = 0; k < p->tmask_words; k++)
-			tk |= atomic_load_explicit(&hc__tmask_row(p, id)[k], memory_order_relaxed);
-		out->pin_count += pins;
-		out->pinned_pages += pins != 0;
-		out->lock_count += locks;
-		out->locked_pages += locks != 0;
-		out->ticket_pages += tk != 0;
+		hc__page_holds(p, id, &h);
+		out->pin_count += h.pins;
+		out->pinned_pages += h.pins != 0;
+		out->lock_count += h.locks;
+		out->locked_pages += h.locks != 0;
+		out->ticket_pages += h.tickets != 0;
 	}
 	/* Liveness by the slot's word, not by probing: stats never recover. */
 	for (unsigned s = 0; s < p->g.max_ranks; s++) {
@@ -100,8 +90,8 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *out)
 {
 	const struct hc_seg_page *pg;
+	struct hc__holds h;
 	uint64_t w;
-	uint32_t hwm;
 
 	if (!p || !out)
 		return hc__err(EINVAL, "page info: %s is NULL", p ? "out" : "pool");
@@ -123,14 +113,9 @@ int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *out)
 	}
 	out->depth = atomic_load_explicit(&pg->depth, memory_order_relaxed);
 	out->stamp = atomic_load_explicit(&pg->stamp, memory_order_relaxed);
-	hwm = hc__hwm(p);
-	for (unsigned r = 0; r < hwm; r++) {
-		uint32_t v = atomic_load_explicit(&hc__pin_row(p, id)[r], memory_order_relaxed);
-		out->pins += v & 0xffff;
-		out->locks += v >> 16;
-	}
-	for (unsigned k = 0; k < p->tmask_words; k++)
-		out->tickets += (uint32_t)__builtin_popcountll(atomic_load_explicit(&hc__tmask_row(p, id)[k],
-										    memory_order_relaxed));
+	hc__page_holds(p, id, &h);
+	out->pins = h.pins;
+	out->locks = h.locks;
+	out->tickets = h.tickets;
 	return 0;
 }

@@ -425,45 +425,34 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 			return hc__err(EBADMSG, "%s: ticket %u names page %u, past the pool's %u: the segment is corrupt",
 				       c->op, t, HC_PAGE_ID(e), p->g.npages);
 		c->pages[i] = e;
-		++*held;
 	}
-	if (c->nw.kind == HC_TK_RESERVE) {
-		/* The builder owns the reservations (and the quota for them); we
-		 * hold each page we will write until our copy is done. */
-		for (i = 0; i < n; i++) {
-			if (c->pages[i] == HC_PAGE_NONE)
-				continue;
-			if ((ret = hc__hold_write(p, c->pages[i], c->op)) < 0)
-				break;
-		}
-		if (ret < 0) {
-			while (i-- > 0)
-				if (c->pages[i] != HC_PAGE_NONE)
-					hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
-			return ret;
-		}
-		return (int)n;
-	}
-	*held = 0;
+	/*
+	 * Our holds.  A lookup's pages: pins, which the ticket's bit keeps
+	 * READY (a freer that saw the bit puts it back, so FREEING is waited
+	 * out), counted against our quota.  A reservation's pages: a hold until
+	 * our copy is done; the builder owns them and their quota.
+	 */
 	for (i = 0; i < n; i++) {
 		if (c->pages[i] == HC_PAGE_NONE)
 			continue;
-		/* The ticket's bit keeps the page READY; a freer that saw the bit
-		 * puts it back, so FREEING is waited out. */
-		if ((ret = hc__hold(p, c->pages[i], HC_PIN_ONE, 1, c->op)) < 0)
+		ret = hc__hold(p, c->pages[i], HC_PIN_ONE,
+			       c->nw.kind == HC_TK_RESERVE ? HC_HOLD_RESERVED : HC_HOLD_WAIT_FREEING, c->op);
+		if (ret < 0)
 			break;
-		*held += (uint32_t)ret;
+		*held += c->nw.kind == HC_TK_LOOKUP ? (uint32_t)ret : 0;
 		ret = 0;
 	}
-	if (ret == 0 && (ret = hc__quota_take(p, *held, c->op)) < 0)
+	if (ret == 0 && c->nw.kind == HC_TK_LOOKUP && (ret = hc__quota_take(p, *held, c->op)) < 0)
 		i = n;
 	if (ret < 0) {
 		while (i-- > 0)
 			if (c->pages[i] != HC_PAGE_NONE)
 				hc__hold_drop(p, HC_PAGE_ID(c->pages[i]), HC_PIN_ONE);
+		*held = 0;
 		return ret;
 	}
-	hc__count(p, HC_CTR_pins, n);
+	if (c->nw.kind == HC_TK_LOOKUP)
+		hc__count(p, HC_CTR_pins, n);
 	return (int)n;
 }
 
