@@ -19,16 +19,20 @@
  * the scan stops at the first miss.
  */
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "pool.h"
 
-struct probe {
-	uint32_t ok;       /* 1: READY and verified */
-	uint32_t presence;
-	hc_page_t page;
-};
+/* 1 if the page is no longer held by this rank at all. */
+static int release(struct hc_pool *p, hc_page_t page, int tk)
+{
+	uint32_t id = HC_PAGE_ID(page);
+	int gone = hc__hold_drop(p, id, HC_PIN_ONE);
+
+	if (tk >= 0)
+		atomic_fetch_and(&hc__tmask_row(p, id)[tk / 64], ~(UINT64_C(1) << (tk % 64)));
+	return gone;
+}
 
 /* Verify page id as the holder of key kh; returns the handle or NONE. */
 static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *kh, int hold, int tk,
@@ -57,9 +61,7 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 			return HC_PAGE_NONE;
 		}
 		if (!hc__page_key_is(p, id, kh)) {
-			hc__hold_drop(p, id, HC_PIN_ONE);
-			if (tw)
-				atomic_fetch_and(tw, ~bit);
+			release(p, HC_PAGE_MAKE(id, hc__w_gen(w)), tk);
 			return HC_PAGE_NONE;
 		}
 		*newly += (uint32_t)first;
@@ -73,17 +75,6 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 	atomic_thread_fence(memory_order_acquire); /* the key and presence reads before the re-read */
 	w2 = atomic_load_explicit(&pg->word, memory_order_relaxed);
 	return w2 == w ? HC_PAGE_MAKE(id, hc__w_gen(w)) : HC_PAGE_NONE;
-}
-
-/* 1 if the page is no longer held by this rank at all. */
-static int release(struct hc_pool *p, hc_page_t page, int tk)
-{
-	uint32_t id = HC_PAGE_ID(page);
-	int gone = hc__hold_drop(p, id, HC_PIN_ONE);
-
-	if (tk >= 0)
-		atomic_fetch_and(&hc__tmask_row(p, id)[tk / 64], ~(UINT64_C(1) << (tk % 64)));
-	return gone;
 }
 
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op)
@@ -109,6 +100,24 @@ int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, c
  * rank held nothing on before (its quota's count).  Returns the hit length.
  * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
  */
+/* Split the components in mask by hit policy: every page (full) or a
+ * trailing window (win, the longest maxwin). */
+void hc__hit_policy(const struct hc__geom *g, uint32_t mask, uint32_t *full, uint32_t *win, uint32_t *maxwin)
+{
+	*full = *win = *maxwin = 0;
+	for (uint32_t m = mask; m; m &= m - 1) {
+		unsigned c = (unsigned)__builtin_ctz(m);
+		uint32_t w = g->comps[c].window_pages;
+
+		if (w == 0) {
+			*full |= 1u << c;
+		} else {
+			*win |= 1u << c;
+			*maxwin = w > *maxwin ? w : *maxwin;
+		}
+	}
+}
+
 /*
  * The probe pipeline.  A probe is two dependent misses (bucket, then page
  * entry) and, when pinning, a third (the pin word), each hundreds of ns on
@@ -163,18 +172,8 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 	struct pipe pp;
 
 	*newly = 0;
-	if (req->comps) { /* a subset: its own policy masks */
-		full = win = maxwin = 0;
-		for (uint32_t m = req->comps; m; m &= m - 1) {
-			unsigned c = (unsigned)__builtin_ctz(m);
-			uint32_t w = p->g.comps[c].window_pages;
-
-			if (w == 0)
-				full |= 1u << c;
-			else
-				win |= 1u << c, maxwin = w > maxwin ? w : maxwin;
-		}
-	}
+	if (req->comps) /* a subset: its own policy masks */
+		hc__hit_policy(&p->g, req->comps, &full, &win, &maxwin);
 	if (!hc__fp_ok(p, req->fingerprint, "lookup")) {
 		for (uint32_t i = 0; i < n; i++)
 			pages[i] = HC_PAGE_NONE;

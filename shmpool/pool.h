@@ -118,6 +118,7 @@ void hc__page_khash(const struct hc_pool *p, uint32_t id, struct hc__khash *kh);
 void hc__index_repair_page(struct hc_pool *p, uint32_t id);
 
 /* lookup.c, reserve.c: the cores that tickets share */
+void hc__hit_policy(const struct hc__geom *g, uint32_t mask, uint32_t *full, uint32_t *win, uint32_t *maxwin);
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op);
 int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
 	       uint32_t *newly);

@@ -660,14 +660,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 	p->tmask_words = p->g.max_tickets / 64;
 	p->hash_secret = h.hash_secret;
 	p->imask = p->g.index_buckets - 1;
-	for (unsigned c = 0; c < p->g.ncomp; c++) {
-		uint32_t w = p->g.comps[c].window_pages;
-
-		if (w == 0)
-			p->hit_full |= 1u << c;
-		else
-			p->hit_win |= 1u << c, p->hit_maxwin = w > p->hit_maxwin ? w : p->hit_maxwin;
-	}
+	hc__hit_policy(&p->g, (1u << p->g.ncomp) - 1, &p->hit_full, &p->hit_win, &p->hit_maxwin);
 	p->env = p->base + p->g.toc[HC_REG_ENV].off;
 	huge = fstatfs(p->fd, &sfs) == 0 && (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
 	fill_info(p, name, path, &h, huge);
