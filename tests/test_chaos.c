@@ -550,8 +550,7 @@ START_TEST(random_kills)
 	pool_name = name;
 	for (unsigned b = 0; b < NBASE; b++)
 		hct_keys(base_keys[b], BASELEN, 1000 + b);
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(sh, MAP_FAILED);
+	sh = hct_shared(sizeof(*sh));
 	for (int w = 0; w < WORKERS; w++)
 		pids[w] = start(w, seed + (unsigned)w * 7919u);
 
@@ -761,14 +760,13 @@ START_TEST(claim_with_a_dead_freer)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, QUAR_MS, 16);
-	struct step *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct step *st = hct_shared(4096);
 	hc_key_t k[1];
 	hc_page_t pg;
 	uint8_t skip;
 	pid_t r0, r1, f;
 	int status;
 
-	ck_assert_ptr_ne(st, MAP_FAILED);
 	hct_keys(k, 1, 9);
 	struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
 	ck_assert_int_eq(hc_reserve(p, &rq, &pg, &skip), 1);
@@ -834,14 +832,13 @@ START_TEST(late_shard_after_the_grace)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 1, QUAR_MS, 16);
-	struct step *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct step *st = hct_shared(4096);
 	hc_key_t k[2];
 	hc_page_t pg = HC_PAGE_NONE, got;
 	uint8_t skip;
 	pid_t r[2];
 	int m;
 
-	ck_assert_ptr_ne(st, MAP_FAILED);
 	hct_keys(k, 2, 3);
 	for (uint32_t i = 0; i < 2; i++) {
 		if ((r[i] = fork()) == 0) {
@@ -910,8 +907,7 @@ START_TEST(stalled_reader_and_a_reused_page)
 	int status;
 	unsigned swaps = 0;
 
-	res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(res, MAP_FAILED);
+	res = hct_shared(4096);
 	hct_keys(k, 1, 4);
 	struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
 	ck_assert_int_eq(hc_reserve(p, &rq, &pg, &skip), 1);
@@ -980,12 +976,11 @@ START_TEST(probe_during_recovery)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, QUAR_MS, 16);
-	struct step *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct step *st = hct_shared(4096);
 	hc_key_t k[1];
 	pid_t x, rec, y;
 	int status;
 
-	ck_assert_ptr_ne(st, MAP_FAILED);
 	hct_keys(k, 1, 8);
 	if ((x = fork()) == 0) { /* engine 5 rank 0: a keyed reservation, then killed */
 		hc_pool *c = child_attach(name);
@@ -1159,11 +1154,10 @@ START_TEST(probe_while_recoverer_logs)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, QUAR_MS, 16);
-	struct step *st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct step *st = hct_shared(4096);
 	pid_t x, rec, y;
 	int status;
 
-	ck_assert_ptr_ne(st, MAP_FAILED);
 	if ((x = fork()) == 0) { /* engine 5 rank 0, then killed */
 		hc_pool *c = child_attach(name);
 		child_join(c, 5, 2, 0);

@@ -173,8 +173,7 @@ START_TEST(random_kills)
 	int status;
 
 	pool_name = name;
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(sh, MAP_FAILED);
+	sh = hct_shared(sizeof(*sh));
 	for (int w = 0; w < WORKERS; w++)
 		pids[w] = start(w, seed + (unsigned)w);
 

@@ -145,8 +145,7 @@ START_TEST(two_engines_four_ranks)
 	int status;
 
 	pool_name = name;
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(sh, MAP_FAILED);
+	sh = hct_shared(sizeof(*sh));
 	deadline = hct_now() + secs;
 	for (int i = 0; i < 2 * ENGINES; i++) {
 		pids[i] = fork();

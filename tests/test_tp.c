@@ -322,8 +322,7 @@ static void run_script(const struct cfg *c)
 	p = create_pool(name);
 	hc_pool_info(p, &info);
 	ck_assert_uint_eq(info.head_groups, c->head_groups);
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(sh, MAP_FAILED);
+	sh = hct_shared(sizeof(*sh));
 	sh->nranks = c->tp[0] + c->tp[1];
 	for (int e = 0; e < NENG; e++) {
 		for (uint32_t k = 0; k < c->tp[e]; k++) {
@@ -666,9 +665,8 @@ START_TEST(failed_build_is_the_answer)
 	hc_pool *p = hct_create_attach(name, 8, 50, 8);
 	hc_page_t all[8];
 	hc_key_t k[4];
-	int *ret = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int *ret = hct_shared(4096);
 
-	ck_assert_ptr_ne(ret, MAP_FAILED);
 	hct_keys(k, 4, 5);
 	ck_assert_int_eq(hc_page_alloc(p, 8, 2, all), 8); /* one writer each: an abort frees at once */
 	for (uint32_t r = 0; r < 2; r++) {
@@ -716,8 +714,7 @@ START_TEST(waiter_joins_only_its_ticket)
 	pid_t pid[4];
 	int status;
 
-	res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(res, MAP_FAILED);
+	res = hct_shared(4096);
 	hct_keys(k, 2, 6);
 	for (int i = 0; i < HC_INDEX_STRIPES; i++)
 		pthread_mutex_lock(&p->ctl->index_lock[i].m);
@@ -853,8 +850,7 @@ START_TEST(expired_tombstone_outlives_older_ones)
 	pid_t r0, r1;
 	int status;
 
-	res = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(res, MAP_FAILED);
+	res = hct_shared(4096);
 	ck_assert_ok(hc_engine_join(p, &es));
 	hct_keys(k, 1, 2);
 	ck_assert_int_eq(hct_store(p, k, 1, 0), 1);
