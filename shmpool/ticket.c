@@ -140,68 +140,81 @@ struct tk_new {
 
 /* Find the record of a name, or take one for it.  1: we took it (BUILDING,
  * ours); 0: found; negative errno. */
+/* A record to take for a new name: a free one, else the tombstone taken
+ * longest ago; -1 if every record is open. */
+static int pick_record(const struct hc_pool *p)
+{
+	uint64_t oldest_seq = UINT64_MAX;
+	int oldest = -1;
+
+	for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		unsigned st = hc__tk_state(atomic_load_explicit(&p->tickets[t].word, memory_order_acquire));
+
+		if (st == HC_TK_FREE)
+			return (int)t;
+		if (st == HC_TK_CLOSED && p->tickets[t].seq < oldest_seq) {
+			oldest_seq = p->tickets[t].seq;
+			oldest = (int)t;
+		}
+	}
+	return oldest;
+}
+
+/* Take record t (FREE or CLOSED) for the name, BUILDING and ours; with the
+ * name's stripe held.  0, or -EAGAIN if another stripe's taker won it. */
+static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, const struct tk_new *nw,
+		       uint64_t *wout)
+{
+	struct hc_seg_ticket *r = &p->tickets[t];
+	uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), taken;
+
+	if (hc__tk_state(w) != HC_TK_FREE && hc__tk_state(w) != HC_TK_CLOSED)
+		return -EAGAIN;
+	taken = ((uint64_t)HC_TK_BUILDING << HC_TK_STATE_SHIFT) | ((uint64_t)p->slot << HC_TK_OWNER_SHIFT) |
+		((uint64_t)((hc__tk_gen(w) + 1) & HC_TK_GEN_MASK) << HC_TK_GEN_SHIFT) | (UINT64_C(1) << nw->rank);
+	if (!atomic_compare_exchange_strong(&r->word, &w, taken))
+		return -EAGAIN;
+	/* The generation moved: finders ignore the old name from here. */
+	atomic_store_explicit(&r->name_hash, 0, memory_order_release);
+	atomic_store_explicit(&r->engine, nm->engine, memory_order_relaxed);
+	atomic_store_explicit(&r->step, nm->step, memory_order_relaxed);
+	memcpy(r->request_id, nm->req, sizeof(r->request_id));
+	r->kind = nw->kind;
+	r->nkeys = nw->nkeys;
+	r->tp_size = nw->tp;
+	r->n = 0;
+	r->result = 0;
+	r->seq = atomic_fetch_add_explicit(&p->ctl->ticket_seq, 1, memory_order_relaxed);
+	r->deadline_ms = now_ms64() + nw->timeout_ms;
+	r->keys_fold[0] = nw->fold[0];
+	r->keys_fold[1] = nw->fold[1];
+	atomic_store_explicit(&r->name_hash, nm->hash, memory_order_release);
+	*wout = taken;
+	return 0;
+}
+
 static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struct tk_new *nw, unsigned *idx,
 			uint64_t *wout)
 {
 	const unsigned s = (unsigned)(nm->hash % HC_TICKET_STRIPES);
-	int ret;
+	int ret, t;
 
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if ((ret = stripe_lock(p, s)) < 0)
 			return ret;
-		for (unsigned t = 0; t < p->g.max_tickets; t++) {
-			if (matches(p, t, nm, wout)) {
+		for (unsigned u = 0; u < p->g.max_tickets; u++) {
+			if (matches(p, u, nm, wout)) {
 				pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
-				*idx = t;
+				*idx = u;
 				return 0;
 			}
 		}
-		/* A free record, else the tombstone closed longest ago. */
-		unsigned oldest = p->g.max_tickets;
-		uint64_t oldest_seq = UINT64_MAX;
-
-		for (int pass = 0; pass < 3; pass++) {
-			if (pass == 1) { /* find the oldest tombstone; pass 2 takes it */
-				for (unsigned t = 0; t < p->g.max_tickets; t++) {
-					uint64_t w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
-					if (hc__tk_state(w) == HC_TK_CLOSED && p->tickets[t].seq < oldest_seq) {
-						oldest_seq = p->tickets[t].seq;
-						oldest = t;
-					}
-				}
-				continue;
-			}
-			for (unsigned t = pass == 0 ? 0 : oldest; t < p->g.max_tickets; t++) {
-				struct hc_seg_ticket *r = &p->tickets[t];
-				uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), taken;
-				unsigned st = hc__tk_state(w);
-
-				if (st != (pass == 0 ? HC_TK_FREE : HC_TK_CLOSED))
-					continue;
-				taken = ((uint64_t)HC_TK_BUILDING << HC_TK_STATE_SHIFT) |
-					((uint64_t)p->slot << HC_TK_OWNER_SHIFT) |
-					((uint64_t)((hc__tk_gen(w) + 1) & HC_TK_GEN_MASK) << HC_TK_GEN_SHIFT) |
-					(UINT64_C(1) << nw->rank);
-				if (!atomic_compare_exchange_strong(&r->word, &w, taken))
-					continue;
-				/* The generation moved: finders ignore the old name from here. */
-				atomic_store_explicit(&r->name_hash, 0, memory_order_release);
-				atomic_store_explicit(&r->engine, nm->engine, memory_order_relaxed);
-				atomic_store_explicit(&r->step, nm->step, memory_order_relaxed);
-				memcpy(r->request_id, nm->req, sizeof(r->request_id));
-				r->kind = nw->kind;
-				r->nkeys = nw->nkeys;
-				r->tp_size = nw->tp;
-				r->n = 0;
-				r->result = 0;
-				r->seq = atomic_fetch_add_explicit(&p->ctl->ticket_seq, 1, memory_order_relaxed);
-				r->deadline_ms = now_ms64() + nw->timeout_ms;
-				r->keys_fold[0] = nw->fold[0];
-				r->keys_fold[1] = nw->fold[1];
-				atomic_store_explicit(&r->name_hash, nm->hash, memory_order_release);
+		/* Takers of other stripes race for the same records: pick again
+		 * after a lost CAS, at most once per record. */
+		for (unsigned tries = 0; tries < p->g.max_tickets && (t = pick_record(p)) >= 0; tries++) {
+			if (take_record(p, (unsigned)t, nm, nw, wout) == 0) {
 				pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
-				*idx = t;
-				*wout = taken;
+				*idx = (unsigned)t;
 				return 1;
 			}
 		}
