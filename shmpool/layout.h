@@ -291,9 +291,11 @@ static_assert(offsetof(struct hc_seg_page, key) == 16, "page entry layout");
  *   bits  0..31 claimed shares, a bit per TP rank
  * Notes on synchronization: a record is taken (FREE/CLOSED -> BUILDING) by
  * CAS under the ticket stripe lock of its name, which also orders the name
- * fields for every later finder; everything else (hit, pages, deadline) is
- * written by the builder before its release CAS to OPEN, and read only
- * after an acquire load of OPEN.  Shares move by CAS on 'word' alone.
+ * fields for every later finder; everything else (n, result, pages,
+ * deadline) is written by the builder before its release CAS to OPEN, and
+ * read only after an acquire load of OPEN.  Shares move by CAS on 'word'
+ * alone.  'seq' is written at the take and read by takers of other stripes
+ * without order: it only ranks tombstones for reuse.
  */
 enum hc_ticket_state {
 	HC_TK_FREE = 0,
