@@ -3,7 +3,8 @@
 # Debian 12, and nothing that is already there.  Safe to run again.
 set -e
 PKGS="build-essential autoconf automake libtool pkg-config check libsubunit-dev
-      libssl-dev libnuma-dev libjson-c-dev libck-dev python3"
+      libssl-dev libnuma-dev libjson-c-dev libck-dev python3
+      liburing-dev libxxhash-dev fio"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
