@@ -11,6 +11,11 @@
  *                     the plugin returns its struct hc_backend (static, never
  *                     freed).  The host checks abi_version and size, and that
  *                     every member of version 1 is set, before any call.
+ *
+ * VERSIONS: abi_version changes only when a member changes meaning (never
+ * expected); the host refuses any other version.  New members are appended
+ * and the struct's size tells them apart: the host calls a member beyond
+ * version 1 only when the plugin's size covers it and it is not NULL.
  *   open(opts)        one instance, configured by key=value options.  An
  *                     unknown key or a bad value fails with -EINVAL and one
  *                     line in err saying which option and why.
@@ -46,6 +51,8 @@
  *   DELETE  result: 0, or -ENOENT if there was no such object; without
  *           HC_BE_CAP_DELETE, -EOPNOTSUPP.  iovcnt is 0.
  *
+ * An op with an unknown opcode, an iovcnt out of range or a NULL iov
+ * completes with -EINVAL (submit still accepts it).
  * Any op may also complete with -ECANCELED (after cancel), -ETIMEDOUT (the
  * plugin's own deadline), -EIO and so on.  A failed PUT leaves the old object
  * or no object, never a partial one.  A failed GET may have written some of
@@ -207,6 +214,9 @@ typedef const struct hc_backend *(*hc_backend_entry_fn)(const struct hc_backend_
 #else
 #define HC_BACKEND_EXPORT
 #endif
+
+/* What a plugin defines (declared here so the compiler checks its type). */
+HC_BACKEND_EXPORT const struct hc_backend *hc_backend_entry(const struct hc_backend_host *host);
 
 #ifdef __cplusplus
 }

@@ -442,6 +442,48 @@ HC_API const char *hc_counter_help(unsigned i);
 #define HC_CHECK_QUIESCENT 0x1u /* nothing is mid-operation: transient states count too */
 HC_API int hc_pool_check(hc_pool *pool, unsigned flags, void (*report)(void *arg, const char *line), void *arg);
 
+/*
+ * L3 storage: a backend plugin (hicache-backend(7)) behind the library's
+ * object format.  Every object is checked (header, fingerprint, key,
+ * length, XXH3 checksum) before its bytes count as a hit; a bad one is a
+ * miss, counted and logged, never handed back as good.  These calls are
+ * synchronous batches (they return when every op of the batch is done) and
+ * may run from several threads at once on one store.
+ */
+typedef struct hc_store hc_store;
+
+struct hc_store_opts {
+	const char *backend_dir; /* searched after $HICACHE_BACKEND_PATH, before the installed one */
+	unsigned queue_depth;    /* ops in flight on this store, all threads; 0: 64; at most 4096 */
+};
+
+struct hc_store_info {
+	char name[64];           /* the plugin's short name */
+	char path[4096];         /* the shared object it was loaded from */
+	const char *description; /* the plugin's one line; static in the plugin */
+	uint64_t caps;           /* HC_BE_CAP_* of <hicache/backend.h> */
+	unsigned queue_depth;
+};
+
+/* spec: "name[:key=value[,key=value]...]", e.g. "file:dir=/var/cache/hicache,capacity=100G". */
+HC_API int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *opts, hc_store **out);
+HC_API int hc_store_close(hc_store *st);
+HC_API int hc_store_info(const hc_store *st, struct hc_store_info *out);
+/* READY keyed pages (pinned for the duration): status 0 stored, or -errno.  Returns the count stored. */
+HC_API int hc_store_put(hc_store *st, const hc_page_t *pages, unsigned n, int *status);
+/* Pages this process reserved by key (hc_reserve): on status 0 the page's
+ * components are filled and checked, and the caller commits it; -ENOENT is
+ * a miss, -EBADMSG a bad object (also a miss).  Returns the count of hits. */
+HC_API int hc_store_get(hc_store *st, const hc_page_t *pages, unsigned n, int *status);
+/* status 1 present, 0 absent, or -errno.  Returns the count present. */
+HC_API int hc_store_exists(hc_store *st, const hc_key_t *keys, unsigned n, int *status);
+/* status 0 deleted, -ENOENT absent, or -errno.  Returns the count deleted. */
+HC_API int hc_store_delete(hc_store *st, const hc_key_t *keys, unsigned n, int *status);
+/* The library's counters (lib_*), then the plugin's own. */
+HC_API int hc_store_stats(hc_store *st, void (*emit)(void *arg, const char *name, uint64_t value), void *arg);
+/* The plugin's runtime options: value NULL reads key into out. */
+HC_API int hc_store_ctl(hc_store *st, const char *key, const char *value, char *out, size_t outlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * plugin.c - the backend loader.  A plugin is found on a search path
+ * ($HICACHE_BACKEND_PATH, then the configured directory, then the installed
+ * $(pkglibdir)/backends), opened with RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE,
+ * and checked before any call: its entry symbol, ABI version, struct size,
+ * and every version-1 member.  Each failure is one line naming the plugin
+ * and the cause (hc_last_error).
+ */
+#include <ctype.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../shmpool/pool.h"
+#include "plugin.h"
+
+#ifndef HC_BACKEND_DIR
+#define HC_BACKEND_DIR "/usr/local/lib/hicache/backends"
+#endif
+
+/* The version-1 struct ends after its last member; a plugin's may be longer. */
+#define V1_SIZE (offsetof(struct hc_backend, ctl) + sizeof(((struct hc_backend *)0)->ctl))
+
+/*
+ * Host services, one per plugin name, for the life of the process (the
+ * ABI promises that; RTLD_NODELETE keeps the plugins mapped as long).
+ */
+#define MAX_HOSTS 32
+static struct host_slot {
+	struct hc_backend_host host;
+	char name[HC_PLUGIN_NAME_MAX + 1];
+} hosts[MAX_HOSTS];
+static unsigned nhosts;
+static pthread_mutex_t hosts_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void host_log(const struct hc_backend_host *h, int level, const char *fmt, ...)
+{
+	const struct host_slot *s = (const struct host_slot *)h->host_data;
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	hc__log(level, "backend %s: %s", s ? s->name : "?", msg);
+}
+
+static const struct hc_backend_host *host_for(const char *name)
+{
+	struct host_slot *s = NULL;
+
+	pthread_mutex_lock(&hosts_mu);
+	for (unsigned i = 0; i < nhosts && !s; i++)
+		if (strcmp(hosts[i].name, name) == 0)
+			s = &hosts[i];
+	if (!s) {
+		/* More distinct plugins than slots: they share the last slot's name. */
+		s = &hosts[nhosts < MAX_HOSTS ? nhosts++ : MAX_HOSTS - 1];
+		snprintf(s->name, sizeof(s->name), "%s", name);
+		s->host.abi_version = HC_BACKEND_ABI_VERSION;
+		s->host.size = sizeof(s->host);
+		s->host.log = host_log;
+		s->host.host_data = s;
+	}
+	pthread_mutex_unlock(&hosts_mu);
+	return &s->host;
+}
+
+static int name_ok(const char *n)
+{
+	size_t len = strlen(n);
+
+	if (len == 0 || len > HC_PLUGIN_NAME_MAX)
+		return 0;
+	for (const char *c = n; *c; c++)
+		if (!isalnum((unsigned char)*c) && *c != '_' && *c != '-')
+			return 0;
+	return 1;
+}
+
+int hc__plugin_spec_parse(const char *spec, struct hc__plugin_spec *out)
+{
+	const char *colon;
+	char *p, *save = NULL, *item;
+	size_t nlen;
+
+	if (!spec || !*spec)
+		return hc__err(EINVAL, "backend spec is empty: give name[:key=value,...], e.g. file:dir=/var/cache/hicache");
+	memset(out, 0, sizeof(*out));
+	colon = strchr(spec, ':');
+	nlen = colon ? (size_t)(colon - spec) : strlen(spec);
+	if (nlen == 0 || nlen >= sizeof(out->name))
+		return hc__err(EINVAL, "backend spec '%s': the name before ':' is %s", spec, nlen ? "too long" : "empty");
+	memcpy(out->name, spec, nlen);
+	if (!colon || !colon[1])
+		return 0;
+	if (strlen(colon + 1) >= sizeof(out->buf))
+		return hc__err(EINVAL, "backend spec '%s': options longer than %zu bytes", out->name, sizeof(out->buf) - 1);
+	strcpy(out->buf, colon + 1);
+	for (item = strtok_r(out->buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		p = strchr(item, '=');
+		if (!p || p == item)
+			return hc__err(EINVAL, "backend %s: option '%s' is not key=value (options are separated by ',')",
+				       out->name, item);
+		if (out->nopt == HC_PLUGIN_OPTS_MAX)
+			return hc__err(EINVAL, "backend %s: more than %d options", out->name, HC_PLUGIN_OPTS_MAX);
+		*p = '\0';
+		for (unsigned i = 0; i < out->nopt; i++)
+			if (strcmp(out->opt[i].key, item) == 0)
+				return hc__err(EINVAL, "backend %s: option '%s' is given twice", out->name, item);
+		out->opt[out->nopt++] = (struct hc_be_option){ item, p + 1 };
+	}
+	return 0;
+}
+
+/* Append "<dir>/<name>.so" candidates in search order; the first that exists wins. */
+static int find(const char *name, const char *dir, char *path, size_t len, char *tried, size_t tlen)
+{
+	const char *env = getenv("HICACHE_BACKEND_PATH");
+	char list[8192];
+	char *save = NULL, *d;
+	struct stat sb;
+
+	snprintf(list, sizeof(list), "%s:%s:%s", env ? env : "", dir ? dir : "", HC_BACKEND_DIR);
+	tried[0] = '\0';
+	for (d = strtok_r(list, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		snprintf(path, len, "%s/%s.so", d, name);
+		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", d);
+		if (stat(path, &sb) == 0)
+			return 0;
+	}
+	return -ENOENT;
+}
+
+int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
+{
+	const struct hc_backend *be;
+	hc_backend_entry_fn entry;
+	char tried[8192];
+	const char *base;
+	void *dl;
+
+	memset(out, 0, sizeof(*out));
+	if (!name)
+		return hc__err(EINVAL, "backend: no name given");
+	if (strchr(name, '/')) { /* an explicit path: no search */
+		if (strlen(name) >= sizeof(out->path))
+			return hc__err(ENAMETOOLONG, "backend path '%s' is too long", name);
+		strcpy(out->path, name);
+		base = strrchr(name, '/') + 1;
+		snprintf(out->name, sizeof(out->name), "%.*s", (int)strcspn(base, "."), base);
+		if (access(out->path, F_OK) != 0)
+			return hc__err(ENOENT, "backend %s: %s: not found", out->name, out->path);
+	} else {
+		if (!name_ok(name))
+			return hc__err(EINVAL, "backend name '%s' is not valid: use 1-%d of [A-Za-z0-9_-], or a path", name,
+				       HC_PLUGIN_NAME_MAX);
+		strcpy(out->name, name);
+		if (find(name, dir, out->path, sizeof(out->path), tried, sizeof(tried)) < 0)
+			return hc__err(ENOENT,
+				       "backend %s: not found: no %s.so in %s (set HICACHE_BACKEND_PATH or install the plugin)",
+				       name, name, tried);
+	}
+	dlerror();
+	dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+	if (!dl)
+		return hc__err(ELIBBAD, "backend %s: %s", out->name, dlerror());
+	entry = (hc_backend_entry_fn)dlsym(dl, HC_BACKEND_ENTRY_SYMBOL);
+	if (!entry) {
+		dlclose(dl);
+		return hc__err(ELIBBAD, "backend %s: %s: no entry symbol %s(): not a hicache backend plugin", out->name,
+			       out->path, HC_BACKEND_ENTRY_SYMBOL);
+	}
+	be = entry(host_for(out->name));
+	if (!be)
+		goto refuse_null;
+	if (be->abi_version != HC_BACKEND_ABI_VERSION) {
+		dlclose(dl);
+		return hc__err(ELIBBAD, "backend %s: %s: built for plugin ABI version %u, this library speaks %u: rebuild it against this hicache's backend.h",
+			       out->name, out->path, be->abi_version, HC_BACKEND_ABI_VERSION);
+	}
+	if (be->size < V1_SIZE) {
+		dlclose(dl);
+		return hc__err(ELIBBAD, "backend %s: %s: its struct hc_backend is %u bytes, version %u needs at least %zu: rebuild it against this hicache's backend.h",
+			       out->name, out->path, be->size, HC_BACKEND_ABI_VERSION, (size_t)V1_SIZE);
+	}
+	{
+		static const struct {
+			const char *name;
+			size_t off;
+		} req[] = {
+#define REQ(m) { #m, offsetof(struct hc_backend, m) }
+			REQ(open), REQ(close), REQ(reg_mem), REQ(unreg_mem), REQ(submit),
+			REQ(reap), REQ(cancel), REQ(stats), REQ(ctl),
+#undef REQ
+		};
+		for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
+			void *fn;
+			memcpy(&fn, (const char *)be + req[i].off, sizeof(fn));
+			if (!fn) {
+				dlclose(dl);
+				return hc__err(ELIBBAD, "backend %s: %s: member %s() is NULL; every version-%u member is required",
+					       out->name, out->path, req[i].name, HC_BACKEND_ABI_VERSION);
+			}
+		}
+	}
+	out->be = be;
+	return 0;
+refuse_null:
+	dlclose(dl);
+	return hc__err(ELIBBAD, "backend %s: %s: %s() returned NULL", out->name, out->path, HC_BACKEND_ENTRY_SYMBOL);
+}
+
+int hc__plugin_open(const struct hc__plugin *pl, const struct hc__plugin_spec *spec, void **inst)
+{
+	char err[512] = "";
+	int r;
+
+	*inst = NULL;
+	r = pl->be->open(spec->opt, spec->nopt, inst, err, sizeof(err));
+	if (r > 0 || (r == 0 && !*inst))
+		return hc__err(EPROTO, "backend %s: open() returned %d%s: a plugin bug", pl->name, r,
+			       r == 0 ? " and no instance" : "");
+	if (r < 0)
+		return hc__err(-r, "backend %s: %s", pl->name, err[0] ? err : strerror(-r));
+	return 0;
+}

@@ -1,0 +1,742 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * store.c - L3 through a backend plugin: batches of put, get, exists and
+ * delete, with the object format of object.h built and checked here.
+ *
+ * Notes on synchronization (all process-private):
+ * - A store has queue_depth header blocks (4096 bytes each, registered with
+ *   the plugin); an op in flight owns one.  So queue_depth bounds the ops in
+ *   flight across every thread using the store.  st->free and st->nfree are
+ *   under st->mu.
+ * - One thread at a time reaps (st->reaping, under st->mu).  It hands each
+ *   completion to the call that owns the op (the op's call->done list, under
+ *   st->mu) and wakes the others (st->cv) after each round.  A call reaps
+ *   only while it has ops in flight; otherwise it waits for st->cv.
+ * - Everything else of a call (its ops, their buffers, the verification) is
+ *   touched only by the thread that made the call.
+ * - A page stays held while its op is in flight: a put pins it, a get's page
+ *   is the caller's reservation.  The plugin may touch a buffer until its op
+ *   is reaped, so nothing here returns before every op of the call is.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../shmpool/pool.h"
+#include "object.h"
+#include "plugin.h"
+#include "store.h"
+
+#define QD_DEFAULT 64
+#define QD_MAX     4096
+#define REAP_MAX   64
+#define REAP_WAIT_MS 100
+
+/* The library's counters, declared once: X(name, help). */
+#define HC_STORE_COUNTERS(X) \
+	X(puts, "objects stored") \
+	X(put_bytes, "bytes stored, headers included") \
+	X(put_errors, "puts that failed") \
+	X(gets, "gets asked") \
+	X(hits, "gets that returned a checked object") \
+	X(misses, "gets of absent objects, or of objects without a needed component") \
+	X(corrupt, "gets of objects whose header, length or checksum was wrong (misses too)") \
+	X(rereads, "gets read again whole because the object held more components than the page") \
+	X(get_bytes, "bytes read by hits") \
+	X(get_errors, "gets that failed for another reason") \
+	X(exists, "existence checks") \
+	X(deletes, "objects deleted")
+
+enum store_ctr {
+#define X(n, h) SC_##n,
+	HC_STORE_COUNTERS(X)
+#undef X
+	SC__COUNT
+};
+
+static const char *const ctr_names[] = {
+#define X(n, h) "lib_" #n,
+	HC_STORE_COUNTERS(X)
+#undef X
+};
+
+struct hc_store {
+	hc_pool *pool;
+	struct hc__plugin pl;
+	void *inst;
+	uint8_t fp[32];
+	unsigned qd;
+	uint8_t *hdrs;           /* qd blocks of HC_OBJ_HEADER_BYTES */
+	size_t env_len;
+	int env_reg, hdr_reg;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t *free;          /* free header blocks */
+	unsigned nfree;
+	int inflight;            /* ops submitted and not yet reaped, all calls */
+	int reaping;
+
+	_Atomic uint64_t ctr[SC__COUNT];
+	_Atomic uint64_t last_warn_s, quiet; /* corrupt-object warnings: one a second */
+};
+
+struct call;
+
+struct op {
+	struct hc_be_op be;
+	struct iovec iov[1 + HC_MAX_COMPONENTS];
+	struct call *call;
+	struct op *next;         /* on call->done */
+	unsigned item;           /* index into the caller's arrays */
+	uint32_t block;
+	int64_t result;
+	int reread;              /* a get read again into bounce */
+	void *bounce;
+	size_t bounce_len;
+	struct hc__obj_layout lay;
+};
+
+struct call {
+	hc_store *st;
+	uint32_t opcode;
+	unsigned n, next, finished, inflight;
+	const hc_page_t *pages;
+	const hc_key_t *keys;
+	int *status;
+	int count;               /* the call's return: stored, hits, present, deleted */
+	struct op *ops;          /* min(n, qd) records */
+	struct op **idle;        /* records not in use */
+	unsigned nidle;
+	struct op **pend;        /* prepared, not yet accepted by submit */
+	unsigned npend;
+	struct hc_be_op *subq;   /* contiguous copies of pend for submit */
+	struct op *done;         /* completed, under st->mu */
+};
+
+static inline void count(hc_store *st, enum store_ctr c, uint64_t n)
+{
+	atomic_fetch_add_explicit(&st->ctr[c], n, memory_order_relaxed);
+}
+
+static inline uint8_t *block(hc_store *st, uint32_t b)
+{
+	return st->hdrs + (size_t)b * HC_OBJ_HEADER_BYTES;
+}
+
+static void name_of(const hc_store *st, const uint8_t key[HC_KEY_BYTES], uint8_t name[HC_BE_NAME_BYTES])
+{
+	memcpy(name, st->fp, 32);
+	memcpy(name + 32, key, 32);
+}
+
+static void page_key(const hc_pool *p, uint32_t id, uint8_t key[HC_KEY_BYTES])
+{
+	for (int k = 0; k < 4; k++) {
+		uint64_t v = atomic_load_explicit(&p->pages[id].key[k], memory_order_relaxed);
+		memcpy(key + 8 * k, &v, 8);
+	}
+}
+
+static void warn_corrupt(hc_store *st, const uint8_t key[HC_KEY_BYTES], const char *why)
+{
+	struct timespec ts;
+	uint64_t last, quiet;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	last = atomic_load(&st->last_warn_s);
+	if ((uint64_t)ts.tv_sec == last || !atomic_compare_exchange_strong(&st->last_warn_s, &last, (uint64_t)ts.tv_sec)) {
+		atomic_fetch_add(&st->quiet, 1);
+		return;
+	}
+	quiet = atomic_exchange(&st->quiet, 0);
+	hc__log(HC_LOG_WARN,
+		"backend %s: object %02x%02x%02x%02x...: %s: treated as a miss (%llu more not logged; see lib_corrupt)",
+		st->pl.name, key[0], key[1], key[2], key[3], why, (unsigned long long)quiet);
+}
+
+/* ---- preparing ops (the calling thread; no lock) */
+
+/* Point an op at page id: its key, its layout, header block then payload runs. */
+static int aim(struct call *c, struct op *o, uint32_t id, const char *what)
+{
+	hc_store *st = c->st;
+	hc_pool *p = st->pool;
+	uint32_t presence;
+	uint8_t key[HC_KEY_BYTES];
+
+	if (!(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
+		return hc__err(EINVAL, "store %s: page %u has no key: L3 holds pages reserved by key (hc_reserve)", what,
+			       id);
+	presence = atomic_load_explicit(&p->pages[id].presence, memory_order_relaxed);
+	if (hc__obj_layout(&p->g, presence, &o->lay) < 0)
+		return hc__err(EINVAL, "store %s: page %u has presence 0x%x", what, id, presence);
+	page_key(p, id, key);
+	o->iov[0] = (struct iovec){ block(st, o->block), HC_OBJ_HEADER_BYTES };
+	for (unsigned i = 0; i < o->lay.nrun; i++)
+		o->iov[1 + i] = (struct iovec){ p->env + (size_t)id * p->g.envelope_bytes + o->lay.run[i].env_off,
+						o->lay.run[i].len };
+	o->be.iovcnt = 1 + o->lay.nrun;
+	name_of(st, key, o->be.name);
+	return 0;
+}
+
+static int prep_put(struct call *c, struct op *o)
+{
+	hc_pool *p = c->st->pool;
+	hc_page_t pg = c->pages[o->item];
+	uint32_t id = HC_PAGE_ID(pg);
+	int r;
+
+	r = hc_page_pin(p, pg); /* held until the op is reaped */
+	if (r < 0)
+		return r;
+	r = aim(c, o, id, "put");
+	if (r < 0) {
+		hc_page_unpin(p, pg);
+		return r;
+	}
+	hc__obj_header_build(o->iov[0].iov_base, &p->g, c->st->fp, o->be.name + 32,
+			     atomic_load_explicit(&p->pages[id].depth, memory_order_relaxed), &o->lay,
+			     hc__obj_sum_iov(o->iov + 1, o->lay.nrun));
+	return 0;
+}
+
+static int prep_get(struct call *c, struct op *o)
+{
+	hc_pool *p = c->st->pool;
+	hc_page_t pg = c->pages[o->item];
+	uint32_t id = HC_PAGE_ID(pg);
+	uint64_t w;
+
+	if (id >= p->g.npages)
+		return hc__err(EINVAL, "store get: page id %u is out of range (%u pages)", id, p->g.npages);
+	w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
+	if (hc__w_gen(w) != HC_PAGE_GEN(pg) || hc__w_state(w) != HC_PAGE_RESERVED)
+		return hc__err(ESTALE, "store get: page %u is not a reservation of this handle", id);
+	if (p->slot < 0 || hc__w_owner(w) != (uint32_t)p->slot)
+		return hc__err(EPERM, "store get: page %u is reserved by rank slot %u, not by this process", id,
+			       hc__w_owner(w));
+	return aim(c, o, id, "get");
+}
+
+static int prep(struct call *c, struct op *o)
+{
+	memset(&o->be, 0, sizeof(o->be));
+	o->be.opcode = c->opcode;
+	o->be.iov = o->iov;
+	o->be.user_data = (uint64_t)(uintptr_t)o;
+	o->reread = 0;
+	o->bounce = NULL;
+	switch (c->opcode) {
+	case HC_BE_OP_PUT:
+		return prep_put(c, o);
+	case HC_BE_OP_GET:
+		return prep_get(c, o);
+	default:
+		name_of(c->st, c->keys[o->item], o->be.name);
+		return 0;
+	}
+}
+
+/* ---- finishing ops (the calling thread; no lock) */
+
+/* A get whose object holds more components than the page: read it whole,
+ * check it, and copy the page's components out of it. */
+static int reread_begin(struct call *c, struct op *o, int64_t len)
+{
+	size_t plen = (size_t)len - HC_OBJ_HEADER_BYTES;
+
+	o->bounce_len = (plen + HC_ENVELOPE_ALIGN - 1) & ~(size_t)(HC_ENVELOPE_ALIGN - 1);
+	o->bounce = aligned_alloc(HC_ENVELOPE_ALIGN, o->bounce_len ? o->bounce_len : HC_ENVELOPE_ALIGN);
+	if (!o->bounce)
+		return -ENOMEM;
+	o->iov[1] = (struct iovec){ o->bounce, o->bounce_len };
+	o->be.iovcnt = 2;
+	o->reread = 1;
+	count(c->st, SC_rereads, 1);
+	c->pend[c->npend++] = o;
+	return 1;
+}
+
+static int finish_get(struct call *c, struct op *o)
+{
+	hc_store *st = c->st;
+	hc_pool *p = st->pool;
+	const uint8_t *key = o->be.name + 32;
+	struct hc__obj_meta m;
+	char why[160];
+	int r;
+
+	if (o->result == -ENOENT) {
+		count(st, SC_misses, 1);
+		return -ENOENT;
+	}
+	if (o->result < 0) {
+		count(st, SC_get_errors, 1);
+		return (int)o->result;
+	}
+	if (o->result < (int64_t)HC_OBJ_HEADER_BYTES) {
+		snprintf(why, sizeof(why), "%lld bytes, shorter than its header", (long long)o->result);
+		goto corrupt;
+	}
+	r = hc__obj_header_check(o->iov[0].iov_base, &p->g, st->fp, key, &m, why, sizeof(why));
+	if (r < 0)
+		goto corrupt;
+	if ((uint64_t)o->result != HC_OBJ_HEADER_BYTES + m.payload_bytes) {
+		snprintf(why, sizeof(why), "%lld bytes, its header says %llu", (long long)o->result,
+			 (unsigned long long)(HC_OBJ_HEADER_BYTES + m.payload_bytes));
+		goto corrupt;
+	}
+	if (m.presence != o->lay.presence) {
+		if (o->lay.presence & ~m.presence) {
+			count(st, SC_misses, 1);
+			return -ENOENT; /* a good object, without a component the page needs */
+		}
+		if (!o->reread) {
+			r = reread_begin(c, o, o->result);
+			return r < 0 ? r : 1;
+		}
+	}
+	if (o->reread) {
+		struct hc__obj_layout full;
+		uint8_t *env = p->env + (size_t)HC_PAGE_ID(c->pages[o->item]) * p->g.envelope_bytes;
+		uint64_t src = 0;
+
+		if (hc__obj_sum_iov(o->iov + 1, 1) != m.sum) {
+			snprintf(why, sizeof(why), "payload checksum mismatch");
+			goto corrupt;
+		}
+		/* The object's payload runs, in component order: copy the page's. */
+		hc__obj_layout(&p->g, m.presence, &full);
+		for (unsigned ci = 0; ci < p->g.ncomp; ci++) {
+			uint64_t len = (p->g.comps[ci].bytes + HC_ENVELOPE_ALIGN - 1) & ~(uint64_t)(HC_ENVELOPE_ALIGN - 1);
+			if (!(m.presence & (UINT32_C(1) << ci)))
+				continue;
+			if (o->lay.presence & (UINT32_C(1) << ci))
+				memcpy(env + p->g.comps[ci].offset, (uint8_t *)o->bounce + src, len);
+			src += len;
+		}
+	} else if (hc__obj_sum_iov(o->iov + 1, o->lay.nrun) != m.sum) {
+		snprintf(why, sizeof(why), "payload checksum mismatch");
+		goto corrupt;
+	}
+	count(st, SC_hits, 1);
+	count(st, SC_get_bytes, (uint64_t)o->result);
+	return 0;
+corrupt:
+	count(st, SC_corrupt, 1);
+	warn_corrupt(st, key, why);
+	return -EBADMSG;
+}
+
+/* The item's status, or HC__REQUEUED when the op went back in flight (a reread). */
+#define HC__REQUEUED INT32_MIN
+static int finish(struct call *c, struct op *o)
+{
+	hc_store *st = c->st;
+	int r;
+
+	switch (c->opcode) {
+	case HC_BE_OP_PUT:
+		hc_page_unpin(st->pool, c->pages[o->item]);
+		if (o->result < 0) {
+			count(st, SC_put_errors, 1);
+			return (int)o->result;
+		}
+		count(st, SC_puts, 1);
+		count(st, SC_put_bytes, HC_OBJ_HEADER_BYTES + o->lay.payload_bytes);
+		c->count++;
+		return 0;
+	case HC_BE_OP_GET:
+		r = finish_get(c, o);
+		if (r == 1)
+			return HC__REQUEUED;
+		free(o->bounce);
+		o->bounce = NULL;
+		c->count += r == 0;
+		return r;
+	case HC_BE_OP_EXISTS:
+		if (o->result < 0)
+			return (int)o->result;
+		c->count += o->result > 0;
+		return o->result > 0;
+	default:
+		if (o->result == 0) {
+			count(st, SC_deletes, 1);
+			c->count++;
+		}
+		return (int)o->result;
+	}
+}
+
+/* ---- the loop of one call */
+
+static void give_back(hc_store *st, struct call *c, struct op *o)
+{
+	/* under st->mu */
+	st->free[st->nfree++] = o->block;
+	c->idle[c->nidle++] = o;
+}
+
+static void complete_item(struct call *c, struct op *o, int status)
+{
+	if (c->status)
+		c->status[o->item] = status;
+	c->finished++;
+}
+
+/* Hand the reaped completions to their calls; under st->mu. */
+static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
+{
+	st->inflight -= k;
+	for (int i = 0; i < k; i++) {
+		struct op *o = (struct op *)(uintptr_t)cqe[i].user_data;
+
+		o->result = cqe[i].result;
+		o->next = o->call->done;
+		o->call->done = o;
+	}
+}
+
+static void submit_pending(struct call *c)
+{
+	hc_store *st = c->st;
+	int r;
+
+	if (!c->npend)
+		return;
+	for (unsigned i = 0; i < c->npend; i++)
+		c->subq[i] = c->pend[i]->be;
+	r = st->pl.be->submit(st->inst, c->subq, c->npend);
+	if (r > (int)c->npend || r == 0)
+		r = -EPROTO; /* the plugin broke its contract: nothing is known started */
+	pthread_mutex_lock(&st->mu);
+	if (r == -EAGAIN && st->inflight > 0) {
+		pthread_mutex_unlock(&st->mu);
+		return; /* retried once something is reaped */
+	}
+	if (r < 0) {
+		/* -EAGAIN with nothing in flight would never clear: a plugin bug */
+		hc__log(HC_LOG_WARN, "backend %s: submit: %s%s", st->pl.name, strerror(-r),
+			r == -EAGAIN ? " with nothing in flight" : "");
+		for (unsigned i = 0; i < c->npend; i++) {
+			struct op *o = c->pend[i];
+			if (c->opcode == HC_BE_OP_PUT)
+				hc_page_unpin(st->pool, c->pages[o->item]);
+			free(o->bounce);
+			o->bounce = NULL;
+			complete_item(c, o, r);
+			give_back(st, c, o);
+		}
+		pthread_cond_broadcast(&st->cv);
+		pthread_mutex_unlock(&st->mu);
+		c->npend = 0;
+		return;
+	}
+	st->inflight += r;
+	pthread_mutex_unlock(&st->mu);
+	c->inflight += (unsigned)r;
+	memmove(c->pend, c->pend + r, (c->npend - (unsigned)r) * sizeof(c->pend[0]));
+	c->npend -= (unsigned)r;
+}
+
+static void run(struct call *c)
+{
+	hc_store *st = c->st;
+	struct hc_be_cqe cqe[REAP_MAX];
+	struct op *got[QD_MAX < 64 ? QD_MAX : 64];
+
+	while (c->finished < c->n) {
+		struct op *list;
+		unsigned ngot = 0;
+
+		/* 1. take what was reaped for us, and new blocks for new items */
+		pthread_mutex_lock(&st->mu);
+		list = c->done;
+		c->done = NULL;
+		while (c->next < c->n && c->nidle && st->nfree && ngot < sizeof(got) / sizeof(got[0])) {
+			struct op *o = c->idle[--c->nidle];
+			o->block = st->free[--st->nfree];
+			o->item = c->next++;
+			got[ngot++] = o;
+		}
+		pthread_mutex_unlock(&st->mu);
+
+		/* 2. finish the completed ones, outside the lock (checksums) */
+		for (struct op *o = list, *nx; o; o = nx) {
+			int s;
+			nx = o->next;
+			c->inflight--;
+			s = finish(c, o);
+			if (s == HC__REQUEUED)
+				continue;
+			complete_item(c, o, s);
+			pthread_mutex_lock(&st->mu);
+			give_back(st, c, o);
+			pthread_cond_broadcast(&st->cv);
+			pthread_mutex_unlock(&st->mu);
+		}
+
+		/* 3. prepare the new ones and submit */
+		for (unsigned i = 0; i < ngot; i++) {
+			int r = prep(c, got[i]);
+			if (r == 0) {
+				c->pend[c->npend++] = got[i];
+				continue;
+			}
+			if (c->opcode == HC_BE_OP_PUT)
+				count(st, SC_put_errors, 1);
+			else if (c->opcode == HC_BE_OP_GET)
+				count(st, SC_get_errors, 1);
+			complete_item(c, got[i], r);
+			pthread_mutex_lock(&st->mu);
+			give_back(st, c, got[i]);
+			pthread_mutex_unlock(&st->mu);
+		}
+		submit_pending(c);
+		if (c->finished == c->n)
+			break;
+
+		/* 4. wait: reap if ours are in flight and nobody else is reaping */
+		pthread_mutex_lock(&st->mu);
+		if (!c->done && (c->inflight || c->npend || !st->nfree || !c->nidle)) {
+			if (c->inflight && !st->reaping) {
+				int k;
+				st->reaping = 1;
+				pthread_mutex_unlock(&st->mu);
+				k = st->pl.be->reap(st->inst, cqe, REAP_MAX, REAP_WAIT_MS);
+				pthread_mutex_lock(&st->mu);
+				if (k > 0)
+					dispatch(st, cqe, k);
+				else if (k < 0)
+					hc__log(HC_LOG_WARN, "backend %s: reap: %s", st->pl.name, strerror(-k));
+				st->reaping = 0;
+				pthread_cond_broadcast(&st->cv);
+			} else {
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec += 50 * 1000000L; /* a bound, in case a wakeup is lost to a plugin bug */
+				if (ts.tv_nsec >= 1000000000L) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000L;
+				}
+				pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+			}
+		}
+		pthread_mutex_unlock(&st->mu);
+	}
+}
+
+static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_key_t *keys,
+		unsigned n, int *status)
+{
+	static const char *const what[] = { "", "get", "put", "exists", "delete" };
+	struct call c = { .st = st, .opcode = opcode, .n = n, .pages = pages, .keys = keys, .status = status };
+	unsigned cap;
+
+	if (!st)
+		return hc__err(EINVAL, "store %s: the store is NULL", what[opcode]);
+	if (n == 0)
+		return 0;
+	if ((opcode == HC_BE_OP_PUT || opcode == HC_BE_OP_GET) ? !pages : !keys)
+		return hc__err(EINVAL, "store %s: %s is NULL with n = %u", what[opcode],
+			       opcode <= HC_BE_OP_PUT ? "pages" : "keys", n);
+	if (opcode == HC_BE_OP_GET)
+		count(st, SC_gets, n);
+	else if (opcode == HC_BE_OP_EXISTS)
+		count(st, SC_exists, n);
+	cap = n < st->qd ? n : st->qd;
+	c.ops = calloc(cap, sizeof(*c.ops));
+	c.idle = calloc(cap, sizeof(*c.idle));
+	c.pend = calloc(cap, sizeof(*c.pend));
+	c.subq = calloc(cap, sizeof(*c.subq));
+	if (!c.ops || !c.idle || !c.pend || !c.subq) {
+		free(c.ops);
+		free(c.idle);
+		free(c.pend);
+		free(c.subq);
+		return hc__err(ENOMEM, "store %s: no memory for %u ops", what[opcode], cap);
+	}
+	for (unsigned i = 0; i < cap; i++) {
+		c.ops[i].call = &c;
+		c.idle[c.nidle++] = &c.ops[i];
+	}
+	run(&c);
+	free(c.ops);
+	free(c.idle);
+	free(c.pend);
+	free(c.subq);
+	return c.count;
+}
+
+int hc_store_put(hc_store *st, const hc_page_t *pages, unsigned n, int *status)
+{
+	return call(st, HC_BE_OP_PUT, pages, NULL, n, status);
+}
+
+int hc_store_get(hc_store *st, const hc_page_t *pages, unsigned n, int *status)
+{
+	return call(st, HC_BE_OP_GET, pages, NULL, n, status);
+}
+
+int hc_store_exists(hc_store *st, const hc_key_t *keys, unsigned n, int *status)
+{
+	return call(st, HC_BE_OP_EXISTS, NULL, keys, n, status);
+}
+
+int hc_store_delete(hc_store *st, const hc_key_t *keys, unsigned n, int *status)
+{
+	return call(st, HC_BE_OP_DELETE, NULL, keys, n, status);
+}
+
+/* ---- open, close, info, stats, ctl */
+
+int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *opts, hc_store **out)
+{
+	struct hc__plugin_spec *sp = NULL;
+	hc_store *st = NULL;
+	int r;
+
+	if (!out)
+		return hc__err(EINVAL, "store open: out is NULL");
+	*out = NULL;
+	if (!pool)
+		return hc__err(EINVAL, "store open: pool is NULL");
+	if (pool->readonly)
+		return hc__err(EPERM, "store open: the pool is attached read-only: attach it read-write");
+	if (opts && opts->queue_depth > QD_MAX)
+		return hc__err(EINVAL, "store open: queue_depth %u is more than %u", opts->queue_depth, QD_MAX);
+	sp = malloc(sizeof(*sp));
+	st = calloc(1, sizeof(*st));
+	if (!sp || !st) {
+		r = hc__err(ENOMEM, "store open: no memory");
+		goto fail;
+	}
+	r = hc__plugin_spec_parse(spec, sp);
+	if (r < 0)
+		goto fail;
+	r = hc__plugin_load(sp->name, opts ? opts->backend_dir : NULL, &st->pl);
+	if (r < 0)
+		goto fail;
+	st->pool = pool;
+	memcpy(st->fp, pool->info.fingerprint, 32);
+	st->qd = opts && opts->queue_depth ? opts->queue_depth : QD_DEFAULT;
+	st->hdrs = aligned_alloc(HC_OBJ_HEADER_BYTES, (size_t)st->qd * HC_OBJ_HEADER_BYTES);
+	st->free = calloc(st->qd, sizeof(*st->free));
+	if (!st->hdrs || !st->free) {
+		r = hc__err(ENOMEM, "store open: no memory for %u header blocks", st->qd);
+		goto fail;
+	}
+	memset(st->hdrs, 0, (size_t)st->qd * HC_OBJ_HEADER_BYTES);
+	for (unsigned i = 0; i < st->qd; i++)
+		st->free[st->nfree++] = st->qd - 1 - i;
+	pthread_mutex_init(&st->mu, NULL);
+	pthread_cond_init(&st->cv, NULL);
+	r = hc__plugin_open(&st->pl, sp, &st->inst);
+	if (r < 0)
+		goto fail_sync;
+	st->env_len = (size_t)pool->g.npages * pool->g.envelope_bytes;
+	r = st->pl.be->reg_mem(st->inst, pool->env, st->env_len);
+	if (r < 0) {
+		r = hc__err(-r, "backend %s: registering the pool's %zu envelope bytes: %s", st->pl.name, st->env_len,
+			    strerror(-r));
+		goto fail_close;
+	}
+	st->env_reg = 1;
+	r = st->pl.be->reg_mem(st->inst, st->hdrs, (size_t)st->qd * HC_OBJ_HEADER_BYTES);
+	if (r < 0) {
+		r = hc__err(-r, "backend %s: registering the header blocks: %s", st->pl.name, strerror(-r));
+		goto fail_close;
+	}
+	st->hdr_reg = 1;
+	free(sp);
+	*out = st;
+	return 0;
+fail_close:
+	if (st->env_reg)
+		st->pl.be->unreg_mem(st->inst, pool->env);
+	st->pl.be->close(st->inst);
+fail_sync:
+	pthread_cond_destroy(&st->cv);
+	pthread_mutex_destroy(&st->mu);
+fail:
+	if (st) {
+		free(st->hdrs);
+		free(st->free);
+	}
+	free(st);
+	free(sp);
+	return r;
+}
+
+int hc_store_close(hc_store *st)
+{
+	if (!st)
+		return 0;
+	if (st->hdr_reg)
+		st->pl.be->unreg_mem(st->inst, st->hdrs);
+	if (st->env_reg)
+		st->pl.be->unreg_mem(st->inst, st->pool->env);
+	st->pl.be->close(st->inst);
+	pthread_cond_destroy(&st->cv);
+	pthread_mutex_destroy(&st->mu);
+	free(st->hdrs);
+	free(st->free);
+	free(st);
+	return 0;
+}
+
+int hc_store_info(const hc_store *st, struct hc_store_info *out)
+{
+	if (!st || !out)
+		return hc__err(EINVAL, "store info: %s is NULL", st ? "out" : "store");
+	memset(out, 0, sizeof(*out));
+	snprintf(out->name, sizeof(out->name), "%s", st->pl.name);
+	snprintf(out->path, sizeof(out->path), "%s", st->pl.path);
+	out->description = st->pl.be->description;
+	out->caps = st->pl.be->caps;
+	out->queue_depth = st->qd;
+	return 0;
+}
+
+int hc_store_stats(hc_store *st, void (*emit)(void *arg, const char *name, uint64_t value), void *arg)
+{
+	int r;
+
+	if (!st || !emit)
+		return hc__err(EINVAL, "store stats: %s is NULL", st ? "emit" : "store");
+	for (unsigned i = 0; i < SC__COUNT; i++)
+		emit(arg, ctr_names[i], atomic_load_explicit(&st->ctr[i], memory_order_relaxed));
+	r = st->pl.be->stats(st->inst, emit, arg);
+	if (r < 0)
+		return hc__err(-r, "backend %s: stats: %s", st->pl.name, strerror(-r));
+	return 0;
+}
+
+int hc_store_ctl(hc_store *st, const char *key, const char *value, char *out, size_t outlen)
+{
+	int r;
+
+	if (!st || !key)
+		return hc__err(EINVAL, "store ctl: %s is NULL", st ? "key" : "store");
+	if (!value && (!out || !outlen))
+		return hc__err(EINVAL, "store ctl %s: reading needs an out buffer", key);
+	r = st->pl.be->ctl(st->inst, key, value, out, outlen);
+	if (r == -ENOENT)
+		return hc__err(ENOENT, "backend %s: no option '%s'", st->pl.name, key);
+	if (r < 0)
+		return hc__err(-r, "backend %s: %s '%s'%s%s: %s", st->pl.name, value ? "setting" : "reading", key,
+			       value ? " to " : "", value ? value : "", strerror(-r));
+	return r;
+}
+
+void hc__store_plugin(hc_store *st, const struct hc_backend **be, void **inst)
+{
+	*be = st->pl.be;
+	*inst = st->inst;
+}
