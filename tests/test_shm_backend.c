@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -686,9 +687,11 @@ START_TEST(test_kill_mid_put)
 END_TEST
 
 /* A child takes the metadata lock itself, scribbles over everything a
- * rebuild can recompute, and dies holding the lock. */
-static void die_holding_lock(const char *path)
+ * rebuild can recompute, breaks the extent chain of object 'broken', and
+ * dies holding the lock. */
+static void die_holding_lock(const char *path, uint32_t broken)
 {
+	uint8_t bname[HC_BE_NAME_BYTES];
 	struct hc_shm_hdr h;
 	struct hc_shm_ctl *ctl;
 	struct hc_shm_obj *objs;
@@ -702,6 +705,7 @@ static void die_holding_lock(const char *path)
 		_exit(4);
 	ctl = (struct hc_shm_ctl *)(base + h.toc[HC_SHM_REG_CTL].off);
 	objs = (struct hc_shm_obj *)(base + h.toc[HC_SHM_REG_OBJS].off);
+	oname(bname, broken);
 	pthread_mutex_lock(&ctl->lock.m);
 	ctl->lru_head = 0x7777777;
 	ctl->lru_tail = 3;
@@ -716,6 +720,8 @@ static void die_holding_lock(const char *path)
 		objs[i].lnext = 0xffffffffu - i;
 		objs[i].hnext = i + 1;
 		objs[i].pins = 77;
+		if (objs[i].state == HC_SHM_OBJ_LIVE && memcmp(objs[i].name, bname, sizeof(bname)) == 0)
+			objs[i].ext_head = h.nblocks + 100;
 	}
 	raise(SIGKILL);
 	_exit(5);
@@ -725,29 +731,41 @@ START_TEST(test_kill_holding_lock)
 {
 	const char *name = sname();
 	void *be = must_open(name, "capacity=1M", "destroy_on_close=1");
-	pid_t pid;
+	pid_t pid, reader, writer;
 
+	/* 12 objects of 95 blocks in all; object 7 takes 10 of them. */
 	for (uint32_t id = 0; id < 12; id++)
 		put_obj(be, id, 1, 3000 + id * 5000);
-	get_obj(be, 0, 1, 3000); /* 0 is the most recent, 1 the least */
+	get_obj(be, 0, 1, 3000);
+	/* A live reader pins 5, a live writer holds 6 blocks for object 50. */
+	reader = spawn_stuck(name, HC_BE_OP_GET, 5, 0, 6 * K4);
+	writer = spawn_stuck(name, HC_BE_OP_PUT, 50, 1, 6 * K4);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0)
-		die_holding_lock(spath(name));
+		die_holding_lock(spath(name), 7);
 	ck_assert(WIFSIGNALED(reap_child(pid)));
-	/* The next locker rebuilds: the invariants hold, nothing was lost. */
+	/* The next locker rebuilds: the invariants hold (the reader's pin
+	 * counted, the writer's blocks kept), only the broken object is lost. */
 	assert_check(be);
 	ck_assert_uint_eq(stat_of(be, "rebuilds"), 1);
-	ck_assert_uint_eq(stat_of(be, "objects"), 12);
 	ck_assert_ptr_nonnull(strstr(logbuf, "died holding the metadata lock"));
-	/* The LRU order survived (1 is the least recent): 95 blocks are used,
-	 * 161 free, and 162 blocks evict object 1 (2 blocks) alone. */
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 161 * K4);
-	put_obj(be, 100, 1, 162 * K4);
+	ck_assert_uint_eq(stat_of(be, "objects"), 11);
+	ck_assert_int_eq(exists(be, 7), 0);
+	ck_assert_int_eq(exists(be, 50), 0);
+	ck_assert_uint_eq(stat_of(be, "free_bytes"), (256 - 95 + 10 - 6) * K4);
+	/* The LRU order survived: 1 is the least recent (2 blocks), so 166
+	 * blocks evict it alone. */
+	put_obj(be, 100, 1, 166 * K4);
 	ck_assert_int_eq(exists(be, 1), 0);
 	for (uint32_t id = 0; id < 12; id++)
-		if (id != 1)
+		if (id != 1 && id != 7)
 			get_obj(be, id, 1, 3000 + id * 5000);
+	/* The reader and the writer die: their pin and blocks come back. */
+	kill_child(reader);
+	kill_child(writer);
+	ck_assert_int_eq(B->ctl(be, "recover", "1", NULL, 0), 0);
+	ck_assert_uint_eq(stat_of(be, "free_bytes"), (167 - 166 + 6) * K4);
 	assert_check(be);
 	B->close(be);
 }
@@ -823,7 +841,7 @@ START_TEST(test_create_race)
 				void *me;
 				int r;
 				while (!atomic_load(&sh->go))
-					;
+					sched_yield();
 				r = OPEN(&me, name, "capacity=2M", "max_openers=8");
 				if (r < 0) {
 					if (atomic_fetch_add(&sh->failed, 1) == 0)

@@ -79,8 +79,12 @@ int hc__shm_lock(struct hc_shm *be)
 				  be->seg.path, strerror(ret));
 		return -ret;
 	}
-	if (ctl->dirty)
-		hc__shm_rebuild_locked(be); /* on failure dirty stays set: the next locker tries again */
+	/* Never work on damaged metadata: on failure (no memory) dirty stays
+	 * set, this op fails, and the next locker tries again. */
+	if (ctl->dirty && (ret = hc__shm_rebuild_locked(be)) < 0) {
+		pthread_mutex_unlock(&ctl->lock.m);
+		return ret;
+	}
 	if (owner_died)
 		hc__shm_probe_locked(be); /* the dead holder's pins and writes, too */
 	return 0;
@@ -204,18 +208,19 @@ static void lru_push_head(const struct hc_shm_seg *s, uint32_t i)
 	s->ctl->lru_head = i;
 }
 
-void hc__shm_touch_locked(struct hc_shm *be, uint32_t i)
+int hc__shm_touch_locked(struct hc_shm *be, uint32_t i)
 {
 	const struct hc_shm_seg *s = &be->seg;
 
 	s->objs[i - 1].stamp = ++s->ctl->clock;
 	if (s->ctl->lru_head == i)
-		return;
+		return 0;
 	if (lru_unlink(s, i) < 0) {
 		damaged(be, "LRU list");
-		return;
+		return -EIO;
 	}
 	lru_push_head(s, i);
+	return 0;
 }
 
 /* The entry's fields as FREE, without touching any list. */
@@ -271,10 +276,17 @@ static int remove_obj(struct hc_shm *be, uint32_t i)
 
 int hc__shm_remove_locked(struct hc_shm *be, uint32_t i)
 {
+	uint8_t name[HC_BE_NAME_BYTES];
+
 	if (remove_obj(be, i) == 0)
 		return 0;
+	memcpy(name, be->seg.objs[i - 1].name, sizeof(name));
 	damaged(be, "removing an object");
-	return -EIO;
+	/* Rebuilt: the object is there or not, for sure now. */
+	i = hc__shm_lookup_locked(be, name);
+	if (!i)
+		return -ENOENT;
+	return remove_obj(be, i) == 0 ? 0 : -EIO;
 }
 
 /* Evict unpinned LIVE objects from the LRU tail until nb blocks and an

@@ -215,13 +215,18 @@ static int seg_init(uint8_t *base, const struct hc_shm_geom *g, uint64_t segment
 }
 
 /* Name an unnamed (O_TMPFILE) file, the way open(2) shows, which needs no
- * capability; -1 with errno EEXIST if the name is taken, as link(2). */
+ * capability (without /proc, AT_EMPTY_PATH, which needs
+ * CAP_DAC_READ_SEARCH); -1 with errno EEXIST if the name is taken. */
 static int name_tmpfile(int fd, const char *path)
 {
 	char self[40];
+	int ret;
 
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-	return linkat(AT_FDCWD, self, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+	ret = linkat(AT_FDCWD, self, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+	if (ret < 0 && errno == ENOENT && access(self, F_OK) < 0)
+		ret = linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH);
+	return ret;
 }
 
 /* Create and publish a new segment at 'path'; *fdout is its open file.

@@ -348,6 +348,8 @@ static int64_t op_get(struct hc_shm *be, const struct hc_be_op *op)
 		return ret;
 	}
 	i = hc__shm_lookup_locked(be, op->name);
+	if (i && hc__shm_touch_locked(be, i) < 0)
+		i = hc__shm_lookup_locked(be, op->name); /* the metadata was rebuilt meanwhile */
 	if (!i) {
 		hc__shm_unlock(be);
 		pin_give(be, k);
@@ -355,7 +357,6 @@ static int64_t op_get(struct hc_shm *be, const struct hc_be_op *op)
 		return -ENOENT;
 	}
 	hc__shm_pin_locked(be, i, k);
-	hc__shm_touch_locked(be, i);
 	length = s->objs[i - 1].length;
 	head = s->objs[i - 1].ext_head;
 	nblocks = s->objs[i - 1].nblocks;
@@ -436,18 +437,20 @@ static int64_t op_put(struct hc_shm *be, const struct hc_be_op *op)
 		return -ENOSPC;
 	if ((ret = put_reserve(be, op, (uint64_t)length, &t)) < 0)
 		return ret;
+	atomic_fetch_add(&be->writing, 1);
 
 	/* Invisible to readers until published; a death here leaves a
 	 * WRITING object that the recoverer of our slot frees. */
 	ret = copy_blocks(s, t.head, t.nblocks, (uint64_t)length, op->iov, op->iovcnt, false);
 
 	if (hc__shm_lock(be) < 0)
-		return -ENOTRECOVERABLE;
+		return -ENOTRECOVERABLE; /* the object stays WRITING: close scans for it */
 	if (ret < 0)
 		hc__shm_abort_locked(be, t.obj, t.gen);
 	else
 		ret = hc__shm_publish_locked(be, t.obj, t.gen);
 	hc__shm_unlock(be);
+	atomic_fetch_sub(&be->writing, 1);
 	if (ret == 0)
 		hc__shm_count(be, HC_SHM_CTR_put_bytes, (uint64_t)length);
 	return ret;

@@ -126,6 +126,8 @@ struct hc_shm {
 	_Atomic uint32_t put_wait_ms;
 	_Atomic int destroy_on_close;
 
+	_Atomic unsigned writing; /* puts between reserve and publish (or abort) */
+
 	_Atomic uint64_t ctr[HC_SHM_CTR__COUNT];
 	_Atomic unsigned warned; /* HC_SHM_WARN_* bits: causes already logged */
 };
@@ -157,7 +159,7 @@ int hc__shm_seg_unlink(struct hc_shm_seg *s);
 int hc__shm_lock(struct hc_shm *be);
 void hc__shm_unlock(struct hc_shm *be);
 uint32_t hc__shm_lookup_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES]);
-void hc__shm_touch_locked(struct hc_shm *be, uint32_t obj);
+int hc__shm_touch_locked(struct hc_shm *be, uint32_t obj);
 int hc__shm_remove_locked(struct hc_shm *be, uint32_t obj);
 int hc__shm_reserve_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES], uint64_t length,
 			   uint32_t *obj, uint32_t *gen, unsigned *evicted);
@@ -173,7 +175,7 @@ int hc__shm_check_locked(struct hc_shm *be, char *out, size_t outlen);
 int hc__shm_slot_claim(struct hc_shm *be);
 void hc__shm_slot_release(struct hc_shm *be);
 unsigned hc__shm_probe_locked(struct hc_shm *be);
-void hc__shm_drop_slot_locked(struct hc_shm *be, unsigned slot);
+void hc__shm_drop_slot_locked(struct hc_shm *be, unsigned slot, bool writes);
 unsigned hc__shm_openers(struct hc_shm *be);
 
 /* An extent's first block, bounds-checked: -1 if 'ext' (index + 1) is not a block. */

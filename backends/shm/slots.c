@@ -31,14 +31,14 @@
 #define HC_SHM_CLAIM_ROUNDS 200
 #define HC_SHM_CLAIM_WAIT_US 500
 
-void hc__shm_drop_slot_locked(struct hc_shm *be, unsigned slot)
+void hc__shm_drop_slot_locked(struct hc_shm *be, unsigned slot, bool writes)
 {
 	const struct hc_shm_seg *s = &be->seg;
 
 	for (uint32_t k = 0; k < s->g.pins_per_opener; k++)
 		if (s->pins[(size_t)slot * s->g.pins_per_opener + k].obj)
 			hc__shm_unpin_locked(be, slot, k);
-	for (uint32_t i = 1; i <= s->g.max_objects; i++) {
+	for (uint32_t i = 1; writes && i <= s->g.max_objects; i++) {
 		const struct hc_shm_obj *o = &s->objs[i - 1];
 		if (o->state == HC_SHM_OBJ_WRITING && o->owner == slot)
 			hc__shm_free_obj_locked(be, i);
@@ -50,7 +50,7 @@ static void recover_dead(struct hc_shm *be, unsigned slot)
 {
 	struct hc_shm_slot *sl = &be->seg.slots[slot];
 
-	hc__shm_drop_slot_locked(be, slot);
+	hc__shm_drop_slot_locked(be, slot, true);
 	atomic_fetch_add_explicit(&be->seg.ctl->recoveries, 1, memory_order_relaxed);
 	hc__shm_log(HC_BE_LOG_INFO, "%s: opener slot %u (pid %u) died; dropped its pins and unfinished puts",
 		    be->seg.path, slot, atomic_load_explicit(&sl->pid, memory_order_relaxed));
@@ -75,7 +75,7 @@ unsigned hc__shm_probe_locked(struct hc_shm *be)
 			pthread_mutex_consistent(&sl->lock.m);
 		} else if (ret == 0) {
 			/* Marked LIVE, yet nobody holds it: a leftover; its holds are nobody's. */
-			hc__shm_drop_slot_locked(be, slot);
+			hc__shm_drop_slot_locked(be, slot, true);
 			atomic_store_explicit(&sl->state, HC_SHM_SLOT_FREE, memory_order_release);
 		} else {
 			continue; /* EBUSY: alive, or being claimed; else unusable, left alone */
@@ -101,19 +101,22 @@ static void sem_wait_intr(sem_t *s)
 		;
 }
 
-/* We hold slot's mutex: undo whatever it still holds, as its new owner. */
+/* We hold slot's mutex: undo whatever it still holds, as its new owner.
+ * A slot its owner let go of (FREE, and not owner-dead) holds nothing. */
 static int take_slot(struct hc_shm *be, unsigned slot, int got)
 {
 	struct hc_shm_slot *sl = &be->seg.slots[slot];
 	int ret;
 
 	be->claiming = (int)slot;
+	if (got != EOWNERDEAD && atomic_load_explicit(&sl->state, memory_order_acquire) == HC_SHM_SLOT_FREE)
+		return 0;
 	if ((ret = hc__shm_lock(be)) < 0)
 		return ret;
 	if (got == EOWNERDEAD)
 		recover_dead(be, slot);
 	else
-		hc__shm_drop_slot_locked(be, slot); /* nothing, unless a leftover */
+		hc__shm_drop_slot_locked(be, slot, true); /* a leftover */
 	hc__shm_unlock(be);
 	if (got == EOWNERDEAD && (ret = pthread_mutex_consistent(&sl->lock.m)) != 0)
 		return -ret;
@@ -204,13 +207,14 @@ int hc__shm_slot_claim(struct hc_shm *be)
 	return 0;
 }
 
-/* Clean close: undo our own holds (none, when every op was reaped), then let go. */
+/* Clean close: undo our own holds (none, when every op was reaped), then
+ * let go.  Only a put that never finished makes us scan the object table. */
 void hc__shm_slot_release(struct hc_shm *be)
 {
 	if (be->slot < 0)
 		return;
 	if (hc__shm_lock(be) == 0) {
-		hc__shm_drop_slot_locked(be, (unsigned)be->slot);
+		hc__shm_drop_slot_locked(be, (unsigned)be->slot, atomic_load(&be->writing) != 0);
 		hc__shm_unlock(be);
 	}
 	sem_post(&be->holder_stop);
