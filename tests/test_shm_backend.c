@@ -1181,13 +1181,24 @@ static void *mt_submit(void *arg)
 	return NULL;
 }
 
+static void ignore_stat(void *arg, const char *name, uint64_t v)
+{
+	(void)arg;
+	(void)name;
+	(void)v;
+}
+
+/* Reaps, and calls stats and ctl between reaps, as a host's metrics would. */
 static void *mt_reap(void *arg)
 {
 	struct mt *m = arg;
 	struct hc_be_cqe c[7];
+	char out[256];
 
 	while (atomic_load(&m->reaped) < 800) {
 		int n = B->reap(m->be, c, 7, 10);
+		if (B->stats(m->be, ignore_stat, NULL) < 0 || B->ctl(m->be, "check", NULL, out, sizeof(out)) <= 0)
+			atomic_store(&m->bad, 1);
 		for (int k = 0; k < n; k++) {
 			if (c[k].user_data >= 800 || atomic_fetch_add(&m->seen[c[k].user_data], 1) ||
 			    c[k].result != (int64_t)(c[k].user_data % 2))

@@ -74,7 +74,7 @@ int hc__shm_lock(struct hc_shm *be)
 		}
 	}
 	if (ret != 0) {
-		hc__shm_warn_once(be, HC_SHM_WARN_REBUILD,
+		hc__shm_warn_once(be, HC_SHM_WARN_LOCK,
 				  "%s: the metadata lock is unusable (%s): remove the segment and let it be created again",
 				  be->seg.path, strerror(ret));
 		return -ret;

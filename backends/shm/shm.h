@@ -132,9 +132,10 @@ struct hc_shm {
 	_Atomic unsigned warned; /* HC_SHM_WARN_* bits: causes already logged */
 };
 
-#define HC_SHM_WARN_REBUILD  0x1u
+#define HC_SHM_WARN_LOCK     0x1u
 #define HC_SHM_WARN_NOMEM    0x2u
 #define HC_SHM_WARN_CHAIN    0x4u
+#define HC_SHM_WARN_SLOT     0x8u
 
 /* shm.c: logging through the host. */
 void hc__shm_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -139,8 +139,8 @@ static int claim_round(struct hc_shm *be)
 			continue;
 		}
 		if (got != 0 && got != EOWNERDEAD) {
-			hc__shm_log(HC_BE_LOG_WARN, "%s: opener slot %u is unusable (%s); skipping it", s->path, slot,
-				    strerror(got));
+			hc__shm_warn_once(be, HC_SHM_WARN_SLOT, "%s: opener slot %u is unusable (%s); skipping it", s->path,
+					  slot, strerror(got));
 			continue;
 		}
 		if ((ret = take_slot(be, slot, got)) < 0) {
