@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../shmpool/pool.h"
 #include "object.h"
@@ -80,6 +81,7 @@ struct hc_store {
 	unsigned nfree;
 	int inflight;            /* ops submitted and not yet reaped, all calls */
 	int reaping;
+	unsigned reap_failing;   /* consecutive failed reaps (a broken plugin) */
 
 	_Atomic uint64_t ctr[SC__COUNT];
 	_Atomic uint64_t last_warn_s, quiet; /* corrupt-object warnings: one a second */
@@ -511,10 +513,20 @@ static void run(struct call *c)
 				pthread_mutex_unlock(&st->mu);
 				k = st->pl.be->reap(st->inst, cqe, REAP_MAX, REAP_WAIT_MS);
 				pthread_mutex_lock(&st->mu);
-				if (k > 0)
+				if (k > 0) {
 					dispatch(st, cqe, k);
-				else if (k < 0)
-					hc__log(HC_LOG_WARN, "backend %s: reap: %s", st->pl.name, strerror(-k));
+				} else if (k < 0) {
+					/* Ops are still the plugin's: nothing can return before
+					 * they are reaped, so keep asking, slowly, and say so once. */
+					if (!st->reap_failing++)
+						hc__log(HC_LOG_WARN, "backend %s: reap: %s (retrying)", st->pl.name,
+							strerror(-k));
+					pthread_mutex_unlock(&st->mu);
+					usleep(1000);
+					pthread_mutex_lock(&st->mu);
+				}
+				if (k >= 0)
+					st->reap_failing = 0;
 				st->reaping = 0;
 				pthread_cond_broadcast(&st->cv);
 			} else {
