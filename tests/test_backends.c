@@ -53,8 +53,43 @@ static void rm_tmpdir(void)
 	tmpdir[0] = '\0';
 }
 
+/* shm stores: /dev/shm/hicache-l3.hctl3-<suite pid>-<test pid>, swept by main */
+static pid_t suite_pid;
+static char shm_name[64];
+
+static void shm_setup(char *spec, size_t len)
+{
+	snprintf(shm_name, sizeof(shm_name), "hctl3-%d-%d", (int)suite_pid, (int)getpid());
+	snprintf(spec, len, "shm:name=%s,capacity=48M,populate=0", shm_name);
+}
+
+static void shm_cleanup(void)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/dev/shm/hicache-l3.%s", shm_name);
+	unlink(path);
+}
+
+static void shm_sweep(void)
+{
+	char prefix[64], path[512];
+	struct dirent *d;
+	DIR *dir = opendir("/dev/shm");
+
+	snprintf(prefix, sizeof(prefix), "hicache-l3.hctl3-%d-", (int)suite_pid);
+	while (dir && (d = readdir(dir)))
+		if (strncmp(d->d_name, prefix, strlen(prefix)) == 0) {
+			snprintf(path, sizeof(path), "/dev/shm/%s", d->d_name);
+			unlink(path);
+		}
+	if (dir)
+		closedir(dir);
+}
+
 static const struct backend backends[] = {
 	{ "mem", mem_setup, NULL },
+	{ "shm", shm_setup, shm_cleanup },
 };
 #define NBACKENDS (int)(sizeof(backends) / sizeof(backends[0]))
 
@@ -963,6 +998,7 @@ int main(void)
 {
 	Suite *s = suite_create("backends");
 	TCase *tc = tcase_create("conformance");
+	int ret;
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, roundtrip, 0, NBACKENDS);
@@ -986,5 +1022,8 @@ int main(void)
 	tcase_add_test(tc, put_failure);
 	suite_add_tcase(s, tc);
 	(void)rm_tmpdir;
-	return hct_run(s);
+	suite_pid = getpid();
+	ret = hct_run(s);
+	shm_sweep();
+	return ret;
 }
