@@ -452,6 +452,11 @@ static void run(struct call *c)
 	hc_store *st = c->st;
 	struct hc_be_cqe cqe[REAP_MAX];
 	struct op *got[QD_MAX < 64 ? QD_MAX : 64];
+	/* A synchronous plugin does an op's copy inside submit: one op at a
+	 * time, so the page it copies is still in cache when it is checksummed
+	 * (before a put's copy, after a get's).  Other threads keep the
+	 * plugin busy meanwhile.  An asynchronous one gets batches. */
+	unsigned batch = (st->pl.be->caps & HC_BE_CAP_ASYNC) ? sizeof(got) / sizeof(got[0]) : 1;
 
 	while (c->finished < c->n) {
 		struct op *list;
@@ -461,7 +466,7 @@ static void run(struct call *c)
 		pthread_mutex_lock(&st->mu);
 		list = c->done;
 		c->done = NULL;
-		while (c->next < c->n && c->nidle && st->nfree && ngot < sizeof(got) / sizeof(got[0])) {
+		while (c->next < c->n && c->nidle && st->nfree && ngot < batch) {
 			struct op *o = c->idle[--c->nidle];
 			o->block = st->free[--st->nfree];
 			o->item = c->next++;
