@@ -123,16 +123,29 @@ int hc__plugin_spec_parse(const char *spec, struct hc__plugin_spec *out)
 /* Append "<dir>/<name>.so" candidates in search order; the first that exists wins. */
 static int find(const char *name, const char *dir, char *path, size_t len, char *tried, size_t tlen)
 {
-	const char *env = getenv("HICACHE_BACKEND_PATH");
+	/* secure_getenv: a setuid program must not load what the caller names */
+	const char *env = secure_getenv("HICACHE_BACKEND_PATH");
 	char list[8192];
+	const char *dirs[3];
 	char *save = NULL, *d;
 	struct stat sb;
 
-	snprintf(list, sizeof(list), "%s:%s:%s", env ? env : "", dir ? dir : "", HC_BACKEND_DIR);
+	/* The variable is a ':' list; the configured directory is one directory. */
+	snprintf(list, sizeof(list), "%s", env ? env : "");
 	tried[0] = '\0';
 	for (d = strtok_r(list, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
 		snprintf(path, len, "%s/%s.so", d, name);
 		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", d);
+		if (stat(path, &sb) == 0)
+			return 0; /* the first found is the one: a broken plugin is reported, not skipped */
+	}
+	dirs[0] = dir && *dir ? dir : NULL;
+	dirs[1] = HC_BACKEND_DIR;
+	for (unsigned i = 0; i < 2; i++) {
+		if (!dirs[i])
+			continue;
+		snprintf(path, len, "%s/%s.so", dirs[i], name);
+		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", dirs[i]);
 		if (stat(path, &sb) == 0)
 			return 0;
 	}
@@ -156,6 +169,9 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 		strcpy(out->path, name);
 		base = strrchr(name, '/') + 1;
 		snprintf(out->name, sizeof(out->name), "%.*s", (int)strcspn(base, "."), base);
+		if (!name_ok(out->name))
+			return hc__err(EINVAL, "backend path '%s': its file name should be <name>.so with a name of 1-%d of [A-Za-z0-9_-]",
+				       name, HC_PLUGIN_NAME_MAX);
 		if (access(out->path, F_OK) != 0)
 			return hc__err(ENOENT, "backend %s: %s: not found", out->name, out->path);
 	} else {

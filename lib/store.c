@@ -79,6 +79,13 @@ struct hc_store {
 	pthread_cond_t cv;
 	uint32_t *free;          /* free header blocks */
 	unsigned nfree;
+	/* The op that owns each block while in flight, and the block's use
+	 * count: a completion names (use << 32 | block), so one the plugin
+	 * should not have sent (a stale or made-up user_data) is dropped, not
+	 * followed to freed memory. */
+	struct op **owner;
+	uint32_t *use;
+	uint64_t stray;          /* completions dropped so */
 	int inflight;            /* ops submitted and not yet reaped, all calls */
 	int reaping;
 	unsigned reap_failing;   /* consecutive failed reaps (a broken plugin) */
@@ -231,7 +238,7 @@ static int prep(struct call *c, struct op *o)
 	memset(&o->be, 0, sizeof(o->be));
 	o->be.opcode = c->opcode;
 	o->be.iov = o->iov;
-	o->be.user_data = (uint64_t)(uintptr_t)o;
+	o->be.user_data = 0; /* set under st->mu when the op is handed over (submit_pending) */
 	o->reread = 0;
 	o->bounce = NULL;
 	switch (c->opcode) {
@@ -246,6 +253,16 @@ static int prep(struct call *c, struct op *o)
 }
 
 /* ---- finishing ops (the calling thread; no lock) */
+
+/* A plugin's failure of one item, for hc_last_error (the statuses have them all). */
+static int item_err(struct call *c, struct op *o)
+{
+	static const char *const what[] = { "", "get", "put", "exists", "delete" };
+	const uint8_t *k = o->be.name + 32;
+
+	return hc__err((int)-o->result, "backend %s: %s of key %02x%02x%02x%02x... (item %u): %s", c->st->pl.name,
+		       what[c->opcode], k[0], k[1], k[2], k[3], o->item, strerror((int)-o->result));
+}
 
 /* A get whose object holds more components than the page: read it whole,
  * check it, and copy the page's components out of it. */
@@ -280,13 +297,18 @@ static int finish_get(struct call *c, struct op *o)
 	}
 	if (o->result < 0) {
 		count(st, SC_get_errors, 1);
-		return (int)o->result;
+		return item_err(c, o);
 	}
 	if (o->result < (int64_t)HC_OBJ_HEADER_BYTES) {
 		snprintf(why, sizeof(why), "%lld bytes, shorter than its header", (long long)o->result);
 		goto corrupt;
 	}
 	r = hc__obj_header_check(o->iov[0].iov_base, &p->g, st->fp, key, &m, why, sizeof(why));
+	if (r == -EPROTO) { /* a good object of a newer format: a miss, not corruption */
+		count(st, SC_misses, 1);
+		warn_corrupt(st, key, why);
+		return -EPROTO;
+	}
 	if (r < 0)
 		goto corrupt;
 	if ((uint64_t)o->result != HC_OBJ_HEADER_BYTES + m.payload_bytes) {
@@ -348,7 +370,7 @@ static int finish(struct call *c, struct op *o)
 		hc_page_unpin(st->pool, c->pages[o->item]);
 		if (o->result < 0) {
 			count(st, SC_put_errors, 1);
-			return (int)o->result;
+			return item_err(c, o);
 		}
 		count(st, SC_puts, 1);
 		count(st, SC_put_bytes, HC_OBJ_HEADER_BYTES + o->lay.payload_bytes);
@@ -364,7 +386,7 @@ static int finish(struct call *c, struct op *o)
 		return r;
 	case HC_BE_OP_EXISTS:
 		if (o->result < 0)
-			return (int)o->result;
+			return item_err(c, o);
 		c->count += o->result > 0;
 		return o->result > 0;
 	default:
@@ -372,7 +394,7 @@ static int finish(struct call *c, struct op *o)
 			count(st, SC_deletes, 1);
 			c->count++;
 		}
-		return (int)o->result;
+		return o->result < 0 && o->result != -ENOENT ? item_err(c, o) : (int)o->result;
 	}
 }
 
@@ -395,10 +417,18 @@ static void complete_item(struct call *c, struct op *o, int status)
 /* Hand the reaped completions to their calls; under st->mu. */
 static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
 {
-	st->inflight -= k;
 	for (int i = 0; i < k; i++) {
-		struct op *o = (struct op *)(uintptr_t)cqe[i].user_data;
+		uint32_t b = (uint32_t)cqe[i].user_data, use = (uint32_t)(cqe[i].user_data >> 32);
+		struct op *o;
 
+		if (b >= st->qd || !(o = st->owner[b]) || st->use[b] != use) {
+			if (!st->stray++)
+				hc__log(HC_LOG_ERR, "backend %s: a completion for no op in flight (user_data 0x%llx): a plugin bug; dropped",
+					st->pl.name, (unsigned long long)cqe[i].user_data);
+			continue;
+		}
+		st->owner[b] = NULL;
+		st->inflight--;
 		o->result = cqe[i].result;
 		o->next = o->call->done;
 		o->call->done = o;
@@ -412,13 +442,21 @@ static void submit_pending(struct call *c)
 
 	if (!c->npend)
 		return;
-	for (unsigned i = 0; i < c->npend; i++)
-		c->subq[i] = c->pend[i]->be;
+	pthread_mutex_lock(&st->mu);
+	for (unsigned i = 0; i < c->npend; i++) {
+		struct op *o = c->pend[i];
+		o->be.user_data = (uint64_t)++st->use[o->block] << 32 | o->block;
+		st->owner[o->block] = o;
+		c->subq[i] = o->be;
+	}
+	pthread_mutex_unlock(&st->mu);
 	r = st->pl.be->submit(st->inst, c->subq, c->npend);
 	if (r > (int)c->npend || r == 0)
 		r = -EPROTO; /* the plugin broke its contract: nothing is known started */
 	pthread_mutex_lock(&st->mu);
 	if (r == -EAGAIN && st->inflight > 0) {
+		for (unsigned i = 0; i < c->npend; i++)
+			st->owner[c->pend[i]->block] = NULL;
 		pthread_mutex_unlock(&st->mu);
 		return; /* retried once something is reaped */
 	}
@@ -428,8 +466,13 @@ static void submit_pending(struct call *c)
 			r == -EAGAIN ? " with nothing in flight" : "");
 		for (unsigned i = 0; i < c->npend; i++) {
 			struct op *o = c->pend[i];
-			if (c->opcode == HC_BE_OP_PUT)
+			st->owner[o->block] = NULL; /* a late completion of it is dropped */
+			if (c->opcode == HC_BE_OP_PUT) {
 				hc_page_unpin(st->pool, c->pages[o->item]);
+				count(st, SC_put_errors, 1);
+			} else if (c->opcode == HC_BE_OP_GET) {
+				count(st, SC_get_errors, 1);
+			}
 			free(o->bounce);
 			o->bounce = NULL;
 			complete_item(c, o, r);
@@ -441,6 +484,8 @@ static void submit_pending(struct call *c)
 		return;
 	}
 	st->inflight += r;
+	for (unsigned i = (unsigned)r; i < c->npend; i++)
+		st->owner[c->pend[i]->block] = NULL; /* not accepted: resubmitted later */
 	pthread_mutex_unlock(&st->mu);
 	c->inflight += (unsigned)r;
 	memmove(c->pend, c->pend + r, (c->npend - (unsigned)r) * sizeof(c->pend[0]));
@@ -555,11 +600,14 @@ static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_
 	static const char *const what[] = { "", "get", "put", "exists", "delete" };
 	struct call c = { .st = st, .opcode = opcode, .n = n, .pages = pages, .keys = keys, .status = status };
 	unsigned cap;
+	int r;
 
 	if (!st)
 		return hc__err(EINVAL, "store %s: the store is NULL", what[opcode]);
 	if (n == 0)
 		return 0;
+	if ((opcode == HC_BE_OP_PUT || opcode == HC_BE_OP_GET) && (r = hc__need_slot(st->pool, what[opcode])) < 0)
+		return r;
 	if ((opcode == HC_BE_OP_PUT || opcode == HC_BE_OP_GET) ? !pages : !keys)
 		return hc__err(EINVAL, "store %s: %s is NULL with n = %u", what[opcode],
 			       opcode <= HC_BE_OP_PUT ? "pages" : "keys", n);
@@ -624,8 +672,9 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *o
 	*out = NULL;
 	if (!pool)
 		return hc__err(EINVAL, "store open: pool is NULL");
-	if (pool->readonly)
-		return hc__err(EPERM, "store open: the pool is attached read-only: attach it read-write");
+	if (pool->readonly || pool->slot < 0)
+		return hc__err(EPERM, "store open: the pool is attached %s: attach it as a rank (no HC_ATTACH_ADMIN)",
+			       pool->readonly ? "read-only" : "for administration");
 	if (opts && opts->queue_depth > QD_MAX)
 		return hc__err(EINVAL, "store open: queue_depth %u is more than %u", opts->queue_depth, QD_MAX);
 	sp = malloc(sizeof(*sp));
@@ -645,7 +694,9 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *o
 	st->qd = opts && opts->queue_depth ? opts->queue_depth : QD_DEFAULT;
 	st->hdrs = aligned_alloc(HC_OBJ_HEADER_BYTES, (size_t)st->qd * HC_OBJ_HEADER_BYTES);
 	st->free = calloc(st->qd, sizeof(*st->free));
-	if (!st->hdrs || !st->free) {
+	st->owner = calloc(st->qd, sizeof(*st->owner));
+	st->use = calloc(st->qd, sizeof(*st->use));
+	if (!st->hdrs || !st->free || !st->owner || !st->use) {
 		r = hc__err(ENOMEM, "store open: no memory for %u header blocks", st->qd);
 		goto fail;
 	}
@@ -685,6 +736,8 @@ fail:
 	if (st) {
 		free(st->hdrs);
 		free(st->free);
+		free(st->owner);
+		free(st->use);
 	}
 	free(st);
 	free(sp);
@@ -704,6 +757,8 @@ int hc_store_close(hc_store *st)
 	pthread_mutex_destroy(&st->mu);
 	free(st->hdrs);
 	free(st->free);
+	free(st->owner);
+	free(st->use);
 	free(st);
 	return 0;
 }
@@ -715,7 +770,7 @@ int hc_store_info(const hc_store *st, struct hc_store_info *out)
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "%s", st->pl.name);
 	snprintf(out->path, sizeof(out->path), "%s", st->pl.path);
-	out->description = st->pl.be->description;
+	out->description = st->pl.be->description ? st->pl.be->description : "";
 	out->caps = st->pl.be->caps;
 	out->queue_depth = st->qd;
 	return 0;

@@ -18,6 +18,9 @@
 #include "../lib/store.h"
 #include "hct.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define NPAGES 256
 #define KV    1u /* presence bits of the default test layout */
 #define STATE 2u
@@ -982,6 +985,8 @@ START_TEST(put_failure)
 	ck_assert_int_eq(st[0], -EIO);
 	ck_assert_int_eq(st[1], -EIO);
 	ck_assert_int_eq(st[2], 0);
+	ck_assert_msg_has("Input/output error"); /* the first failure, for hc_last_error */
+	ck_assert_msg_has("backend mem: put of key");
 	ck_assert_uint_eq(stat_of(e.st, "lib_put_errors"), 2);
 	for (int i = 0; i < 3; i++) {
 		struct hc_page_info pi;
@@ -990,6 +995,59 @@ START_TEST(put_failure)
 		ck_assert_uint_eq(pi.pins, 0);
 	}
 	ck_assert_err(hc_store_ctl(e.st, "fail_puts", "many", NULL, 0), EINVAL);
+	env_close(&e);
+}
+END_TEST
+
+/* Completions the plugin should never have sent are dropped, and said so. */
+START_TEST(stray_completions)
+{
+	struct env e;
+	hc_key_t k[3];
+	hc_page_t pg[3];
+	int st[3];
+
+	env_open(&e, 0, 0); /* mem */
+	logged[0] = '\0';
+	hc_set_log(log_capture, NULL);
+	hct_keys(k, 3, 21);
+	make_ready(&e, k, 3, 1, BOTH, pg);
+	ck_assert_ok(hc_store_ctl(e.st, "stray", "2", NULL, 0));
+	ck_assert_int_eq(hc_store_put(e.st, pg, 3, st), 3);
+	ck_assert_msg(strstr(logged, "a completion for no op in flight") != NULL, "not logged: '%s'", logged);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(hc_evict_key(e.p, k[i]), 1);
+	ck_assert_int_eq(get_keys(&e, k, 3, 1, BOTH, st), 3);
+	hc_set_log(NULL, NULL);
+	env_close(&e);
+}
+END_TEST
+
+/* An object of a newer format major is a miss, not corruption. */
+START_TEST(newer_format)
+{
+	struct env e;
+	hc_key_t k[2];
+	uint8_t name[HC_BE_NAME_BYTES], *obj;
+	int64_t len;
+	uint64_t sum;
+	int st[2];
+
+	env_open(&e, _i, 0);
+	hct_keys(k, 2, 22);
+	put_keys(&e, k, 2, 3, BOTH);
+	obj_name(&e, k[0], name);
+	obj = raw_get(&e, name, &len);
+	obj[8] = 2; /* format 2.0, sealed as a newer writer would */
+	sum = XXH3_64bits(obj, 4088);
+	memcpy(obj + 4088, &sum, 8);
+	raw_put(&e, name, obj, (size_t)len);
+	free(obj);
+	ck_assert_int_eq(get_keys(&e, k, 2, 3, BOTH, st), 1);
+	ck_assert_int_eq(st[0], -EPROTO);
+	ck_assert_int_eq(st[1], 0);
+	ck_assert_uint_eq(stat_of(e.st, "lib_corrupt"), 0);
+	ck_assert_uint_eq(stat_of(e.st, "lib_misses"), 1);
 	env_close(&e);
 }
 END_TEST
@@ -1014,12 +1072,14 @@ int main(void)
 	tcase_add_loop_test(tc, presence, 0, NBACKENDS);
 	tcase_add_loop_test(tc, reopen, 0, NBACKENDS);
 	tcase_add_loop_test(tc, store_errors, 0, NBACKENDS);
+	tcase_add_loop_test(tc, newer_format, 0, NBACKENDS);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loader");
 	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, loader_refuses);
 	tcase_add_test(tc, loader_paths);
 	tcase_add_test(tc, put_failure);
+	tcase_add_test(tc, stray_completions);
 	suite_add_tcase(s, tc);
 	(void)rm_tmpdir;
 	suite_pid = getpid();
