@@ -693,7 +693,7 @@ START_TEST(bad_options)
 		const char *opts;
 		const char *want[3];
 	} bad[] = {
-		{ "color=blue", { "unknown option 'color'", "queue_depth" } },
+		{ "color=blue", { "unknown option color=blue", "queue_depth" } },
 		{ "queue_depth=abc", { "queue_depth=abc", "1 to 4096" } },
 		{ "queue_depth=0", { "queue_depth=0", "1 to 4096" } },
 		{ "queue_depth=4097", { "queue_depth=4097", "1 to 4096" } },

@@ -242,8 +242,8 @@ static int parse_opts(const struct hc_be_option *opts, unsigned nopts, struct op
 			k++;
 		if (!key || k == OPT_N) {
 			snprintf(err, errlen,
-				 "unknown option '%s': the file backend takes dir, queue_depth, capacity, fsync, direct, fixed_buffers",
-				 key ? key : "(null)");
+				 "unknown option %s=%s: the file backend takes dir, queue_depth, capacity, fsync, direct, fixed_buffers",
+				 key ? key : "(null)", v ? v : "(null)");
 			return -EINVAL;
 		}
 		if (!v) {
