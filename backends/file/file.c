@@ -69,8 +69,9 @@
  *   the counters gets, hits, misses, puts, deletes, exists, evictions,
  *   errors (failures other than misses and cancels), canceled, bytes_read,
  *   bytes_written, direct_ios, buffered_ios, fixed_ios (segments),
- *   direct_fallbacks, retries (I/O resubmitted after io_uring canceled it
- *   because its submitting thread exited), temp_swept, ignored_files.
+ *   direct_fallbacks, retries (I/O tried again after a transient -EAGAIN,
+ *   or after io_uring canceled it because the thread that submitted it
+ *   exited), temp_swept, ignored_files.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -29,7 +29,7 @@
 
 #include "file.h"
 
-/* Resubmissions after a cancel nobody asked for, before doing it here. */
+/* Resubmissions after a transient failure, before doing it here. */
 #define RETRIES 2
 
 static void step_done(struct hc_file *be, struct hc_fop *op);
@@ -252,25 +252,26 @@ static int prep_seg(struct hc_file *be, struct hc_fop *op, unsigned k)
 
 static void start_io(struct hc_file *be, struct hc_fop *op)
 {
-	unsigned k = 0, left;
+	unsigned k = 0, n = op->nseg, left;
 
 	op->step = HC_STEP_IO;
-	if (op->nseg == 0) {
+	if (n == 0) {
 		step_done(be, op);
 		return;
 	}
 	HC_COUNT(be, direct_ios, op->direct);
 	HC_COUNT(be, buffered_ios, !op->direct);
-	for (unsigned i = 0; i < op->nseg; i++)
+	for (unsigned i = 0; i < n; i++)
 		HC_COUNT(be, fixed_ios, op->seg[i].buf >= 0);
 	/* Whole before any SQE can reach the kernel (another flush may send
-	 * it): after the unlock, op belongs to whoever reaps its last CQE. */
-	atomic_store(&op->pending, op->nseg);
+	 * it): after the unlock, op belongs to whoever reaps its last CQE,
+	 * unless some SQEs were not prepared (pending cannot reach 0). */
+	atomic_store(&op->pending, n);
 	pthread_mutex_lock(&be->sq_lock);
-	while (k < op->nseg && prep_seg(be, op, k) == 0)
+	while (k < n && prep_seg(be, op, k) == 0)
 		k++;
 	pthread_mutex_unlock(&be->sq_lock);
-	left = op->nseg - k;
+	left = n - k;
 	if (left) {
 		set_err(op, -EAGAIN);
 		if (atomic_fetch_sub(&op->pending, left) == left)
@@ -467,6 +468,19 @@ static bool resubmit(struct hc_file *be, struct hc_fop *op, unsigned k)
 	return r == 0;
 }
 
+/*
+ * Results worth another try.  io_uring cancels the work still queued for a
+ * thread that exits, and the thread that submitted this (a host's) may be
+ * gone: -ECANCELED that nobody asked for.  And the block layer's -EAGAIN
+ * (out of requests) reaches the CQE when the kernel does not reissue it
+ * itself (completed from another thread or from io-wq).  Again on the ring,
+ * then with plain syscalls, so that neither can go on for ever.
+ */
+static bool transient(struct hc_fop *op, int64_t res)
+{
+	return res == -EAGAIN || (res == -ECANCELED && !atomic_load(&op->canceled));
+}
+
 /* The rest of a segment with plain syscalls: bytes moved, or -errno. */
 static int64_t seg_sync(struct hc_fop *op, const struct hc_fseg *s)
 {
@@ -508,10 +522,7 @@ static bool seg_done(struct hc_file *be, struct hc_fop *op, unsigned k, int64_t 
 	uint64_t left = 0;
 
 	atomic_store(&s->busy, false);
-	/* io_uring cancels the work still queued for a thread that exits, and
-	 * the thread that submitted this (a host's) may be gone.  Not our
-	 * cancel: again, and then here, so that it cannot happen for ever. */
-	if (res == -ECANCELED && !atomic_load(&op->canceled)) {
+	if (transient(op, res)) {
 		HC_COUNT(be, retries, 1);
 		if (s->tries++ < RETRIES)
 			return resubmit(be, op, k);
@@ -563,7 +574,7 @@ static void on_cqe(struct hc_file *be, uint64_t ud, int32_t res)
 		if (seg_done(be, op, k, res))
 			return;
 	} else {
-		if (res == -ECANCELED && !atomic_load(&op->canceled)) { /* as in seg_done */
+		if (transient(op, res)) {
 			HC_COUNT(be, retries, 1);
 			if (op->step_tries++ < RETRIES && resubmit(be, op, k))
 				return;
