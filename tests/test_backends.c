@@ -738,7 +738,8 @@ START_TEST(corrupt_objects)
 }
 END_TEST
 
-/* An object written by a pool of another fingerprint is never read as ours. */
+/* An object written by a pool of another fingerprint is never read as ours.
+ * The stores take turns: a backend may allow one instance per location. */
 START_TEST(wrong_fingerprint)
 {
 	struct env e;
@@ -755,27 +756,21 @@ START_TEST(wrong_fingerprint)
 	env_open(&e, _i, 0);
 	hct_keys(k, 2, 16);
 	put_keys(&e, k, 2, 3, BOTH);
+	obj_name(&e, k[0], name);
+	obj = raw_get(&e, name, &len);
+	ck_assert_ok(hc_store_close(e.st));
 	/* the same layout under another model id: another fingerprint */
 	hct_spec_init(&s, other, 16);
 	s.spec.model_id = "test/another-model";
 	ck_assert_ok(hc_pool_create(&s.spec));
 	q = hct_attach(other, 0);
-	{
-		struct hc_store_opts o = { 0 };
-		ck_assert_ok(hc_store_open(q, e.spec, &o, &qs));
-	}
+	ck_assert_ok(hc_store_open(q, e.spec, NULL, &qs));
 	hc_pool_info(q, &pi);
 	/* plant our object under the other pool's name for the key */
-	obj_name(&e, k[0], name);
-	obj = raw_get(&e, name, &len);
 	memcpy(name, pi.fingerprint, 32);
 	{
-		const struct hc_backend *be;
-		void *inst;
 		struct env e2 = e;
-		hc__store_plugin(qs, &be, &inst);
-		e2.be = be;
-		e2.inst = inst;
+		hc__store_plugin(qs, &e2.be, &e2.inst);
 		raw_put(&e2, name, obj, (size_t)len);
 	}
 	free(obj);
@@ -792,8 +787,10 @@ START_TEST(wrong_fingerprint)
 	hc_store_close(qs);
 	hc_pool_detach(q);
 	hc_pool_destroy(other, NULL, HC_DESTROY_FORCE);
-	/* and ours still reads fine */
-	ck_assert_int_eq(get_keys(&e, k, 2, 3, BOTH, st), 2);
+	/* and ours still read fine where they outlive a close */
+	e.st = open_store(&e, 0);
+	if (e.info.caps & HC_BE_CAP_PERSISTENT)
+		ck_assert_int_eq(get_keys(&e, k, 2, 3, BOTH, st), 2);
 	env_close(&e);
 }
 END_TEST
