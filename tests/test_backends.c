@@ -90,9 +90,18 @@ static void shm_sweep(void)
 		closedir(dir);
 }
 
+/* file stores: a fresh directory under /tmp (a disk, so O_DIRECT is used) */
+static void file_setup(char *spec, size_t len)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/hctl3-file-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	snprintf(spec, len, "file:dir=%s,queue_depth=32", tmpdir);
+}
+
 static const struct backend backends[] = {
 	{ "mem", mem_setup, NULL },
 	{ "shm", shm_setup, shm_cleanup },
+	{ "file", file_setup, rm_tmpdir },
 };
 #define NBACKENDS (int)(sizeof(backends) / sizeof(backends[0]))
 
@@ -1078,7 +1087,6 @@ int main(void)
 	tcase_add_test(tc, put_failure);
 	tcase_add_test(tc, stray_completions);
 	suite_add_tcase(s, tc);
-	(void)rm_tmpdir;
 	suite_pid = getpid();
 	ret = hct_run(s);
 	shm_sweep();
