@@ -1258,7 +1258,7 @@ END_TEST
  * thread reaps for both and hands each its completion. */
 struct race {
 	void *be;
-	_Atomic int stop, bad;
+	_Atomic int stop, stop_reaper, bad;
 	_Atomic uint64_t seq[2];
 	_Atomic int64_t res[2];
 };
@@ -1285,7 +1285,7 @@ static void *race_reaper(void *arg)
 	struct hc_be_cqe c[4];
 
 	(void)arg;
-	while (!atomic_load(&R.stop)) {
+	while (!atomic_load(&R.stop_reaper)) {
 		int n = B->reap(R.be, c, 4, 5);
 
 		for (int k = 0; k < n; k++) {
@@ -1330,7 +1330,8 @@ START_TEST(get_races)
 		ck_assert_int_eq(race_op(0, HC_BE_OP_PUT, other, b, 32768), 0);
 	}
 	atomic_store(&R.stop, 1);
-	pthread_join(rd, NULL);
+	pthread_join(rd, NULL); /* its last GET still needs the reaper */
+	atomic_store(&R.stop_reaper, 1);
 	pthread_join(rp, NULL);
 	ck_assert_int_eq(atomic_load(&R.bad), 0);
 	ck_assert_uint_gt(stat_of(R.be, "evictions"), 0);
