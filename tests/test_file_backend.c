@@ -7,6 +7,7 @@
  * The plugin is dlopen-ed from the build tree with a host whose log
  * callback records the lines.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -120,7 +121,7 @@ static void setup(void)
 	ck_assert_int_eq(B->abi_version, HC_BACKEND_ABI_VERSION);
 	ck_assert_uint_eq(B->size, sizeof(struct hc_backend));
 	ck_assert_str_eq(B->name, "file");
-	strcpy(tdir, "/tmp/hct-file-XXXXXX");
+	snprintf(tdir, sizeof(tdir), "/tmp/hct-file-%d-XXXXXX", (int)getpid());
 	ck_assert_ptr_nonnull(mkdtemp(tdir));
 	atexit(rmtree); /* a failed check exits the test's process */
 	log_clear();
@@ -129,6 +130,27 @@ static void setup(void)
 static void teardown(void)
 {
 	rmtree();
+}
+
+/* The directories of test processes that died without their exit handlers
+ * (a timeout's SIGKILL): removed by the runner, before and after. */
+static void sweep_dirs(void)
+{
+	DIR *d = opendir("/tmp");
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		int pid;
+
+		if (strlen(e->d_name) >= sizeof(tdir) - 5 || sscanf(e->d_name, "hct-file-%d-", &pid) != 1 || pid <= 0 ||
+		    kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(tdir, sizeof(tdir), "/tmp/%.*s", (int)sizeof(tdir) - 6, e->d_name);
+		rmtree();
+	}
+	tdir[0] = '\0';
+	if (d)
+		closedir(d);
 }
 
 /* Opens an instance on tdir with extra "key=value ..." options (NULL: none). */
@@ -1258,7 +1280,7 @@ END_TEST
  * thread reaps for both and hands each its completion. */
 struct race {
 	void *be;
-	_Atomic int stop, bad;
+	_Atomic int stop, stop_reaper, bad;
 	_Atomic uint64_t seq[2];
 	_Atomic int64_t res[2];
 };
@@ -1285,7 +1307,7 @@ static void *race_reaper(void *arg)
 	struct hc_be_cqe c[4];
 
 	(void)arg;
-	while (!atomic_load(&R.stop)) {
+	while (!atomic_load(&R.stop_reaper)) {
 		int n = B->reap(R.be, c, 4, 5);
 
 		for (int k = 0; k < n; k++) {
@@ -1330,7 +1352,8 @@ START_TEST(get_races)
 		ck_assert_int_eq(race_op(0, HC_BE_OP_PUT, other, b, 32768), 0);
 	}
 	atomic_store(&R.stop, 1);
-	pthread_join(rd, NULL);
+	pthread_join(rd, NULL); /* its last GET still needs the reaper */
+	atomic_store(&R.stop_reaper, 1);
 	pthread_join(rp, NULL);
 	ck_assert_int_eq(atomic_load(&R.bad), 0);
 	ck_assert_uint_gt(stat_of(R.be, "evictions"), 0);
@@ -1478,5 +1501,10 @@ static Suite *suite(void)
 
 int main(void)
 {
-	return hct_run(suite());
+	int r;
+
+	sweep_dirs();
+	r = hct_run(suite());
+	sweep_dirs();
+	return r;
 }

@@ -252,7 +252,7 @@ static int prep_seg(struct hc_file *be, struct hc_fop *op, unsigned k)
 
 static void start_io(struct hc_file *be, struct hc_fop *op)
 {
-	unsigned k = 0, n = op->nseg, left;
+	unsigned k = 0, n = op->nseg;
 
 	op->step = HC_STEP_IO;
 	if (n == 0) {
@@ -263,20 +263,18 @@ static void start_io(struct hc_file *be, struct hc_fop *op)
 	HC_COUNT(be, buffered_ios, !op->direct);
 	for (unsigned i = 0; i < n; i++)
 		HC_COUNT(be, fixed_ios, op->seg[i].buf >= 0);
-	/* Whole before any SQE can reach the kernel (another flush may send
-	 * it): after the unlock, op belongs to whoever reaps its last CQE,
-	 * unless some SQEs were not prepared (pending cannot reach 0). */
-	atomic_store(&op->pending, n);
+	/* No other flush can send these SQEs before the unlock; from then on
+	 * op belongs to whoever reaps its last CQE (the release pairs with
+	 * on_cqe's acquire).  SQEs that could not be had fail the op. */
 	pthread_mutex_lock(&be->sq_lock);
 	while (k < n && prep_seg(be, op, k) == 0)
 		k++;
-	pthread_mutex_unlock(&be->sq_lock);
-	left = n - k;
-	if (left) {
+	if (k < n)
 		set_err(op, -EAGAIN);
-		if (atomic_fetch_sub(&op->pending, left) == left)
-			step_done(be, op);
-	}
+	atomic_store_explicit(&op->pending, k, memory_order_release);
+	pthread_mutex_unlock(&be->sq_lock);
+	if (k == 0)
+		step_done(be, op);
 }
 
 /* Caller holds sq_lock. */
@@ -296,15 +294,14 @@ static void queue_step(struct hc_file *be, struct hc_fop *op, enum hc_fstep step
 	bool queued;
 
 	op->step = step;
-	atomic_store(&op->pending, 1);
 	pthread_mutex_lock(&be->sq_lock);
 	queued = prep_step(be, op);
+	atomic_store_explicit(&op->pending, queued, memory_order_release); /* as in start_io */
 	pthread_mutex_unlock(&be->sq_lock);
 	if (!queued) {
 		/* No SQE after retries: do this one fsync here rather than fail. */
 		if (fsync(step == HC_STEP_DIRSYNC ? op->dfd : op->fd) < 0)
 			set_err(op, -errno);
-		atomic_store(&op->pending, 0);
 		step_done(be, op);
 	}
 }
@@ -462,6 +459,8 @@ static bool resubmit(struct hc_file *be, struct hc_fop *op, unsigned k)
 
 	pthread_mutex_lock(&be->sq_lock);
 	r = k == HC_UD_STEP ? (prep_step(be, op) ? 0 : -EAGAIN) : prep_seg(be, op, k);
+	/* What this thread changed in the segment, for the next reaper. */
+	atomic_fetch_add_explicit(&op->pending, 0, memory_order_release);
 	pthread_mutex_unlock(&be->sq_lock);
 	if (r < 0)
 		set_err(op, r);
@@ -570,6 +569,9 @@ static void on_cqe(struct hc_file *be, uint64_t ud, int32_t res)
 	if (slot >= be->qd)
 		return; /* not ours: cannot happen */
 	op = &be->op[slot];
+	/* The kernel orders the CQE after its SQE; this tells the compiler
+	 * (and TSan) that the op's fields written before it are seen. */
+	(void)atomic_load_explicit(&op->pending, memory_order_acquire);
 	if (k != HC_UD_STEP) {
 		if (seg_done(be, op, k, res))
 			return;
