@@ -70,6 +70,7 @@ struct hc_store {
 	struct hc__plugin pl;
 	void *inst;
 	uint8_t fp[32];
+	uint64_t caps;           /* the instance's (ctl "caps"), else the table's */
 	unsigned qd;
 	uint8_t *hdrs;           /* qd blocks of HC_OBJ_HEADER_BYTES */
 	size_t env_len;
@@ -501,7 +502,7 @@ static void run(struct call *c)
 	 * time, so the page it copies is still in cache when it is checksummed
 	 * (before a put's copy, after a get's).  Other threads keep the
 	 * plugin busy meanwhile.  An asynchronous one gets batches. */
-	unsigned batch = (st->pl.be->caps & HC_BE_CAP_ASYNC) ? sizeof(got) / sizeof(got[0]) : 1;
+	unsigned batch = (st->caps & HC_BE_CAP_ASYNC) ? sizeof(got) / sizeof(got[0]) : 1;
 
 	while (c->finished < c->n) {
 		struct op *list;
@@ -722,6 +723,16 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *o
 		goto fail_close;
 	}
 	st->hdr_reg = 1;
+	st->caps = st->pl.be->caps;
+	{
+		char buf[32], *end;
+		unsigned long long v;
+		if (st->pl.be->ctl(st->inst, "caps", NULL, buf, sizeof(buf)) > 0) {
+			v = strtoull(buf, &end, 16);
+			if (end != buf && *end == '\0')
+				st->caps = v; /* this instance's, as its options made it */
+		}
+	}
 	free(sp);
 	*out = st;
 	return 0;
@@ -771,7 +782,7 @@ int hc_store_info(const hc_store *st, struct hc_store_info *out)
 	snprintf(out->name, sizeof(out->name), "%s", st->pl.name);
 	snprintf(out->path, sizeof(out->path), "%s", st->pl.path);
 	out->description = st->pl.be->description ? st->pl.be->description : "";
-	out->caps = st->pl.be->caps;
+	out->caps = st->caps;
 	out->queue_depth = st->qd;
 	return 0;
 }

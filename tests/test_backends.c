@@ -316,6 +316,11 @@ START_TEST(roundtrip)
 	int st[40];
 
 	env_open(&e, _i, 0);
+	/* capabilities: known bits only, and the instance's where they depend on options */
+	ck_assert_uint_eq(e.info.caps & ~(uint64_t)0x3f, 0);
+	if (strcmp(e.b->name, "file") == 0)
+		ck_assert_msg(!(e.info.caps & HC_BE_CAP_DURABLE) && (e.info.caps & HC_BE_CAP_ASYNC),
+			      "file with fsync=none: caps 0x%llx", (unsigned long long)e.info.caps);
 	hct_keys(k, 40, 11);
 	put_keys(&e, k, 40, 7, BOTH);
 	ck_assert_int_eq(hc_store_exists(e.st, k, 40, st), 40);

@@ -44,7 +44,9 @@
  *   PUT     store the bytes of iov[0..iovcnt) as the object, replacing any
  *           older one.  A reader sees the old object or the new one, never a
  *           mix (atomic replace).  result: 0, or -ENOSPC when the object can
- *           never fit, or another -errno.  A backend with a capacity evicts
+ *           never fit, -EBUSY when the room exists but is held right now
+ *           (pinned by readers, taken by puts in flight: worth a retry),
+ *           or another -errno.  A backend with a capacity evicts
  *           older objects to make room; it never fails a put because it is
  *           full of objects it could evict.
  *   EXISTS  result: 1 if the object exists, 0 if not.  iovcnt is 0.
@@ -75,7 +77,9 @@
  *
  * On one instance, submit, reap, cancel, stats and ctl may be called from any
  * threads at the same time, in any mix.  Each completion is returned by
- * exactly one reap.  open may run while other instances are in use.
+ * exactly one reap (a reap waiting while another takes the last completion
+ * returns 0).  An instance belongs to the process that opened it: a forked
+ * child opens its own.  open may run while other instances are in use.
  * reg_mem, unreg_mem and close are never called concurrently with any other
  * call on the same instance.  Logging through the host may happen from any
  * thread.
@@ -197,12 +201,15 @@ struct hc_backend {
 	int (*cancel)(void *be, uint64_t user_data);
 
 	/* Calls emit once per counter or gauge.  Names are [a-z0-9_]; these
-	 * mean the same everywhere: objects, bytes, capacity_bytes, gets, hits,
-	 * misses, puts, deletes, evictions, errors. */
+	 * mean the same everywhere: objects, bytes, capacity_bytes (0: no
+	 * limit), gets, hits, misses, puts, deletes, evictions, errors. */
 	int (*stats)(void *be, void (*emit)(void *arg, const char *name, uint64_t value), void *arg);
 	/* Options that need no ABI change.  value non-NULL sets key (-EINVAL
-	 * with nothing changed if bad, -ENOENT if unknown); value NULL reads it
-	 * into out.  Returns the length written (without the NUL), or 0. */
+	 * with nothing changed if bad or read-only, -ENOENT if unknown); value
+	 * NULL reads it into out (-ERANGE if outlen is too small).  Returns the
+	 * length written (without the NUL), or 0.  The key "caps", when read,
+	 * gives this instance's HC_BE_CAP_* in hex where they depend on its
+	 * options (O_DIRECT, fsync); the host prefers it to the table's caps. */
 	int (*ctl)(void *be, const char *key, const char *value, char *out, size_t outlen);
 };
 
