@@ -14,6 +14,8 @@
  *        as the backend does); once plain, once with verify=xxhash (fio
  *        checksums every block it writes and checks every block it reads).
  *
+ *        A third peer, fio on one file of the same total size at the same
+ *        block size, is the disk's best case with no file per object.
  * O_DIRECT is the figure that counts (target 0.9 of fio).  Buffered mode
  * is also printed: with this much RAM it measures the page cache, so it is
  * informational.  Repetitions interleave ours and fio's; medians print.
@@ -33,6 +35,7 @@
 #endif
 
 static char base[512];
+static unsigned one_file_objs; /* objects the one-file peer's file holds */
 
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -51,20 +54,28 @@ static void cleanup(void)
 		rm_tree(base);
 }
 
-/* fio's bandwidth in bytes/s of one job, or exit on failure. */
+/* fio's bandwidth in bytes/s of one job, or exit on failure.  nfiles 0:
+ * one file of the same total size (the disk's best case at this block size). */
 static double fio(const char *dir, int write, int direct, int verify, unsigned nfiles, uint64_t obj, unsigned qd)
 {
+	char files[128];
+
 	char cmd[2048], out[600];
 	struct json_object *j, *jobs, *job, *side, *bw;
 	double v;
 	int r;
 
 	snprintf(out, sizeof(out), "%s/fio.json", base);
+	if (nfiles)
+		snprintf(files, sizeof(files),
+			 "--filesize=%llu --nrfiles=%u --create_on_open=1 --fallocate=none --file_service_type=sequential",
+			 (unsigned long long)obj, nfiles);
+	else
+		snprintf(files, sizeof(files), "--size=%llu", (unsigned long long)(obj * one_file_objs));
 	snprintf(cmd, sizeof(cmd),
-		 "fio --name=obj --directory=%s --ioengine=io_uring --direct=%d --rw=%s --bs=%llu "
-		 "--filesize=%llu --nrfiles=%u --iodepth=%u --create_on_open=1 --fallocate=none "
-		 "--file_service_type=sequential %s --output-format=json --output=%s >/dev/null 2>&1",
-		 dir, direct, write ? "write" : "read", (unsigned long long)obj, (unsigned long long)obj, nfiles, qd,
+		 "fio --name=%s --directory=%s --ioengine=io_uring --direct=%d --rw=%s --bs=%llu --iodepth=%u "
+		 "%s %s --output-format=json --output=%s >/dev/null 2>&1",
+		 nfiles ? "obj" : "one", dir, direct, write ? "write" : "read", (unsigned long long)obj, qd, files,
 		 verify ? (write ? "--verify=xxhash --do_verify=0" : "--verify=xxhash") : "", out);
 	r = system(cmd);
 	if (r != 0) {
@@ -131,10 +142,11 @@ int main(int argc, char **argv)
 	uint64_t obj = b.env_bytes + 4096, total = obj * npages;
 	printf("file backend vs fio (io_uring): %u objects of %.2f MiB (%.2f GiB), queue depth %u, %u reps, %s\n",
 	       npages, (double)obj / 1048576, (double)total / 1073741824, qd, reps, base);
-	printf("%-10s %-5s %12s %12s %7s %16s %7s\n", "mode", "op", "ours GB/s", "fio GB/s", "ratio",
-	       "fio+xxh GB/s", "ratio");
+	one_file_objs = npages;
+	printf("%-10s %-5s %10s %10s %6s %13s %6s %13s %6s\n", "mode", "op", "ours GB/s", "fio GB/s", "ratio",
+	       "fio+xxh GB/s", "ratio", "fio 1 file", "ratio");
 	for (int direct = 1; direct >= 0; direct--) {
-		double ours[2][15], plain[2][15], ver[2][15];
+		double ours[2][15], plain[2][15], ver[2][15], one[2][15];
 		char spec[1200], odir[600], fdir[600];
 
 		snprintf(odir, sizeof(odir), "%s/ours", base);
@@ -157,12 +169,16 @@ int main(int argc, char **argv)
 			ver[0][r] = fio(fdir, 1, direct, 1, npages, obj, qd) / 1e9;
 			ver[1][r] = fio(fdir, 0, direct, 1, npages, obj, qd) / 1e9;
 			rm_tree(fdir);
+			mkdir(fdir, 0700);
+			one[0][r] = fio(fdir, 1, direct, 0, 0, obj, qd) / 1e9;
+			one[1][r] = fio(fdir, 0, direct, 0, 0, obj, qd) / 1e9;
+			rm_tree(fdir);
 		}
 		for (int op = 0; op < 2; op++) {
 			double o = bench_median(ours[op], reps), p = bench_median(plain[op], reps),
-			       v = bench_median(ver[op], reps);
-			printf("%-10s %-5s %12.2f %12.2f %7.2f %16.2f %7.2f\n", direct ? "O_DIRECT" : "buffered",
-			       op ? "get" : "put", o, p, o / p, v, o / v);
+			       v = bench_median(ver[op], reps), f = bench_median(one[op], reps);
+			printf("%-10s %-5s %10.2f %10.2f %6.2f %13.2f %6.2f %13.2f %6.2f\n", direct ? "O_DIRECT" : "buffered",
+			       op ? "get" : "put", o, p, o / p, v, o / v, f, o / f);
 		}
 	}
 	l3b_done(&b);
