@@ -74,7 +74,7 @@ static double fio(const char *dir, int write, int direct, int verify, unsigned n
 		snprintf(files, sizeof(files), "--size=%llu", (unsigned long long)(obj * one_file_objs));
 	snprintf(cmd, sizeof(cmd),
 		 "fio --name=%s --directory=%s --ioengine=io_uring --direct=%d --rw=%s --bs=%llu --iodepth=%u "
-		 "%s %s --output-format=json --output=%s >/dev/null 2>&1",
+		 "%s %s --verify_state_save=0 --output-format=json --output=%s >/dev/null 2>&1",
 		 nfiles ? "obj" : "one", dir, direct, write ? "write" : "read", (unsigned long long)obj, qd, files,
 		 verify ? (write ? "--verify=xxhash --do_verify=0" : "--verify=xxhash") : "", out);
 	r = system(cmd);

@@ -60,10 +60,12 @@ static const struct hc_backend_host *host_for(const char *name)
 	for (unsigned i = 0; i < nhosts && !s; i++)
 		if (strcmp(hosts[i].name, name) == 0)
 			s = &hosts[i];
-	if (!s) {
-		/* More distinct plugins than slots: they share the last slot's name. */
-		s = &hosts[nhosts < MAX_HOSTS ? nhosts++ : MAX_HOSTS - 1];
-		snprintf(s->name, sizeof(s->name), "%s", name);
+	if (!s && nhosts == MAX_HOSTS) {
+		/* More distinct plugins than slots: the rest share one, named once. */
+		s = &hosts[MAX_HOSTS - 1];
+	} else if (!s) {
+		s = &hosts[nhosts++];
+		snprintf(s->name, sizeof(s->name), "%s", nhosts == MAX_HOSTS ? "(one of several)" : name);
 		s->host.abi_version = HC_BACKEND_ABI_VERSION;
 		s->host.size = sizeof(s->host);
 		s->host.log = host_log;
@@ -134,7 +136,8 @@ static int find(const char *name, const char *dir, char *path, size_t len, char 
 	snprintf(list, sizeof(list), "%s", env ? env : "");
 	tried[0] = '\0';
 	for (d = strtok_r(list, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		snprintf(path, len, "%s/%s.so", d, name);
+		if ((size_t)snprintf(path, len, "%s/%s.so", d, name) >= len)
+			continue; /* too long to be a path: cannot hold it */
 		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", d);
 		if (stat(path, &sb) == 0)
 			return 0; /* the first found is the one: a broken plugin is reported, not skipped */
@@ -144,7 +147,8 @@ static int find(const char *name, const char *dir, char *path, size_t len, char 
 	for (unsigned i = 0; i < 2; i++) {
 		if (!dirs[i])
 			continue;
-		snprintf(path, len, "%s/%s.so", dirs[i], name);
+		if ((size_t)snprintf(path, len, "%s/%s.so", dirs[i], name) >= len)
+			continue;
 		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", dirs[i]);
 		if (stat(path, &sb) == 0)
 			return 0;
@@ -241,6 +245,10 @@ int hc__plugin_open(const struct hc__plugin *pl, const struct hc__plugin_spec *s
 
 	*inst = NULL;
 	r = pl->be->open(spec->opt, spec->nopt, inst, err, sizeof(err));
+	if (r > 0 && *inst) {
+		pl->be->close(*inst); /* a bad return with an instance: don't leak it */
+		*inst = NULL;
+	}
 	if (r > 0 || (r == 0 && !*inst))
 		return hc__err(EPROTO, "backend %s: open() returned %d%s: a plugin bug", pl->name, r,
 			       r == 0 ? " and no instance" : "");

@@ -324,7 +324,12 @@ static int finish_get(struct call *c, struct op *o)
 		}
 		if (!o->reread) {
 			r = reread_begin(c, o, o->result);
-			return r < 0 ? r : 1;
+			if (r < 0) {
+				count(st, SC_get_errors, 1);
+				return hc__err(ENOMEM, "store get: no memory to read a %lld-byte object whole",
+					       (long long)o->result);
+			}
+			return 1;
 		}
 	}
 	if (o->reread) {
@@ -332,6 +337,10 @@ static int finish_get(struct call *c, struct op *o)
 		uint8_t *env = p->env + (size_t)HC_PAGE_ID(c->pages[o->item]) * p->g.envelope_bytes;
 		uint64_t src = 0;
 
+		if (m.payload_bytes != o->bounce_len) {
+			count(st, SC_misses, 1); /* replaced between the two reads: no reading it now */
+			return -ENOENT;
+		}
 		if (hc__obj_sum_iov(o->iov + 1, 1) != m.sum) {
 			snprintf(why, sizeof(why), "payload checksum mismatch");
 			goto corrupt;
@@ -359,9 +368,19 @@ corrupt:
 	return -EBADMSG;
 }
 
-/* The item's status, or HC__REQUEUED when the op went back in flight (a reread). */
-#define HC__REQUEUED INT32_MIN
-static int finish(struct call *c, struct op *o)
+/* A result the ABI does not allow for this opcode: a plugin bug, made an
+ * error so that it can never pass for a success or a hit. */
+static int bad_result(struct call *c, struct op *o)
+{
+	static const char *const what[] = { "", "get", "put", "exists", "delete" };
+
+	return hc__err(EPROTO, "backend %s: %s completed with result %lld, which the ABI does not allow: a plugin bug",
+		       c->st->pl.name, what[c->opcode], (long long)o->result);
+}
+
+/* Settles one completed op: 1 if it went back in flight (a reread), else 0
+ * with the item's status in *status. */
+static int finish(struct call *c, struct op *o, int *status)
 {
 	hc_store *st = c->st;
 	int r;
@@ -369,33 +388,43 @@ static int finish(struct call *c, struct op *o)
 	switch (c->opcode) {
 	case HC_BE_OP_PUT:
 		hc_page_unpin(st->pool, c->pages[o->item]);
-		if (o->result < 0) {
+		if (o->result != 0) {
 			count(st, SC_put_errors, 1);
-			return item_err(c, o);
+			*status = o->result < 0 ? item_err(c, o) : bad_result(c, o);
+			return 0;
 		}
 		count(st, SC_puts, 1);
 		count(st, SC_put_bytes, HC_OBJ_HEADER_BYTES + o->lay.payload_bytes);
 		c->count++;
+		*status = 0;
 		return 0;
 	case HC_BE_OP_GET:
 		r = finish_get(c, o);
 		if (r == 1)
-			return HC__REQUEUED;
+			return 1;
 		free(o->bounce);
 		o->bounce = NULL;
 		c->count += r == 0;
-		return r;
+		*status = r;
+		return 0;
 	case HC_BE_OP_EXISTS:
 		if (o->result < 0)
-			return item_err(c, o);
-		c->count += o->result > 0;
-		return o->result > 0;
+			*status = item_err(c, o);
+		else if (o->result > 1)
+			*status = bad_result(c, o);
+		else
+			*status = (int)o->result;
+		c->count += *status == 1;
+		return 0;
 	default:
 		if (o->result == 0) {
 			count(st, SC_deletes, 1);
 			c->count++;
+			*status = 0;
+		} else {
+			*status = o->result == -ENOENT ? -ENOENT : o->result < 0 ? item_err(c, o) : bad_result(c, o);
 		}
-		return o->result < 0 && o->result != -ENOENT ? item_err(c, o) : (int)o->result;
+		return 0;
 	}
 }
 
@@ -430,7 +459,9 @@ static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
 		}
 		st->owner[b] = NULL;
 		st->inflight--;
-		o->result = cqe[i].result;
+		/* errnos are -1..-4095; anything below is a plugin bug, and must
+		 * not truncate to a status that means something else */
+		o->result = cqe[i].result < -4095 ? -EIO : cqe[i].result;
 		o->next = o->call->done;
 		o->call->done = o;
 	}
@@ -450,11 +481,15 @@ static void submit_pending(struct call *c)
 		st->owner[o->block] = o;
 		c->subq[i] = o->be;
 	}
+	/* Counted before submit, so that a caller whose submit meets -EAGAIN
+	 * sees the ops another caller is handing over right now. */
+	st->inflight += (int)c->npend;
 	pthread_mutex_unlock(&st->mu);
 	r = st->pl.be->submit(st->inst, c->subq, c->npend);
 	if (r > (int)c->npend || r == 0)
 		r = -EPROTO; /* the plugin broke its contract: nothing is known started */
 	pthread_mutex_lock(&st->mu);
+	st->inflight -= (int)c->npend - (r > 0 ? r : 0);
 	if (r == -EAGAIN && st->inflight > 0) {
 		for (unsigned i = 0; i < c->npend; i++)
 			st->owner[c->pend[i]->block] = NULL;
@@ -484,7 +519,6 @@ static void submit_pending(struct call *c)
 		c->npend = 0;
 		return;
 	}
-	st->inflight += r;
 	for (unsigned i = (unsigned)r; i < c->npend; i++)
 		st->owner[c->pend[i]->block] = NULL; /* not accepted: resubmitted later */
 	pthread_mutex_unlock(&st->mu);
@@ -525,9 +559,8 @@ static void run(struct call *c)
 			int s;
 			nx = o->next;
 			c->inflight--;
-			s = finish(c, o);
-			if (s == HC__REQUEUED)
-				continue;
+			if (finish(c, o, &s))
+				continue; /* a reread: in flight again */
 			complete_item(c, o, s);
 			pthread_mutex_lock(&st->mu);
 			give_back(st, c, o);
@@ -549,6 +582,7 @@ static void run(struct call *c)
 			complete_item(c, got[i], r);
 			pthread_mutex_lock(&st->mu);
 			give_back(st, c, got[i]);
+			pthread_cond_broadcast(&st->cv);
 			pthread_mutex_unlock(&st->mu);
 		}
 		submit_pending(c);

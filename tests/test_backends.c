@@ -1063,6 +1063,91 @@ START_TEST(newer_format)
 }
 END_TEST
 
+/* Results outside what the ABI allows (errnos are -4095..-1) are plugin
+ * bugs: never a hit, never a hang, always an error status. */
+START_TEST(bogus_results)
+{
+	struct env e;
+	hc_key_t k[2];
+	hc_page_t pg[1];
+	int st[1];
+
+	env_open(&e, 0, 0); /* mem */
+	hct_keys(k, 2, 30);
+	/* a GET of an absent key whose -ENOENT became -(2^32): (int) of it is 0 */
+	ck_assert_ok(hc_store_ctl(e.st, "result", "-4294967296", NULL, 0));
+	ck_assert_int_eq(get_keys(&e, k, 1, 1, BOTH, st), 0);
+	ck_assert_int_eq(st[0], -EIO);
+	ck_assert_uint_eq(stat_of(e.st, "lib_hits"), 0);
+	/* a PUT completing with INT32_MIN, and one with a positive result */
+	make_ready(&e, k + 1, 1, 1, BOTH, pg);
+	ck_assert_ok(hc_store_ctl(e.st, "result", "-2147483648", NULL, 0));
+	ck_assert_int_eq(hc_store_put(e.st, pg, 1, st), 0);
+	ck_assert_int_eq(st[0], -EIO);
+	ck_assert_ok(hc_store_ctl(e.st, "result", "7", NULL, 0));
+	ck_assert_int_eq(hc_store_put(e.st, pg, 1, st), 0);
+	ck_assert_int_eq(st[0], -EPROTO);
+	ck_assert_msg_has("a plugin bug");
+	/* EXISTS answering 2, DELETE answering 2^31 */
+	ck_assert_ok(hc_store_ctl(e.st, "result", "2", NULL, 0));
+	ck_assert_int_eq(hc_store_exists(e.st, k, 1, st), 0);
+	ck_assert_int_eq(st[0], -EPROTO);
+	ck_assert_ok(hc_store_ctl(e.st, "result", "2147483648", NULL, 0));
+	ck_assert_int_eq(hc_store_delete(e.st, k, 1, st), 0);
+	ck_assert_int_eq(st[0], -EPROTO);
+	env_close(&e);
+}
+END_TEST
+
+/* A plugin whose queue is smaller than the store's: -EAGAIN while another
+ * thread's ops are in flight is worth a retry, never an item's status. */
+struct eagain_arg {
+	struct env *e;
+	unsigned id;
+	int bad;
+};
+
+static void *eagain_worker(void *arg)
+{
+	struct eagain_arg *a = arg;
+	hc_key_t k[64];
+	int st[64];
+
+	hct_keys(k, 64, 4000 + a->id);
+	for (int round = 0; round < 100 && !a->bad; round++) {
+		hc_store_exists(a->e->st, k, 64, st);
+		for (int i = 0; i < 64; i++)
+			if (st[i] < 0)
+				a->bad = st[i];
+	}
+	return NULL;
+}
+
+START_TEST(eagain_race)
+{
+	struct env e;
+	pthread_t t[3];
+	struct eagain_arg a[3];
+
+	memset(&e, 0, sizeof(e));
+	e.b = &backends[2]; /* file */
+	e.pool_name = hct_name();
+	e.p = hct_create_attach(e.pool_name, NPAGES, 100, 8);
+	e.b->setup(e.spec, sizeof(e.spec));
+	snprintf(e.spec, sizeof(e.spec), "file:dir=%s,queue_depth=1", tmpdir);
+	e.st = open_store(&e, 64);
+	for (unsigned i = 0; i < 3; i++) {
+		a[i] = (struct eagain_arg){ .e = &e, .id = i };
+		pthread_create(&t[i], NULL, eagain_worker, &a[i]);
+	}
+	for (unsigned i = 0; i < 3; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_msg(a[i].bad == 0, "thread %u: an item failed with %d (%s)", i, a[i].bad, strerror(-a[i].bad));
+	}
+	env_close(&e);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("backends");
@@ -1091,6 +1176,8 @@ int main(void)
 	tcase_add_test(tc, loader_paths);
 	tcase_add_test(tc, put_failure);
 	tcase_add_test(tc, stray_completions);
+	tcase_add_test(tc, bogus_results);
+	tcase_add_test(tc, eagain_race);
 	suite_add_tcase(s, tc);
 	suite_pid = getpid();
 	ret = hct_run(s);
