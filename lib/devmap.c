@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* devmap.c - runs between envelopes and a rank's device KV (devmap.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../shmpool/layout.h"
+#include "../shmpool/pool.h"
+#include "devmap.h"
+
+struct range {
+	uint64_t lo, hi;
+	unsigned comp, layer, kv;
+};
+
+static int cmp_range(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+
+	return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* Which whole head groups rank r of an engine of TP size s holds. */
+static int groups_of(const struct hc_component_info *ci, uint32_t s, uint32_t r, uint32_t *g0, uint32_t *ng)
+{
+	uint32_t G = ci->groups;
+
+	if (ci->sharding == HC_REPLICATED) {
+		*g0 = 0;
+		*ng = 1;
+		return 0;
+	}
+	if (s <= G) {
+		if (G % s)
+			return hc__err(EINVAL, "component '%s': %u head groups do not split over TP %u", ci->name, G, s);
+		*g0 = r * (G / s);
+		*ng = G / s;
+		return 0;
+	}
+	/* More ranks than groups: only a group of one head, replicated over
+	 * the ranks that share it, is a whole group for each of them. */
+	if (s % G || (ci->kind == HC_COMP_KV && ci->kv_heads != G))
+		return hc__err(EINVAL,
+			       "component '%s': TP %u needs part of a head group (the pool has %u groups of %u heads): create the pool with more head groups (--head-groups)",
+			       ci->name, s, G, ci->kind == HC_COMP_KV ? ci->kv_heads / G : 0);
+	*g0 = r / (s / G);
+	*ng = 1;
+	return 0;
+}
+
+int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct hc__dev_plan *out)
+{
+	struct range *rg;
+	unsigned nr = 0, used = 0;
+	int ret = 0;
+
+	if (!d || (d->ncomp && !d->comps))
+		return hc__err(EINVAL, "device description: %s is NULL", d ? "comps" : "the description");
+	if (d->ncomp == 0 || d->ncomp > g->ncomp)
+		return hc__err(EINVAL, "device description: %u components, the pool has %u", d->ncomp, g->ncomp);
+	if (d->tp_size == 0 || d->tp_rank >= d->tp_size)
+		return hc__err(EINVAL, "device description: TP rank %u of TP size %u", d->tp_rank, d->tp_size);
+	memset(out, 0, sizeof(*out));
+	out->ncomp = d->ncomp;
+	for (unsigned i = 0; i < d->ncomp; i++) {
+		const struct hc__dev_comp *dc = &d->comps[i];
+		const struct hc_component_info *ci;
+		unsigned dt;
+
+		if (dc->comp >= g->ncomp)
+			return hc__err(EINVAL, "device component %u: pool component %u does not exist (the pool has %u)", i,
+				       dc->comp, g->ncomp);
+		if (used & (1u << dc->comp))
+			return hc__err(EINVAL, "device component %u: pool component %u is described twice", i, dc->comp);
+		used |= 1u << dc->comp;
+		ci = &g->comps[dc->comp];
+		out->c[i].d = *dc;
+		out->c[i].kv = ci->kind == HC_COMP_KV;
+		if (!dc->k || (out->c[i].kv && !dc->v))
+			return hc__err(EINVAL, "component '%s': the %s base addresses are missing", ci->name,
+				       !dc->k ? "K (or state)" : "V");
+		if ((ret = groups_of(ci, d->tp_size, d->tp_rank, &out->c[i].g0, &out->c[i].ng)) < 0)
+			return ret;
+		out->c[i].grp_bytes = out->c[i].kv ? (uint64_t)(ci->kv_heads / ci->groups) * ci->head_bytes
+						   : ci->layer_stride;
+		if (dc->token_bytes != out->c[i].ng * out->c[i].grp_bytes)
+			return hc__err(EINVAL,
+				       "component '%s': %llu bytes per %s, but TP rank %u of %u holds %u head group(s) of %llu bytes",
+				       ci->name, (unsigned long long)dc->token_bytes, out->c[i].kv ? "token" : "page",
+				       d->tp_rank, d->tp_size, out->c[i].ng, (unsigned long long)out->c[i].grp_bytes);
+		if (dc->token_stride < dc->token_bytes || dc->slots == 0)
+			return hc__err(EINVAL, "component '%s': %s", ci->name,
+				       dc->slots ? "the slot stride is smaller than a slot's bytes (slots would overlap)"
+						 : "the device pool has no slots");
+		if (dc->slots > UINT64_MAX / dc->token_stride)
+			return hc__err(EOVERFLOW, "component '%s': %llu slots of %llu bytes overflow 64 bits", ci->name,
+				       (unsigned long long)dc->slots, (unsigned long long)dc->token_stride);
+		dt = hc_dtype_size(ci->dtype);
+		if (dc->token_stride % dt)
+			return hc__err(EINVAL, "component '%s': slot stride %llu is not a multiple of the %s size %u",
+				       ci->name, (unsigned long long)dc->token_stride, hc_dtype_name(ci->dtype), dt);
+		for (unsigned l = 0; l < ci->layers; l++)
+			for (unsigned kv = 0; kv < (out->c[i].kv ? 2u : 1u); kv++)
+				if ((kv ? dc->v : dc->k)[l] % dt)
+					return hc__err(EINVAL, "component '%s': layer %u's %s base is not aligned to the %s size %u",
+						       ci->name, l, out->c[i].kv ? (kv ? "V" : "K") : "state",
+						       hc_dtype_name(ci->dtype), dt);
+	}
+	/* No two device pools may overlap: a load would write one over another. */
+	{
+		size_t max = 0;
+		for (unsigned i = 0; i < d->ncomp; i++)
+			max += (size_t)g->comps[d->comps[i].comp].layers * 2;
+		rg = calloc(max ? max : 1, sizeof(*rg));
+		if (!rg)
+			return hc__err(ENOMEM, "device description: no memory to check %zu ranges", max);
+	}
+	for (unsigned i = 0; i < d->ncomp; i++) {
+		const struct hc__dev_comp *dc = &d->comps[i];
+		uint64_t span = (dc->slots - 1) * dc->token_stride + dc->token_bytes;
+
+		for (unsigned l = 0; l < g->comps[dc->comp].layers; l++)
+			for (unsigned kv = 0; kv < (out->c[i].kv ? 2u : 1u); kv++) {
+				uint64_t lo = (kv ? dc->v : dc->k)[l];
+				if (lo > UINT64_MAX - span) {
+					ret = hc__err(EOVERFLOW, "component '%s': layer %u's pool wraps the address space",
+						      g->comps[dc->comp].name, l);
+					goto out;
+				}
+				rg[nr++] = (struct range){ lo, lo + span, dc->comp, l, kv };
+			}
+	}
+	qsort(rg, nr, sizeof(*rg), cmp_range);
+	for (unsigned i = 1; i < nr; i++)
+		if (rg[i].lo < rg[i - 1].hi) {
+			ret = hc__err(EINVAL, "device pools overlap: component '%s' layer %u %s and component '%s' layer %u %s",
+				      g->comps[rg[i - 1].comp].name, rg[i - 1].layer, rg[i - 1].kv ? "V" : "K",
+				      g->comps[rg[i].comp].name, rg[i].layer, rg[i].kv ? "V" : "K");
+			goto out;
+		}
+out:
+	free(rg);
+	return ret;
+}
+
+/* Append a run, merged into the last when adjacent on both sides. */
+static inline void put_run(struct hc__run *runs, unsigned cap, unsigned *n, struct hc__run *last, uint64_t env,
+			   uint64_t dev, uint64_t len)
+{
+	if (*n && last->env + last->len == env && last->dev + last->len == dev) {
+		last->len += len;
+		if (*n <= cap)
+			runs[*n - 1].len = last->len;
+		return;
+	}
+	*last = (struct hc__run){ env, dev, len };
+	if (*n < cap)
+		runs[*n] = *last;
+	(*n)++;
+}
+
+int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, const uint32_t *pages,
+		 unsigned n, const uint64_t *slots, const uint64_t *state_slots, struct hc__run *runs, unsigned cap,
+		 unsigned *need)
+{
+	const uint32_t T = g->page_tokens;
+	struct hc__run last = { 0 };
+	unsigned cnt = 0;
+
+	for (unsigned c = 0; c < pl->ncomp; c++) {
+		const struct hc_component_info *ci = &g->comps[pl->c[c].d.comp];
+		const struct hc__dev_comp *dc = &pl->c[c].d;
+		const uint64_t gb = pl->c[c].grp_bytes;
+
+		if (layer >= ci->layers)
+			continue;
+		if (!pl->c[c].kv && !state_slots)
+			return hc__err(EINVAL, "component '%s' is a state: give state_slots", ci->name);
+		if (pl->c[c].kv && !slots)
+			return hc__err(EINVAL, "component '%s' is K/V: give slots", ci->name);
+		for (unsigned kv = 0; kv < (pl->c[c].kv ? 2u : 1u); kv++) {
+			uint64_t base = (kv ? dc->v : dc->k)[layer];
+			for (unsigned i = 0; i < n; i++) {
+				uint64_t env_page = (uint64_t)pages[i] * g->envelope_bytes + ci->offset;
+				if (pages[i] >= g->npages)
+					return hc__err(ERANGE, "page %u (item %u) is out of the pool's %u", pages[i], i,
+						       g->npages);
+				for (uint32_t j = 0; j < pl->c[c].ng; j++) {
+					uint64_t env = env_page + (uint64_t)(pl->c[c].g0 + j) * ci->group_stride +
+						       (uint64_t)layer * ci->layer_stride;
+					if (!pl->c[c].kv) {
+						uint64_t s = state_slots[i];
+						if (s >= dc->slots)
+							return hc__err(ERANGE, "component '%s': page %u's state slot %llu is out of the %llu slots",
+								       ci->name, i, (unsigned long long)s,
+								       (unsigned long long)dc->slots);
+						put_run(runs, cap, &cnt, &last, env, base + s * dc->token_stride + j * gb, gb);
+						continue;
+					}
+					env += (uint64_t)kv * T * gb;
+					for (uint32_t t = 0; t < T; t++) {
+						uint64_t s = slots[(size_t)i * T + t];
+						if (s >= dc->slots)
+							return hc__err(ERANGE, "component '%s': page %u token %u's slot %llu is out of the %llu slots",
+								       ci->name, i, t, (unsigned long long)s,
+								       (unsigned long long)dc->slots);
+						put_run(runs, cap, &cnt, &last, env + (uint64_t)t * gb,
+							base + s * dc->token_stride + j * gb, gb);
+					}
+				}
+			}
+		}
+	}
+	if (need)
+		*need = cnt;
+	if (cnt > cap)
+		return hc__err(ENOSPC, "%u runs, room for %u", cnt, cap);
+	return (int)cnt;
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * devmap.h - the index arithmetic between envelopes and a rank's device KV
+ * (DESIGN.md sections 2 and 8), in plain C so that the host implementation,
+ * the direct copy path and a gather kernel share one definition.
+ *
+ * A rank of an engine with TP size S and rank r holds, of each sharded K/V
+ * component, the whole head groups g0 .. g0+ng-1 of the pool's G groups:
+ *   S <= G (G a multiple of S): g0 = r * G/S, ng = G/S;
+ *   S >  G: only when every group is one KV head, replicated over S/G
+ *           ranks (fewer KV heads than ranks): g0 = r / (S/G), ng = 1.
+ * A replicated component (MLA) is group 0 for every rank.
+ *
+ * The device side of a K/V component is, per layer, a K base and a V base,
+ * each a token-major pool of slots (SGLang's [slots, heads, head_dim] per
+ * layer, vLLM's blocks of block_size slots): token t of page i lives at
+ *   base + slot(i, t) * token_stride + j * (Hg * B)   for owned group j,
+ * where slot(i, t) comes from the caller's page-to-slot map.  A state
+ * component has one base per layer and one slot per page.
+ *
+ * A copy is a list of runs (envelope offset, device address, length), one
+ * list per layer so that a layer can be marked done as soon as its runs
+ * are; neighbouring runs that are adjacent on both sides are merged.
+ */
+#ifndef HC_LIB_DEVMAP_H
+#define HC_LIB_DEVMAP_H
+
+#include <stdint.h>
+
+#include <hicache/hicache.h>
+
+struct hc__geom;
+
+/* One component of a rank's device KV. */
+struct hc__dev_comp {
+	unsigned comp;            /* the pool's component index */
+	const uint64_t *k;        /* [layers] device address of slot 0 of K (state: of the state) */
+	const uint64_t *v;        /* [layers] of V; NULL for a state component */
+	uint64_t token_bytes;     /* this rank's bytes of one token (state: of one page) */
+	uint64_t token_stride;    /* bytes from one slot to the next, >= token_bytes */
+	uint64_t slots;           /* slots in each device pool, for bounds */
+};
+
+struct hc__dev_desc {
+	uint32_t tp_size, tp_rank;
+	unsigned ncomp;
+	const struct hc__dev_comp *comps;
+};
+
+/* What a checked description gives, per described component. */
+struct hc__dev_plan {
+	unsigned ncomp;
+	struct {
+		struct hc__dev_comp d;
+		uint32_t g0, ng;      /* the head groups this rank holds */
+		uint64_t grp_bytes;   /* one group's bytes of one token (K/V) or one page (state) */
+		int kv;
+	} c[HC_MAX_COMPONENTS];
+};
+
+struct hc__run {
+	uint64_t env;             /* byte offset from the start of the pool's envelopes */
+	uint64_t dev;             /* device address */
+	uint64_t len;
+};
+
+/* Checks a description against the pool's geometry: -EINVAL with a line
+ * saying what is wrong (unknown component, a TP size the groups do not
+ * fit, token bytes that are not the rank's heads, a stride smaller than a
+ * token, misaligned bases or strides, K/V/layer pools that overlap). */
+int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct hc__dev_plan *out);
+
+/*
+ * The runs of one layer for pages[0..n) (page ids) whose tokens sit in
+ * slots[i * T + t] (K/V) and whose state sits in state_slots[i].  Appends
+ * to runs (capacity cap) and returns the count, -ENOSPC if cap is too
+ * small (with the count needed in *need), or -ERANGE naming a slot out of
+ * bounds.
+ */
+int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, const uint32_t *pages,
+		 unsigned n, const uint64_t *slots, const uint64_t *state_slots, struct hc__run *runs, unsigned cap,
+		 unsigned *need);
+
+#endif /* HC_LIB_DEVMAP_H */
