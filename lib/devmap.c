@@ -160,8 +160,8 @@ static inline void put_run(struct hc__run *runs, unsigned cap, unsigned *n, stru
 }
 
 int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, const uint32_t *pages,
-		 unsigned n, const uint64_t *slots, const uint64_t *state_slots, struct hc__run *runs, unsigned cap,
-		 unsigned *need)
+		 const uint32_t *presence, unsigned n, const uint64_t *slots, const uint64_t *state_slots,
+		 struct hc__run *runs, unsigned cap, unsigned *need)
 {
 	const uint32_t T = g->page_tokens;
 	struct hc__run last = { 0 };
@@ -185,6 +185,8 @@ int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsign
 				if (pages[i] >= g->npages)
 					return hc__err(ERANGE, "page %u (item %u) is out of the pool's %u", pages[i], i,
 						       g->npages);
+				if (presence && !(presence[i] & (1u << pl->c[c].d.comp)))
+					continue; /* not in this page (a window or a snapshot it lacks) */
 				for (uint32_t j = 0; j < pl->c[c].ng; j++) {
 					uint64_t env = env_page + (uint64_t)(pl->c[c].g0 + j) * ci->group_stride +
 						       (uint64_t)layer * ci->layer_stride;

@@ -72,13 +72,14 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 
 /*
  * The runs of one layer for pages[0..n) (page ids) whose tokens sit in
- * slots[i * T + t] (K/V) and whose state sits in state_slots[i].  Appends
+ * slots[i * T + t] (K/V) and whose state sits in state_slots[i]; a page
+ * contributes only the components of its presence[i] (NULL: all).  Appends
  * to runs (capacity cap) and returns the count, -ENOSPC if cap is too
  * small (with the count needed in *need), or -ERANGE naming a slot out of
  * bounds.
  */
 int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, const uint32_t *pages,
-		 unsigned n, const uint64_t *slots, const uint64_t *state_slots, struct hc__run *runs, unsigned cap,
-		 unsigned *need);
+		 const uint32_t *presence, unsigned n, const uint64_t *slots, const uint64_t *state_slots,
+		 struct hc__run *runs, unsigned cap, unsigned *need);
 
 #endif /* HC_LIB_DEVMAP_H */

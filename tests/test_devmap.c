@@ -87,7 +87,7 @@ static void through_runs(struct pool *q, const struct hc__dev_plan *pl, unsigned
 	*nruns = 0;
 	for (unsigned l = 0; l < 3; l++) {
 		unsigned need;
-		int k = hc__dev_runs(&q->p->g, pl, l, pages, n, slots, sslots, runs, 4096, &need);
+		int k = hc__dev_runs(&q->p->g, pl, l, pages, NULL, n, slots, sslots, runs, 4096, &need);
 		ck_assert_msg(k >= 0, "runs: %s", hc_last_error());
 		for (int i = 0; i < k; i++)
 			memcpy((void *)(uintptr_t)runs[i].dev, q->env + runs[i].env, runs[i].len);
@@ -192,18 +192,18 @@ START_TEST(merging)
 		slots[i] = i; /* each page's 8 slots contiguous */
 	ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
 	/* one run per page and K/V: 8 tokens merged */
-	ck_assert_int_eq(hc__dev_runs(&q.p->g, &pl, 0, pages, 4, slots, NULL, runs, 64, &need), 8);
+	ck_assert_int_eq(hc__dev_runs(&q.p->g, &pl, 0, pages, NULL, 4, slots, NULL, runs, 64, &need), 8);
 	for (int i = 0; i < 8; i++)
 		ck_assert_uint_eq(runs[i].len, 8 * 64);
 	/* a slot out of order splits a page's run */
 	slots[3] = 40;
-	ck_assert_int_eq(hc__dev_runs(&q.p->g, &pl, 0, pages, 4, slots, NULL, runs, 64, &need), 12);
+	ck_assert_int_eq(hc__dev_runs(&q.p->g, &pl, 0, pages, NULL, 4, slots, NULL, runs, 64, &need), 12);
 	/* too little room: the count needed */
-	ck_assert_err(hc__dev_runs(&q.p->g, &pl, 0, pages, 4, slots, NULL, runs, 5, &need), ENOSPC);
+	ck_assert_err(hc__dev_runs(&q.p->g, &pl, 0, pages, NULL, 4, slots, NULL, runs, 5, &need), ENOSPC);
 	ck_assert_uint_eq(need, 12);
 	/* out of bounds */
 	slots[5] = 64;
-	ck_assert_err(hc__dev_runs(&q.p->g, &pl, 0, pages, 4, slots, NULL, runs, 64, &need), ERANGE);
+	ck_assert_err(hc__dev_runs(&q.p->g, &pl, 0, pages, NULL, 4, slots, NULL, runs, 64, &need), ERANGE);
 	ck_assert_msg_has("token 5's slot 64");
 	rm(&q);
 	free(k);
@@ -232,11 +232,11 @@ START_TEST(state_pages_merge)
 	q.p = hct_attach(q.name, 0);
 	ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
 	/* envelopes of 4096 bytes, adjacent pages into adjacent slots: one run */
-	ck_assert_int_eq(hc__dev_runs(&q.p->g, &pl, 0, pages, 3, NULL, ss, runs, 8, NULL), 1);
+	ck_assert_int_eq(hc__dev_runs(&q.p->g, &pl, 0, pages, NULL, 3, NULL, ss, runs, 8, NULL), 1);
 	ck_assert_uint_eq(runs[0].len, 3 * 4096);
 	ck_assert_uint_eq(runs[0].env, 5 * 4096);
 	ck_assert_uint_eq(runs[0].dev, base + 10 * 4096);
-	ck_assert_err(hc__dev_runs(&q.p->g, &pl, 0, pages, 3, NULL, NULL, runs, 8, NULL), EINVAL);
+	ck_assert_err(hc__dev_runs(&q.p->g, &pl, 0, pages, NULL, 3, NULL, NULL, runs, 8, NULL), EINVAL);
 	rm(&q);
 	free(buf);
 }

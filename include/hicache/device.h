@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * device.h - copies between the pool's envelopes and a rank's device KV,
+ * layer by layer (DESIGN.md section 8).
+ *
+ * A rank describes its device KV once (hc_dev_open): for each component it
+ * copies, the K and V base address of every layer (a state component: one
+ * base per layer), the bytes of this rank's heads of one token (of one
+ * page, for a state), the stride from one slot to the next, and how many
+ * slots there are.  This is the token-major layout of SGLang's
+ * [slots, heads, head_dim] pools and of vLLM's blocks.  Each transfer then
+ * names pages and, per page, the slot of each token (a state: of the page).
+ *
+ * A transfer runs in the background, in layer order, and marks each layer
+ * when its bytes have arrived, so a model can compute layer l as soon as
+ * layer l is in.  A load copies READY pages (the caller holds them, e.g.
+ * pinned by hc_lookup(HC_LOOKUP_PIN)) to the device; a store copies the
+ * device to pages this process reserved, and with HC_XFER_COMMIT commits
+ * this rank's shards of each page when every layer is in (the replicated
+ * part is rank 0's to write).  The page handles and slot maps are copied:
+ * the caller's arrays are free again when the call returns; the pages are
+ * not, until the transfer is done.
+ *
+ * HC_DEV_HOST runs the same layout against host memory (the "device"
+ * addresses are host pointers): the tests, and the service and the replay
+ * on machines without a GPU, use it.
+ */
+#ifndef HICACHE_DEVICE_H
+#define HICACHE_DEVICE_H
+
+#include <hicache/hicache.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hc_dev hc_dev;
+typedef struct hc_xfer hc_xfer;
+
+enum hc_dev_kind {
+	HC_DEV_HOST = 0, /* host memory stands in for the device */
+	HC_DEV_CUDA = 1, /* a CUDA device (configure --with-cuda) */
+};
+
+/* One component of the rank's device KV. */
+struct hc_dev_comp {
+	unsigned comp;          /* the pool's component index */
+	const uint64_t *k;      /* [layers] address of slot 0 of K in each layer (a state: of the state) */
+	const uint64_t *v;      /* [layers] of V; NULL for a state component */
+	uint64_t token_bytes;   /* this rank's bytes of one token (a state: of one page) */
+	uint64_t token_stride;  /* bytes from one slot to the next, >= token_bytes */
+	uint64_t slots;         /* slots in each layer's pool */
+};
+
+struct hc_dev_spec {
+	enum hc_dev_kind kind;
+	int device;             /* HC_DEV_CUDA: the device ordinal */
+	uint32_t tp_size;       /* the engine's TP size, and this rank */
+	uint32_t tp_rank;
+	const struct hc_dev_comp *comps;
+	unsigned ncomp;
+};
+
+HC_API int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out);
+HC_API int hc_dev_close(hc_dev *dev); /* waits for its transfers */
+
+#define HC_XFER_COMMIT 0x1u /* store: commit this rank's shards when every layer is in */
+
+struct hc_xfer_req {
+	const hc_page_t *pages;
+	unsigned n;
+	const uint64_t *slots;       /* [n * page_tokens]: the slot of token t of page i at i * T + t */
+	const uint64_t *state_slots; /* [n]: the state slot of page i; NULL without state components */
+	unsigned flags;              /* HC_XFER_* */
+};
+
+HC_API int hc_dev_load(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
+HC_API int hc_dev_store(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
+
+HC_API unsigned hc_xfer_layers(const hc_xfer *x);           /* layers it marks: the most of any component */
+HC_API int hc_xfer_layer_done(hc_xfer *x, unsigned layer);  /* 1 arrived, 0 not yet, or -errno */
+HC_API int hc_xfer_wait_layer(hc_xfer *x, unsigned layer);  /* 0 once layer is in, or the failure */
+HC_API int hc_xfer_wait(hc_xfer *x);                        /* every layer (and the commits) */
+HC_API int hc_xfer_free(hc_xfer *x);                        /* waits, then frees; returns its result */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HICACHE_DEVICE_H */

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_device.c - layer-wise loads and stores through the host
+ * implementation of the device API (HC_DEV_HOST): round trips through the
+ * pool by every rank of an engine, per-layer marks in order, a pool laid
+ * out for TP 8 read by a TP 2 engine, and the errors.
+ */
+#include <stdlib.h>
+
+#include <hicache/device.h>
+
+#include "hct.h"
+
+/* One rank's "device": K, V (and state) pools per layer, in host memory. */
+struct rank_dev {
+	unsigned layers;
+	uint64_t kv_bytes, st_bytes, nslots, nstate;
+	uint8_t *k[8], *v[8], *st[8];
+	uint64_t ka[8], va[8], sa[8];
+	struct hc_dev_comp comp[2];
+	hc_dev *dev;
+};
+
+static void rank_open(struct rank_dev *r, hc_pool *p, uint32_t tp, uint32_t rank, uint64_t nslots, int fill)
+{
+	struct hc_component_info kv, st;
+	unsigned nc = 1;
+	struct hc_pool_info pi;
+
+	memset(r, 0, sizeof(*r));
+	hc_pool_info(p, &pi);
+	hc_pool_component(p, 0, &kv);
+	r->layers = kv.layers;
+	r->nslots = nslots;
+	r->nstate = 16;
+	r->kv_bytes = (uint64_t)kv.kv_heads / (tp <= kv.kv_heads ? tp : kv.kv_heads) * kv.head_bytes;
+	for (unsigned l = 0; l < kv.layers; l++) {
+		r->k[l] = malloc(nslots * r->kv_bytes);
+		r->v[l] = malloc(nslots * r->kv_bytes);
+		for (uint64_t b = 0; b < nslots * r->kv_bytes; b++) {
+			r->k[l][b] = fill ? (uint8_t)rand() : 0;
+			r->v[l][b] = fill ? (uint8_t)rand() : 0;
+		}
+		r->ka[l] = (uintptr_t)r->k[l];
+		r->va[l] = (uintptr_t)r->v[l];
+	}
+	r->comp[0] = (struct hc_dev_comp){ .comp = 0, .k = r->ka, .v = r->va, .token_bytes = r->kv_bytes,
+					   .token_stride = r->kv_bytes, .slots = nslots };
+	if (pi.ncomp > 1) {
+		hc_pool_component(p, 1, &st);
+		r->st_bytes = st.bytes_per_layer;
+		for (unsigned l = 0; l < st.layers; l++) {
+			r->st[l] = calloc(r->nstate, r->st_bytes);
+			for (uint64_t b = 0; fill && b < r->nstate * r->st_bytes; b++)
+				r->st[l][b] = (uint8_t)rand();
+			r->sa[l] = (uintptr_t)r->st[l];
+		}
+		r->comp[1] = (struct hc_dev_comp){ .comp = 1, .k = r->sa, .token_bytes = r->st_bytes,
+						   .token_stride = r->st_bytes, .slots = r->nstate };
+		nc = 2;
+	}
+	{
+		struct hc_dev_spec s = { .kind = HC_DEV_HOST, .tp_size = tp, .tp_rank = rank, .comps = r->comp,
+					 .ncomp = nc };
+		ck_assert_ok(hc_dev_open(p, &s, &r->dev));
+	}
+}
+
+static void rank_close(struct rank_dev *r)
+{
+	ck_assert_ok(hc_dev_close(r->dev));
+	for (unsigned l = 0; l < 8; l++) {
+		free(r->k[l]);
+		free(r->v[l]);
+		free(r->st[l]);
+	}
+}
+
+static void perm(uint64_t *v, unsigned n, uint64_t range)
+{
+	for (unsigned i = 0; i < n; i++) {
+		int dup;
+		do {
+			v[i] = (uint64_t)rand() % range;
+			dup = 0;
+			for (unsigned j = 0; j < i; j++)
+				dup |= v[j] == v[i];
+		} while (dup);
+	}
+}
+
+START_TEST(roundtrip_tp2)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 100, 4); /* kv: 4 heads x 64 B, 2 layers; state: replicated */
+	struct rank_dev a[2], b[2];
+	hc_key_t k[6];
+	hc_page_t pg[6];
+	uint8_t skip[6];
+	uint64_t s1[6 * 16], s2[6 * 16], ss1[6], ss2[6];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 6 };
+	hc_xfer *x;
+
+	srand(7);
+	for (int r = 0; r < 2; r++) {
+		rank_open(&a[r], p, 2, (uint32_t)r, 128, 1);
+		rank_open(&b[r], p, 2, (uint32_t)r, 128, 0);
+	}
+	hct_keys(k, 6, 40);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 6);
+	perm(s1, 6 * 16, 128);
+	perm(ss1, 6, 16);
+	/* rank 0 stores: its group and the replicated state; the page waits for rank 1 */
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 6, .slots = s1, .state_slots = ss1, .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(a[0].dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_layers(x), 2);
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+		ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_RESERVED);
+		ck_assert_ok(hc_dev_store(a[1].dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+		for (int i = 0; i < 6; i++)
+			ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[i]), NULL, NULL, NULL), HC_PAGE_READY);
+	}
+	/* both ranks load into other slots of fresh devices */
+	perm(s2, 6 * 16, 128);
+	perm(ss2, 6, 16);
+	for (int r = 0; r < 2; r++) {
+		struct hc_xfer_req xr = { .pages = pg, .n = 6, .slots = s2, .state_slots = ss2 };
+		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+		for (unsigned l = 0; l < 2; l++) {
+			for (unsigned i = 0; i < 6 * 16; i++) {
+				ck_assert_int_eq(memcmp(b[r].k[l] + s2[i] * 128, a[r].k[l] + s1[i] * 128, 128), 0);
+				ck_assert_int_eq(memcmp(b[r].v[l] + s2[i] * 128, a[r].v[l] + s1[i] * 128, 128), 0);
+			}
+			/* the replicated state, as rank 0 wrote it, for every rank */
+			for (unsigned i = 0; i < 6; i++)
+				ck_assert_int_eq(memcmp(b[r].st[l] + ss2[i] * 1024, a[0].st[l] + ss1[i] * 1024, 1024), 0);
+		}
+	}
+	for (int r = 0; r < 2; r++) {
+		rank_close(&a[r]);
+		rank_close(&b[r]);
+	}
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* A pool for TP 8 (8 groups of one head), written by 8 ranks, read by TP 2. */
+START_TEST(tp8_read_by_tp2)
+{
+	const char *name = hct_name();
+	struct hc_component_spec c = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
+				       .sharding = HC_SHARDED, .kv_heads = 8, .head_bytes = 32, .layers = 2 };
+	struct hc_pool_spec s = { .name = name, .model_id = "t/tp8", .page_tokens = 16, .tp_size = 8, .comps = &c,
+				  .ncomp = 1, .capacity_pages = 8, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	struct rank_dev w[8], r2;
+	hc_key_t k[4];
+	hc_page_t pg[4];
+	uint8_t skip[4];
+	uint64_t s1[4 * 16], s2[4 * 16];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 4 };
+	hc_pool *p;
+	hc_xfer *x;
+
+	srand(8);
+	ck_assert_ok(hc_pool_create(&s));
+	p = hct_attach(name, 0);
+	hct_keys(k, 4, 41);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 4);
+	perm(s1, 4 * 16, 64);
+	for (uint32_t r = 0; r < 8; r++) {
+		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = s1, .flags = HC_XFER_COMMIT };
+		rank_open(&w[r], p, 8, r, 64, 1);
+		ck_assert_uint_eq(w[r].kv_bytes, 32);
+		ck_assert_ok(hc_dev_store(w[r].dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[3]), NULL, NULL, NULL), HC_PAGE_READY);
+	perm(s2, 4 * 16, 64);
+	for (uint32_t rank = 0; rank < 2; rank++) {
+		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = s2 };
+		rank_open(&r2, p, 2, rank, 64, 0);
+		ck_assert_uint_eq(r2.kv_bytes, 128);
+		ck_assert_ok(hc_dev_load(r2.dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+		/* a TP 2 token is the heads of four TP 8 ranks, in order */
+		for (unsigned l = 0; l < 2; l++)
+			for (unsigned i = 0; i < 4 * 16; i++)
+				for (unsigned h = 0; h < 4; h++) {
+					const struct rank_dev *src = &w[rank * 4 + h];
+					ck_assert_int_eq(memcmp(r2.k[l] + s2[i] * 128 + h * 32, src->k[l] + s1[i] * 32, 32), 0);
+					ck_assert_int_eq(memcmp(r2.v[l] + s2[i] * 128 + h * 32, src->v[l] + s1[i] * 32, 32), 0);
+				}
+		rank_close(&r2);
+	}
+	for (int r = 0; r < 8; r++)
+		rank_close(&w[r]);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* Layers are marked in order, and a marked layer's bytes are in. */
+START_TEST(layer_marks_in_order)
+{
+	const char *name = hct_name();
+	struct hc_component_spec c = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
+				       .sharding = HC_SHARDED, .kv_heads = 8, .head_bytes = 256, .layers = 8 };
+	struct hc_pool_spec s = { .name = name, .model_id = "t/layers", .page_tokens = 32, .tp_size = 1, .comps = &c,
+				  .ncomp = 1, .capacity_pages = 32, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	struct rank_dev a, b;
+	hc_key_t k[32];
+	hc_page_t pg[32];
+	uint8_t skip[32];
+	uint64_t sl[32 * 32];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 32 };
+	hc_pool *p;
+	hc_xfer *x;
+	unsigned seen = 0, polls = 0;
+
+	ck_assert_ok(hc_pool_create(&s));
+	p = hct_attach(name, 0);
+	rank_open(&a, p, 1, 0, 32 * 32, 1);
+	rank_open(&b, p, 1, 0, 32 * 32, 0);
+	hct_keys(k, 32, 42);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 32);
+	for (unsigned i = 0; i < 32 * 32; i++)
+		sl[i] = i;
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 32, .slots = sl, .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 32, .slots = sl };
+		ck_assert_ok(hc_dev_load(b.dev, &xr, &x));
+	}
+	ck_assert_uint_eq(hc_xfer_layers(x), 8);
+	/* poll, last layer first: once a layer reads done, every earlier one
+	 * (read after it) must too, since marks only ever go forward */
+	while (seen < 8) {
+		unsigned done = 0;
+		int later_done = 0;
+		for (int l = 7; l >= 0; l--) {
+			int d = hc_xfer_layer_done(x, (unsigned)l);
+			ck_assert_int_ge(d, 0);
+			if (later_done && !d)
+				ck_abort_msg("a layer after %d is marked, layer %d is not", l, l);
+			later_done |= d;
+			done += (unsigned)d;
+		}
+		ck_assert_uint_ge(done, seen);
+		seen = done;
+		polls++;
+	}
+	for (unsigned l = 0; l < 8; l++) {
+		ck_assert_int_eq(hc_xfer_wait_layer(x, l), 0);
+		ck_assert_int_eq(memcmp(a.k[l], b.k[l], 32 * 32 * a.kv_bytes), 0);
+		ck_assert_int_eq(memcmp(a.v[l], b.v[l], 32 * 32 * a.kv_bytes), 0);
+	}
+	ck_assert_int_eq(hc_xfer_free(x), 0);
+	ck_assert_uint_gt(polls, 0);
+	rank_close(&a);
+	rank_close(&b);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+START_TEST(errors)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 100, 4);
+	struct rank_dev a;
+	hc_key_t k[2];
+	hc_page_t pg[2];
+	uint8_t skip[2];
+	uint64_t sl[2 * 16], ss[2] = { 0, 1 };
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
+	struct hc_xfer_req xr = { .pages = pg, .n = 2, .slots = sl, .state_slots = ss };
+	struct hc_dev_spec spec = { .kind = HC_DEV_CUDA, .tp_size = 2 };
+	hc_dev *d;
+	hc_xfer *x;
+
+	for (unsigned i = 0; i < 32; i++)
+		sl[i] = i;
+	ck_assert_err(hc_dev_open(p, &spec, &d), ENOTSUP);
+	spec.kind = (enum hc_dev_kind)7;
+	ck_assert_err(hc_dev_open(p, &spec, &d), EINVAL);
+	rank_open(&a, p, 2, 0, 64, 1);
+	hct_keys(k, 2, 43);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
+	/* a load needs READY pages */
+	ck_assert_err(hc_dev_load(a.dev, &xr, &x), ESTALE);
+	ck_assert_ptr_null(x);
+	/* a state component is described: its slots are needed */
+	xr.state_slots = NULL;
+	ck_assert_err(hc_dev_store(a.dev, &xr, &x), EINVAL);
+	ck_assert_msg_has("state_slots");
+	xr.state_slots = ss;
+	xr.flags = 0x80;
+	ck_assert_err(hc_dev_store(a.dev, &xr, &x), EINVAL);
+	xr.flags = HC_XFER_COMMIT;
+	/* a slot out of the device pool fails the transfer, not the process */
+	sl[5] = 64;
+	ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+	ck_assert_err(hc_xfer_free(x), ERANGE);
+	ck_assert_msg_has("token 5's slot 64");
+	sl[5] = 5;
+	ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+	ck_assert_int_eq(hc_xfer_wait_layer(x, 1), 0);
+	ck_assert_err(hc_xfer_wait_layer(x, 2), EINVAL);
+	ck_assert_int_eq(hc_xfer_free(x), 0);
+	/* a store needs this process's reservation: the pages are not READY for lack of rank 1 */
+	hc_page_abort(p, pg, 2);
+	ck_assert_err(hc_dev_store(a.dev, &xr, &x), ESTALE);
+	rank_close(&a);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("device");
+	TCase *tc = tcase_create("host");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, roundtrip_tp2);
+	tcase_add_test(tc, tp8_read_by_tp2);
+	tcase_add_test(tc, layer_marks_in_order);
+	tcase_add_test(tc, errors);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
