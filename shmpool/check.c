@@ -127,8 +127,16 @@ static void check_tickets(struct hc_pool *p, unsigned flags, const int *live, hc
 				continue;
 			if (!(atomic_load(&hc__tmask_row(p, HC_PAGE_ID(e))[t / 64]) & bit))
 				say(report, arg, n, "ticket %u: OPEN but does not hold page %u of its answer", t, HC_PAGE_ID(e));
-			else if (hc__w_state(atomic_load(&p->pages[HC_PAGE_ID(e)].word)) != HC_PAGE_READY)
-				say(report, arg, n, "ticket %u: holds page %u, which is not READY", t, HC_PAGE_ID(e));
+			else {
+				uint64_t pw = atomic_load(&p->pages[HC_PAGE_ID(e)].word);
+				/* A freer stopped in its check (FREEING, aux 0) sees our hold
+				 * and puts the page back: a transient, as for pins above. */
+				int checking = hc__w_state(pw) == HC_PAGE_FREEING && hc__w_aux(pw) == 0 &&
+					       !(flags & HC_CHECK_QUIESCENT);
+				if (hc__w_state(pw) != HC_PAGE_READY && !checking)
+					say(report, arg, n, "ticket %u: holds page %u, which is %s (aux %u), not READY", t,
+					    HC_PAGE_ID(e), hc_page_state_name(hc__w_state(pw)), hc__w_aux(pw));
+			}
 		}
 	}
 	/* Every ticket bit on a page belongs to a ticket that may hold it. */

@@ -139,6 +139,47 @@ START_TEST(lookup_same_answer_despite_changes)
 }
 END_TEST
 
+/*
+ * An evictor stopped in its check (FREEING, aux 0) on a page an OPEN lookup
+ * ticket holds: a transient the check allows while others run (the freer
+ * will see the hold and put the page back), as it does for pins, and
+ * reports when the pool is said to be quiescent, or once the freer has
+ * checked (aux 1: it saw no hold, which a held page cannot be).
+ */
+static void count_report(void *arg, const char *line)
+{
+	(void)line;
+	++*(int *)arg;
+}
+
+START_TEST(ticket_page_under_a_stopped_freer)
+{
+	hc_page_t pages[NK];
+	hc_ticket t;
+	struct hc_ticket_name tn = { .request_id = "req-f", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = NK };
+	_Atomic uint64_t *word;
+	uint64_t w;
+	int lines = 0;
+
+	hct_keys(shared->keys, NK, 12);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 3, 0), 3);
+	join(pool, 7, 2, 0, 0);
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 3);
+	word = &pool->pages[HC_PAGE_ID(pages[1])].word;
+	w = atomic_load(word);
+	atomic_store(word, hc__w_make(HC_PAGE_FREEING, (unsigned)pool->slot, hc__w_gen(w), 0));
+	ck_assert_int_eq(hc_pool_check(pool, 0, count_report, &lines), 0);
+	ck_assert_int_gt(hc_pool_check(pool, HC_CHECK_QUIESCENT, count_report, &lines), 0);
+	atomic_store(word, hc__w_make(HC_PAGE_FREEING, (unsigned)pool->slot, hc__w_gen(w), 1));
+	lines = 0;
+	ck_assert_int_eq(hc_pool_check(pool, 0, count_report, &lines), 1);
+	atomic_store(word, w); /* the freer backs off */
+	ck_assert_int_eq(hc_pool_check(pool, 0, NULL, NULL), 0);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+}
+END_TEST
+
 START_TEST(same_name_other_keys)
 {
 	hc_page_t pages[NK];
@@ -525,6 +566,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, lookup_same_answer_despite_changes);
+	tcase_add_test(tc, ticket_page_under_a_stopped_freer);
 	tcase_add_test(tc, same_name_other_keys);
 	tcase_add_test(tc, latecomer_after_timeout);
 	tcase_add_test(tc, builder_dies_after_publishing);
