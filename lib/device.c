@@ -105,7 +105,6 @@ static void run_xfer(hc_dev *d, hc_xfer *x)
 	pthread_mutex_lock(&d->mu);
 	x->result = r;
 	x->finished = 1;
-	x->done_layers = r == 0 ? x->layers : x->done_layers;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }
@@ -288,18 +287,20 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 	for (unsigned i = 0; i < rq->n; i++) {
 		hc_page_t h = rq->pages[i];
 		uint32_t id = HC_PAGE_ID(h);
-		uint64_t w;
+		int r = 0;
 		if (id >= p->g.npages) {
-			xfer_free_arrays(x);
-			return hc__err(EINVAL, "%s: page %u (item %u) is out of the pool's %u", what, id, i, p->g.npages);
+			r = hc__err(EINVAL, "%s: page %u (item %u) is out of the pool's %u", what, id, i, p->g.npages);
+		} else if (store) {
+			r = hc__check_reserved(p, h, what);
+		} else {
+			uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
+			if (hc__w_gen(w) != HC_PAGE_GEN(h) || hc__w_state(w) != HC_PAGE_READY)
+				r = hc__err(ESTALE, "%s: page %u (item %u) is not READY at this handle's generation",
+					    what, id, i);
 		}
-		w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
-		if (hc__w_gen(w) != HC_PAGE_GEN(h) ||
-		    hc__w_state(w) != (store ? HC_PAGE_RESERVED : HC_PAGE_READY) ||
-		    (store && hc__w_owner(w) != (uint32_t)p->slot)) {
+		if (r < 0) {
 			xfer_free_arrays(x);
-			return hc__err(ESTALE, "%s: page %u (item %u) is not %s", what, id, i,
-				       store ? "a reservation of this process" : "READY at this handle's generation");
+			return r;
 		}
 		x->pages[i] = h;
 		x->ids[i] = id;

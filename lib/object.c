@@ -30,11 +30,6 @@
 #define COMP_BYTES   24
 #define OFF_HDRSUM   (HC_OBJ_HEADER_BYTES - 8)
 
-static inline uint64_t pad4k(uint64_t n)
-{
-	return (n + HC_ENVELOPE_ALIGN - 1) & ~(uint64_t)(HC_ENVELOPE_ALIGN - 1);
-}
-
 static void put16(uint8_t *b, unsigned off, uint16_t v) { v = htole16(v); memcpy(b + off, &v, 2); }
 static void put32(uint8_t *b, unsigned off, uint32_t v) { v = htole32(v); memcpy(b + off, &v, 4); }
 static void put64(uint8_t *b, unsigned off, uint64_t v) { v = htole64(v); memcpy(b + off, &v, 8); }
@@ -51,7 +46,7 @@ int hc__obj_layout(const struct hc__geom *g, uint32_t presence, struct hc__obj_l
 	memset(out, 0, sizeof(*out));
 	out->presence = presence;
 	for (unsigned c = 0; c < g->ncomp; c++) {
-		uint64_t off = g->comps[c].offset, len = pad4k(g->comps[c].bytes);
+		uint64_t off = g->comps[c].offset, len = hc__obj_pad(g->comps[c].bytes);
 
 		if (!(presence & (UINT32_C(1) << c)))
 			continue;
@@ -106,7 +101,7 @@ void hc__obj_header_build(void *hdr, const struct hc__geom *g, const uint8_t fp[
 		put32(b, OFF_COMPS + n * COMP_BYTES, c);
 		put64(b, OFF_COMPS + n * COMP_BYTES + 8, poff);
 		put64(b, OFF_COMPS + n * COMP_BYTES + 16, g->comps[c].bytes);
-		poff += pad4k(g->comps[c].bytes);
+		poff += hc__obj_pad(g->comps[c].bytes);
 		n++;
 	}
 	put32(b, OFF_NCOMP, n);
@@ -187,7 +182,7 @@ int hc__obj_header_check(const void *hdr, const struct hc__geom *g, const uint8_
 			snprintf(why, whylen, "component table entry %u does not match the pool's geometry", n);
 			return -EBADMSG;
 		}
-		poff += pad4k(g->comps[c].bytes);
+		poff += hc__obj_pad(g->comps[c].bytes);
 		n++;
 	}
 	if (n != ncomp) {

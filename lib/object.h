@@ -66,6 +66,12 @@ struct hc__obj_meta {
 
 struct hc__geom;
 
+/* A component's bytes as stored: padded to the next 4096. */
+static inline uint64_t hc__obj_pad(uint64_t n)
+{
+	return (n + HC_ENVELOPE_ALIGN - 1) & ~(uint64_t)(HC_ENVELOPE_ALIGN - 1);
+}
+
 int hc__obj_layout(const struct hc__geom *g, uint32_t presence, struct hc__obj_layout *out);
 uint64_t hc__obj_sum_iov(const struct iovec *iov, unsigned n);
 void hc__obj_header_build(void *hdr, const struct hc__geom *g, const uint8_t fp[32], const uint8_t key[32],

@@ -122,38 +122,35 @@ int hc__plugin_spec_parse(const char *spec, struct hc__plugin_spec *out)
 	return 0;
 }
 
-/* Append "<dir>/<name>.so" candidates in search order; the first that exists wins. */
+/* Whether <d>/<name>.so exists (into path); d is noted in tried either way. */
+static int try_dir(const char *d, const char *name, char *path, size_t len, char *tried, size_t tlen)
+{
+	struct stat sb;
+
+	if ((size_t)snprintf(path, len, "%s/%s.so", d, name) >= len)
+		return 0; /* too long to be a path: cannot hold it */
+	snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", d);
+	return stat(path, &sb) == 0;
+}
+
+/* The first <dir>/<name>.so that exists, in search order, wins: a broken
+ * plugin is reported, not skipped for a later one. */
 static int find(const char *name, const char *dir, char *path, size_t len, char *tried, size_t tlen)
 {
 	/* secure_getenv: a setuid program must not load what the caller names */
 	const char *env = secure_getenv("HICACHE_BACKEND_PATH");
 	char list[8192];
-	const char *dirs[3];
 	char *save = NULL, *d;
-	struct stat sb;
 
 	/* The variable is a ':' list; the configured directory is one directory. */
 	snprintf(list, sizeof(list), "%s", env ? env : "");
 	tried[0] = '\0';
-	for (d = strtok_r(list, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-		if ((size_t)snprintf(path, len, "%s/%s.so", d, name) >= len)
-			continue; /* too long to be a path: cannot hold it */
-		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", d);
-		if (stat(path, &sb) == 0)
-			return 0; /* the first found is the one: a broken plugin is reported, not skipped */
-	}
-	dirs[0] = dir && *dir ? dir : NULL;
-	dirs[1] = HC_BACKEND_DIR;
-	for (unsigned i = 0; i < 2; i++) {
-		if (!dirs[i])
-			continue;
-		if ((size_t)snprintf(path, len, "%s/%s.so", dirs[i], name) >= len)
-			continue;
-		snprintf(tried + strlen(tried), tlen - strlen(tried), "%s%s", tried[0] ? ", " : "", dirs[i]);
-		if (stat(path, &sb) == 0)
+	for (d = strtok_r(list, ":", &save); d; d = strtok_r(NULL, ":", &save))
+		if (try_dir(d, name, path, len, tried, tlen))
 			return 0;
-	}
-	return -ENOENT;
+	if (dir && *dir && try_dir(dir, name, path, len, tried, tlen))
+		return 0;
+	return try_dir(HC_BACKEND_DIR, name, path, len, tried, tlen) ? 0 : -ENOENT;
 }
 
 int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)

@@ -128,6 +128,9 @@ struct call {
 	struct op *done;         /* completed, under st->mu */
 };
 
+/* For messages, by enum hc_be_opcode. */
+static const char *const op_name[] = { "", "get", "put", "exists", "delete" };
+
 static inline void count(hc_store *st, enum store_ctr c, uint64_t n)
 {
 	atomic_fetch_add_explicit(&st->ctr[c], n, memory_order_relaxed);
@@ -172,12 +175,13 @@ static void warn_corrupt(hc_store *st, const uint8_t key[HC_KEY_BYTES], const ch
 /* ---- preparing ops (the calling thread; no lock) */
 
 /* Point an op at page id: its key, its layout, header block then payload runs. */
-static int aim(struct call *c, struct op *o, uint32_t id, const char *what)
+static int aim(struct call *c, struct op *o, uint32_t id)
 {
 	hc_store *st = c->st;
 	hc_pool *p = st->pool;
 	uint32_t presence;
 	uint8_t key[HC_KEY_BYTES];
+	const char *what = op_name[c->opcode];
 
 	if (!(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
 		return hc__err(EINVAL, "store %s: page %u has no key: L3 holds pages reserved by key (hc_reserve)", what,
@@ -205,7 +209,7 @@ static int prep_put(struct call *c, struct op *o)
 	r = hc_page_pin(p, pg); /* held until the op is reaped */
 	if (r < 0)
 		return r;
-	r = aim(c, o, id, "put");
+	r = aim(c, o, id);
 	if (r < 0) {
 		hc_page_unpin(p, pg);
 		return r;
@@ -219,19 +223,9 @@ static int prep_put(struct call *c, struct op *o)
 static int prep_get(struct call *c, struct op *o)
 {
 	hc_pool *p = c->st->pool;
-	hc_page_t pg = c->pages[o->item];
-	uint32_t id = HC_PAGE_ID(pg);
-	uint64_t w;
+	int r = hc__check_reserved(p, c->pages[o->item], "store get");
 
-	if (id >= p->g.npages)
-		return hc__err(EINVAL, "store get: page id %u is out of range (%u pages)", id, p->g.npages);
-	w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
-	if (hc__w_gen(w) != HC_PAGE_GEN(pg) || hc__w_state(w) != HC_PAGE_RESERVED)
-		return hc__err(ESTALE, "store get: page %u is not a reservation of this handle", id);
-	if (p->slot < 0 || hc__w_owner(w) != (uint32_t)p->slot)
-		return hc__err(EPERM, "store get: page %u is reserved by rank slot %u, not by this process", id,
-			       hc__w_owner(w));
-	return aim(c, o, id, "get");
+	return r < 0 ? r : aim(c, o, HC_PAGE_ID(c->pages[o->item]));
 }
 
 static int prep(struct call *c, struct op *o)
@@ -258,11 +252,10 @@ static int prep(struct call *c, struct op *o)
 /* A plugin's failure of one item, for hc_last_error (the statuses have them all). */
 static int item_err(struct call *c, struct op *o)
 {
-	static const char *const what[] = { "", "get", "put", "exists", "delete" };
 	const uint8_t *k = o->be.name + 32;
 
 	return hc__err((int)-o->result, "backend %s: %s of key %02x%02x%02x%02x... (item %u): %s", c->st->pl.name,
-		       what[c->opcode], k[0], k[1], k[2], k[3], o->item, strerror((int)-o->result));
+		       op_name[c->opcode], k[0], k[1], k[2], k[3], o->item, strerror((int)-o->result));
 }
 
 /* A get whose object holds more components than the page: read it whole,
@@ -271,7 +264,7 @@ static int reread_begin(struct call *c, struct op *o, int64_t len)
 {
 	size_t plen = (size_t)len - HC_OBJ_HEADER_BYTES;
 
-	o->bounce_len = (plen + HC_ENVELOPE_ALIGN - 1) & ~(size_t)(HC_ENVELOPE_ALIGN - 1);
+	o->bounce_len = hc__obj_pad(plen);
 	o->bounce = aligned_alloc(HC_ENVELOPE_ALIGN, o->bounce_len ? o->bounce_len : HC_ENVELOPE_ALIGN);
 	if (!o->bounce)
 		return -ENOMEM;
@@ -333,7 +326,6 @@ static int finish_get(struct call *c, struct op *o)
 		}
 	}
 	if (o->reread) {
-		struct hc__obj_layout full;
 		uint8_t *env = p->env + (size_t)HC_PAGE_ID(c->pages[o->item]) * p->g.envelope_bytes;
 		uint64_t src = 0;
 
@@ -346,9 +338,8 @@ static int finish_get(struct call *c, struct op *o)
 			goto corrupt;
 		}
 		/* The object's payload runs, in component order: copy the page's. */
-		hc__obj_layout(&p->g, m.presence, &full);
 		for (unsigned ci = 0; ci < p->g.ncomp; ci++) {
-			uint64_t len = (p->g.comps[ci].bytes + HC_ENVELOPE_ALIGN - 1) & ~(uint64_t)(HC_ENVELOPE_ALIGN - 1);
+			uint64_t len = hc__obj_pad(p->g.comps[ci].bytes);
 			if (!(m.presence & (UINT32_C(1) << ci)))
 				continue;
 			if (o->lay.presence & (UINT32_C(1) << ci))
@@ -372,10 +363,9 @@ corrupt:
  * error so that it can never pass for a success or a hit. */
 static int bad_result(struct call *c, struct op *o)
 {
-	static const char *const what[] = { "", "get", "put", "exists", "delete" };
 
 	return hc__err(EPROTO, "backend %s: %s completed with result %lld, which the ABI does not allow: a plugin bug",
-		       c->st->pl.name, what[c->opcode], (long long)o->result);
+		       c->st->pl.name, op_name[c->opcode], (long long)o->result);
 }
 
 /* Settles one completed op: 1 if it went back in flight (a reread), else 0
@@ -632,19 +622,18 @@ static void run(struct call *c)
 static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_key_t *keys,
 		unsigned n, int *status)
 {
-	static const char *const what[] = { "", "get", "put", "exists", "delete" };
 	struct call c = { .st = st, .opcode = opcode, .n = n, .pages = pages, .keys = keys, .status = status };
 	unsigned cap;
 	int r;
 
 	if (!st)
-		return hc__err(EINVAL, "store %s: the store is NULL", what[opcode]);
+		return hc__err(EINVAL, "store %s: the store is NULL", op_name[opcode]);
 	if (n == 0)
 		return 0;
-	if ((opcode == HC_BE_OP_PUT || opcode == HC_BE_OP_GET) && (r = hc__need_slot(st->pool, what[opcode])) < 0)
+	if ((opcode == HC_BE_OP_PUT || opcode == HC_BE_OP_GET) && (r = hc__need_slot(st->pool, op_name[opcode])) < 0)
 		return r;
 	if ((opcode == HC_BE_OP_PUT || opcode == HC_BE_OP_GET) ? !pages : !keys)
-		return hc__err(EINVAL, "store %s: %s is NULL with n = %u", what[opcode],
+		return hc__err(EINVAL, "store %s: %s is NULL with n = %u", op_name[opcode],
 			       opcode <= HC_BE_OP_PUT ? "pages" : "keys", n);
 	if (opcode == HC_BE_OP_GET)
 		count(st, SC_gets, n);
@@ -660,7 +649,7 @@ static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_
 		free(c.idle);
 		free(c.pend);
 		free(c.subq);
-		return hc__err(ENOMEM, "store %s: no memory for %u ops", what[opcode], cap);
+		return hc__err(ENOMEM, "store %s: no memory for %u ops", op_name[opcode], cap);
 	}
 	for (unsigned i = 0; i < cap; i++) {
 		c.ops[i].call = &c;

@@ -102,6 +102,24 @@ int hc__need_slot(const struct hc_pool *p, const char *op)
 	return need_slot(p, op);
 }
 
+int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op)
+{
+	uint32_t id = HC_PAGE_ID(page);
+	uint64_t w;
+	int ret;
+
+	if ((ret = check_id(p, page, op)) < 0)
+		return ret;
+	w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
+	if (hc__w_gen(w) != HC_PAGE_GEN(page) || hc__w_state(w) != HC_PAGE_RESERVED)
+		return hc__err(ESTALE, "%s: page %u generation %u is not reserved (now %s, generation %u)", op, id,
+			       HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
+	if (p->slot < 0 || hc__w_owner(w) != (unsigned)p->slot)
+		return hc__err(EPERM, "%s: page %u is reserved by rank slot %u, not this one (%d)", op, id,
+			       hc__w_owner(w), p->slot);
+	return 0;
+}
+
 /*
  * The quota (engine.c sets it): pages this rank holds pinned or host-locked,
  * plus pages it reserved (owns in RESERVED).  A held page counts once, when

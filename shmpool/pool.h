@@ -82,6 +82,8 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 #define HC_PIN_ONE  UINT32_C(1)
 #define HC_LOCK_ONE (UINT32_C(1) << 16)
 int hc__need_slot(const struct hc_pool *p, const char *op);
+/* 0 if page is this rank's reservation at its generation; else -ESTALE or -EPERM, with the line. */
+int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op);
 #define HC_HOLD_WAIT_FREEING 0x1u
 #define HC_HOLD_RESERVED     0x2u
 int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op);
