@@ -550,8 +550,6 @@ static const struct hc_backend file_backend = {
 	.ctl = file_ctl,
 };
 
-HC_BACKEND_EXPORT const struct hc_backend *hc_backend_entry(const struct hc_backend_host *h);
-
 HC_BACKEND_EXPORT const struct hc_backend *hc_backend_entry(const struct hc_backend_host *h)
 {
 	/* All this plugin uses of the host is log. */

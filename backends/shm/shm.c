@@ -865,7 +865,6 @@ static const struct hc_backend shm_backend = {
 	.ctl = shm_ctl,
 };
 
-HC_BACKEND_EXPORT const struct hc_backend *hc_backend_entry(const struct hc_backend_host *host);
 HC_BACKEND_EXPORT const struct hc_backend *hc_backend_entry(const struct hc_backend_host *host)
 {
 	if (host && host->abi_version >= 1 && host->size >= offsetof(struct hc_backend_host, log) + sizeof(host->log))
