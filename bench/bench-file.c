@@ -110,10 +110,10 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "d:n:k:q:r:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'd': parent = optarg; break;
-		case 'n': npages = (unsigned)atoi(optarg); break;
-		case 'k': page_kib = (unsigned)atoi(optarg); break;
-		case 'q': qd = (unsigned)atoi(optarg); break;
-		case 'r': reps = (unsigned)atoi(optarg); break;
+		case 'n': npages = l3b_count("bench-file", "pages", optarg); break;
+		case 'k': page_kib = l3b_count("bench-file", "page-kib", optarg); break;
+		case 'q': qd = l3b_count("bench-file", "qd", optarg); break;
+		case 'r': reps = l3b_count("bench-file", "reps", optarg); break;
 		default:
 			printf("usage: bench-file [--dir PARENT] [--pages N] [--page-kib K] [--qd Q] [--reps R]\n"
 			       "  a scratch directory is made under PARENT (default /var/tmp) and removed\n");

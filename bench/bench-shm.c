@@ -84,10 +84,10 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "n:k:t:r:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'n': npages = (unsigned)atoi(optarg); break;
-		case 'k': page_kib = (unsigned)atoi(optarg); break;
-		case 't': threads = (unsigned)atoi(optarg); break;
-		case 'r': reps = (unsigned)atoi(optarg); break;
+		case 'n': npages = l3b_count("bench-shm", "pages", optarg); break;
+		case 'k': page_kib = l3b_count("bench-shm", "page-kib", optarg); break;
+		case 't': threads = l3b_count("bench-shm", "threads", optarg); break;
+		case 'r': reps = l3b_count("bench-shm", "reps", optarg); break;
 		default:
 			printf("usage: bench-shm [--pages N] [--page-kib K] [--threads T] [--reps R]\n");
 			return c == 'h' ? 0 : 2;

@@ -33,6 +33,21 @@ struct l3b {
 	uint64_t sum;      /* XXH3 of every envelope, in page order, before any I/O */
 };
 
+/* An option's whole number, or exit 2 saying which option was not one. */
+static inline unsigned l3b_count(const char *prog, const char *opt, const char *s)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v > UINT32_MAX) {
+		fprintf(stderr, "%s: --%s %s: give a whole number\n", prog, opt, s);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
 static inline void l3b_die(const char *what)
 {
 	fprintf(stderr, "bench: %s: %s\n", what, hc_last_error());
