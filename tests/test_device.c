@@ -6,6 +6,8 @@
  * out for TP 8 read by a TP 2 engine, and the errors.
  */
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <hicache/device.h>
 
@@ -323,6 +325,58 @@ START_TEST(errors)
 }
 END_TEST
 
+/* A store into another rank's reservation is refused before a byte moves. */
+START_TEST(store_into_another_ranks_reservation)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 100, 4);
+	struct rank_dev a;
+	hc_key_t k[1];
+	hc_page_t *pg = hct_shared(4096);
+	uint64_t sl[16], ss[1] = { 0 };
+	int up[2], down[2];
+	pid_t child;
+	char c = 0;
+	hc_xfer *x;
+
+	for (unsigned i = 0; i < 16; i++)
+		sl[i] = i;
+	hct_keys(k, 1, 44);
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(down), 0);
+	child = fork();
+	if (child == 0) {
+		struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+		uint8_t skip[1];
+		hc_pool *q;
+		if (hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &q) < 0 ||
+		    hc_reserve(q, &rq, pg, skip) != 1)
+			_exit(1);
+		if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) < 0) /* hold it until told */
+			_exit(1);
+		hc_page_abort(q, pg, 1);
+		hc_pool_detach(q);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(up[0], &c, 1), 1);
+	rank_open(&a, p, 2, 0, 64, 1);
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 1, .slots = sl, .state_slots = ss };
+		ck_assert_err(hc_dev_store(a.dev, &xr, &x), EPERM);
+		ck_assert_msg_has("reserved by rank slot");
+	}
+	ck_assert_int_eq(write(down[1], &c, 1), 1);
+	{
+		int status;
+		ck_assert_int_eq(waitpid(child, &status, 0), child);
+		ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	rank_close(&a);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("device");
@@ -333,6 +387,7 @@ int main(void)
 	tcase_add_test(tc, tp8_read_by_tp2);
 	tcase_add_test(tc, layer_marks_in_order);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, store_into_another_ranks_reservation);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
