@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* devmap.c - runs between envelopes and a rank's device KV (devmap.h). */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,8 @@
 #include "../shmpool/layout.h"
 #include "../shmpool/pool.h"
 #include "devmap.h"
+
+static_assert(HC__DL_MAX_COMPS == HC_MAX_COMPONENTS, "devidx.h holds every component");
 
 struct range {
 	uint64_t lo, hi;
@@ -143,6 +146,97 @@ out:
 	return ret;
 }
 
+int hc__dl_init(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, unsigned n, struct hc__dl *L)
+{
+	uint64_t bits = g->envelope_bytes;
+	uint64_t items = 0;
+
+	memset(L, 0, sizeof(*L));
+	L->envelope_bytes = g->envelope_bytes;
+	L->T = g->page_tokens;
+	L->n = n;
+	for (unsigned c = 0; c < pl->ncomp; c++) {
+		const struct hc_component_info *ci = &g->comps[pl->c[c].d.comp];
+		const struct hc__dev_comp *dc = &pl->c[c].d;
+		struct hc__dl_comp *k = &L->c[L->ncomp];
+
+		if (layer >= ci->layers)
+			continue;
+		k->env = ci->offset + (uint64_t)pl->c[c].g0 * ci->group_stride + (uint64_t)layer * ci->layer_stride;
+		k->group_stride = ci->group_stride;
+		k->gb = pl->c[c].grp_bytes;
+		k->half = pl->c[c].kv ? (uint64_t)g->page_tokens * k->gb : 0;
+		k->nkv = pl->c[c].kv ? 2 : 1;
+		k->dev[0] = dc->k[layer];
+		k->dev[1] = pl->c[c].kv ? dc->v[layer] : 0;
+		k->stride = dc->token_stride;
+		k->ng = pl->c[c].ng;
+		k->bit = 1u << dc->comp;
+		k->first = (uint32_t)items;
+		items += (uint64_t)k->nkv * n * k->ng;
+		if (items > UINT32_MAX)
+			return hc__err(E2BIG, "transfer: %u pages make more than 2^32 copies in a layer: split it", n);
+		bits |= k->env | k->group_stride | k->half | k->gb | k->dev[0] | k->dev[1] | k->stride;
+		L->ncomp++;
+	}
+	L->items = (uint32_t)items;
+	L->align = 16;
+	while (L->align > 1 && (bits & (L->align - 1)))
+		L->align >>= 1;
+	return 0;
+}
+
+int hc__dev_check_slots(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned n, const uint32_t *presence,
+			const uint64_t *slots, const uint64_t *state_slots)
+{
+	const uint32_t T = g->page_tokens;
+
+	for (unsigned c = 0; c < pl->ncomp; c++) {
+		const struct hc_component_info *ci = &g->comps[pl->c[c].d.comp];
+		const uint64_t max = pl->c[c].d.slots;
+
+		if (!pl->c[c].kv && !state_slots)
+			return hc__err(EINVAL, "component '%s' is a state: give state_slots", ci->name);
+		if (pl->c[c].kv && !slots)
+			return hc__err(EINVAL, "component '%s' is K/V: give slots", ci->name);
+		for (unsigned i = 0; i < n; i++) {
+			if (presence && !(presence[i] & (1u << pl->c[c].d.comp)))
+				continue; /* not copied: its slots are not used */
+			if (!pl->c[c].kv) {
+				if (state_slots[i] >= max)
+					return hc__err(ERANGE, "component '%s': page %u's state slot %llu is out of the %llu slots",
+						       ci->name, i, (unsigned long long)state_slots[i], (unsigned long long)max);
+				continue;
+			}
+			for (uint32_t t = 0; t < T; t++)
+				if (slots[(size_t)i * T + t] >= max)
+					return hc__err(ERANGE, "component '%s': page %u token %u's slot %llu is out of the %llu slots",
+						       ci->name, i, t, (unsigned long long)slots[(size_t)i * T + t],
+						       (unsigned long long)max);
+		}
+	}
+	return 0;
+}
+
+void hc__dl_copy(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
+		 const uint64_t *slots, const uint64_t *state_slots, int store)
+{
+	for (uint32_t item = 0; item < L->items; item++) {
+		struct hc__dl_seg s;
+
+		if (!hc__dl_seg(L, item, pages, presence, &s))
+			continue;
+		for (uint32_t t = 0; t < s.ntok; t++) {
+			uint8_t *h = env + s.env + (uint64_t)t * s.gb;
+			uint8_t *d = (uint8_t *)(uintptr_t)(s.dev + hc__dl_slot(L, &s, t, slots, state_slots) * s.stride);
+			if (store)
+				memcpy(h, d, s.gb);
+			else
+				memcpy(d, h, s.gb);
+		}
+	}
+}
+
 /* Append a run, merged into the last when adjacent on both sides. */
 static inline void put_run(struct hc__run *runs, unsigned cap, unsigned *n, struct hc__run *last, uint64_t env,
 			   uint64_t dev, uint64_t len)
@@ -163,55 +257,26 @@ int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsign
 		 const uint32_t *presence, unsigned n, const uint64_t *slots, const uint64_t *state_slots,
 		 struct hc__run *runs, unsigned cap, unsigned *need)
 {
-	const uint32_t T = g->page_tokens;
 	struct hc__run last = { 0 };
+	struct hc__dl L;
 	unsigned cnt = 0;
+	int r;
 
-	for (unsigned c = 0; c < pl->ncomp; c++) {
-		const struct hc_component_info *ci = &g->comps[pl->c[c].d.comp];
-		const struct hc__dev_comp *dc = &pl->c[c].d;
-		const uint64_t gb = pl->c[c].grp_bytes;
+	for (unsigned i = 0; i < n; i++)
+		if (pages[i] >= g->npages)
+			return hc__err(ERANGE, "page %u (item %u) is out of the pool's %u", pages[i], i, g->npages);
+	if ((r = hc__dev_check_slots(g, pl, n, presence, slots, state_slots)) < 0)
+		return r;
+	if ((r = hc__dl_init(g, pl, layer, n, &L)) < 0)
+		return r;
+	for (uint32_t item = 0; item < L.items; item++) {
+		struct hc__dl_seg s;
 
-		if (layer >= ci->layers)
+		if (!hc__dl_seg(&L, item, pages, presence, &s))
 			continue;
-		if (!pl->c[c].kv && !state_slots)
-			return hc__err(EINVAL, "component '%s' is a state: give state_slots", ci->name);
-		if (pl->c[c].kv && !slots)
-			return hc__err(EINVAL, "component '%s' is K/V: give slots", ci->name);
-		for (unsigned kv = 0; kv < (pl->c[c].kv ? 2u : 1u); kv++) {
-			uint64_t base = (kv ? dc->v : dc->k)[layer];
-			for (unsigned i = 0; i < n; i++) {
-				uint64_t env_page = (uint64_t)pages[i] * g->envelope_bytes + ci->offset;
-				if (pages[i] >= g->npages)
-					return hc__err(ERANGE, "page %u (item %u) is out of the pool's %u", pages[i], i,
-						       g->npages);
-				if (presence && !(presence[i] & (1u << pl->c[c].d.comp)))
-					continue; /* not in this page (a window or a snapshot it lacks) */
-				for (uint32_t j = 0; j < pl->c[c].ng; j++) {
-					uint64_t env = env_page + (uint64_t)(pl->c[c].g0 + j) * ci->group_stride +
-						       (uint64_t)layer * ci->layer_stride;
-					if (!pl->c[c].kv) {
-						uint64_t s = state_slots[i];
-						if (s >= dc->slots)
-							return hc__err(ERANGE, "component '%s': page %u's state slot %llu is out of the %llu slots",
-								       ci->name, i, (unsigned long long)s,
-								       (unsigned long long)dc->slots);
-						put_run(runs, cap, &cnt, &last, env, base + s * dc->token_stride + j * gb, gb);
-						continue;
-					}
-					env += (uint64_t)kv * T * gb;
-					for (uint32_t t = 0; t < T; t++) {
-						uint64_t s = slots[(size_t)i * T + t];
-						if (s >= dc->slots)
-							return hc__err(ERANGE, "component '%s': page %u token %u's slot %llu is out of the %llu slots",
-								       ci->name, i, t, (unsigned long long)s,
-								       (unsigned long long)dc->slots);
-						put_run(runs, cap, &cnt, &last, env + (uint64_t)t * gb,
-							base + s * dc->token_stride + j * gb, gb);
-					}
-				}
-			}
-		}
+		for (uint32_t t = 0; t < s.ntok; t++)
+			put_run(runs, cap, &cnt, &last, s.env + (uint64_t)t * s.gb,
+				s.dev + hc__dl_slot(&L, &s, t, slots, state_slots) * s.stride, s.gb);
 	}
 	if (need)
 		*need = cnt;

@@ -29,6 +29,8 @@
 
 #include <hicache/hicache.h>
 
+#include "devidx.h"
+
 struct hc__geom;
 
 /* One component of a rank's device KV. */
@@ -73,7 +75,8 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 /*
  * The runs of one layer for pages[0..n) (page ids) whose tokens sit in
  * slots[i * T + t] (K/V) and whose state sits in state_slots[i]; a page
- * contributes only the components of its presence[i] (NULL: all).  Appends
+ * contributes only the components of its presence[i] (NULL: all).  Built
+ * on the items of devidx.h, in their order.  Appends
  * to runs (capacity cap) and returns the count, -ENOSPC if cap is too
  * small (with the count needed in *need), or -ERANGE naming a slot out of
  * bounds.
@@ -81,5 +84,29 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, const uint32_t *pages,
 		 const uint32_t *presence, unsigned n, const uint64_t *slots, const uint64_t *state_slots,
 		 struct hc__run *runs, unsigned cap, unsigned *need);
+
+/*
+ * One layer of a transfer as the shared index arithmetic sees it
+ * (devidx.h): the components of pl that have this layer, with their
+ * offsets and this layer's device bases, for n pages.  -E2BIG when the
+ * items of the layer do not fit 32 bits.
+ */
+int hc__dl_init(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned layer, unsigned n, struct hc__dl *L);
+
+/*
+ * Every slot of every token of the transfer within the device pools it
+ * names: -ERANGE naming the first that is not.  Checked when a transfer is
+ * made, so the copies (and the kernel, which cannot fail) need not.
+ */
+int hc__dev_check_slots(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned n, const uint32_t *presence,
+			const uint64_t *slots, const uint64_t *state_slots);
+
+/*
+ * The host implementation's gather/scatter: the kernel's loop over the
+ * items of one layer, in C, on the same arithmetic.  env is the start of
+ * the pool's envelopes; store copies device to envelopes.
+ */
+void hc__dl_copy(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
+		 const uint64_t *slots, const uint64_t *state_slots, int store);
 
 #endif /* HC_LIB_DEVMAP_H */

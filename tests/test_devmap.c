@@ -242,6 +242,241 @@ START_TEST(state_pages_merge)
 }
 END_TEST
 
+/*
+ * Every component kind (sharded K/V, replicated K/V as MLA, a replicated
+ * and a sharded state), random pages, presence, slots and strides, every
+ * rank of TP 1..8: the runs, the kernel's loop (hc__dl_copy) and a
+ * reference written from the byte order in hicache.h agree, both ways.
+ */
+struct kind_dev {
+	uint64_t base[4][2][3]; /* [comp][kv][layer] */
+	uint64_t tb[4], stride[4], nslots;
+	uint8_t *buf;
+	size_t bytes;
+};
+
+static const struct hc_component_spec kinds[4] = {
+	{ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 8,
+	  .head_bytes = 16, .layers = 3 },
+	{ .name = "mla", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_REPLICATED, .kv_heads = 1,
+	  .head_bytes = 48, .layers = 2 },
+	{ .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED, .bytes_per_layer = 256,
+	  .layers = 2, .window_pages = 1 },
+	{ .name = "sst", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_SHARDED, .bytes_per_layer = 512,
+	  .layers = 1, .window_pages = 1 },
+};
+
+/* Lay out one rank's device pools (random padding) in one buffer. */
+static void kind_dev_init(struct kind_dev *k, const struct hc_pool_info *pi, uint32_t S, struct hc__dev_comp *dc)
+{
+	size_t off = 0;
+
+	k->nslots = 96;
+	for (unsigned c = 0; c < 4; c++) {
+		uint32_t G = c == 0 || c == 3 ? pi->head_groups : 1, ng = S <= G ? G / S : 1;
+		uint64_t gb = c == 0 ? (uint64_t)(8 / G) * 16 : c == 1 ? 48 : c == 2 ? 256 : 512 / G;
+		k->tb[c] = ng * gb;
+		k->stride[c] = k->tb[c] + 4 * (unsigned)(rand() % 3);
+		for (unsigned kv = 0; kv < 2; kv++)
+			for (unsigned l = 0; l < 3; l++) {
+				k->base[c][kv][l] = off;
+				off += k->nslots * k->stride[c] + 4 * (unsigned)(rand() % 4);
+			}
+		dc[c] = (struct hc__dev_comp){ .comp = c, .token_bytes = k->tb[c], .token_stride = k->stride[c],
+					       .slots = k->nslots };
+	}
+	k->bytes = off;
+	k->buf = calloc(1, off);
+	for (unsigned c = 0; c < 4; c++)
+		for (unsigned kv = 0; kv < 2; kv++)
+			for (unsigned l = 0; l < 3; l++)
+				k->base[c][kv][l] += (uintptr_t)k->buf;
+	for (unsigned c = 0; c < 4; c++) {
+		dc[c].k = k->base[c][0];
+		dc[c].v = c < 2 ? k->base[c][1] : NULL;
+	}
+}
+
+/* Call fn(envelope byte, device byte) for every byte rank r holds, from hicache.h's formula. */
+static void kind_ref(struct pool *q, struct kind_dev *k, uint32_t S, uint32_t r, unsigned n, const uint32_t *pages,
+		     const uint32_t *presence, const uint64_t *slots, const uint64_t *ss, int store, uint8_t *env)
+{
+	uint32_t T = q->p->g.page_tokens;
+
+	for (unsigned c = 0; c < 4; c++) {
+		const struct hc_component_info *ci = &q->p->g.comps[c];
+		uint32_t G = ci->groups, ng = S <= G ? G / S : 1, g0 = S <= G ? r * ng : r / (S / G);
+		uint32_t L = ci->layers;
+		uint64_t gb = ci->kind == HC_COMP_KV ? (uint64_t)(ci->kv_heads / G) * ci->head_bytes : ci->bytes_per_layer / G;
+
+		if (ci->sharding == HC_REPLICATED)
+			g0 = 0, ng = 1;
+		for (unsigned i = 0; i < n; i++) {
+			if (!(presence[i] & (1u << c)))
+				continue;
+			for (uint32_t j = 0; j < ng; j++)
+				for (uint32_t l = 0; l < L; l++)
+					for (uint32_t kv = 0; kv < (ci->kind == HC_COMP_KV ? 2u : 1u); kv++)
+						for (uint32_t t = 0; t < (ci->kind == HC_COMP_KV ? T : 1u); t++) {
+							uint64_t eo = (uint64_t)pages[i] * q->p->g.envelope_bytes + ci->offset;
+							uint8_t *d;
+							if (ci->kind == HC_COMP_KV)
+								eo += (g0 + j) * (L * 2 * T * gb) + l * (2 * T * gb) +
+								      kv * (T * gb) + t * gb;
+							else
+								eo += (g0 + j) * (L * gb) + l * gb;
+							d = (uint8_t *)(uintptr_t)(k->base[c][kv][l] +
+										    (ci->kind == HC_COMP_KV ? slots[i * T + t] : ss[i]) *
+											    k->stride[c] +
+										    j * gb);
+							if (store)
+								memcpy(env + eo, d, gb);
+							else
+								memcpy(d, env + eo, gb);
+						}
+		}
+	}
+}
+
+START_TEST(every_kind_random)
+{
+	struct pool q;
+	struct hc_pool_spec s = { .model_id = "t/kinds", .page_tokens = 8, .tp_size = 8, .comps = kinds, .ncomp = 4,
+				  .capacity_pages = 24, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_pool_info pi;
+	hc_page_t pg;
+
+	srand(99);
+	q.name = hct_name();
+	s.name = q.name;
+	ck_assert_ok(hc_pool_create(&s));
+	q.p = hct_attach(q.name, 0);
+	ck_assert_int_eq(hc_page_alloc(q.p, 1, 1, &pg), 1);
+	q.env = (uint8_t *)hc_page_envelope(q.p, pg) - (size_t)HC_PAGE_ID(pg) * q.p->g.envelope_bytes;
+	hc_pool_info(q.p, &pi);
+	ck_assert_uint_eq(pi.head_groups, 8);
+	for (size_t b = 0; b < (size_t)pi.npages * pi.envelope_bytes; b++)
+		q.env[b] = (uint8_t)(rand() >> 5);
+	for (uint32_t S = 1; S <= 8; S *= 2)
+		for (uint32_t r = 0; r < S; r++)
+			for (int round = 0; round < 3; round++) {
+				size_t eb = (size_t)pi.npages * pi.envelope_bytes;
+				struct hc__dev_comp dc[4];
+				struct hc__dev_desc d = { .tp_size = S, .tp_rank = r, .ncomp = 4, .comps = dc };
+				struct hc__dev_plan pl;
+				struct kind_dev ref, got, krn;
+				unsigned n = 1 + (unsigned)rand() % 10, seed = (unsigned)rand();
+				uint32_t pages[10], presence[10];
+				uint64_t all[96], slots[10 * 8], ss[10];
+				uint8_t *e_ref = malloc(eb), *e_run = malloc(eb), *e_krn = malloc(eb);
+				static struct hc__run runs[8192];
+
+				srand(seed); /* the same random layout three times */
+				kind_dev_init(&ref, &pi, S, dc);
+				srand(seed);
+				kind_dev_init(&got, &pi, S, dc);
+				srand(seed);
+				kind_dev_init(&krn, &pi, S, dc);
+				for (unsigned i = 0; i < 96; i++)
+					all[i] = i;
+				for (unsigned i = 95; i > 0; i--) {
+					unsigned j = (unsigned)rand() % (i + 1);
+					uint64_t x = all[i];
+					all[i] = all[j], all[j] = x;
+				}
+				for (unsigned i = 0; i < n; i++) {
+					int dup;
+					do {
+						pages[i] = (uint32_t)rand() % pi.npages;
+						dup = 0;
+						for (unsigned j = 0; j < i; j++)
+							dup |= pages[j] == pages[i];
+					} while (dup);
+					presence[i] = (uint32_t)rand() & 0xf;
+					ss[i] = all[i];
+				}
+				for (unsigned i = 0; i < n * 8; i++)
+					slots[i] = all[(i * 7 + 3) % 96];
+				/* load: reference, runs, kernel loop */
+				for (unsigned c = 0; c < 4; c++)
+					dc[c].k = got.base[c][0], dc[c].v = c < 2 ? got.base[c][1] : NULL;
+				ck_assert_msg(hc__dev_plan(&q.p->g, &d, &pl) == 0, "TP %u rank %u: %s", S, r, hc_last_error());
+				kind_ref(&q, &ref, S, r, n, pages, presence, slots, ss, 0, q.env);
+				for (unsigned l = 0; l < 3; l++) {
+					int m = hc__dev_runs(&q.p->g, &pl, l, pages, presence, n, slots, ss, runs, 8192, NULL);
+					ck_assert_msg(m >= 0, "%s", hc_last_error());
+					for (int i = 0; i < m; i++)
+						memcpy((void *)(uintptr_t)runs[i].dev, q.env + runs[i].env, runs[i].len);
+				}
+				ck_assert_msg(memcmp(ref.buf, got.buf, ref.bytes) == 0, "runs: TP %u rank %u load differs", S, r);
+				for (unsigned c = 0; c < 4; c++)
+					dc[c].k = krn.base[c][0], dc[c].v = c < 2 ? krn.base[c][1] : NULL;
+				ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
+				for (unsigned l = 0; l < 3; l++) {
+					struct hc__dl L;
+					ck_assert_ok(hc__dl_init(&q.p->g, &pl, l, n, &L));
+					ck_assert_uint_eq(L.ncomp, l == 0 ? 4 : l == 1 ? 3 : 1);
+					/* 4-byte padding: at least f32 copies, and every base a multiple */
+					ck_assert(L.align >= 4 && L.align <= 16 && !(L.align & (L.align - 1)));
+					for (unsigned c = 0; c < L.ncomp; c++)
+						ck_assert_uint_eq((L.c[c].dev[0] | L.c[c].dev[1] | L.c[c].stride | L.c[c].gb) % L.align, 0);
+					hc__dl_copy(&L, q.env, pages, presence, slots, ss, 0);
+				}
+				ck_assert_msg(memcmp(ref.buf, krn.buf, ref.bytes) == 0, "kernel loop: TP %u rank %u load differs", S, r);
+				/* store: each writes exactly the reference's bytes of a scribbled copy */
+				for (size_t b = 0; b < ref.bytes; b++)
+					ref.buf[b] = krn.buf[b] = (uint8_t)(b * 131 + 7);
+				memset(e_ref, 0xa5, eb);
+				memset(e_krn, 0xa5, eb);
+				memset(e_run, 0xa5, eb);
+				kind_ref(&q, &ref, S, r, n, pages, presence, slots, ss, 1, e_ref);
+				for (unsigned l = 0; l < 3; l++) {
+					struct hc__dl L;
+					int m;
+					ck_assert_ok(hc__dl_init(&q.p->g, &pl, l, n, &L));
+					hc__dl_copy(&L, e_krn, pages, presence, slots, ss, 1);
+					m = hc__dev_runs(&q.p->g, &pl, l, pages, presence, n, slots, ss, runs, 8192, NULL);
+					ck_assert_int_ge(m, 0);
+					for (int i = 0; i < m; i++)
+						memcpy(e_run + runs[i].env, (void *)(uintptr_t)runs[i].dev, runs[i].len);
+				}
+				ck_assert_msg(memcmp(e_ref, e_krn, eb) == 0, "kernel loop: TP %u rank %u store differs", S, r);
+				ck_assert_msg(memcmp(e_ref, e_run, eb) == 0, "runs: TP %u rank %u store differs", S, r);
+				free(ref.buf), free(got.buf), free(krn.buf);
+				free(e_ref), free(e_run), free(e_krn);
+			}
+	rm(&q);
+}
+END_TEST
+
+START_TEST(alignment)
+{
+	struct pool q;
+	uint64_t kb[3], vb[3];
+	struct hc__dev_comp dc = { .comp = 0, .k = kb, .v = vb, .token_bytes = 64, .token_stride = 64, .slots = 16 };
+	struct hc__dev_desc d = { .tp_size = 2, .tp_rank = 1, .ncomp = 1, .comps = &dc };
+	struct hc__dev_plan pl;
+	struct hc__dl L;
+
+	mk(&q, 8, 2, 0, 0);
+	for (unsigned l = 0; l < 3; l++)
+		kb[l] = 0x100000 * (l + 1), vb[l] = 0x800000 + 0x100000 * l;
+	ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
+	ck_assert_ok(hc__dl_init(&q.p->g, &pl, 1, 5, &L));
+	ck_assert_uint_eq(L.align, 16);
+	ck_assert_uint_eq(L.items, 2 * 5 * 1);
+	ck_assert_uint_eq(L.c[0].dev[1], vb[1]);
+	kb[1] += 2; /* a bf16-aligned base: two-byte copies */
+	ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
+	ck_assert_ok(hc__dl_init(&q.p->g, &pl, 1, 5, &L));
+	ck_assert_uint_eq(L.align, 2);
+	ck_assert_ok(hc__dl_init(&q.p->g, &pl, 0, 5, &L)); /* another layer's bases are aligned */
+	ck_assert_uint_eq(L.align, 16);
+	ck_assert_err(hc__dl_init(&q.p->g, &pl, 0, UINT32_MAX, &L), E2BIG);
+	rm(&q);
+}
+END_TEST
+
 START_TEST(bad_descriptions)
 {
 	struct pool q;
@@ -301,6 +536,8 @@ int main(void)
 	tcase_add_test(tc, every_rank_every_tp);
 	tcase_add_test(tc, merging);
 	tcase_add_test(tc, state_pages_merge);
+	tcase_add_test(tc, every_kind_random);
+	tcase_add_test(tc, alignment);
 	tcase_add_test(tc, bad_descriptions);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
