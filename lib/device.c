@@ -17,86 +17,91 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <hicache/device.h>
-
+#include "config.h"
 #include "../shmpool/pool.h"
-#include "devmap.h"
+#include "dev.h"
 
-struct hc_xfer {
-	hc_dev *dev;
-	struct hc_xfer *next;
-	int store;
-	unsigned flags, n, layers;
-	hc_page_t *pages;
-	uint32_t *ids, *presence;
-	uint64_t *slots, *state_slots;
-	unsigned done_layers;     /* under dev->mu */
-	int finished, result;     /* under dev->mu */
-	char err[256];            /* the worker's hc_last_error of a failure */
-};
+#define AUTO_DIRECT_RUN (64u << 10) /* HC_PATH_AUTO: runs this long on average go direct */
 
-struct hc_dev {
-	hc_pool *pool;
-	enum hc_dev_kind kind;
-	struct hc__dev_plan pl;
-	struct hc__dev_plan pl_store; /* pl without the replicated components, except on rank 0 */
-	uint64_t *addrs;          /* our copies of the callers' k/v arrays */
-	unsigned layers;          /* the most of any described component */
-	uint32_t shards;          /* what this rank commits: its groups, and the replicated part on rank 0 */
-	int has_state, has_kv;
-	pthread_t worker;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	struct hc_xfer *head, *tail;
-	int stop;
-};
+/* The runs of one layer into *runs (grown as needed). */
+static int layer_runs(hc_dev *d, hc_xfer *x, unsigned l, struct hc__run **runs, unsigned *cap)
+{
+	for (;;) {
+		unsigned need;
+		int r = hc__dev_runs(&d->pool->g, x->store ? &d->pl_store : &d->pl, l, x->ids, x->presence, x->n,
+				     x->slots, x->state_slots, *runs, *cap, &need);
+		if (r != -ENOSPC)
+			return r;
+		free(*runs);
+		*cap = need + need / 4 + 16;
+		*runs = malloc((size_t)*cap * sizeof(**runs));
+		if (!*runs) {
+			*cap = 0;
+			return hc__err(ENOMEM, "transfer: no memory for %u runs", need);
+		}
+	}
+}
 
 static void run_xfer(hc_dev *d, hc_xfer *x)
 {
-	const struct hc__geom *g = &d->pool->g;
+	const struct hc__dev_plan *pl = x->store ? &d->pl_store : &d->pl;
 	struct hc__run *runs = NULL;
-	unsigned cap = 0, need;
-	int r = 0;
+	unsigned cap = 0, copies = 0, kernel_layers = 0, direct_layers = 0;
+	uint64_t bytes = 0;
+	int r = 0, nr = -1;
+	enum hc_dev_path path = d->path;
 
+	if (path == HC_PATH_AUTO) {
+		/* Layer 0 tells: the others have the same pages and slots. */
+		nr = layer_runs(d, x, 0, &runs, &cap);
+		if (nr < 0)
+			r = nr;
+		else
+			path = d->ops->choose(d, runs, (unsigned)nr);
+	}
+	x->path = path;
+	if (r == 0)
+		r = d->ops->begin(d, x, path);
 	for (unsigned l = 0; l < x->layers && r == 0; l++) {
-		for (;;) {
-			r = hc__dev_runs(g, x->store ? &d->pl_store : &d->pl, l, x->ids, x->presence, x->n, x->slots, x->state_slots, runs, cap,
-					 &need);
-			if (r != -ENOSPC)
+		if (path == HC_PATH_DIRECT) {
+			if (l > 0 || nr < 0)
+				nr = layer_runs(d, x, l, &runs, &cap);
+			if ((r = nr) < 0)
 				break;
-			free(runs);
-			cap = need + need / 4 + 16;
-			runs = malloc((size_t)cap * sizeof(*runs));
-			if (!runs) {
-				r = hc__err(ENOMEM, "transfer: no memory for %u runs", cap);
+			for (int i = 0; i < nr; i++)
+				bytes += runs[i].len;
+			r = d->ops->runs(d, x, runs, (unsigned)nr);
+			copies += (unsigned)nr;
+			direct_layers++;
+		} else {
+			struct hc__dl L;
+			if ((r = hc__dl_init(&d->pool->g, pl, l, x->n, &L)) < 0)
 				break;
-			}
+			bytes += hc__dl_bytes(&L, x->presence);
+			r = d->ops->gather(d, x, &L);
+			kernel_layers++;
 		}
+		if (r == 0)
+			r = d->ops->mark(d, x, l);
 		if (r < 0)
 			break;
-		for (int i = 0; i < r; i++) {
-			uint8_t *env = d->pool->env + runs[i].env;
-			void *dev = (void *)(uintptr_t)runs[i].dev;
-			if (x->store)
-				memcpy(env, dev, runs[i].len);
-			else
-				memcpy(dev, env, runs[i].len);
-		}
-		r = 0;
 		pthread_mutex_lock(&d->mu);
-		x->done_layers = l + 1;
+		x->issued = l + 1;
 		pthread_cond_broadcast(&d->cv);
 		pthread_mutex_unlock(&d->mu);
 	}
 	free(runs);
 	if (r == 0 && x->store && (x->flags & HC_XFER_COMMIT)) {
-		for (unsigned i = 0; i < x->n; i++) {
+		/* The bytes must be in the envelopes before the pages are READY. */
+		if (x->layers)
+			r = d->ops->sync(x, x->layers - 1);
+		for (unsigned i = 0; i < x->n && r == 0; i++) {
 			uint32_t mine = d->shards & hc_page_needed(d->pool, x->presence[i]);
 			int c;
 			if (!mine)
 				continue; /* nothing of this page is this rank's to write */
 			c = hc_page_commit(d->pool, x->pages[i], mine);
-			if (c < 0 && c != -EALREADY && r == 0)
+			if (c < 0 && c != -EALREADY)
 				r = c; /* EALREADY: a rank sharing our group finished it first */
 		}
 	}
@@ -105,6 +110,16 @@ static void run_xfer(hc_dev *d, hc_xfer *x)
 	pthread_mutex_lock(&d->mu);
 	x->result = r;
 	x->finished = 1;
+	if (x->store) {
+		d->st.stores++;
+		d->st.store_bytes += bytes;
+	} else {
+		d->st.loads++;
+		d->st.load_bytes += bytes;
+	}
+	d->st.copies += copies;
+	d->st.direct_layers += direct_layers;
+	d->st.kernel_layers += kernel_layers;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }
@@ -136,6 +151,7 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
 {
 	struct hc__dev_comp dc[HC_MAX_COMPONENTS];
 	struct hc__dev_desc desc;
+	const struct hc__dev_ops *ops;
 	size_t naddr = 0;
 	hc_dev *d;
 	int r;
@@ -147,10 +163,19 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
 		return hc__err(EINVAL, "device open: %s is NULL", pool ? "spec" : "pool");
 	if ((r = hc__need_slot(pool, "device open")) < 0)
 		return r;
-	if (spec->kind == HC_DEV_CUDA)
-		return hc__err(ENOTSUP, "device open: the CUDA path is not in this build yet: use HC_DEV_HOST");
-	if (spec->kind != HC_DEV_HOST)
+	if (spec->kind == HC_DEV_HOST) {
+		ops = &hc__dev_host_ops;
+	} else if (spec->kind == HC_DEV_CUDA) {
+#ifdef HAVE_CUDA
+		ops = &hc__dev_cuda_ops;
+#else
+		return hc__err(ENOTSUP, "device open: this build has no CUDA: configure --with-cuda, or use HC_DEV_HOST");
+#endif
+	} else {
 		return hc__err(EINVAL, "device open: kind %d is neither HC_DEV_HOST nor HC_DEV_CUDA", (int)spec->kind);
+	}
+	if ((unsigned)spec->path > HC_PATH_KERNEL)
+		return hc__err(EINVAL, "device open: path %d is none of HC_PATH_AUTO, _DIRECT, _KERNEL", (int)spec->path);
 	if (spec->ncomp > HC_MAX_COMPONENTS || (spec->ncomp && !spec->comps))
 		return hc__err(EINVAL, "device open: %u components%s", spec->ncomp, spec->comps ? "" : " and comps is NULL");
 	for (unsigned i = 0; i < spec->ncomp; i++) {
@@ -205,13 +230,18 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
 		if (spec->tp_rank == 0 || pool->g.comps[d->pl.c[i].d.comp].sharding == HC_SHARDED)
 			d->pl_store.c[d->pl_store.ncomp++] = d->pl.c[i];
 	d->pool = pool;
-	d->kind = spec->kind;
+	d->ops = ops;
+	d->path = spec->path;
+	d->device = spec->device;
+	if ((r = ops->open(d, spec)) < 0)
+		goto fail;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
 	r = pthread_create(&d->worker, NULL, worker_main, d);
 	if (r) {
 		pthread_cond_destroy(&d->cv);
 		pthread_mutex_destroy(&d->mu);
+		ops->close(d);
 		r = hc__err(r, "device open: cannot start its worker thread");
 		goto fail;
 	}
@@ -232,6 +262,7 @@ int hc_dev_close(hc_dev *d)
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 	pthread_join(d->worker, NULL); /* it drains the queue first */
+	d->ops->close(d);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->mu);
 	free(d->addrs);
@@ -270,6 +301,8 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 			       : "slots is NULL and a K/V component is described");
 	if (rq->flags & ~HC_XFER_COMMIT || (!store && rq->flags))
 		return hc__err(EINVAL, "%s: flags 0x%x are not known here", what, rq->flags);
+	if (rq->after && d->ops == &hc__dev_host_ops)
+		return hc__err(EINVAL, "%s: 'after' is a CUDA event, and this is an HC_DEV_HOST device", what);
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return hc__err(ENOMEM, "%s: no memory", what);
@@ -306,6 +339,15 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 		x->ids[i] = id;
 		x->presence[i] = atomic_load_explicit(&p->pages[id].presence, memory_order_relaxed);
 	}
+	/* Every slot in bounds now: the copies (and a kernel) cannot fail later. */
+	{
+		int r = hc__dev_check_slots(&p->g, store ? &d->pl_store : &d->pl, rq->n, x->presence, rq->slots,
+					    rq->state_slots);
+		if (r < 0) {
+			xfer_free_arrays(x);
+			return hc__err(-r, "%s: %s", what, hc_last_error());
+		}
+	}
 	if (rq->slots)
 		memcpy(x->slots, rq->slots, (size_t)rq->n * T * sizeof(*x->slots));
 	if (rq->state_slots)
@@ -314,6 +356,7 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 	x->store = store;
 	x->flags = rq->flags;
 	x->n = rq->n;
+	x->after = rq->after;
 	x->layers = d->layers;
 	pthread_mutex_lock(&d->mu);
 	if (d->tail)
@@ -349,9 +392,24 @@ int hc_xfer_layer_done(hc_xfer *x, unsigned layer)
 	if (!x || layer >= x->layers)
 		return hc__err(EINVAL, "transfer: %s", x ? "layer out of range" : "the transfer is NULL");
 	pthread_mutex_lock(&x->dev->mu);
-	r = x->done_layers > layer ? 1 : x->finished ? x->result : 0;
+	r = x->issued > layer ? 1 : x->finished ? x->result : 0;
 	pthread_mutex_unlock(&x->dev->mu);
-	return r;
+	if (r == 1)
+		return x->dev->ops->query(x, layer);
+	return r < 0 ? hc__err(-r, "%s", x->err) : r;
+}
+
+/* Until layer is issued or the transfer failed before it: 1 issued, or the failure. */
+static int wait_issued(hc_xfer *x, unsigned layer)
+{
+	int r;
+
+	pthread_mutex_lock(&x->dev->mu);
+	while (x->issued <= layer && !x->finished)
+		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
+	r = x->issued > layer ? 1 : x->result;
+	pthread_mutex_unlock(&x->dev->mu);
+	return r < 0 ? hc__err(-r, "%s", x->err) : r;
 }
 
 int hc_xfer_wait_layer(hc_xfer *x, unsigned layer)
@@ -360,12 +418,19 @@ int hc_xfer_wait_layer(hc_xfer *x, unsigned layer)
 
 	if (!x || layer >= x->layers)
 		return hc__err(EINVAL, "transfer: %s", x ? "layer out of range" : "the transfer is NULL");
-	pthread_mutex_lock(&x->dev->mu);
-	while (x->done_layers <= layer && !x->finished)
-		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
-	r = x->done_layers > layer ? 0 : x->result;
-	pthread_mutex_unlock(&x->dev->mu);
-	return r < 0 ? hc__err(-r, "%s", x->err) : r;
+	r = wait_issued(x, layer);
+	return r == 1 ? x->dev->ops->sync(x, layer) : r;
+}
+
+void *hc_xfer_layer_event(hc_xfer *x, unsigned layer)
+{
+	if (!x || layer >= x->layers) {
+		hc__err(EINVAL, "transfer: %s", x ? "layer out of range" : "the transfer is NULL");
+		return NULL;
+	}
+	if (x->dev->ops == &hc__dev_host_ops)
+		return x->dev->ops->event(x, layer);
+	return wait_issued(x, layer) == 1 ? x->dev->ops->event(x, layer) : NULL;
 }
 
 int hc_xfer_wait(hc_xfer *x)
@@ -379,16 +444,41 @@ int hc_xfer_wait(hc_xfer *x)
 		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
 	r = x->result;
 	pthread_mutex_unlock(&x->dev->mu);
-	return r < 0 ? hc__err(-r, "%s", x->err) : r;
+	if (r < 0)
+		return hc__err(-r, "%s", x->err);
+	/* Issued in order on one stream: the last layer's arrival is everyone's. */
+	return x->layers ? x->dev->ops->sync(x, x->layers - 1) : 0;
 }
 
 int hc_xfer_free(hc_xfer *x)
 {
+	char msg[256] = "";
 	int r;
 
 	if (!x)
 		return 0;
 	r = hc_xfer_wait(x);
+	if (r < 0) {
+		snprintf(msg, sizeof(msg), "%s", hc_last_error());
+		/* Whatever was issued must be done before its buffers go. */
+		unsigned issued;
+		pthread_mutex_lock(&x->dev->mu);
+		issued = x->issued;
+		pthread_mutex_unlock(&x->dev->mu);
+		if (issued)
+			x->dev->ops->sync(x, issued - 1);
+	}
+	x->dev->ops->end(x);
 	xfer_free_arrays(x);
-	return r;
+	return r < 0 ? hc__err(-r, "%s", msg) : r;
+}
+
+int hc_dev_stats(hc_dev *d, struct hc_dev_stats *out)
+{
+	if (!d || !out)
+		return hc__err(EINVAL, "device stats: %s is NULL", d ? "out" : "the device");
+	pthread_mutex_lock(&d->mu);
+	*out = d->st;
+	pthread_mutex_unlock(&d->mu);
+	return 0;
 }

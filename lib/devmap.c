@@ -218,6 +218,20 @@ int hc__dev_check_slots(const struct hc__geom *g, const struct hc__dev_plan *pl,
 	return 0;
 }
 
+uint64_t hc__dl_bytes(const struct hc__dl *L, const uint32_t *presence)
+{
+	uint64_t b = 0;
+
+	for (uint32_t c = 0; c < L->ncomp; c++) {
+		const struct hc__dl_comp *k = &L->c[c];
+		uint64_t pages = 0;
+		for (uint32_t i = 0; i < L->n; i++)
+			pages += !presence || (presence[i] & k->bit);
+		b += pages * k->nkv * k->ng * k->gb * (k->half ? L->T : 1);
+	}
+	return b;
+}
+
 void hc__dl_copy(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
 		 const uint64_t *slots, const uint64_t *state_slots, int store)
 {

@@ -101,6 +101,9 @@ int hc__dl_init(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigne
 int hc__dev_check_slots(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned n, const uint32_t *presence,
 			const uint64_t *slots, const uint64_t *state_slots);
 
+/* The bytes the items of L move for pages of these presence bits (NULL: all). */
+uint64_t hc__dl_bytes(const struct hc__dl *L, const uint32_t *presence);
+
 /*
  * The host implementation's gather/scatter: the kernel's loop over the
  * items of one layer, in C, on the same arithmetic.  env is the start of

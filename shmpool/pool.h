@@ -55,6 +55,11 @@ struct hc_pool {
 	int holder_result;       /* slot, or negative errno */
 
 	_Atomic uint32_t cursor; /* where the next allocation scan starts (a hint) */
+
+	/* lib/dev_cuda.c: this process's registration of the envelopes with
+	 * CUDA (its own lock guards both); detach calls dev_unreg first. */
+	void *dev_reg;
+	void (*dev_unreg)(struct hc_pool *p);
 };
 
 /* error.c */

@@ -695,6 +695,8 @@ int hc_pool_detach(hc_pool *p)
 	/* A forked child has the handle but not the holder thread: it only unmaps. */
 	if (p->slot >= 0 && p->fork_gen == atomic_load_explicit(&hc__forks, memory_order_relaxed))
 		hc__rank_release(p);
+	if (p->dev_unreg)
+		p->dev_unreg(p); /* unpin before the pages go */
 	munmap(p->base, p->map_bytes);
 	close(p->fd);
 	free(p);

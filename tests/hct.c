@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "config.h"
+
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,6 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "hct.h"
 
 const char *hct_name(void)
@@ -188,6 +193,19 @@ int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed)
 	if ((ret = hc_page_unpin(p, pg)) < 0)
 		return ret;
 	return bad ? -EBADMSG : 1;
+}
+
+int hct_cuda_devices(void)
+{
+#ifdef HAVE_CUDA
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess)
+		n = 0;
+	return n;
+#else
+	return 0;
+#endif
 }
 
 double hct_now(void)

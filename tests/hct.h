@@ -78,6 +78,8 @@ int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);
 double hct_now(void);
+/* CUDA devices here: 0 in a build without CUDA, or when cudaGetDeviceCount finds none. */
+int hct_cuda_devices(void);
 /* Path of a built tool: $HC_BUILDDIR/tools/<name>. */
 const char *hct_tool(const char *name);
 

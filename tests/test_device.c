@@ -5,6 +5,8 @@
  * pool by every rank of an engine, per-layer marks in order, a pool laid
  * out for TP 8 read by a TP 2 engine, and the errors.
  */
+#include "config.h"
+
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +14,9 @@
 #include <hicache/device.h>
 
 #include "hct.h"
+
+/* The path every device of a test copies on (the looped tests set it). */
+static enum hc_dev_path g_path = HC_PATH_AUTO;
 
 /* One rank's "device": K, V (and state) pools per layer, in host memory. */
 struct rank_dev {
@@ -63,7 +68,7 @@ static void rank_open(struct rank_dev *r, hc_pool *p, uint32_t tp, uint32_t rank
 	}
 	{
 		struct hc_dev_spec s = { .kind = HC_DEV_HOST, .tp_size = tp, .tp_rank = rank, .comps = r->comp,
-					 .ncomp = nc };
+					 .ncomp = nc, .path = g_path };
 		ck_assert_ok(hc_dev_open(p, &s, &r->dev));
 	}
 }
@@ -101,8 +106,10 @@ START_TEST(roundtrip_tp2)
 	uint8_t skip[6];
 	uint64_t s1[6 * 16], s2[6 * 16], ss1[6], ss2[6];
 	struct hc_reserve_req rq = { .keys = k, .nkeys = 6 };
+	struct hc_dev_stats st;
 	hc_xfer *x;
 
+	g_path = (enum hc_dev_path)_i;
 	srand(7);
 	for (int r = 0; r < 2; r++) {
 		rank_open(&a[r], p, 2, (uint32_t)r, 128, 1);
@@ -131,6 +138,14 @@ START_TEST(roundtrip_tp2)
 		struct hc_xfer_req xr = { .pages = pg, .n = 6, .slots = s2, .state_slots = ss2 };
 		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
 		ck_assert_int_eq(hc_xfer_free(x), 0);
+		/* 6 pages, 2 layers: K and V of 16 tokens of 128 bytes, and 1024 bytes of state */
+		ck_assert_ok(hc_dev_stats(b[r].dev, &st));
+		ck_assert_uint_eq(st.loads, 1);
+		ck_assert_uint_eq(st.stores, 0);
+		ck_assert_uint_eq(st.load_bytes, 6 * 2 * (2 * 16 * 128 + 1024));
+		ck_assert_uint_eq(st.kernel_layers, g_path == HC_PATH_KERNEL ? 2 : 0);
+		ck_assert_uint_eq(st.direct_layers, g_path == HC_PATH_KERNEL ? 0 : 2);
+		ck_assert_uint_eq(st.reg_ns, 0); /* host memory is not registered */
 		for (unsigned l = 0; l < 2; l++) {
 			for (unsigned i = 0; i < 6 * 16; i++) {
 				ck_assert_int_eq(memcmp(b[r].k[l] + s2[i] * 128, a[r].k[l] + s1[i] * 128, 128), 0);
@@ -150,8 +165,8 @@ START_TEST(roundtrip_tp2)
 }
 END_TEST
 
-/* A pool for TP 8 (8 groups of one head), written by 8 ranks, read by TP 2. */
-START_TEST(tp8_read_by_tp2)
+/* A pool for TP 8 (8 groups of one head), written by 8 ranks, read by TP 4 and TP 2. */
+START_TEST(tp8_read_by_tp4_and_tp2)
 {
 	const char *name = hct_name();
 	struct hc_component_spec c = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
@@ -167,6 +182,7 @@ START_TEST(tp8_read_by_tp2)
 	hc_pool *p;
 	hc_xfer *x;
 
+	g_path = (enum hc_dev_path)_i;
 	srand(8);
 	ck_assert_ok(hc_pool_create(&s));
 	p = hct_attach(name, 0);
@@ -182,22 +198,24 @@ START_TEST(tp8_read_by_tp2)
 	}
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[3]), NULL, NULL, NULL), HC_PAGE_READY);
 	perm(s2, 4 * 16, 64);
-	for (uint32_t rank = 0; rank < 2; rank++) {
-		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = s2 };
-		rank_open(&r2, p, 2, rank, 64, 0);
-		ck_assert_uint_eq(r2.kv_bytes, 128);
-		ck_assert_ok(hc_dev_load(r2.dev, &xr, &x));
-		ck_assert_int_eq(hc_xfer_free(x), 0);
-		/* a TP 2 token is the heads of four TP 8 ranks, in order */
-		for (unsigned l = 0; l < 2; l++)
-			for (unsigned i = 0; i < 4 * 16; i++)
-				for (unsigned h = 0; h < 4; h++) {
-					const struct rank_dev *src = &w[rank * 4 + h];
-					ck_assert_int_eq(memcmp(r2.k[l] + s2[i] * 128 + h * 32, src->k[l] + s1[i] * 32, 32), 0);
-					ck_assert_int_eq(memcmp(r2.v[l] + s2[i] * 128 + h * 32, src->v[l] + s1[i] * 32, 32), 0);
-				}
-		rank_close(&r2);
-	}
+	for (uint32_t S = 4; S >= 2; S /= 2)
+		for (uint32_t rank = 0; rank < S; rank++) {
+			struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = s2 };
+			uint32_t hpr = 8 / S, tb = hpr * 32;
+			rank_open(&r2, p, S, rank, 64, 0);
+			ck_assert_uint_eq(r2.kv_bytes, tb);
+			ck_assert_ok(hc_dev_load(r2.dev, &xr, &x));
+			ck_assert_int_eq(hc_xfer_free(x), 0);
+			/* a TP S token is the heads of 8/S TP 8 ranks, in order */
+			for (unsigned l = 0; l < 2; l++)
+				for (unsigned i = 0; i < 4 * 16; i++)
+					for (unsigned h = 0; h < hpr; h++) {
+						const struct rank_dev *src = &w[rank * hpr + h];
+						ck_assert_int_eq(memcmp(r2.k[l] + s2[i] * tb + h * 32, src->k[l] + s1[i] * 32, 32), 0);
+						ck_assert_int_eq(memcmp(r2.v[l] + s2[i] * tb + h * 32, src->v[l] + s1[i] * 32, 32), 0);
+					}
+			rank_close(&r2);
+		}
 	for (int r = 0; r < 8; r++)
 		rank_close(&w[r]);
 	hc_pool_detach(p);
@@ -223,6 +241,7 @@ START_TEST(layer_marks_in_order)
 	hc_xfer *x;
 	unsigned seen = 0, polls = 0;
 
+	g_path = (enum hc_dev_path)_i;
 	ck_assert_ok(hc_pool_create(&s));
 	p = hct_attach(name, 0);
 	rank_open(&a, p, 1, 0, 32 * 32, 1);
@@ -289,10 +308,36 @@ START_TEST(errors)
 
 	for (unsigned i = 0; i < 32; i++)
 		sl[i] = i;
+	rank_open(&a, p, 2, 0, 64, 1);
+	spec.comps = a.comp;
+	spec.ncomp = 2;
+	/* A CUDA device: not in this build, no device here, or host addresses
+	 * that are not device memory. */
+#ifdef HAVE_CUDA
+	if (hct_cuda_devices() == 0) {
+		ck_assert_err(hc_dev_open(p, &spec, &d), ENODEV);
+		ck_assert_msg_has("no CUDA device");
+	} else {
+		ck_assert_err(hc_dev_open(p, &spec, &d), EINVAL);
+		ck_assert_msg_has("is not memory of CUDA device 0");
+	}
+#else
 	ck_assert_err(hc_dev_open(p, &spec, &d), ENOTSUP);
+	ck_assert_msg_has("configure --with-cuda");
+#endif
+	ck_assert_ptr_null(d);
 	spec.kind = (enum hc_dev_kind)7;
 	ck_assert_err(hc_dev_open(p, &spec, &d), EINVAL);
-	rank_open(&a, p, 2, 0, 64, 1);
+	spec.kind = HC_DEV_HOST;
+	spec.path = (enum hc_dev_path)3;
+	ck_assert_err(hc_dev_open(p, &spec, &d), EINVAL);
+	ck_assert_msg_has("path 3");
+	spec.path = HC_PATH_AUTO;
+	/* a CUDA event to wait for means nothing to host memory */
+	xr.after = &spec;
+	ck_assert_err(hc_dev_load(a.dev, &xr, &x), EINVAL);
+	ck_assert_msg_has("'after'");
+	xr.after = NULL;
 	hct_keys(k, 2, 43);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
 	/* a load needs READY pages */
@@ -306,15 +351,21 @@ START_TEST(errors)
 	xr.flags = 0x80;
 	ck_assert_err(hc_dev_store(a.dev, &xr, &x), EINVAL);
 	xr.flags = HC_XFER_COMMIT;
-	/* a slot out of the device pool fails the transfer, not the process */
+	/* a slot out of the device pool is refused before a byte moves */
 	sl[5] = 64;
-	ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
-	ck_assert_err(hc_xfer_free(x), ERANGE);
+	ck_assert_err(hc_dev_store(a.dev, &xr, &x), ERANGE);
 	ck_assert_msg_has("token 5's slot 64");
+	ck_assert_ptr_null(x);
 	sl[5] = 5;
+	ss[1] = 16;
+	ck_assert_err(hc_dev_store(a.dev, &xr, &x), ERANGE);
+	ck_assert_msg_has("page 1's state slot 16");
+	ss[1] = 1;
 	ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 	ck_assert_int_eq(hc_xfer_wait_layer(x, 1), 0);
 	ck_assert_err(hc_xfer_wait_layer(x, 2), EINVAL);
+	ck_assert_ptr_null(hc_xfer_layer_event(x, 0)); /* host memory has no events */
+	ck_assert_msg_has("no CUDA events");
 	ck_assert_int_eq(hc_xfer_free(x), 0);
 	/* a store needs this process's reservation: the pages are not READY for lack of rank 1 */
 	hc_page_abort(p, pg, 2);
@@ -383,9 +434,10 @@ int main(void)
 	TCase *tc = tcase_create("host");
 
 	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, roundtrip_tp2);
-	tcase_add_test(tc, tp8_read_by_tp2);
-	tcase_add_test(tc, layer_marks_in_order);
+	/* each on HC_PATH_AUTO, _DIRECT and _KERNEL */
+	tcase_add_loop_test(tc, roundtrip_tp2, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
+	tcase_add_loop_test(tc, tp8_read_by_tp4_and_tp2, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
+	tcase_add_loop_test(tc, layer_marks_in_order, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, store_into_another_ranks_reservation);
 	suite_add_tcase(s, tc);

@@ -24,6 +24,16 @@
  * HC_DEV_HOST runs the same layout against host memory (the "device"
  * addresses are host pointers): the tests, and the service and the replay
  * on machines without a GPU, use it.
+ *
+ * HC_DEV_CUDA (a build with CUDA, hicache(7)) copies on a stream of its
+ * own and records one CUDA event per layer: hc_xfer_layer_event gives it,
+ * so a compute stream can wait for layer l with cudaStreamWaitEvent and
+ * the host never blocks.  The first CUDA device opened on a pool registers
+ * the pool's envelopes with cudaHostRegister (in chunks, from several
+ * threads); hc_pool_detach unregisters them, so close every device first.
+ * Two paths move the bytes (enum hc_dev_path): one cudaMemcpyAsync per
+ * contiguous run, or one gather/scatter kernel launch per layer that reads
+ * and writes the mapped envelopes itself.
  */
 #ifndef HICACHE_DEVICE_H
 #define HICACHE_DEVICE_H
@@ -52,6 +62,12 @@ struct hc_dev_comp {
 	uint64_t slots;         /* slots in each layer's pool */
 };
 
+enum hc_dev_path {
+	HC_PATH_AUTO = 0,   /* direct when a layer's runs average 64 KiB or more, else kernel */
+	HC_PATH_DIRECT = 1, /* one copy per contiguous run, merged where adjacent on both sides */
+	HC_PATH_KERNEL = 2, /* one gather/scatter per layer, item by item (devidx.h's arithmetic) */
+};
+
 struct hc_dev_spec {
 	enum hc_dev_kind kind;
 	int device;             /* HC_DEV_CUDA: the device ordinal */
@@ -59,6 +75,9 @@ struct hc_dev_spec {
 	uint32_t tp_rank;
 	const struct hc_dev_comp *comps;
 	unsigned ncomp;
+	enum hc_dev_path path;
+	unsigned reg_threads;   /* HC_DEV_CUDA: threads registering the pool; 0: 8 */
+	uint64_t reg_chunk;     /* HC_DEV_CUDA: bytes per cudaHostRegister; 0: 1 GiB (a multiple of 2 MiB) */
 };
 
 HC_API int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out);
@@ -72,6 +91,8 @@ struct hc_xfer_req {
 	const uint64_t *slots;       /* [n * page_tokens]: the slot of token t of page i at i * T + t */
 	const uint64_t *state_slots; /* [n]: the state slot of page i; NULL without state components */
 	unsigned flags;              /* HC_XFER_* */
+	void *after;                 /* HC_DEV_CUDA: a cudaEvent_t the copies wait for (a store: the forward
+	                              * pass that wrote the KV), as cudaStreamWaitEvent; NULL: none */
 };
 
 HC_API int hc_dev_load(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
@@ -82,6 +103,25 @@ HC_API int hc_xfer_layer_done(hc_xfer *x, unsigned layer);  /* 1 arrived, 0 not 
 HC_API int hc_xfer_wait_layer(hc_xfer *x, unsigned layer);  /* 0 once layer is in, or the failure */
 HC_API int hc_xfer_wait(hc_xfer *x);                        /* every layer (and the commits) */
 HC_API int hc_xfer_free(hc_xfer *x);                        /* waits, then frees; returns its result */
+/* HC_DEV_CUDA: the cudaEvent_t recorded after layer's copies (waits until
+ * they are issued, not done); NULL with hc_last_error for HC_DEV_HOST or a
+ * transfer that failed before that layer.  It is the transfer's: valid
+ * until hc_xfer_free. */
+HC_API void *hc_xfer_layer_event(hc_xfer *x, unsigned layer);
+
+/* This process's figures for one device (counted since hc_dev_open). */
+struct hc_dev_stats {
+	uint64_t reg_ns;             /* wall time registering the pool with CUDA (the registration this
+	                              * device uses; 0 for HC_DEV_HOST) */
+	uint64_t reg_bytes;          /* bytes registered, in reg_chunks chunks by reg_threads threads */
+	uint32_t reg_chunks, reg_threads;
+	uint64_t loads, stores;      /* transfers made */
+	uint64_t load_bytes, store_bytes;
+	uint64_t direct_layers;      /* layers moved by the direct path, in copies copies */
+	uint64_t copies;
+	uint64_t kernel_layers;      /* layers moved by the kernel path (one launch each) */
+};
+HC_API int hc_dev_stats(hc_dev *dev, struct hc_dev_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * dev.h - what device.c (the API, the queue, the worker) shares with the
+ * kinds that move the bytes: dev_host.c (host memory) and dev_cuda.c (a
+ * CUDA device).  A kind is a table of operations, as SQLite's VFS is.
+ *
+ * Who touches what (process-private):
+ * - hc_dev: set by hc_dev_open, then read-only, except the queue, stop and
+ *   the counters (under mu) and the kind's own state (its worker only,
+ *   except what its ops document).
+ * - hc_xfer: the request copies are written before it is queued, then read
+ *   by the worker; issued, finished, result and err are written by the
+ *   worker under dev->mu; the kind's per-transfer state (kx) is written by
+ *   the worker in begin/layer and read by query/sync from any thread once
+ *   issued says that layer was.
+ */
+#ifndef HC_LIB_DEV_H
+#define HC_LIB_DEV_H
+
+#include <pthread.h>
+
+#include <hicache/device.h>
+
+#include "devmap.h"
+
+struct hc__dev_ops {
+	const char *name;
+	/* After the plan is made: the kind's state in d->kd; -errno with a line. */
+	int (*open)(hc_dev *d, const struct hc_dev_spec *s);
+	void (*close)(hc_dev *d);
+	/* Worker: before the first layer of x, on path (DIRECT or KERNEL). */
+	int (*begin)(hc_dev *d, hc_xfer *x, enum hc_dev_path path);
+	/* Worker: issue one layer, as runs or as the items of L; then mark it. */
+	int (*runs)(hc_dev *d, hc_xfer *x, const struct hc__run *runs, unsigned n);
+	int (*gather)(hc_dev *d, hc_xfer *x, const struct hc__dl *L);
+	int (*mark)(hc_dev *d, hc_xfer *x, unsigned layer);
+	/* Any thread, for an issued layer: 1 arrived, 0 not yet; or wait for it. */
+	int (*query)(hc_xfer *x, unsigned layer);
+	int (*sync)(hc_xfer *x, unsigned layer);
+	void *(*event)(hc_xfer *x, unsigned layer);
+	/* Owner, after the transfer is waited for: free what begin made. */
+	void (*end)(hc_xfer *x);
+	/* Worker, on AUTO: the path for a transfer whose first layer has these runs. */
+	enum hc_dev_path (*choose)(hc_dev *d, const struct hc__run *runs, unsigned n);
+};
+
+extern const struct hc__dev_ops hc__dev_host_ops;
+extern const struct hc__dev_ops hc__dev_cuda_ops; /* fails to open in a build without CUDA */
+
+struct hc_xfer {
+	hc_dev *dev;
+	struct hc_xfer *next;
+	int store;
+	unsigned flags, n, layers;
+	hc_page_t *pages;
+	uint32_t *ids, *presence;
+	uint64_t *slots, *state_slots;
+	void *after;
+	enum hc_dev_path path;    /* the worker's choice, before layer 0 */
+	unsigned issued;          /* layers issued (HC_DEV_HOST: done), under dev->mu */
+	int finished, result;     /* under dev->mu */
+	char err[256];            /* the worker's hc_last_error of a failure */
+	void *kx;                 /* the kind's, from begin to end */
+};
+
+struct hc_dev {
+	hc_pool *pool;
+	const struct hc__dev_ops *ops;
+	enum hc_dev_path path;
+	int device;
+	struct hc__dev_plan pl;
+	struct hc__dev_plan pl_store; /* pl without the replicated components, except on rank 0 */
+	uint64_t *addrs;          /* our copies of the callers' k/v arrays */
+	unsigned layers;          /* the most of any described component */
+	uint32_t shards;          /* what this rank commits: its groups, and the replicated part on rank 0 */
+	int has_state, has_kv;
+	pthread_t worker;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct hc_xfer *head, *tail;
+	int stop;
+	struct hc_dev_stats st;   /* under mu; the kind fills the reg_ figures at open */
+	void *kd;                 /* the kind's */
+};
+
+/* devreg.c: register [base, base+len) in chunks from several threads, all
+ * or nothing: on a failure every chunk that was registered is undone and
+ * the first error returned.  unreg undoes a whole registration. */
+struct hc__reg_job {
+	uint8_t *base;
+	uint64_t len, chunk;
+	unsigned threads;
+	int (*reg)(void *arg, void *p, uint64_t n);   /* 0 or -errno with a line */
+	void (*unreg)(void *arg, void *p, uint64_t n);
+	void *arg;
+};
+int hc__reg_parallel(const struct hc__reg_job *j, struct hc_dev_stats *st);
+void hc__unreg_parallel(const struct hc__reg_job *j);
+
+/* devkernel.cu (nvcc): one gather/scatter launch for the items of L on a
+ * cudaStream_t; env is the envelopes at an address the device can use,
+ * the index arrays are device memory.  Returns a cudaError_t. */
+int hc__gather_launch(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
+		      const uint64_t *slots, const uint64_t *state_slots, int store, void *stream);
+
+#endif /* HC_LIB_DEV_H */
