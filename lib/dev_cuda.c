@@ -107,9 +107,12 @@ static int reg_chunk(void *arg, void *p, uint64_t n)
 
 static void unreg_chunk(void *arg, void *p, uint64_t n)
 {
-	(void)arg;
+	struct cuda_reg *cr = arg;
+
 	(void)n;
+	cudaSetDevice(cr->device); /* our thread, as at registration */
 	cudaHostUnregister(p);
+	cudaGetLastError();
 }
 
 static void pool_unreg(struct hc_pool *p)
@@ -122,7 +125,13 @@ static void pool_unreg(struct hc_pool *p)
 	p->dev_unreg = NULL;
 	pthread_mutex_unlock(&reg_mu);
 	if (cr) {
-		hc__unreg_parallel(&cr->job);
+		int old = -1;
+		if (cudaGetDevice(&old) != cudaSuccess)
+			old = -1;
+		hc__unreg_parallel(&cr->job); /* the caller's thread takes chunks too */
+		if (old >= 0)
+			cudaSetDevice(old);
+		cudaGetLastError();
 		free(cr);
 	}
 }
