@@ -24,10 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda_runtime.h>
-
 #include "../shmpool/pool.h"
-#include "dev.h"
+#include "dev_cuda.h"
 
 #define REG_CHUNK_DEFAULT (1ull << 30)
 #define REG_CHUNK_ALIGN (2ull << 20)
@@ -57,6 +55,30 @@ struct cuda_xfer {
 };
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct hc__cuda_rt hc__cuda = {
+	.GetDeviceCount = cudaGetDeviceCount,
+	.GetDevice = cudaGetDevice,
+	.SetDevice = cudaSetDevice,
+	.DeviceGetAttribute = cudaDeviceGetAttribute,
+	.PointerGetAttributes = cudaPointerGetAttributes,
+	.HostRegister = cudaHostRegister,
+	.HostUnregister = cudaHostUnregister,
+	.StreamCreateWithFlags = cudaStreamCreateWithFlags,
+	.StreamDestroy = cudaStreamDestroy,
+	.StreamSynchronize = cudaStreamSynchronize,
+	.StreamWaitEvent = cudaStreamWaitEvent,
+	.Malloc = cudaMalloc,
+	.Free = cudaFree,
+	.MemcpyAsync = cudaMemcpyAsync,
+	.EventCreateWithFlags = cudaEventCreateWithFlags,
+	.EventRecord = cudaEventRecord,
+	.EventQuery = cudaEventQuery,
+	.EventSynchronize = cudaEventSynchronize,
+	.EventDestroy = cudaEventDestroy,
+	.GetLastError = cudaGetLastError,
+	.gather = hc__gather_launch,
+};
 
 /* A CUDA error as -errno and one line: what we did, then CUDA's words. */
 __attribute__((format(printf, 2, 3))) static int cu_err(cudaError_t e, const char *fmt, ...)
@@ -92,10 +114,10 @@ __attribute__((format(printf, 2, 3))) static int cu_err(cudaError_t e, const cha
 static int reg_chunk(void *arg, void *p, uint64_t n)
 {
 	struct cuda_reg *cr = arg;
-	cudaError_t e = cudaSetDevice(cr->device);
+	cudaError_t e = hc__cuda.SetDevice(cr->device);
 
 	if (e == cudaSuccess)
-		e = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
+		e = hc__cuda.HostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
 	if (e == cudaErrorHostMemoryAlreadyRegistered)
 		return cu_err(e, "device open: the pool's envelopes at +%llu are already registered in this process (by the engine?): leave their registration to hicache",
 			      (unsigned long long)((uint8_t *)p - cr->job.base));
@@ -110,9 +132,9 @@ static void unreg_chunk(void *arg, void *p, uint64_t n)
 	struct cuda_reg *cr = arg;
 
 	(void)n;
-	cudaSetDevice(cr->device); /* our thread, as at registration */
-	cudaHostUnregister(p);
-	cudaGetLastError();
+	hc__cuda.SetDevice(cr->device); /* our thread, as at registration */
+	hc__cuda.HostUnregister(p);
+	hc__cuda.GetLastError();
 }
 
 static void pool_unreg(struct hc_pool *p)
@@ -126,12 +148,12 @@ static void pool_unreg(struct hc_pool *p)
 	pthread_mutex_unlock(&reg_mu);
 	if (cr) {
 		int old = -1;
-		if (cudaGetDevice(&old) != cudaSuccess)
+		if (hc__cuda.GetDevice(&old) != cudaSuccess)
 			old = -1;
 		hc__unreg_parallel(&cr->job); /* the caller's thread takes chunks too */
 		if (old >= 0)
-			cudaSetDevice(old);
-		cudaGetLastError();
+			hc__cuda.SetDevice(old);
+		hc__cuda.GetLastError();
 		free(cr);
 	}
 }
@@ -188,10 +210,10 @@ static int check_addresses(hc_dev *d)
 				for (int end = 0; end < 2; end++) {
 					uint64_t a = (kv ? dc->v : dc->k)[l] + (end ? span - 1 : 0);
 					struct cudaPointerAttributes at;
-					cudaError_t e = cudaPointerGetAttributes(&at, (void *)(uintptr_t)a);
+					cudaError_t e = hc__cuda.PointerGetAttributes(&at, (void *)(uintptr_t)a);
 					if (e != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) ||
 					    at.device != d->device) {
-						cudaGetLastError(); /* clear it */
+						hc__cuda.GetLastError(); /* clear it */
 						return hc__err(EINVAL,
 							       "device open: component '%s' layer %u: the %s of the %s pool (0x%llx) is not memory of CUDA device %d",
 							       g->comps[dc->comp].name, l, end ? "last byte" : "base",
@@ -209,13 +231,13 @@ static int cuda_open(hc_dev *d, const struct hc_dev_spec *s)
 {
 	int old = -1, r;
 
-	if (cudaGetDevice(&old) != cudaSuccess) {
-		cudaGetLastError();
+	if (hc__cuda.GetDevice(&old) != cudaSuccess) {
+		hc__cuda.GetLastError();
 		old = -1;
 	}
 	r = cuda_open_on(d, s);
 	if (old >= 0)
-		cudaSetDevice(old);
+		hc__cuda.SetDevice(old);
 	return r;
 }
 
@@ -226,9 +248,9 @@ static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s)
 	cudaError_t e;
 	int n = 0, r;
 
-	e = cudaGetDeviceCount(&n);
+	e = hc__cuda.GetDeviceCount(&n);
 	if (e != cudaSuccess || n == 0) {
-		cudaGetLastError();
+		hc__cuda.GetLastError();
 		return hc__err(ENODEV, "device open: no CUDA device here (%s): use HC_DEV_HOST",
 			       e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
 	}
@@ -237,8 +259,8 @@ static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s)
 	cd = calloc(1, sizeof(*cd));
 	if (!cd)
 		return hc__err(ENOMEM, "device open: no memory");
-	if ((e = cudaSetDevice(s->device)) != cudaSuccess ||
-	    (e = cudaDeviceGetAttribute(&cd->host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, s->device)) !=
+	if ((e = hc__cuda.SetDevice(s->device)) != cudaSuccess ||
+	    (e = hc__cuda.DeviceGetAttribute(&cd->host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, s->device)) !=
 		    cudaSuccess) {
 		r = cu_err(e, "device open: CUDA device %d", s->device);
 		goto fail;
@@ -262,7 +284,7 @@ static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s)
 	d->st.reg_bytes = cr->st.reg_bytes;
 	d->st.reg_chunks = cr->st.reg_chunks;
 	d->st.reg_threads = cr->st.reg_threads;
-	if ((e = cudaStreamCreateWithFlags(&cd->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+	if ((e = hc__cuda.StreamCreateWithFlags(&cd->stream, cudaStreamNonBlocking)) != cudaSuccess) {
 		r = cu_err(e, "device open: cudaStreamCreate on device %d", s->device);
 		goto fail;
 	}
@@ -278,16 +300,16 @@ static void cuda_close(hc_dev *d)
 	struct cuda_dev *cd = d->kd;
 	int old = -1;
 
-	if (cudaGetDevice(&old) != cudaSuccess)
+	if (hc__cuda.GetDevice(&old) != cudaSuccess)
 		old = -1;
-	cudaSetDevice(d->device);
-	cudaStreamSynchronize(cd->stream);
-	cudaStreamDestroy(cd->stream);
+	hc__cuda.SetDevice(d->device);
+	hc__cuda.StreamSynchronize(cd->stream);
+	hc__cuda.StreamDestroy(cd->stream);
 	if (cd->scratch)
-		cudaFree(cd->scratch);
+		hc__cuda.Free(cd->scratch);
 	if (old >= 0)
-		cudaSetDevice(old);
-	cudaGetLastError();
+		hc__cuda.SetDevice(old);
+	hc__cuda.GetLastError();
 	free(cd);
 	d->kd = NULL;
 }
@@ -319,18 +341,18 @@ static int upload(hc_dev *d, hc_xfer *x, struct cuda_xfer *cx)
 	if (bytes > cd->scratch_cap) {
 		size_t cap = bytes > 2 * cd->scratch_cap ? bytes : 2 * cd->scratch_cap;
 		/* Earlier kernels on the stream may still read the old one. */
-		if ((e = cudaStreamSynchronize(cd->stream)) != cudaSuccess)
+		if ((e = hc__cuda.StreamSynchronize(cd->stream)) != cudaSuccess)
 			return cu_err(e, "transfer: waiting for the stream");
 		if (cd->scratch)
-			cudaFree(cd->scratch);
+			hc__cuda.Free(cd->scratch);
 		cd->scratch = NULL;
 		cd->scratch_cap = 0;
-		if ((e = cudaMalloc(&cd->scratch, cap)) != cudaSuccess)
+		if ((e = hc__cuda.Malloc(&cd->scratch, cap)) != cudaSuccess)
 			return cu_err(e, "transfer: cudaMalloc of %zu bytes for indices", cap);
 		cd->scratch_cap = cap;
 	}
 	/* From pageable memory: staged before the call returns, ordered on the stream. */
-	if ((e = cudaMemcpyAsync(cd->scratch, h, bytes, cudaMemcpyHostToDevice, cd->stream)) != cudaSuccess)
+	if ((e = hc__cuda.MemcpyAsync(cd->scratch, h, bytes, cudaMemcpyHostToDevice, cd->stream)) != cudaSuccess)
 		return cu_err(e, "transfer: uploading %zu bytes of indices", bytes);
 	dv = cd->scratch;
 	cx->pages = (const uint32_t *)dv;
@@ -346,7 +368,7 @@ static int cuda_begin(hc_dev *d, hc_xfer *x, enum hc_dev_path path)
 	struct cuda_xfer *cx;
 	cudaError_t e;
 
-	if ((e = cudaSetDevice(d->device)) != cudaSuccess) /* the worker is ours */
+	if ((e = hc__cuda.SetDevice(d->device)) != cudaSuccess) /* the worker is ours */
 		return cu_err(e, "transfer: cudaSetDevice(%d)", d->device);
 	cx = calloc(1, sizeof(*cx));
 	if (!cx)
@@ -356,9 +378,9 @@ static int cuda_begin(hc_dev *d, hc_xfer *x, enum hc_dev_path path)
 	if (!cx->ev)
 		return hc__err(ENOMEM, "transfer: no memory for %u events", x->layers);
 	for (; cx->nev < x->layers; cx->nev++)
-		if ((e = cudaEventCreateWithFlags(&cx->ev[cx->nev], cudaEventDisableTiming)) != cudaSuccess)
+		if ((e = hc__cuda.EventCreateWithFlags(&cx->ev[cx->nev], cudaEventDisableTiming)) != cudaSuccess)
 			return cu_err(e, "transfer: cudaEventCreate");
-	if (x->after && (e = cudaStreamWaitEvent(cd->stream, (cudaEvent_t)x->after, 0)) != cudaSuccess)
+	if (x->after && (e = hc__cuda.StreamWaitEvent(cd->stream, (cudaEvent_t)x->after, 0)) != cudaSuccess)
 		return cu_err(e, "transfer: waiting for the 'after' event");
 	return path == HC_PATH_KERNEL ? upload(d, x, cx) : 0;
 }
@@ -374,8 +396,8 @@ static int cuda_runs(hc_dev *d, hc_xfer *x, const struct hc__run *runs, unsigned
 			/* Not across a registration chunk. */
 			uint64_t room = cd->chunk - env % cd->chunk, len = left < room ? left : room;
 			void *h = d->pool->env + env, *dv = (void *)(uintptr_t)dev;
-			cudaError_t e = x->store ? cudaMemcpyAsync(h, dv, len, kind, cd->stream)
-						 : cudaMemcpyAsync(dv, h, len, kind, cd->stream);
+			cudaError_t e = x->store ? hc__cuda.MemcpyAsync(h, dv, len, kind, cd->stream)
+						 : hc__cuda.MemcpyAsync(dv, h, len, kind, cd->stream);
 			if (e != cudaSuccess)
 				return cu_err(e, "transfer: cudaMemcpyAsync of %llu bytes at envelope offset %llu",
 					      (unsigned long long)len, (unsigned long long)env);
@@ -391,7 +413,7 @@ static int cuda_gather(hc_dev *d, hc_xfer *x, const struct hc__dl *L)
 {
 	struct cuda_dev *cd = d->kd;
 	struct cuda_xfer *cx = x->kx;
-	cudaError_t e = (cudaError_t)hc__gather_launch(L, d->pool->env, cx->pages, cx->presence, cx->slots,
+	cudaError_t e = (cudaError_t)hc__cuda.gather(L, d->pool->env, cx->pages, cx->presence, cx->slots,
 							cx->state_slots, x->store, cd->stream);
 
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: the gather kernel (%u items)", L->items);
@@ -401,7 +423,7 @@ static int cuda_mark(hc_dev *d, hc_xfer *x, unsigned layer)
 {
 	struct cuda_dev *cd = d->kd;
 	struct cuda_xfer *cx = x->kx;
-	cudaError_t e = cudaEventRecord(cx->ev[layer], cd->stream);
+	cudaError_t e = hc__cuda.EventRecord(cx->ev[layer], cd->stream);
 
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: recording layer %u's event", layer);
 }
@@ -409,12 +431,12 @@ static int cuda_mark(hc_dev *d, hc_xfer *x, unsigned layer)
 static int cuda_query(hc_xfer *x, unsigned layer)
 {
 	struct cuda_xfer *cx = x->kx;
-	cudaError_t e = cudaEventQuery(cx->ev[layer]);
+	cudaError_t e = hc__cuda.EventQuery(cx->ev[layer]);
 
 	if (e == cudaSuccess)
 		return 1;
 	if (e == cudaErrorNotReady) {
-		cudaGetLastError(); /* not sticky, but not ours to leave */
+		hc__cuda.GetLastError(); /* not sticky, but not ours to leave */
 		return 0;
 	}
 	return cu_err(e, "transfer: layer %u", layer);
@@ -427,7 +449,7 @@ static int cuda_sync(hc_xfer *x, unsigned layer)
 
 	if (!cx || layer >= cx->nev)
 		return 0; /* never issued */
-	e = cudaEventSynchronize(cx->ev[layer]);
+	e = hc__cuda.EventSynchronize(cx->ev[layer]);
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: waiting for layer %u", layer);
 }
 
@@ -445,7 +467,7 @@ static void cuda_end(hc_xfer *x)
 	if (!cx)
 		return;
 	for (unsigned l = 0; l < cx->nev; l++)
-		cudaEventDestroy(cx->ev[l]);
+		hc__cuda.EventDestroy(cx->ev[l]);
 	free(cx->ev);
 	free(cx->packed);
 	free(cx);

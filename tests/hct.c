@@ -195,6 +195,19 @@ int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed)
 	return bad ? -EBADMSG : 1;
 }
 
+void hct_perm(uint64_t *v, unsigned n, uint64_t range)
+{
+	for (unsigned i = 0; i < n; i++) {
+		int dup;
+		do {
+			v[i] = (uint64_t)rand() % range;
+			dup = 0;
+			for (unsigned j = 0; j < i; j++)
+				dup |= v[j] == v[i];
+		} while (dup);
+	}
+}
+
 int hct_cuda_devices(void)
 {
 #ifdef HAVE_CUDA

@@ -78,6 +78,8 @@ int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);
 double hct_now(void);
+/* n distinct random values below range (slot maps), from rand(). */
+void hct_perm(uint64_t *v, unsigned n, uint64_t range);
 /* CUDA devices here: 0 in a build without CUDA, or when cudaGetDeviceCount finds none. */
 int hct_cuda_devices(void);
 /* Path of a built tool: $HC_BUILDDIR/tools/<name>. */

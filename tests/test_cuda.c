@@ -92,25 +92,12 @@ static uint8_t *to_host(const void *dptr, size_t n)
 	return h;
 }
 
-static void perm(uint64_t *v, unsigned n, uint64_t range)
-{
-	for (unsigned i = 0; i < n; i++) {
-		int dup;
-		do {
-			v[i] = (uint64_t)rand() % range;
-			dup = 0;
-			for (unsigned j = 0; j < i; j++)
-				dup |= v[j] == v[i];
-		} while (dup);
-	}
-}
-
 /* Slots of whole pages in contiguous blocks (long direct runs), shuffled. */
 static void page_blocks(uint64_t *slots, unsigned n)
 {
 	uint64_t blk[NP];
 
-	perm(blk, n, NP);
+	hct_perm(blk, n, NP);
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned t = 0; t < T; t++)
 			slots[i * T + t] = blk[i] * T + t;
@@ -149,10 +136,10 @@ START_TEST(roundtrip)
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), NP);
 	/* scattered tokens on the kernel path, page blocks elsewhere */
 	if (path == HC_PATH_KERNEL)
-		perm(s1, NP * T, NP * T);
+		hct_perm(s1, NP * T, NP * T);
 	else
 		page_blocks(s1, NP);
-	perm(ss1, NP, NP);
+	hct_perm(ss1, NP, NP);
 	for (int r = 0; r < 2; r++) {
 		struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = s1, .state_slots = ss1, .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(a[r].dev, &xr, &x));
@@ -161,7 +148,7 @@ START_TEST(roundtrip)
 	for (int i = 0; i < NP; i++)
 		ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[i]), NULL, NULL, NULL), HC_PAGE_READY);
 	page_blocks(s2, NP);
-	perm(ss2, NP, NP);
+	hct_perm(ss2, NP, NP);
 	for (int r = 0; r < 2; r++) {
 		struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = s2, .state_slots = ss2 };
 		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
@@ -218,7 +205,7 @@ START_TEST(layer_events)
 	hct_keys(k, NP, 78);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), NP);
 	page_blocks(sl, NP);
-	perm(ss, NP, NP);
+	hct_perm(ss, NP, NP);
 	{
 		/* Rank 0 stores; rank 1 is not here, so page 0 is committed whole
 		 * by hand, and only rank 0's bytes are compared. */

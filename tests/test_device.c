@@ -83,19 +83,6 @@ static void rank_close(struct rank_dev *r)
 	}
 }
 
-static void perm(uint64_t *v, unsigned n, uint64_t range)
-{
-	for (unsigned i = 0; i < n; i++) {
-		int dup;
-		do {
-			v[i] = (uint64_t)rand() % range;
-			dup = 0;
-			for (unsigned j = 0; j < i; j++)
-				dup |= v[j] == v[i];
-		} while (dup);
-	}
-}
-
 START_TEST(roundtrip_tp2)
 {
 	const char *name = hct_name();
@@ -117,8 +104,8 @@ START_TEST(roundtrip_tp2)
 	}
 	hct_keys(k, 6, 40);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 6);
-	perm(s1, 6 * 16, 128);
-	perm(ss1, 6, 16);
+	hct_perm(s1, 6 * 16, 128);
+	hct_perm(ss1, 6, 16);
 	/* rank 0 stores: its group and the replicated state; the page waits for rank 1 */
 	{
 		struct hc_xfer_req xr = { .pages = pg, .n = 6, .slots = s1, .state_slots = ss1, .flags = HC_XFER_COMMIT };
@@ -132,8 +119,8 @@ START_TEST(roundtrip_tp2)
 			ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[i]), NULL, NULL, NULL), HC_PAGE_READY);
 	}
 	/* both ranks load into other slots of fresh devices */
-	perm(s2, 6 * 16, 128);
-	perm(ss2, 6, 16);
+	hct_perm(s2, 6 * 16, 128);
+	hct_perm(ss2, 6, 16);
 	for (int r = 0; r < 2; r++) {
 		struct hc_xfer_req xr = { .pages = pg, .n = 6, .slots = s2, .state_slots = ss2 };
 		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
@@ -188,7 +175,7 @@ START_TEST(tp8_read_by_tp4_and_tp2)
 	p = hct_attach(name, 0);
 	hct_keys(k, 4, 41);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 4);
-	perm(s1, 4 * 16, 64);
+	hct_perm(s1, 4 * 16, 64);
 	for (uint32_t r = 0; r < 8; r++) {
 		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = s1, .flags = HC_XFER_COMMIT };
 		rank_open(&w[r], p, 8, r, 64, 1);
@@ -197,7 +184,7 @@ START_TEST(tp8_read_by_tp4_and_tp2)
 		ck_assert_int_eq(hc_xfer_free(x), 0);
 	}
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[3]), NULL, NULL, NULL), HC_PAGE_READY);
-	perm(s2, 4 * 16, 64);
+	hct_perm(s2, 4 * 16, 64);
 	for (uint32_t S = 4; S >= 2; S /= 2)
 		for (uint32_t rank = 0; rank < S; rank++) {
 			struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = s2 };

@@ -1,0 +1,636 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_cudafake.c - dev_cuda.c on a fake CUDA runtime (dev_cuda.h's
+ * table), so the CUDA kind runs in 'make check' on machines without a GPU:
+ * registration in chunks and its undoing, direct copies that never cross a
+ * chunk, the kernel path's index upload (the fake launch runs the kernel's
+ * loop, hc__dl_copy, on what was uploaded), per-layer events, 'after'
+ * events, and every CUDA failure turned into an errno and a line.
+ *
+ * The fake: "device memory" is host memory the fake cudaMalloc handed
+ * out; streams run each call at once; events are numbers.  It checks what
+ * a real runtime would refuse (a copy across two registrations, a host
+ * side that is neither registered nor a pageable upload, a device side
+ * outside an allocation) and counts it as a violation.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <hicache/device.h>
+
+#include "../lib/dev_cuda.h"
+#include "../shmpool/pool.h"
+#include "hct.h"
+
+#define MAXR 256
+
+static struct fake {
+	pthread_mutex_t mu;
+	int ndev, host_ptr;
+	struct { uint8_t *lo, *hi; } alloc[MAXR], reg[MAXR];
+	unsigned nalloc, nreg;
+	unsigned reg_calls, reg_fail_at;   /* the reg_fail_at'th registration fails (0: none) */
+	unsigned copies, copy_fail_at, at_boundary;
+	uint64_t chunk;                    /* registration chunk, for at_boundary */
+	uint8_t *base;                     /* where the chunks start */
+	unsigned launches, violations;
+	unsigned events_live, next_event;
+	uintptr_t last_waited;
+	int not_ready;
+	char why[256];                     /* the first violation */
+} F;
+
+static void violation(const char *what)
+{
+	if (!F.violations++)
+		snprintf(F.why, sizeof(F.why), "%s", what);
+}
+
+static int in_list(uint8_t *lo, uint8_t *hi, unsigned n, const struct { uint8_t *lo, *hi; } *l)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (lo >= l[i].lo && hi <= l[i].hi)
+			return (int)i;
+	return -1;
+}
+
+static int overlaps(uint8_t *lo, uint8_t *hi)
+{
+	for (unsigned i = 0; i < F.nreg; i++)
+		if (lo < F.reg[i].hi && F.reg[i].lo < hi)
+			return 1;
+	return 0;
+}
+
+static cudaError_t f_count(int *n)
+{
+	*n = F.ndev;
+	return F.ndev ? cudaSuccess : cudaErrorNoDevice;
+}
+
+static cudaError_t f_get(int *d)
+{
+	*d = 0;
+	return cudaSuccess;
+}
+
+static cudaError_t f_set(int d)
+{
+	return d >= 0 && d < F.ndev ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+static cudaError_t f_attr(int *v, enum cudaDeviceAttr a, int d)
+{
+	(void)d;
+	*v = a == cudaDevAttrCanUseHostPointerForRegisteredMem ? F.host_ptr : 0;
+	return cudaSuccess;
+}
+
+static cudaError_t f_ptr(struct cudaPointerAttributes *a, const void *p)
+{
+	uint8_t *b = (uint8_t *)(uintptr_t)p;
+
+	memset(a, 0, sizeof(*a));
+	pthread_mutex_lock(&F.mu);
+	a->type = in_list(b, b + 1, F.nalloc, F.alloc) >= 0 ? cudaMemoryTypeDevice
+		  : in_list(b, b + 1, F.nreg, F.reg) >= 0  ? cudaMemoryTypeHost
+							   : cudaMemoryTypeUnregistered;
+	pthread_mutex_unlock(&F.mu);
+	a->device = 0;
+	return cudaSuccess;
+}
+
+static cudaError_t f_reg(void *p, size_t n, unsigned flags)
+{
+	cudaError_t e = cudaSuccess;
+
+	pthread_mutex_lock(&F.mu);
+	if (flags != (cudaHostRegisterPortable | cudaHostRegisterMapped))
+		violation("registration flags are not portable | mapped");
+	if (++F.reg_calls == F.reg_fail_at)
+		e = cudaErrorMemoryAllocation;
+	else if (overlaps(p, (uint8_t *)p + n))
+		e = cudaErrorHostMemoryAlreadyRegistered;
+	else
+		F.reg[F.nreg].lo = p, F.reg[F.nreg].hi = (uint8_t *)p + n, F.nreg++;
+	pthread_mutex_unlock(&F.mu);
+	return e;
+}
+
+static cudaError_t f_unreg(void *p)
+{
+	cudaError_t e = cudaErrorHostMemoryNotRegistered;
+
+	pthread_mutex_lock(&F.mu);
+	for (unsigned i = 0; i < F.nreg; i++)
+		if (F.reg[i].lo == p) {
+			F.reg[i] = F.reg[--F.nreg];
+			e = cudaSuccess;
+			break;
+		}
+	if (e != cudaSuccess)
+		violation("unregistering what is not registered");
+	pthread_mutex_unlock(&F.mu);
+	return e;
+}
+
+static cudaError_t f_stream(cudaStream_t *s, unsigned flags)
+{
+	if (flags != cudaStreamNonBlocking)
+		violation("a blocking stream: it would wait for the legacy default stream");
+	*s = (cudaStream_t)(uintptr_t)0x5;
+	return cudaSuccess;
+}
+
+static cudaError_t f_stream_x(cudaStream_t s)
+{
+	if (s != (cudaStream_t)(uintptr_t)0x5)
+		violation("a stream that is not ours");
+	return cudaSuccess;
+}
+
+static cudaError_t f_wait(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+	(void)flags;
+	f_stream_x(s);
+	F.last_waited = (uintptr_t)e;
+	return cudaSuccess;
+}
+
+static cudaError_t f_malloc(void **p, size_t n)
+{
+	pthread_mutex_lock(&F.mu);
+	*p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+	F.alloc[F.nalloc].lo = *p, F.alloc[F.nalloc].hi = (uint8_t *)*p + n, F.nalloc++;
+	pthread_mutex_unlock(&F.mu);
+	return cudaSuccess;
+}
+
+static cudaError_t f_free(void *p)
+{
+	pthread_mutex_lock(&F.mu);
+	for (unsigned i = 0; i < F.nalloc; i++)
+		if (F.alloc[i].lo == p) {
+			F.alloc[i] = F.alloc[--F.nalloc];
+			free(p);
+			pthread_mutex_unlock(&F.mu);
+			return cudaSuccess;
+		}
+	violation("freeing what cudaMalloc did not give");
+	pthread_mutex_unlock(&F.mu);
+	return cudaErrorInvalidValue;
+}
+
+static cudaError_t f_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s)
+{
+	uint8_t *h = k == cudaMemcpyHostToDevice ? (uint8_t *)(uintptr_t)src : dst;
+	uint8_t *d = k == cudaMemcpyHostToDevice ? dst : (uint8_t *)(uintptr_t)src;
+	int r;
+
+	f_stream_x(s);
+	pthread_mutex_lock(&F.mu);
+	if (++F.copies == F.copy_fail_at) {
+		pthread_mutex_unlock(&F.mu);
+		return cudaErrorLaunchFailure;
+	}
+	if (k != cudaMemcpyHostToDevice && k != cudaMemcpyDeviceToHost)
+		violation("a copy that is neither host to device nor back");
+	if (in_list(d, d + n, F.nalloc, F.alloc) < 0)
+		violation("a copy's device side is not inside one allocation");
+	r = in_list(h, h + n, F.nreg, F.reg);
+	if (r < 0 && (k != cudaMemcpyHostToDevice || overlaps(h, h + n)))
+		violation("a copy's host side spans registrations, or is a pageable download");
+	if (r >= 0 && F.chunk && (uint64_t)(h + n - F.base) % F.chunk == 0)
+		F.at_boundary++;
+	pthread_mutex_unlock(&F.mu);
+	memcpy(dst, src, n);
+	return cudaSuccess;
+}
+
+static cudaError_t f_ev_create(cudaEvent_t *e, unsigned flags)
+{
+	if (!(flags & cudaEventDisableTiming))
+		violation("events with timing cost more");
+	pthread_mutex_lock(&F.mu);
+	*e = (cudaEvent_t)(uintptr_t)(0x1000 + ++F.next_event);
+	F.events_live++;
+	pthread_mutex_unlock(&F.mu);
+	return cudaSuccess;
+}
+
+static cudaError_t f_ev_record(cudaEvent_t e, cudaStream_t s)
+{
+	(void)e;
+	return f_stream_x(s);
+}
+
+static cudaError_t f_ev_query(cudaEvent_t e)
+{
+	(void)e;
+	return F.not_ready ? cudaErrorNotReady : cudaSuccess;
+}
+
+static cudaError_t f_ev_sync(cudaEvent_t e)
+{
+	(void)e;
+	return cudaSuccess;
+}
+
+static cudaError_t f_ev_destroy(cudaEvent_t e)
+{
+	(void)e;
+	pthread_mutex_lock(&F.mu);
+	F.events_live--;
+	pthread_mutex_unlock(&F.mu);
+	return cudaSuccess;
+}
+
+static cudaError_t f_last(void)
+{
+	return cudaSuccess;
+}
+
+/* The launch: the kernel's loop in C, on the indices as uploaded. */
+static int f_gather(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
+		    const uint64_t *slots, const uint64_t *state_slots, int store, void *stream)
+{
+	f_stream_x(stream);
+	pthread_mutex_lock(&F.mu);
+	F.launches++;
+	if (in_list((uint8_t *)(uintptr_t)pages, (uint8_t *)(uintptr_t)(pages + L->n), F.nalloc, F.alloc) < 0 ||
+	    in_list((uint8_t *)(uintptr_t)presence, (uint8_t *)(uintptr_t)(presence + L->n), F.nalloc, F.alloc) < 0)
+		violation("the kernel's page list is not device memory");
+	if (L->align & (L->align - 1) || L->align > 16)
+		violation("the kernel's word is not a power of two up to 16");
+	pthread_mutex_unlock(&F.mu);
+	hc__dl_copy(L, env, pages, presence, slots, state_slots, store);
+	return cudaSuccess;
+}
+
+static void fake_install(void)
+{
+	memset(&F, 0, sizeof(F));
+	pthread_mutex_init(&F.mu, NULL);
+	F.ndev = 1;
+	F.host_ptr = 1;
+	hc__cuda = (struct hc__cuda_rt){
+		.GetDeviceCount = f_count, .GetDevice = f_get, .SetDevice = f_set, .DeviceGetAttribute = f_attr,
+		.PointerGetAttributes = f_ptr, .HostRegister = f_reg, .HostUnregister = f_unreg,
+		.StreamCreateWithFlags = f_stream, .StreamDestroy = f_stream_x, .StreamSynchronize = f_stream_x,
+		.StreamWaitEvent = f_wait, .Malloc = f_malloc, .Free = f_free, .MemcpyAsync = f_copy,
+		.EventCreateWithFlags = f_ev_create, .EventRecord = f_ev_record, .EventQuery = f_ev_query,
+		.EventSynchronize = f_ev_sync, .EventDestroy = f_ev_destroy, .GetLastError = f_last,
+		.gather = f_gather,
+	};
+}
+
+/* One rank's device KV of hct's pool (kv: 2 of 4 heads of 64 B; state 1024 B), in fake device memory. */
+#define NP 40
+#define T 16
+struct fdev {
+	uint8_t *k[2], *v[2], *st[2];
+	uint64_t ka[2], va[2], sa[2];
+	struct hc_dev_comp comp[2];
+	hc_dev *dev;
+};
+
+static int fdev_open(struct fdev *g, hc_pool *p, uint32_t rank, enum hc_dev_path path, uint64_t chunk, int fill)
+{
+	struct hc_dev_spec s = { .kind = HC_DEV_CUDA, .tp_size = 2, .tp_rank = rank, .comps = g->comp, .ncomp = 2,
+				 .path = path, .reg_threads = 3, .reg_chunk = chunk };
+
+	memset(g, 0, sizeof(*g));
+	for (int l = 0; l < 2; l++) {
+		hc__cuda.Malloc((void **)&g->k[l], NP * T * 128);
+		hc__cuda.Malloc((void **)&g->v[l], NP * T * 128);
+		hc__cuda.Malloc((void **)&g->st[l], NP * 1024);
+		for (size_t b = 0; b < NP * T * 128; b++) {
+			g->k[l][b] = fill ? (uint8_t)rand() : 0;
+			g->v[l][b] = fill ? (uint8_t)rand() : 0;
+		}
+		for (size_t b = 0; b < NP * 1024; b++)
+			g->st[l][b] = fill ? (uint8_t)rand() : 0;
+		g->ka[l] = (uintptr_t)g->k[l], g->va[l] = (uintptr_t)g->v[l], g->sa[l] = (uintptr_t)g->st[l];
+	}
+	g->comp[0] = (struct hc_dev_comp){ .comp = 0, .k = g->ka, .v = g->va, .token_bytes = 128, .token_stride = 128,
+					   .slots = NP * T };
+	g->comp[1] = (struct hc_dev_comp){ .comp = 1, .k = g->sa, .token_bytes = 1024, .token_stride = 1024, .slots = NP };
+	return hc_dev_open(p, &s, &g->dev);
+}
+
+static void fdev_close(struct fdev *g)
+{
+	if (g->dev)
+		ck_assert_ok(hc_dev_close(g->dev));
+	for (int l = 0; l < 2; l++) {
+		hc__cuda.Free(g->k[l]);
+		hc__cuda.Free(g->v[l]);
+		hc__cuda.Free(g->st[l]);
+	}
+}
+
+/* Both ranks store, then load into fresh devices: the bytes, the chunks, the events. */
+START_TEST(roundtrip)
+{
+	enum hc_dev_path path = (enum hc_dev_path)_i;
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 256, 100, 4);
+	uint64_t env_bytes = (uint64_t)p->g.npages * p->g.envelope_bytes;
+	struct fdev a[2], b[2];
+	static hc_key_t k[NP];
+	static hc_page_t pg[NP];
+	static uint8_t skip[NP];
+	static uint64_t s1[NP * T], s2[NP * T], ss1[NP], ss2[NP];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = NP };
+	struct hc_dev_stats st;
+	hc_xfer *x;
+
+	fake_install();
+	srand(3 + _i);
+	for (int r = 0; r < 2; r++) {
+		ck_assert_msg(fdev_open(&a[r], p, (uint32_t)r, path, 2u << 20, 1) == 0, "%s", hc_last_error());
+		ck_assert_msg(fdev_open(&b[r], p, (uint32_t)r, path, 0, 0) == 0, "%s", hc_last_error());
+	}
+	/* one registration for the pool handle, in 2 MiB chunks */
+	ck_assert_uint_eq(F.nreg, (env_bytes + (2u << 20) - 1) / (2u << 20));
+	ck_assert_uint_ge(F.nreg, 3);
+	ck_assert_ok(hc_dev_stats(b[1].dev, &st));
+	ck_assert_uint_eq(st.reg_chunks, F.nreg);
+	ck_assert_uint_eq(st.reg_bytes, env_bytes);
+	ck_assert_uint_eq(st.reg_threads, 3);
+	hct_keys(k, NP, 91);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), NP);
+	hct_perm(s1, NP * T, NP * T);
+	hct_perm(ss1, NP, NP);
+	for (int r = 0; r < 2; r++) {
+		struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = s1, .state_slots = ss1, .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(a[r].dev, &xr, &x));
+		ck_assert_msg(hc_xfer_free(x) == 0, "store: %s", hc_last_error());
+	}
+	for (int i = 0; i < NP; i++)
+		ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[i]), NULL, NULL, NULL), HC_PAGE_READY);
+	hct_perm(s2, NP * T, NP * T);
+	hct_perm(ss2, NP, NP);
+	for (int r = 0; r < 2; r++) {
+		struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = s2, .state_slots = ss2 };
+		unsigned launches = F.launches;
+		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
+		ck_assert_msg(hc_xfer_free(x) == 0, "load: %s", hc_last_error());
+		ck_assert_ok(hc_dev_stats(b[r].dev, &st));
+		ck_assert_uint_eq(st.load_bytes, (uint64_t)NP * 2 * (2 * T * 128 + 1024));
+		/* scattered tokens: runs of 128 bytes, so AUTO takes the kernel */
+		ck_assert_uint_eq(st.kernel_layers, path == HC_PATH_DIRECT ? 0 : 2);
+		ck_assert_uint_eq(F.launches - launches, path == HC_PATH_DIRECT ? 0 : 2);
+		for (int l = 0; l < 2; l++) {
+			for (unsigned i = 0; i < NP * T; i++) {
+				ck_assert_int_eq(memcmp(b[r].k[l] + s2[i] * 128, a[r].k[l] + s1[i] * 128, 128), 0);
+				ck_assert_int_eq(memcmp(b[r].v[l] + s2[i] * 128, a[r].v[l] + s1[i] * 128, 128), 0);
+			}
+			for (unsigned i = 0; i < NP; i++)
+				ck_assert_int_eq(memcmp(b[r].st[l] + ss2[i] * 1024, a[0].st[l] + ss1[i] * 1024, 1024), 0);
+		}
+	}
+	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
+	ck_assert_uint_eq(F.events_live, 0);
+	for (int r = 0; r < 2; r++) {
+		fdev_close(&a[r]);
+		fdev_close(&b[r]);
+	}
+	ck_assert_uint_eq(F.nreg, (env_bytes + (2u << 20) - 1) / (2u << 20)); /* until detach */
+	hc_pool_detach(p);
+	ck_assert_uint_eq(F.nreg, 0);
+	ck_assert_uint_eq(F.nalloc, 0); /* the index scratch was freed at close */
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint32_t x = HC_PAGE_ID(*(const hc_page_t *)a), y = HC_PAGE_ID(*(const hc_page_t *)b);
+
+	return (x > y) - (x < y);
+}
+
+/* A run longer than a chunk is cut at the chunk's end, and nowhere else. */
+START_TEST(runs_split_at_chunks)
+{
+	const char *name = hct_name();
+	struct hc_component_spec c = { .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
+				       .sharding = HC_REPLICATED, .bytes_per_layer = 4096, .layers = 1 };
+	struct hc_pool_spec s = { .name = name, .model_id = "t/split", .page_tokens = 16, .tp_size = 1, .comps = &c,
+				  .ncomp = 1, .capacity_pages = 1024, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	enum { N = 1024 };
+	static hc_key_t k[N];
+	static hc_page_t pg[N];
+	static uint8_t skip[N];
+	static uint64_t ss[N];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = N };
+	uint8_t *src, *dst;
+	uint64_t base[2];
+	struct hc_dev_comp dc = { .comp = 0, .k = base, .token_bytes = 4096, .token_stride = 4096, .slots = N };
+	struct hc_dev_spec ds = { .kind = HC_DEV_CUDA, .tp_size = 1, .comps = &dc, .ncomp = 1,
+				  .path = HC_PATH_DIRECT, .reg_chunk = 2u << 20 };
+	hc_dev *d;
+	hc_pool *p;
+	hc_xfer *x;
+
+	fake_install();
+	ck_assert_ok(hc_pool_create(&s));
+	p = hct_attach(name, 0);
+	ck_assert_uint_eq(p->g.envelope_bytes, 4096);
+	hc__cuda.Malloc((void **)&src, (size_t)N * 4096);
+	hc__cuda.Malloc((void **)&dst, (size_t)N * 4096);
+	for (size_t i = 0; i < (size_t)N * 4096; i++)
+		src[i] = (uint8_t)(i * 7 + i / 4096);
+	hct_keys(k, N, 92);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), N);
+	qsort(pg, N, sizeof(pg[0]), cmp_id);
+	for (unsigned i = 0; i < N; i++)
+		ss[i] = HC_PAGE_ID(pg[i]); /* slot i holds page i: the whole pool is one run */
+	base[0] = (uintptr_t)src;
+	ck_assert_ok(hc_dev_open(p, &ds, &d));
+	F.chunk = 2u << 20;
+	F.base = p->env;
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = N, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(d, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	/* 4 MiB in 2 MiB chunks: two copies, each ending at a chunk's end */
+	ck_assert_uint_eq(F.copies, 2);
+	ck_assert_uint_eq(F.at_boundary, 2);
+	ck_assert_ok(hc_dev_close(d));
+	base[0] = (uintptr_t)dst;
+	ck_assert_ok(hc_dev_open(p, &ds, &d));
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = N, .state_slots = ss };
+		ck_assert_ok(hc_dev_load(d, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	ck_assert_int_eq(memcmp(src, dst, (size_t)N * 4096), 0);
+	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
+	ck_assert_ok(hc_dev_close(d));
+	hc__cuda.Free(src);
+	hc__cuda.Free(dst);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* A layer's event is what the stream recorded; 'after' is waited for first. */
+START_TEST(events)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 64, 100, 4);
+	struct fdev a;
+	static hc_key_t k[4];
+	static hc_page_t pg[4];
+	static uint8_t skip[4];
+	uint64_t sl[4 * T], ss[4] = { 0, 1, 2, 3 };
+	struct hc_reserve_req rq = { .keys = k, .nkeys = 4 };
+	cudaEvent_t after;
+	void *e0, *e1;
+	hc_xfer *x;
+
+	fake_install();
+	ck_assert_ok(fdev_open(&a, p, 0, HC_PATH_AUTO, 0, 1));
+	for (unsigned i = 0; i < 4 * T; i++)
+		sl[i] = i;
+	hct_keys(k, 4, 93);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 4);
+	hc__cuda.EventCreateWithFlags(&after, cudaEventDisableTiming);
+	F.not_ready = 1;
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = sl, .state_slots = ss, .after = after };
+		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+		e0 = hc_xfer_layer_event(x, 0);
+		e1 = hc_xfer_layer_event(x, 1);
+		ck_assert_ptr_nonnull(e0);
+		ck_assert_ptr_nonnull(e1);
+		ck_assert_ptr_ne(e0, e1);
+		ck_assert_ptr_null(hc_xfer_layer_event(x, 2));
+		ck_assert_uint_eq(F.last_waited, (uintptr_t)after);
+		ck_assert_int_eq(hc_xfer_layer_done(x, 1), 0); /* issued, not arrived */
+		F.not_ready = 0;
+		ck_assert_int_eq(hc_xfer_layer_done(x, 1), 1);
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	/* runs of 16 tokens x 128 bytes (2 KiB) average under 64 KiB: the kernel */
+	{
+		struct hc_dev_stats st;
+		ck_assert_ok(hc_dev_stats(a.dev, &st));
+		ck_assert_uint_eq(st.kernel_layers, 2);
+		ck_assert_uint_eq(st.stores, 1);
+	}
+	hc__cuda.EventDestroy(after);
+	ck_assert_uint_eq(F.events_live, 0);
+	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
+	hc_page_abort(p, pg, 4);
+	fdev_close(&a);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* Each CUDA failure is an errno and a line, and leaves nothing behind. */
+START_TEST(failures)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 256, 100, 4);
+	struct fdev a;
+	static hc_key_t k[NP];
+	static hc_page_t pg[NP];
+	static uint8_t skip[NP];
+	static uint64_t sl[NP * T], ss[NP];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = NP };
+	struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = sl, .state_slots = ss };
+	uint64_t host[2];
+	hc_xfer *x;
+
+	fake_install();
+	for (unsigned i = 0; i < NP * T; i++)
+		sl[i] = i;
+	for (unsigned i = 0; i < NP; i++)
+		ss[i] = i;
+	F.ndev = 0;
+	ck_assert_err(fdev_open(&a, p, 0, HC_PATH_AUTO, 0, 0), ENODEV);
+	ck_assert_msg_has("no CUDA device");
+	fdev_close(&a);
+	F.ndev = 1;
+	{
+		struct hc_dev_spec s = { .kind = HC_DEV_CUDA, .device = 1, .tp_size = 2 };
+		ck_assert_ok(fdev_open(&a, p, 0, HC_PATH_DIRECT, 0, 0)); /* a good one first: the pool registers */
+		s.comps = a.comp;
+		s.ncomp = 2;
+		hc_dev *d;
+		ck_assert_err(hc_dev_open(p, &s, &d), EINVAL);
+		ck_assert_msg_has("CUDA device 1 does not exist");
+		/* host memory as the K pool of layer 1 */
+		host[0] = a.ka[0];
+		host[1] = (uintptr_t)&sl[0];
+		a.comp[0].k = host;
+		s.device = 0;
+		ck_assert_err(hc_dev_open(p, &s, &d), EINVAL);
+		ck_assert_msg_has("layer 1: the base of the K pool");
+		a.comp[0].k = a.ka;
+		/* the kernel path needs host addresses on the device */
+		F.host_ptr = 0;
+		s.path = HC_PATH_KERNEL;
+		ck_assert_err(hc_dev_open(p, &s, &d), ENOTSUP);
+		ck_assert_msg_has("HC_PATH_DIRECT");
+		F.host_ptr = 1;
+		s.reg_chunk = 3u << 20;
+		ck_assert_err(hc_dev_open(p, &s, &d), EINVAL);
+		ck_assert_msg_has("multiple of 2 MiB");
+	}
+	/* a copy that fails fails the transfer, with CUDA's words */
+	hct_keys(k, NP, 94);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), NP);
+	F.copy_fail_at = F.copies + 3;
+	ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+	ck_assert_err(hc_xfer_wait(x), EIO);
+	ck_assert_msg_has("cudaMemcpyAsync");
+	ck_assert_err(hc_xfer_free(x), EIO);
+	ck_assert_uint_eq(F.events_live, 0);
+	hc_page_abort(p, pg, NP);
+	fdev_close(&a);
+	hc_pool_detach(p);
+	ck_assert_uint_eq(F.nreg, 0);
+
+	/* a chunk that cannot be pinned: the others are unpinned, ENOMEM */
+	p = hct_attach(name, 0);
+	F.reg_calls = 0;
+	F.reg_fail_at = 2;
+	ck_assert_err(fdev_open(&a, p, 0, HC_PATH_AUTO, 2u << 20, 0), ENOMEM);
+	ck_assert_msg_has("cudaHostRegister");
+	ck_assert_uint_eq(F.nreg, 0);
+	fdev_close(&a);
+	/* the engine registered the pool itself: hicache says so */
+	F.reg_fail_at = 0;
+	hc__cuda.HostRegister(p->env, 4096, cudaHostRegisterPortable | cudaHostRegisterMapped);
+	ck_assert_err(fdev_open(&a, p, 0, HC_PATH_AUTO, 0, 0), EBUSY);
+	ck_assert_msg_has("already registered");
+	hc__cuda.HostUnregister(p->env);
+	fdev_close(&a);
+	ck_assert_uint_eq(F.nreg, 0);
+	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cudafake");
+	TCase *tc = tcase_create("cudafake");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_loop_test(tc, roundtrip, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
+	tcase_add_test(tc, runs_split_at_chunks);
+	tcase_add_test(tc, events);
+	tcase_add_test(tc, failures);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
