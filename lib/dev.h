@@ -5,14 +5,13 @@
  * CUDA device).  A kind is a table of operations, as SQLite's VFS is.
  *
  * Who touches what (process-private):
- * - hc_dev: set by hc_dev_open, then read-only, except the queue, stop and
- *   the counters (under mu) and the kind's own state (its worker only,
- *   except what its ops document).
- * - hc_xfer: the request copies are written before it is queued, then read
- *   by the worker; issued, finished, result and err are written by the
- *   worker under dev->mu; the kind's per-transfer state (kx) is written by
- *   the worker in begin/layer and read by query/sync from any thread once
- *   issued says that layer was.
+ * - hc_dev: set by hc_dev_open, then read-only, except the queues, stop
+ *   and the counters (under mu; see device.c) and the kind's own state
+ *   (its threads', as its ops say).
+ * - hc_xfer: the request copies are written before it is queued; the
+ *   kind's per-transfer state (kx) is written by the issuer in begin and
+ *   the layers, and read by the completer (sync) and by event() once
+ *   issued says the layer was, and by end() once the transfer finished.
  */
 #ifndef HC_LIB_DEV_H
 #define HC_LIB_DEV_H
@@ -28,19 +27,26 @@ struct hc__dev_ops {
 	/* After the plan is made: the kind's state in d->kd; -errno with a line. */
 	int (*open)(hc_dev *d, const struct hc_dev_spec *s);
 	void (*close)(hc_dev *d);
-	/* Worker: before the first layer of x, on path (DIRECT or KERNEL). */
+	/* First thing on each of the device's two threads. */
+	void (*thread_start)(hc_dev *d);
+	/* Issuer: before the first layer of x, on path (DIRECT or KERNEL). */
 	int (*begin)(hc_dev *d, hc_xfer *x, enum hc_dev_path path);
-	/* Worker: issue one layer, as runs or as the items of L; then mark it. */
+	/* Issuer: issue one layer, as runs (returns the copies issued) or as
+	 * the items of L; then mark it. */
 	int (*runs)(hc_dev *d, hc_xfer *x, const struct hc__run *runs, unsigned n);
 	int (*gather)(hc_dev *d, hc_xfer *x, const struct hc__dl *L);
 	int (*mark)(hc_dev *d, hc_xfer *x, unsigned layer);
-	/* Any thread, for an issued layer: 1 arrived, 0 not yet; or wait for it. */
-	int (*query)(hc_xfer *x, unsigned layer);
-	int (*sync)(hc_xfer *x, unsigned layer);
+	/* Issuer, after the last layer or a failure (result < 0): let go of
+	 * what begin took; on a failure, wait until whatever was issued is
+	 * done, so nothing lands after the failure is told. */
+	void (*issued)(hc_dev *d, hc_xfer *x, int result);
+	/* Completer: wait until an issued layer has arrived. */
+	int (*sync)(hc_dev *d, hc_xfer *x, unsigned layer);
+	/* Any thread, for an issued layer: its event (no call into the kind's runtime). */
 	void *(*event)(hc_xfer *x, unsigned layer);
-	/* Owner, after the transfer is waited for: free what begin made. */
-	void (*end)(hc_xfer *x);
-	/* Worker, on AUTO: the path for a transfer whose first layer has these runs. */
+	/* Owner, once the transfer finished: free what begin made (no call into the runtime). */
+	void (*end)(hc_dev *d, hc_xfer *x);
+	/* Issuer, on AUTO: the path for a transfer whose first layer has these runs. */
 	enum hc_dev_path (*choose)(hc_dev *d, const struct hc__run *runs, unsigned n);
 };
 
@@ -56,10 +62,16 @@ struct hc_xfer {
 	uint32_t *ids, *presence;
 	uint64_t *slots, *state_slots;
 	void *after;
-	enum hc_dev_path path;    /* the worker's choice, before layer 0 */
-	unsigned issued;          /* layers issued (HC_DEV_HOST: done), under dev->mu */
-	int finished, result;     /* under dev->mu */
-	char err[256];            /* the worker's hc_last_error of a failure */
+	struct hc_xfer *cnext;    /* the completer's queue */
+	enum hc_dev_path path;    /* the issuer's choice, before layer 0 */
+	/* under dev->mu */
+	unsigned issued;          /* layers issued */
+	int issue_done, issue_result;
+	unsigned arrived;         /* layers whose bytes are in */
+	int finished, result;
+	/* the issuer's, read by the completer after issue_done */
+	uint64_t bytes, copies, direct_layers, kernel_layers;
+	char err[256];            /* the line of a failure */
 	void *kx;                 /* the kind's, from begin to end */
 };
 
@@ -74,11 +86,12 @@ struct hc_dev {
 	unsigned layers;          /* the most of any described component */
 	uint32_t shards;          /* what this rank commits: its groups, and the replicated part on rank 0 */
 	int has_state, has_kv;
-	pthread_t worker;
+	pthread_t issuer, completer;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct hc_xfer *head, *tail;
-	int stop;
+	struct hc_xfer *head, *tail;   /* to issue */
+	struct hc_xfer *chead, *ctail; /* issuing or issued, to complete */
+	int stop, issuer_done;
 	struct hc_dev_stats st;   /* under mu; the kind fills the reg_ figures at open */
 	void *kd;                 /* the kind's */
 };

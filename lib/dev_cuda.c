@@ -3,20 +3,28 @@
  * dev_cuda.c - HC_DEV_CUDA: copies between the envelopes and a CUDA
  * device, on a stream of the device's own, with one event per layer.
  * Built only with CUDA (configure --with-cuda); the kernel is in
- * devkernel.cu.
+ * devkernel.cu, and every runtime call goes through dev_cuda.h's table.
  *
  * Registration: the first CUDA device opened on a pool handle registers
  * the envelopes (cudaHostRegister, portable and mapped) in chunks from
  * several threads (devreg.c); hc_pool_detach undoes it through the pool's
- * dev_unreg hook.  reg_mu guards every pool's dev_reg.  A direct copy never
- * crosses a chunk boundary: CUDA documents copies within one registration,
- * not across two.
+ * dev_unreg hook.  reg_mu guards every pool's dev_reg, and is held while
+ * a registration is made.  A direct copy never crosses a chunk boundary:
+ * CUDA documents copies within one registration, not across two.
  *
- * Threads: the worker issues (begin, runs, gather, mark); any thread may
- * query or wait for an issued layer's event, which CUDA allows from any
- * thread.  The worker and the registration threads are ours and set the
- * device; open and close run on the caller's thread and give it back its
- * current device.
+ * Threads: no runtime call is made on a caller's thread, so a caller's
+ * current device, context and pending error are never touched, and no
+ * context is made on a device it did not choose.  Open, close and the
+ * unregistering run on a short-lived thread of ours; transfers run on the
+ * device's issuer (begin, copies, launches, events) and completer
+ * (cudaEventSynchronize) threads, which set the device first.
+ * cuda_dev's event stack is under ev_mu (the issuer pops, owners push);
+ * the staging buffers and everything else are the issuer's.
+ *
+ * A kernel transfer's indices go up through a pinned staging buffer (two,
+ * used in turn: one is refilled only once the copy out of it is done) into
+ * device memory from the stream-ordered allocator, freed on the stream
+ * after the transfer's last launch: nothing waits for the device.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -31,6 +39,7 @@
 #define REG_CHUNK_ALIGN (2ull << 20)
 #define REG_THREADS_DEFAULT 8
 #define AUTO_DIRECT_RUN (64u << 10)
+#define STAGE_MIN (64u << 10)
 
 struct cuda_reg {
 	struct hc__reg_job job;
@@ -38,18 +47,29 @@ struct cuda_reg {
 	int device;
 };
 
+struct stage {
+	void *h;                  /* pinned */
+	size_t cap;
+	cudaEvent_t used;         /* recorded after the copy out of h */
+	int armed;
+};
+
 struct cuda_dev {
 	cudaStream_t stream;
 	int host_ptr;             /* the device uses registered host memory at its host address */
+	int pools;                /* the stream-ordered allocator works on it (the kernel path needs it) */
 	uint64_t chunk;           /* the registration's chunk */
-	void *scratch;            /* device copies of a kernel transfer's indices (worker only) */
-	size_t scratch_cap;
+	struct stage stg[2];
+	unsigned next_stg;
+	pthread_mutex_t ev_mu;    /* guards ev, nev */
+	cudaEvent_t *ev;          /* finished transfers' events, for the next ones */
+	unsigned nev, cap_ev;
 };
 
 struct cuda_xfer {
 	cudaEvent_t *ev;          /* [layers] */
 	unsigned nev;
-	void *packed;             /* the indices as uploaded */
+	void *scratch;            /* device copies of the indices (kernel path) */
 	const uint32_t *pages, *presence;
 	const uint64_t *slots, *state_slots;
 };
@@ -58,7 +78,6 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct hc__cuda_rt hc__cuda = {
 	.GetDeviceCount = cudaGetDeviceCount,
-	.GetDevice = cudaGetDevice,
 	.SetDevice = cudaSetDevice,
 	.DeviceGetAttribute = cudaDeviceGetAttribute,
 	.PointerGetAttributes = cudaPointerGetAttributes,
@@ -68,17 +87,49 @@ struct hc__cuda_rt hc__cuda = {
 	.StreamDestroy = cudaStreamDestroy,
 	.StreamSynchronize = cudaStreamSynchronize,
 	.StreamWaitEvent = cudaStreamWaitEvent,
-	.Malloc = cudaMalloc,
-	.Free = cudaFree,
+	.MallocAsync = cudaMallocAsync,
+	.FreeAsync = cudaFreeAsync,
+	.MallocHost = cudaMallocHost,
+	.FreeHost = cudaFreeHost,
 	.MemcpyAsync = cudaMemcpyAsync,
 	.EventCreateWithFlags = cudaEventCreateWithFlags,
 	.EventRecord = cudaEventRecord,
-	.EventQuery = cudaEventQuery,
 	.EventSynchronize = cudaEventSynchronize,
 	.EventDestroy = cudaEventDestroy,
 	.GetLastError = cudaGetLastError,
 	.gather = hc__gather_launch,
 };
+
+/* Run fn(arg) on a thread of ours and wait: its CUDA calls (the current
+ * device above all) stay there.  Its error line comes back with it. */
+struct own {
+	int (*fn)(void *arg);
+	void *arg;
+	int r;
+	char msg[512];
+};
+
+static void *own_main(void *p)
+{
+	struct own *o = p;
+
+	o->r = o->fn(o->arg);
+	if (o->r < 0)
+		snprintf(o->msg, sizeof(o->msg), "%s", hc_last_error());
+	return NULL;
+}
+
+static int on_own_thread(int (*fn)(void *arg), void *arg)
+{
+	struct own o = { .fn = fn, .arg = arg };
+	pthread_t t;
+	int e = pthread_create(&t, NULL, own_main, &o);
+
+	if (e)
+		return hc__err(e, "device: cannot start a thread for CUDA's calls");
+	pthread_join(t, NULL);
+	return o.r < 0 ? hc__err(-o.r, "%s", o.msg) : o.r;
+}
 
 /* A CUDA error as -errno and one line: what we did, then CUDA's words. */
 __attribute__((format(printf, 2, 3))) static int cu_err(cudaError_t e, const char *fmt, ...)
@@ -137,6 +188,12 @@ static void unreg_chunk(void *arg, void *p, uint64_t n)
 	hc__cuda.GetLastError();
 }
 
+static int unreg_on(void *arg)
+{
+	hc__unreg_parallel(&((struct cuda_reg *)arg)->job);
+	return 0;
+}
+
 static void pool_unreg(struct hc_pool *p)
 {
 	struct cuda_reg *cr;
@@ -147,13 +204,8 @@ static void pool_unreg(struct hc_pool *p)
 	p->dev_unreg = NULL;
 	pthread_mutex_unlock(&reg_mu);
 	if (cr) {
-		int old = -1;
-		if (hc__cuda.GetDevice(&old) != cudaSuccess)
-			old = -1;
-		hc__unreg_parallel(&cr->job); /* the caller's thread takes chunks too */
-		if (old >= 0)
-			hc__cuda.SetDevice(old);
-		hc__cuda.GetLastError();
+		if (on_own_thread(unreg_on, cr) < 0)
+			hc__log(HC_LOG_WARN, "device: the pool stays registered with CUDA until exit: %s", hc_last_error());
 		free(cr);
 	}
 }
@@ -213,7 +265,7 @@ static int check_addresses(hc_dev *d)
 					cudaError_t e = hc__cuda.PointerGetAttributes(&at, (void *)(uintptr_t)a);
 					if (e != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) ||
 					    at.device != d->device) {
-						hc__cuda.GetLastError(); /* clear it */
+						hc__cuda.GetLastError(); /* ours to clear: this is our thread */
 						return hc__err(EINVAL,
 							       "device open: component '%s' layer %u: the %s of the %s pool (0x%llx) is not memory of CUDA device %d",
 							       g->comps[dc->comp].name, l, end ? "last byte" : "base",
@@ -225,35 +277,25 @@ static int check_addresses(hc_dev *d)
 	return 0;
 }
 
-static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s);
+struct open_args {
+	hc_dev *d;
+	const struct hc_dev_spec *s;
+};
 
-static int cuda_open(hc_dev *d, const struct hc_dev_spec *s)
+static int open_on(void *arg)
 {
-	int old = -1, r;
-
-	if (hc__cuda.GetDevice(&old) != cudaSuccess) {
-		hc__cuda.GetLastError();
-		old = -1;
-	}
-	r = cuda_open_on(d, s);
-	if (old >= 0)
-		hc__cuda.SetDevice(old);
-	return r;
-}
-
-static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s)
-{
+	struct open_args *a = arg;
+	hc_dev *d = a->d;
+	const struct hc_dev_spec *s = a->s;
 	struct cuda_dev *cd;
 	struct cuda_reg *cr = NULL;
 	cudaError_t e;
 	int n = 0, r;
 
 	e = hc__cuda.GetDeviceCount(&n);
-	if (e != cudaSuccess || n == 0) {
-		hc__cuda.GetLastError();
+	if (e != cudaSuccess || n == 0)
 		return hc__err(ENODEV, "device open: no CUDA device here (%s): use HC_DEV_HOST",
 			       e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
-	}
 	if (s->device < 0 || s->device >= n)
 		return hc__err(EINVAL, "device open: CUDA device %d does not exist (there are %d)", s->device, n);
 	cd = calloc(1, sizeof(*cd));
@@ -261,24 +303,21 @@ static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s)
 		return hc__err(ENOMEM, "device open: no memory");
 	if ((e = hc__cuda.SetDevice(s->device)) != cudaSuccess ||
 	    (e = hc__cuda.DeviceGetAttribute(&cd->host_ptr, cudaDevAttrCanUseHostPointerForRegisteredMem, s->device)) !=
-		    cudaSuccess) {
+		    cudaSuccess ||
+	    (e = hc__cuda.DeviceGetAttribute(&cd->pools, cudaDevAttrMemoryPoolsSupported, s->device)) != cudaSuccess) {
 		r = cu_err(e, "device open: CUDA device %d", s->device);
 		goto fail;
 	}
-	if (s->path == HC_PATH_KERNEL && !cd->host_ptr) {
-		r = hc__err(ENOTSUP, "device open: CUDA device %d cannot use registered host memory at its host address, which the kernel path needs: use HC_PATH_DIRECT",
-			    s->device);
+	if (s->path == HC_PATH_KERNEL && (!cd->host_ptr || !cd->pools)) {
+		r = hc__err(ENOTSUP, "device open: CUDA device %d %s, which the kernel path needs: use HC_PATH_DIRECT",
+			    s->device, !cd->host_ptr ? "cannot use registered host memory at its host address"
+						     : "has no stream-ordered allocator");
 		goto fail;
 	}
 	if ((r = check_addresses(d)) < 0)
 		goto fail;
 	if ((r = pool_reg(d, s, &cr)) < 0)
 		goto fail;
-	if (cr->device != s->device && !cd->host_ptr && s->path != HC_PATH_DIRECT) {
-		r = hc__err(ENOTSUP, "device open: the pool was registered for CUDA device %d; the kernel path on device %d needs host addresses: use HC_PATH_DIRECT",
-			    cr->device, s->device);
-		goto fail;
-	}
 	cd->chunk = cr->job.chunk;
 	d->st.reg_ns = cr->st.reg_ns;
 	d->st.reg_bytes = cr->st.reg_bytes;
@@ -288,6 +327,7 @@ static int cuda_open_on(hc_dev *d, const struct hc_dev_spec *s)
 		r = cu_err(e, "device open: cudaStreamCreate on device %d", s->device);
 		goto fail;
 	}
+	pthread_mutex_init(&cd->ev_mu, NULL);
 	d->kd = cd;
 	return 0;
 fail:
@@ -295,23 +335,46 @@ fail:
 	return r;
 }
 
+static int cuda_open(hc_dev *d, const struct hc_dev_spec *s)
+{
+	struct open_args a = { d, s };
+
+	return on_own_thread(open_on, &a);
+}
+
+static int close_on(void *arg)
+{
+	hc_dev *d = arg;
+	struct cuda_dev *cd = d->kd;
+
+	hc__cuda.SetDevice(d->device);
+	hc__cuda.StreamSynchronize(cd->stream);
+	for (unsigned i = 0; i < cd->nev; i++)
+		hc__cuda.EventDestroy(cd->ev[i]);
+	for (int i = 0; i < 2; i++) {
+		if (cd->stg[i].h)
+			hc__cuda.FreeHost(cd->stg[i].h);
+		if (cd->stg[i].used)
+			hc__cuda.EventDestroy(cd->stg[i].used);
+	}
+	hc__cuda.StreamDestroy(cd->stream);
+	return 0;
+}
+
 static void cuda_close(hc_dev *d)
 {
 	struct cuda_dev *cd = d->kd;
-	int old = -1;
 
-	if (hc__cuda.GetDevice(&old) != cudaSuccess)
-		old = -1;
-	hc__cuda.SetDevice(d->device);
-	hc__cuda.StreamSynchronize(cd->stream);
-	hc__cuda.StreamDestroy(cd->stream);
-	if (cd->scratch)
-		hc__cuda.Free(cd->scratch);
-	if (old >= 0)
-		hc__cuda.SetDevice(old);
-	hc__cuda.GetLastError();
+	on_own_thread(close_on, d);
+	pthread_mutex_destroy(&cd->ev_mu);
+	free(cd->ev);
 	free(cd);
 	d->kd = NULL;
+}
+
+static void cuda_thread_start(hc_dev *d)
+{
+	hc__cuda.SetDevice(d->device); /* our thread; begin reports a failure */
 }
 
 static size_t align8(size_t n)
@@ -319,42 +382,52 @@ static size_t align8(size_t n)
 	return (n + 7) & ~(size_t)7;
 }
 
-/* A kernel transfer's indices, packed and copied to the device's scratch. */
+/* A kernel transfer's indices, packed into pinned staging, up to the device. */
 static int upload(hc_dev *d, hc_xfer *x, struct cuda_xfer *cx)
 {
 	struct cuda_dev *cd = d->kd;
+	struct stage *sg = &cd->stg[cd->next_stg++ & 1];
 	size_t o_pres = align8((size_t)x->n * 4), o_slots = o_pres + align8((size_t)x->n * 4);
 	size_t o_ss = o_slots + (x->slots ? (size_t)x->n * d->pool->g.page_tokens * 8 : 0);
 	size_t bytes = o_ss + (x->state_slots ? (size_t)x->n * 8 : 0);
 	uint8_t *h, *dv;
 	cudaError_t e;
 
-	cx->packed = h = malloc(bytes);
-	if (!h)
-		return hc__err(ENOMEM, "transfer: no memory for %zu bytes of indices", bytes);
+	/* The copy out of this buffer two transfers ago must be done. */
+	if (sg->armed && (e = hc__cuda.EventSynchronize(sg->used)) != cudaSuccess)
+		return cu_err(e, "transfer: waiting for a staging buffer");
+	sg->armed = 0;
+	if (!sg->used && (e = hc__cuda.EventCreateWithFlags(&sg->used, cudaEventDisableTiming)) != cudaSuccess)
+		return cu_err(e, "transfer: cudaEventCreate");
+	if (bytes > sg->cap) {
+		size_t cap = bytes > 2 * sg->cap ? bytes : 2 * sg->cap;
+		if (cap < STAGE_MIN)
+			cap = STAGE_MIN;
+		if (sg->h)
+			hc__cuda.FreeHost(sg->h);
+		sg->h = NULL;
+		sg->cap = 0;
+		if ((e = hc__cuda.MallocHost(&sg->h, cap)) != cudaSuccess)
+			return cu_err(e, "transfer: cudaMallocHost of %zu bytes for indices", cap);
+		sg->cap = cap;
+	}
+	h = sg->h;
 	memcpy(h, x->ids, (size_t)x->n * 4);
 	memcpy(h + o_pres, x->presence, (size_t)x->n * 4);
 	if (x->slots)
 		memcpy(h + o_slots, x->slots, o_ss - o_slots);
 	if (x->state_slots)
 		memcpy(h + o_ss, x->state_slots, bytes - o_ss);
-	if (bytes > cd->scratch_cap) {
-		size_t cap = bytes > 2 * cd->scratch_cap ? bytes : 2 * cd->scratch_cap;
-		/* Earlier kernels on the stream may still read the old one. */
-		if ((e = hc__cuda.StreamSynchronize(cd->stream)) != cudaSuccess)
-			return cu_err(e, "transfer: waiting for the stream");
-		if (cd->scratch)
-			hc__cuda.Free(cd->scratch);
-		cd->scratch = NULL;
-		cd->scratch_cap = 0;
-		if ((e = hc__cuda.Malloc(&cd->scratch, cap)) != cudaSuccess)
-			return cu_err(e, "transfer: cudaMalloc of %zu bytes for indices", cap);
-		cd->scratch_cap = cap;
+	if ((e = hc__cuda.MallocAsync(&cx->scratch, bytes, cd->stream)) != cudaSuccess) {
+		cx->scratch = NULL;
+		return cu_err(e, "transfer: cudaMallocAsync of %zu bytes for indices", bytes);
 	}
-	/* From pageable memory: staged before the call returns, ordered on the stream. */
-	if ((e = hc__cuda.MemcpyAsync(cd->scratch, h, bytes, cudaMemcpyHostToDevice, cd->stream)) != cudaSuccess)
+	if ((e = hc__cuda.MemcpyAsync(cx->scratch, h, bytes, cudaMemcpyHostToDevice, cd->stream)) != cudaSuccess)
 		return cu_err(e, "transfer: uploading %zu bytes of indices", bytes);
-	dv = cd->scratch;
+	if ((e = hc__cuda.EventRecord(sg->used, cd->stream)) != cudaSuccess)
+		return cu_err(e, "transfer: recording a staging buffer's event");
+	sg->armed = 1;
+	dv = cx->scratch;
 	cx->pages = (const uint32_t *)dv;
 	cx->presence = (const uint32_t *)(dv + o_pres);
 	cx->slots = x->slots ? (const uint64_t *)(dv + o_slots) : NULL;
@@ -368,7 +441,7 @@ static int cuda_begin(hc_dev *d, hc_xfer *x, enum hc_dev_path path)
 	struct cuda_xfer *cx;
 	cudaError_t e;
 
-	if ((e = hc__cuda.SetDevice(d->device)) != cudaSuccess) /* the worker is ours */
+	if ((e = hc__cuda.SetDevice(d->device)) != cudaSuccess)
 		return cu_err(e, "transfer: cudaSetDevice(%d)", d->device);
 	cx = calloc(1, sizeof(*cx));
 	if (!cx)
@@ -377,6 +450,11 @@ static int cuda_begin(hc_dev *d, hc_xfer *x, enum hc_dev_path path)
 	cx->ev = calloc(x->layers ? x->layers : 1, sizeof(*cx->ev));
 	if (!cx->ev)
 		return hc__err(ENOMEM, "transfer: no memory for %u events", x->layers);
+	/* Events of finished transfers first: creating one costs a call. */
+	pthread_mutex_lock(&cd->ev_mu);
+	while (cx->nev < x->layers && cd->nev)
+		cx->ev[cx->nev++] = cd->ev[--cd->nev];
+	pthread_mutex_unlock(&cd->ev_mu);
 	for (; cx->nev < x->layers; cx->nev++)
 		if ((e = hc__cuda.EventCreateWithFlags(&cx->ev[cx->nev], cudaEventDisableTiming)) != cudaSuccess)
 			return cu_err(e, "transfer: cudaEventCreate");
@@ -389,6 +467,7 @@ static int cuda_runs(hc_dev *d, hc_xfer *x, const struct hc__run *runs, unsigned
 {
 	struct cuda_dev *cd = d->kd;
 	enum cudaMemcpyKind kind = x->store ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+	int copies = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t env = runs[i].env, dev = runs[i].dev, left = runs[i].len;
@@ -404,9 +483,10 @@ static int cuda_runs(hc_dev *d, hc_xfer *x, const struct hc__run *runs, unsigned
 			env += len;
 			dev += len;
 			left -= len;
+			copies++;
 		}
 	}
-	return 0;
+	return copies;
 }
 
 static int cuda_gather(hc_dev *d, hc_xfer *x, const struct hc__dl *L)
@@ -414,7 +494,7 @@ static int cuda_gather(hc_dev *d, hc_xfer *x, const struct hc__dl *L)
 	struct cuda_dev *cd = d->kd;
 	struct cuda_xfer *cx = x->kx;
 	cudaError_t e = (cudaError_t)hc__cuda.gather(L, d->pool->env, cx->pages, cx->presence, cx->slots,
-							cx->state_slots, x->store, cd->stream);
+						      cx->state_slots, x->store, cd->stream);
 
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: the gather kernel (%u items)", L->items);
 }
@@ -428,28 +508,26 @@ static int cuda_mark(hc_dev *d, hc_xfer *x, unsigned layer)
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: recording layer %u's event", layer);
 }
 
-static int cuda_query(hc_xfer *x, unsigned layer)
+static void cuda_issued(hc_dev *d, hc_xfer *x, int result)
 {
+	struct cuda_dev *cd = d->kd;
 	struct cuda_xfer *cx = x->kx;
-	cudaError_t e = hc__cuda.EventQuery(cx->ev[layer]);
 
-	if (e == cudaSuccess)
-		return 1;
-	if (e == cudaErrorNotReady) {
-		hc__cuda.GetLastError(); /* not sticky, but not ours to leave */
-		return 0;
-	}
-	return cu_err(e, "transfer: layer %u", layer);
+	/* Freed on the stream, after the transfer's last launch. */
+	if (cx && cx->scratch && hc__cuda.FreeAsync(cx->scratch, cd->stream) != cudaSuccess)
+		hc__cuda.GetLastError();
+	if (cx)
+		cx->scratch = NULL;
+	if (result < 0 && hc__cuda.StreamSynchronize(cd->stream) != cudaSuccess)
+		hc__cuda.GetLastError(); /* the transfer's own error is the one told */
 }
 
-static int cuda_sync(hc_xfer *x, unsigned layer)
+static int cuda_sync(hc_dev *d, hc_xfer *x, unsigned layer)
 {
 	struct cuda_xfer *cx = x->kx;
-	cudaError_t e;
+	cudaError_t e = hc__cuda.EventSynchronize(cx->ev[layer]);
 
-	if (!cx || layer >= cx->nev)
-		return 0; /* never issued */
-	e = hc__cuda.EventSynchronize(cx->ev[layer]);
+	(void)d;
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: waiting for layer %u", layer);
 }
 
@@ -460,16 +538,29 @@ static void *cuda_event(hc_xfer *x, unsigned layer)
 	return (void *)cx->ev[layer];
 }
 
-static void cuda_end(hc_xfer *x)
+/* The events are done (the transfer finished): kept for the next transfers. */
+static void cuda_end(hc_dev *d, hc_xfer *x)
 {
+	struct cuda_dev *cd = d->kd;
 	struct cuda_xfer *cx = x->kx;
 
 	if (!cx)
 		return;
-	for (unsigned l = 0; l < cx->nev; l++)
-		hc__cuda.EventDestroy(cx->ev[l]);
+	pthread_mutex_lock(&cd->ev_mu);
+	if (cd->nev + cx->nev > cd->cap_ev) {
+		unsigned cap = (cd->nev + cx->nev) * 2;
+		cudaEvent_t *ev = realloc(cd->ev, cap * sizeof(*ev));
+		if (ev) {
+			cd->ev = ev;
+			cd->cap_ev = cap;
+		}
+	}
+	for (unsigned l = 0; l < cx->nev && cd->nev < cd->cap_ev; l++)
+		cd->ev[cd->nev++] = cx->ev[l];
+	pthread_mutex_unlock(&cd->ev_mu);
+	/* Without room (no memory), an event is left to leak rather than
+	 * destroyed on the owner's thread. */
 	free(cx->ev);
-	free(cx->packed);
 	free(cx);
 	x->kx = NULL;
 }
@@ -481,7 +572,7 @@ static enum hc_dev_path cuda_choose(hc_dev *d, const struct hc__run *runs, unsig
 	struct cuda_dev *cd = d->kd;
 	uint64_t total = 0;
 
-	if (n == 0 || !cd->host_ptr)
+	if (n == 0 || !cd->host_ptr || !cd->pools)
 		return HC_PATH_DIRECT;
 	for (unsigned i = 0; i < n; i++)
 		total += runs[i].len;
@@ -492,11 +583,12 @@ const struct hc__dev_ops hc__dev_cuda_ops = {
 	.name = "cuda",
 	.open = cuda_open,
 	.close = cuda_close,
+	.thread_start = cuda_thread_start,
 	.begin = cuda_begin,
 	.runs = cuda_runs,
 	.gather = cuda_gather,
 	.mark = cuda_mark,
-	.query = cuda_query,
+	.issued = cuda_issued,
 	.sync = cuda_sync,
 	.event = cuda_event,
 	.end = cuda_end,

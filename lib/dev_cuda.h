@@ -16,7 +16,6 @@
 
 struct hc__cuda_rt {
 	cudaError_t (*GetDeviceCount)(int *n);
-	cudaError_t (*GetDevice)(int *dev);
 	cudaError_t (*SetDevice)(int dev);
 	cudaError_t (*DeviceGetAttribute)(int *v, enum cudaDeviceAttr a, int dev);
 	cudaError_t (*PointerGetAttributes)(struct cudaPointerAttributes *a, const void *p);
@@ -26,12 +25,13 @@ struct hc__cuda_rt {
 	cudaError_t (*StreamDestroy)(cudaStream_t s);
 	cudaError_t (*StreamSynchronize)(cudaStream_t s);
 	cudaError_t (*StreamWaitEvent)(cudaStream_t s, cudaEvent_t e, unsigned flags);
-	cudaError_t (*Malloc)(void **p, size_t n);
-	cudaError_t (*Free)(void *p);
+	cudaError_t (*MallocAsync)(void **p, size_t n, cudaStream_t s);
+	cudaError_t (*FreeAsync)(void *p, cudaStream_t s);
+	cudaError_t (*MallocHost)(void **p, size_t n);
+	cudaError_t (*FreeHost)(void *p);
 	cudaError_t (*MemcpyAsync)(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s);
 	cudaError_t (*EventCreateWithFlags)(cudaEvent_t *e, unsigned flags);
 	cudaError_t (*EventRecord)(cudaEvent_t e, cudaStream_t s);
-	cudaError_t (*EventQuery)(cudaEvent_t e);
 	cudaError_t (*EventSynchronize)(cudaEvent_t e);
 	cudaError_t (*EventDestroy)(cudaEvent_t e);
 	cudaError_t (*GetLastError)(void);

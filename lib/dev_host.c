@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dev_host.c - HC_DEV_HOST: host memory stands in for the device.  The
- * worker copies each layer before it marks it, so an issued layer has
+ * issuer copies each layer before it marks it, so an issued layer has
  * arrived.  The kernel path runs the kernel's loop in C (hc__dl_copy).
  */
 #include <errno.h>
@@ -40,7 +40,7 @@ static int host_runs(hc_dev *d, hc_xfer *x, const struct hc__run *runs, unsigned
 		else
 			memcpy(dev, env, runs[i].len);
 	}
-	return 0;
+	return (int)n;
 }
 
 static int host_gather(hc_dev *d, hc_xfer *x, const struct hc__dl *L)
@@ -57,15 +57,17 @@ static int host_mark(hc_dev *d, hc_xfer *x, unsigned layer)
 	return 0;
 }
 
-static int host_query(hc_xfer *x, unsigned layer)
+static void host_issued(hc_dev *d, hc_xfer *x, int result)
 {
+	(void)d;
 	(void)x;
-	(void)layer;
-	return 1;
+	(void)result;
 }
 
-static int host_sync(hc_xfer *x, unsigned layer)
+/* The bytes moved before the layer was marked issued. */
+static int host_sync(hc_dev *d, hc_xfer *x, unsigned layer)
 {
+	(void)d;
 	(void)x;
 	(void)layer;
 	return 0;
@@ -79,9 +81,15 @@ static void *host_event(hc_xfer *x, unsigned layer)
 	return NULL;
 }
 
-static void host_end(hc_xfer *x)
+static void host_end(hc_dev *d, hc_xfer *x)
 {
+	(void)d;
 	(void)x;
+}
+
+static void host_thread_start(hc_dev *d)
+{
+	(void)d;
 }
 
 /* memcpy has no per-copy cost worth a second loop: runs always. */
@@ -97,11 +105,12 @@ const struct hc__dev_ops hc__dev_host_ops = {
 	.name = "host",
 	.open = host_open,
 	.close = host_close,
+	.thread_start = host_thread_start,
 	.begin = host_begin,
 	.runs = host_runs,
 	.gather = host_gather,
 	.mark = host_mark,
-	.query = host_query,
+	.issued = host_issued,
 	.sync = host_sync,
 	.event = host_event,
 	.end = host_end,

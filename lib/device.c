@@ -1,15 +1,24 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.c - layer-wise transfers between envelopes and a rank's device KV
- * (include/hicache/device.h), over the runs of devmap.c.
+ * (include/hicache/device.h), over the runs and items of devmap.c, moved
+ * by a kind (dev.h).
  *
  * Notes on synchronization (process-private):
- * - Each hc_dev has one worker thread that runs its transfers in the order
- *   they were made, layer by layer.  dev->mu guards the queue, each
- *   transfer's done_layers, finished and result, and dev->stop; the
- *   worker broadcasts dev->cv after every layer, so waiters wake in order.
- * - A transfer's arrays are its own copies, written before it is queued
- *   and read only by the worker until finished; then by its owner.
+ * - Each hc_dev has two threads of its own.  The issuer takes transfers
+ *   in the order they were made and issues them layer by layer (for CUDA:
+ *   copies or a launch, then the layer's event).  The completer follows
+ *   it, transfer by transfer: it waits for each issued layer to arrive
+ *   (the kind's sync), marks it, and once the issuer is done with the
+ *   transfer, commits a store and finishes it.  So the issuer never waits
+ *   for the device, and the caller's threads never call the kind at all:
+ *   marks, waits and frees are a mutex and a condition variable.
+ * - dev->mu guards both queues, stop, the counters, and each transfer's
+ *   issued, issue_done, issue_result, arrived, finished and result; every
+ *   change is broadcast on dev->cv.
+ * - A transfer's arrays are its own copies, written before it is queued;
+ *   err is written by the issuer before issue_done, then by the completer
+ *   only if still empty, before finished; the owner reads it after.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,8 +29,6 @@
 #include "config.h"
 #include "../shmpool/pool.h"
 #include "dev.h"
-
-#define AUTO_DIRECT_RUN (64u << 10) /* HC_PATH_AUTO: runs this long on average go direct */
 
 /* The runs of one layer into *runs (grown as needed). */
 static int layer_runs(hc_dev *d, hc_xfer *x, unsigned l, struct hc__run **runs, unsigned *cap)
@@ -42,12 +49,20 @@ static int layer_runs(hc_dev *d, hc_xfer *x, unsigned l, struct hc__run **runs, 
 	}
 }
 
-static void run_xfer(hc_dev *d, hc_xfer *x)
+static void publish_issued(hc_dev *d, hc_xfer *x, unsigned layers)
+{
+	pthread_mutex_lock(&d->mu);
+	x->issued = layers;
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* The issuer's part of a transfer. */
+static void issue_xfer(hc_dev *d, hc_xfer *x)
 {
 	const struct hc__dev_plan *pl = x->store ? &d->pl_store : &d->pl;
 	struct hc__run *runs = NULL;
-	unsigned cap = 0, copies = 0, kernel_layers = 0, direct_layers = 0;
-	uint64_t bytes = 0;
+	unsigned cap = 0;
 	int r = 0, nr = -1;
 	enum hc_dev_path path = d->path;
 
@@ -69,32 +84,69 @@ static void run_xfer(hc_dev *d, hc_xfer *x)
 			if ((r = nr) < 0)
 				break;
 			for (int i = 0; i < nr; i++)
-				bytes += runs[i].len;
+				x->bytes += runs[i].len;
 			r = d->ops->runs(d, x, runs, (unsigned)nr);
-			copies += (unsigned)nr;
-			direct_layers++;
+			if (r > 0)
+				x->copies += (unsigned)r;
+			r = r < 0 ? r : 0;
+			x->direct_layers++;
 		} else {
 			struct hc__dl L;
 			if ((r = hc__dl_init(&d->pool->g, pl, l, x->n, &L)) < 0)
 				break;
-			bytes += hc__dl_bytes(&L, x->presence);
+			x->bytes += hc__dl_bytes(&L, x->presence);
 			r = d->ops->gather(d, x, &L);
-			kernel_layers++;
+			x->kernel_layers++;
 		}
 		if (r == 0)
 			r = d->ops->mark(d, x, l);
-		if (r < 0)
+		if (r == 0)
+			publish_issued(d, x, l + 1);
+	}
+	free(runs);
+	/* The kind lets go of what the transfer issued: on a failure it waits
+	 * until that is done, so no copy lands after the failure is told. */
+	d->ops->issued(d, x, r);
+	if (r < 0)
+		snprintf(x->err, sizeof(x->err), "%s", hc_last_error()); /* this thread's line */
+	pthread_mutex_lock(&d->mu);
+	x->issue_result = r;
+	x->issue_done = 1;
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* The completer's part: marks as layers arrive, then commits and finishes. */
+static void complete_xfer(hc_dev *d, hc_xfer *x)
+{
+	int r = 0;
+
+	for (unsigned l = 0; l < x->layers; l++) {
+		int issued;
+		pthread_mutex_lock(&d->mu);
+		while (x->issued <= l && !x->issue_done)
+			pthread_cond_wait(&d->cv, &d->mu);
+		issued = x->issued > l;
+		pthread_mutex_unlock(&d->mu);
+		if (!issued)
+			break; /* the issuer stopped short: its result tells why */
+		if ((r = d->ops->sync(d, x, l)) < 0)
 			break;
 		pthread_mutex_lock(&d->mu);
-		x->issued = l + 1;
+		x->arrived = l + 1;
 		pthread_cond_broadcast(&d->cv);
 		pthread_mutex_unlock(&d->mu);
 	}
-	free(runs);
-	if (r == 0 && x->store && (x->flags & HC_XFER_COMMIT)) {
-		/* The bytes must be in the envelopes before the pages are READY. */
-		if (x->layers)
-			r = d->ops->sync(x, x->layers - 1);
+	pthread_mutex_lock(&d->mu);
+	while (!x->issue_done)
+		pthread_cond_wait(&d->cv, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+	if (x->issue_result < 0) {
+		r = x->issue_result; /* x->err holds the issuer's line */
+	} else if (r < 0) {
+		snprintf(x->err, sizeof(x->err), "%s", hc_last_error());
+	} else if (x->store && (x->flags & HC_XFER_COMMIT)) {
+		/* Every layer is in the envelopes: the pages may become READY. */
 		for (unsigned i = 0; i < x->n && r == 0; i++) {
 			uint32_t mine = d->shards & hc_page_needed(d->pool, x->presence[i]);
 			int c;
@@ -104,30 +156,31 @@ static void run_xfer(hc_dev *d, hc_xfer *x)
 			if (c < 0 && c != -EALREADY)
 				r = c; /* EALREADY: a rank sharing our group finished it first */
 		}
+		if (r < 0)
+			snprintf(x->err, sizeof(x->err), "%s", hc_last_error());
 	}
-	if (r < 0)
-		snprintf(x->err, sizeof(x->err), "%s", hc_last_error()); /* the worker's thread-local line */
 	pthread_mutex_lock(&d->mu);
 	x->result = r;
 	x->finished = 1;
 	if (x->store) {
 		d->st.stores++;
-		d->st.store_bytes += bytes;
+		d->st.store_bytes += x->bytes;
 	} else {
 		d->st.loads++;
-		d->st.load_bytes += bytes;
+		d->st.load_bytes += x->bytes;
 	}
-	d->st.copies += copies;
-	d->st.direct_layers += direct_layers;
-	d->st.kernel_layers += kernel_layers;
+	d->st.copies += x->copies;
+	d->st.direct_layers += x->direct_layers;
+	d->st.kernel_layers += x->kernel_layers;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }
 
-static void *worker_main(void *arg)
+static void *issuer_main(void *arg)
 {
 	hc_dev *d = arg;
 
+	d->ops->thread_start(d);
 	pthread_mutex_lock(&d->mu);
 	for (;;) {
 		hc_xfer *x;
@@ -139,12 +192,60 @@ static void *worker_main(void *arg)
 		d->head = x->next;
 		if (!d->head)
 			d->tail = NULL;
+		/* The completer follows this transfer from its first layer on. */
+		if (d->ctail)
+			d->ctail->cnext = x;
+		else
+			d->chead = x;
+		d->ctail = x;
+		pthread_cond_broadcast(&d->cv);
 		pthread_mutex_unlock(&d->mu);
-		run_xfer(d, x);
+		issue_xfer(d, x);
+		pthread_mutex_lock(&d->mu);
+	}
+	d->issuer_done = 1;
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+static void *completer_main(void *arg)
+{
+	hc_dev *d = arg;
+
+	d->ops->thread_start(d);
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		hc_xfer *x;
+		while (!d->chead && !d->issuer_done)
+			pthread_cond_wait(&d->cv, &d->mu);
+		if (!d->chead)
+			break; /* the issuer has stopped, and everything is complete */
+		x = d->chead;
+		d->chead = x->cnext;
+		if (!d->chead)
+			d->ctail = NULL;
+		pthread_mutex_unlock(&d->mu);
+		complete_xfer(d, x);
 		pthread_mutex_lock(&d->mu);
 	}
 	pthread_mutex_unlock(&d->mu);
 	return NULL;
+}
+
+/* Stop the threads: each finishes what it has first. */
+static void stop_threads(hc_dev *d, int issuer, int completer)
+{
+	pthread_mutex_lock(&d->mu);
+	d->stop = 1;
+	if (!issuer)
+		d->issuer_done = 1;
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	if (issuer)
+		pthread_join(d->issuer, NULL);
+	if (completer)
+		pthread_join(d->completer, NULL);
 }
 
 int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
@@ -237,16 +338,21 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
 		goto fail;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
-	r = pthread_create(&d->worker, NULL, worker_main, d);
-	if (r) {
-		pthread_cond_destroy(&d->cv);
-		pthread_mutex_destroy(&d->mu);
-		ops->close(d);
-		r = hc__err(r, "device open: cannot start its worker thread");
-		goto fail;
+	if ((r = pthread_create(&d->issuer, NULL, issuer_main, d)) != 0) {
+		r = hc__err(r, "device open: cannot start its issuing thread");
+		goto fail_sync;
+	}
+	if ((r = pthread_create(&d->completer, NULL, completer_main, d)) != 0) {
+		stop_threads(d, 1, 0);
+		r = hc__err(r, "device open: cannot start its completing thread");
+		goto fail_sync;
 	}
 	*out = d;
 	return 0;
+fail_sync:
+	pthread_cond_destroy(&d->cv);
+	pthread_mutex_destroy(&d->mu);
+	ops->close(d);
 fail:
 	free(d->addrs);
 	free(d);
@@ -257,11 +363,7 @@ int hc_dev_close(hc_dev *d)
 {
 	if (!d)
 		return 0;
-	pthread_mutex_lock(&d->mu);
-	d->stop = 1;
-	pthread_cond_broadcast(&d->cv);
-	pthread_mutex_unlock(&d->mu);
-	pthread_join(d->worker, NULL); /* it drains the queue first */
+	stop_threads(d, 1, 1); /* they finish the queued transfers first */
 	d->ops->close(d);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->mu);
@@ -392,22 +494,7 @@ int hc_xfer_layer_done(hc_xfer *x, unsigned layer)
 	if (!x || layer >= x->layers)
 		return hc__err(EINVAL, "transfer: %s", x ? "layer out of range" : "the transfer is NULL");
 	pthread_mutex_lock(&x->dev->mu);
-	r = x->issued > layer ? 1 : x->finished ? x->result : 0;
-	pthread_mutex_unlock(&x->dev->mu);
-	if (r == 1)
-		return x->dev->ops->query(x, layer);
-	return r < 0 ? hc__err(-r, "%s", x->err) : r;
-}
-
-/* Until layer is issued or the transfer failed before it: 1 issued, or the failure. */
-static int wait_issued(hc_xfer *x, unsigned layer)
-{
-	int r;
-
-	pthread_mutex_lock(&x->dev->mu);
-	while (x->issued <= layer && !x->finished)
-		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
-	r = x->issued > layer ? 1 : x->result;
+	r = x->arrived > layer ? 1 : x->finished ? x->result : 0;
 	pthread_mutex_unlock(&x->dev->mu);
 	return r < 0 ? hc__err(-r, "%s", x->err) : r;
 }
@@ -418,19 +505,34 @@ int hc_xfer_wait_layer(hc_xfer *x, unsigned layer)
 
 	if (!x || layer >= x->layers)
 		return hc__err(EINVAL, "transfer: %s", x ? "layer out of range" : "the transfer is NULL");
-	r = wait_issued(x, layer);
-	return r == 1 ? x->dev->ops->sync(x, layer) : r;
+	pthread_mutex_lock(&x->dev->mu);
+	while (x->arrived <= layer && !x->finished)
+		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
+	r = x->arrived > layer ? 0 : x->result;
+	pthread_mutex_unlock(&x->dev->mu);
+	return r < 0 ? hc__err(-r, "%s", x->err) : r;
 }
 
 void *hc_xfer_layer_event(hc_xfer *x, unsigned layer)
 {
+	int issued, r;
+
 	if (!x || layer >= x->layers) {
 		hc__err(EINVAL, "transfer: %s", x ? "layer out of range" : "the transfer is NULL");
 		return NULL;
 	}
 	if (x->dev->ops == &hc__dev_host_ops)
 		return x->dev->ops->event(x, layer);
-	return wait_issued(x, layer) == 1 ? x->dev->ops->event(x, layer) : NULL;
+	pthread_mutex_lock(&x->dev->mu);
+	while (x->issued <= layer && !x->issue_done)
+		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
+	issued = x->issued > layer;
+	r = x->issue_result;
+	pthread_mutex_unlock(&x->dev->mu);
+	if (issued)
+		return x->dev->ops->event(x, layer);
+	hc__err(r < 0 ? -r : EIO, "transfer: layer %u was not issued: %s", layer, x->err);
+	return NULL;
 }
 
 int hc_xfer_wait(hc_xfer *x)
@@ -444,33 +546,19 @@ int hc_xfer_wait(hc_xfer *x)
 		pthread_cond_wait(&x->dev->cv, &x->dev->mu);
 	r = x->result;
 	pthread_mutex_unlock(&x->dev->mu);
-	if (r < 0)
-		return hc__err(-r, "%s", x->err);
-	/* Issued in order on one stream: the last layer's arrival is everyone's. */
-	return x->layers ? x->dev->ops->sync(x, x->layers - 1) : 0;
+	return r < 0 ? hc__err(-r, "%s", x->err) : 0;
 }
 
 int hc_xfer_free(hc_xfer *x)
 {
-	char msg[256] = "";
 	int r;
 
 	if (!x)
 		return 0;
-	r = hc_xfer_wait(x);
-	if (r < 0) {
-		snprintf(msg, sizeof(msg), "%s", hc_last_error());
-		/* Whatever was issued must be done before its buffers go. */
-		unsigned issued;
-		pthread_mutex_lock(&x->dev->mu);
-		issued = x->issued;
-		pthread_mutex_unlock(&x->dev->mu);
-		if (issued)
-			x->dev->ops->sync(x, issued - 1);
-	}
-	x->dev->ops->end(x);
+	r = hc_xfer_wait(x); /* finished: nothing of it is in flight */
+	x->dev->ops->end(x->dev, x);
 	xfer_free_arrays(x);
-	return r < 0 ? hc__err(-r, "%s", msg) : r;
+	return r; /* hc_last_error still holds the failure's line */
 }
 
 int hc_dev_stats(hc_dev *d, struct hc_dev_stats *out)

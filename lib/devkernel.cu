@@ -24,10 +24,11 @@ __global__ void __launch_bounds__(256)
 	hc_gather(const __grid_constant__ struct hc__dl L, uint8_t *env, const uint32_t *pages,
 		  const uint32_t *presence, const uint64_t *slots, const uint64_t *state_slots, int store)
 {
-	for (uint32_t item = blockIdx.x; item < L.items; item += gridDim.x) {
+	/* 64 bits: item + gridDim.x must not wrap near 2^32 items */
+	for (uint64_t item = blockIdx.x; item < L.items; item += gridDim.x) {
 		struct hc__dl_seg s;
 
-		if (!hc__dl_seg(&L, item, pages, presence, &s))
+		if (!hc__dl_seg(&L, (uint32_t)item, pages, presence, &s))
 			continue;
 		const uint32_t per_tok = (uint32_t)(s.gb / sizeof(W));
 		const uint32_t total = s.ntok * per_tok;
@@ -61,6 +62,9 @@ extern "C" int hc__gather_launch(const struct hc__dl *L, uint8_t *env, const uin
 
 	if (L->items == 0)
 		return (int)cudaSuccess;
+	/* The launch's error is read with cudaGetLastError: clear an earlier
+	 * one first (this is our worker thread), or it fails a good launch. */
+	(void)cudaGetLastError();
 	switch (L->align) {
 	case 16:
 		launch<uint4>(L, grid, env, pages, presence, slots, state_slots, store, st);

@@ -690,13 +690,16 @@ fail_free:
 
 int hc_pool_detach(hc_pool *p)
 {
+	bool forked;
+
 	if (!p)
 		return hc__err(EINVAL, "detach: pool is NULL");
 	/* A forked child has the handle but not the holder thread: it only unmaps. */
-	if (p->slot >= 0 && p->fork_gen == atomic_load_explicit(&hc__forks, memory_order_relaxed))
+	forked = p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed);
+	if (p->slot >= 0 && !forked)
 		hc__rank_release(p);
-	if (p->dev_unreg)
-		p->dev_unreg(p); /* unpin before the pages go */
+	if (p->dev_unreg && !forked)
+		p->dev_unreg(p); /* unpin before the pages go; a forked child has no CUDA of ours */
 	munmap(p->base, p->map_bytes);
 	close(p->fd);
 	free(p);

@@ -2,8 +2,9 @@
 /*
  * test_cuda.c - the CUDA device path on a real GPU: round trips through
  * the pool by both ranks of a TP 2 engine on each path, the pool
- * registered in several chunks (copies near their boundaries), per-layer
- * events a stream can wait on, and the errors only a CUDA device has.
+ * registered in several chunks and a run longer than a chunk cut at its
+ * end, per-layer events a stream can wait on, and the errors only a CUDA
+ * device has.
  * Built with CUDA only; skipped (77) where cudaGetDeviceCount finds none.
  * The probe runs in a child: CUDA must not be initialised before Check
  * forks the tests.
@@ -55,6 +56,8 @@ static void gdev_open(struct gdev *g, hc_pool *p, uint32_t rank, enum hc_dev_pat
 		g->va[l] = (uintptr_t)g->v[l];
 		g->sa[l] = (uintptr_t)g->st[l];
 	}
+	/* The library's stream does not wait for the default one: finish the memsets. */
+	CK_CUDA(cudaDeviceSynchronize());
 	g->comp[0] = (struct hc_dev_comp){ .comp = 0, .k = g->ka, .v = g->va, .token_bytes = g->kv_bytes,
 					   .token_stride = g->kv_bytes, .slots = g->nslots };
 	g->comp[1] = (struct hc_dev_comp){ .comp = 1, .k = g->sa, .token_bytes = 1024, .token_stride = 1024, .slots = NP };
@@ -81,6 +84,7 @@ static void fill_random(void *dptr, size_t n, unsigned seed)
 		h[i] = (uint8_t)(seed >> 16);
 	}
 	CK_CUDA(cudaMemcpy(dptr, h, n, cudaMemcpyHostToDevice));
+	CK_CUDA(cudaDeviceSynchronize()); /* a pageable copy may return before it lands */
 	free(h);
 }
 
@@ -177,6 +181,80 @@ START_TEST(roundtrip)
 		gdev_close(&a[r]);
 		gdev_close(&b[r]);
 	}
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint32_t x = HC_PAGE_ID(*(const hc_page_t *)a), y = HC_PAGE_ID(*(const hc_page_t *)b);
+
+	return (x > y) - (x < y);
+}
+
+/* A 4 MiB run over 2 MiB chunks: two copies, and the bytes whole. */
+START_TEST(run_across_chunks)
+{
+	const char *name = hct_name();
+	struct hc_component_spec c = { .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
+				       .sharding = HC_REPLICATED, .bytes_per_layer = 4096, .layers = 1 };
+	struct hc_pool_spec s = { .name = name, .model_id = "t/split", .page_tokens = 16, .tp_size = 1, .comps = &c,
+				  .ncomp = 1, .capacity_pages = 1024, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	enum { N = 1024 };
+	static hc_key_t k[N];
+	static hc_page_t pg[N];
+	static uint8_t skip[N];
+	static uint64_t ss[N];
+	struct hc_reserve_req rq = { .keys = k, .nkeys = N };
+	uint64_t base;
+	struct hc_dev_comp dc = { .comp = 0, .k = &base, .token_bytes = 4096, .token_stride = 4096, .slots = N };
+	struct hc_dev_spec ds = { .kind = HC_DEV_CUDA, .tp_size = 1, .comps = &dc, .ncomp = 1,
+				  .path = HC_PATH_DIRECT, .reg_chunk = 2u << 20 };
+	struct hc_dev_stats st;
+	void *src, *dst;
+	uint8_t *a, *b;
+	hc_dev *d;
+	hc_pool *p;
+	hc_xfer *x;
+
+	ck_assert_ok(hc_pool_create(&s));
+	p = hct_attach(name, 0);
+	CK_CUDA(cudaMalloc(&src, (size_t)N * 4096));
+	CK_CUDA(cudaMalloc(&dst, (size_t)N * 4096));
+	fill_random(src, (size_t)N * 4096, 17);
+	CK_CUDA(cudaMemset(dst, 0, (size_t)N * 4096));
+	CK_CUDA(cudaDeviceSynchronize());
+	hct_keys(k, N, 79);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), N);
+	qsort(pg, N, sizeof(pg[0]), cmp_id);
+	for (unsigned i = 0; i < N; i++)
+		ss[i] = HC_PAGE_ID(pg[i]);
+	base = (uintptr_t)src;
+	ck_assert_msg(hc_dev_open(p, &ds, &d) == 0, "%s", hc_last_error());
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = N, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(d, &xr, &x));
+		ck_assert_msg(hc_xfer_free(x) == 0, "%s", hc_last_error());
+	}
+	ck_assert_ok(hc_dev_stats(d, &st));
+	ck_assert_uint_eq(st.copies, 2);
+	ck_assert_ok(hc_dev_close(d));
+	base = (uintptr_t)dst;
+	ck_assert_ok(hc_dev_open(p, &ds, &d));
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = N, .state_slots = ss };
+		ck_assert_ok(hc_dev_load(d, &xr, &x));
+		ck_assert_msg(hc_xfer_free(x) == 0, "%s", hc_last_error());
+	}
+	a = to_host(src, (size_t)N * 4096);
+	b = to_host(dst, (size_t)N * 4096);
+	ck_assert_int_eq(memcmp(a, b, (size_t)N * 4096), 0);
+	free(a);
+	free(b);
+	ck_assert_ok(hc_dev_close(d));
+	cudaFree(src);
+	cudaFree(dst);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
@@ -308,6 +386,7 @@ int main(void)
 	}
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, roundtrip, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
+	tcase_add_test(tc, run_across_chunks);
 	tcase_add_test(tc, layer_events);
 	tcase_add_test(tc, errors);
 	suite_add_tcase(s, tc);

@@ -7,11 +7,13 @@
  * loop, hc__dl_copy, on what was uploaded), per-layer events, 'after'
  * events, and every CUDA failure turned into an errno and a line.
  *
- * The fake: "device memory" is host memory the fake cudaMalloc handed
- * out; streams run each call at once; events are numbers.  It checks what
- * a real runtime would refuse (a copy across two registrations, a host
- * side that is neither registered nor a pageable upload, a device side
- * outside an allocation) and counts it as a violation.
+ * The fake: "device memory" is host memory the fake allocators handed
+ * out; streams run each call at once; events are numbers, and
+ * cudaEventSynchronize can be held.  It counts as a violation what a real
+ * runtime would refuse or what would stall one (a copy across two
+ * registrations, a host side neither registered nor pinned, a device side
+ * outside an allocation), and any runtime call on the test's own thread:
+ * the library makes none on its callers' threads.
  */
 #include "config.h"
 
@@ -30,15 +32,20 @@ static struct fake {
 	pthread_mutex_t mu;
 	int ndev, host_ptr;
 	struct { uint8_t *lo, *hi; } alloc[MAXR], reg[MAXR];
-	unsigned nalloc, nreg;
+	struct { uint8_t *lo, *hi; } pinned[MAXR];
+	unsigned nalloc, nreg, npinned;
+	pthread_t caller;                  /* the test's thread: no runtime call may run on it */
+	pthread_cond_t cv;
+	int hold;                          /* cudaEventSynchronize waits while set */
+	int pools;                         /* cudaDevAttrMemoryPoolsSupported */
+	int test_side;                     /* the test itself calls the fake: not a violation */
 	unsigned reg_calls, reg_fail_at;   /* the reg_fail_at'th registration fails (0: none) */
 	unsigned copies, copy_fail_at, at_boundary;
 	uint64_t chunk;                    /* registration chunk, for at_boundary */
 	uint8_t *base;                     /* where the chunks start */
-	unsigned launches, violations;
+	unsigned launches, violations, stream_syncs;
 	unsigned events_live, next_event;
 	uintptr_t last_waited;
-	int not_ready;
 	char why[256];                     /* the first violation */
 } F;
 
@@ -46,6 +53,16 @@ static void violation(const char *what)
 {
 	if (!F.violations++)
 		snprintf(F.why, sizeof(F.why), "%s", what);
+}
+
+/* Every fake runtime call starts here. */
+static void on_call(void)
+{
+	if (pthread_equal(pthread_self(), F.caller) && !F.test_side) {
+		pthread_mutex_lock(&F.mu);
+		violation("a runtime call on the caller's thread");
+		pthread_mutex_unlock(&F.mu);
+	}
 }
 
 static int in_list(uint8_t *lo, uint8_t *hi, unsigned n, const struct { uint8_t *lo, *hi; } *l)
@@ -66,37 +83,38 @@ static int overlaps(uint8_t *lo, uint8_t *hi)
 
 static cudaError_t f_count(int *n)
 {
+	on_call();
 	*n = F.ndev;
 	return F.ndev ? cudaSuccess : cudaErrorNoDevice;
 }
 
-static cudaError_t f_get(int *d)
-{
-	*d = 0;
-	return cudaSuccess;
-}
-
 static cudaError_t f_set(int d)
 {
+	on_call();
 	return d >= 0 && d < F.ndev ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
 static cudaError_t f_attr(int *v, enum cudaDeviceAttr a, int d)
 {
+	on_call();
 	(void)d;
-	*v = a == cudaDevAttrCanUseHostPointerForRegisteredMem ? F.host_ptr : 0;
+	*v = a == cudaDevAttrCanUseHostPointerForRegisteredMem ? F.host_ptr
+	     : a == cudaDevAttrMemoryPoolsSupported	       ? F.pools
+							       : 0;
 	return cudaSuccess;
 }
 
 static cudaError_t f_ptr(struct cudaPointerAttributes *a, const void *p)
 {
+	on_call();
 	uint8_t *b = (uint8_t *)(uintptr_t)p;
 
 	memset(a, 0, sizeof(*a));
 	pthread_mutex_lock(&F.mu);
 	a->type = in_list(b, b + 1, F.nalloc, F.alloc) >= 0 ? cudaMemoryTypeDevice
-		  : in_list(b, b + 1, F.nreg, F.reg) >= 0  ? cudaMemoryTypeHost
-							   : cudaMemoryTypeUnregistered;
+		  : in_list(b, b + 1, F.nreg, F.reg) >= 0 || in_list(b, b + 1, F.npinned, F.pinned) >= 0
+			  ? cudaMemoryTypeHost
+			  : cudaMemoryTypeUnregistered;
 	pthread_mutex_unlock(&F.mu);
 	a->device = 0;
 	return cudaSuccess;
@@ -104,6 +122,7 @@ static cudaError_t f_ptr(struct cudaPointerAttributes *a, const void *p)
 
 static cudaError_t f_reg(void *p, size_t n, unsigned flags)
 {
+	on_call();
 	cudaError_t e = cudaSuccess;
 
 	pthread_mutex_lock(&F.mu);
@@ -121,6 +140,7 @@ static cudaError_t f_reg(void *p, size_t n, unsigned flags)
 
 static cudaError_t f_unreg(void *p)
 {
+	on_call();
 	cudaError_t e = cudaErrorHostMemoryNotRegistered;
 
 	pthread_mutex_lock(&F.mu);
@@ -138,6 +158,7 @@ static cudaError_t f_unreg(void *p)
 
 static cudaError_t f_stream(cudaStream_t *s, unsigned flags)
 {
+	on_call();
 	if (flags != cudaStreamNonBlocking)
 		violation("a blocking stream: it would wait for the legacy default stream");
 	*s = (cudaStream_t)(uintptr_t)0x5;
@@ -146,19 +167,31 @@ static cudaError_t f_stream(cudaStream_t *s, unsigned flags)
 
 static cudaError_t f_stream_x(cudaStream_t s)
 {
+	on_call();
 	if (s != (cudaStream_t)(uintptr_t)0x5)
 		violation("a stream that is not ours");
 	return cudaSuccess;
 }
 
+static cudaError_t f_stream_sync(cudaStream_t s)
+{
+	on_call();
+	pthread_mutex_lock(&F.mu);
+	F.stream_syncs++;
+	pthread_mutex_unlock(&F.mu);
+	return f_stream_x(s);
+}
+
 static cudaError_t f_wait(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
+	on_call();
 	(void)flags;
 	f_stream_x(s);
 	F.last_waited = (uintptr_t)e;
 	return cudaSuccess;
 }
 
+/* "Device memory": the test's own (called directly, not through the table) and the library's. */
 static cudaError_t f_malloc(void **p, size_t n)
 {
 	pthread_mutex_lock(&F.mu);
@@ -183,8 +216,49 @@ static cudaError_t f_free(void *p)
 	return cudaErrorInvalidValue;
 }
 
+static cudaError_t f_malloc_async(void **p, size_t n, cudaStream_t s)
+{
+	on_call();
+	f_stream_x(s);
+	return f_malloc(p, n);
+}
+
+static cudaError_t f_free_async(void *p, cudaStream_t s)
+{
+	on_call();
+	f_stream_x(s);
+	return f_free(p);
+}
+
+static cudaError_t f_malloc_host(void **p, size_t n)
+{
+	on_call();
+	pthread_mutex_lock(&F.mu);
+	*p = malloc(n);
+	F.pinned[F.npinned].lo = *p, F.pinned[F.npinned].hi = (uint8_t *)*p + n, F.npinned++;
+	pthread_mutex_unlock(&F.mu);
+	return cudaSuccess;
+}
+
+static cudaError_t f_free_host(void *p)
+{
+	on_call();
+	pthread_mutex_lock(&F.mu);
+	for (unsigned i = 0; i < F.npinned; i++)
+		if (F.pinned[i].lo == p) {
+			F.pinned[i] = F.pinned[--F.npinned];
+			free(p);
+			pthread_mutex_unlock(&F.mu);
+			return cudaSuccess;
+		}
+	violation("cudaFreeHost of what cudaMallocHost did not give");
+	pthread_mutex_unlock(&F.mu);
+	return cudaErrorInvalidValue;
+}
+
 static cudaError_t f_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k, cudaStream_t s)
 {
+	on_call();
 	uint8_t *h = k == cudaMemcpyHostToDevice ? (uint8_t *)(uintptr_t)src : dst;
 	uint8_t *d = k == cudaMemcpyHostToDevice ? dst : (uint8_t *)(uintptr_t)src;
 	int r;
@@ -200,8 +274,8 @@ static cudaError_t f_copy(void *dst, const void *src, size_t n, enum cudaMemcpyK
 	if (in_list(d, d + n, F.nalloc, F.alloc) < 0)
 		violation("a copy's device side is not inside one allocation");
 	r = in_list(h, h + n, F.nreg, F.reg);
-	if (r < 0 && (k != cudaMemcpyHostToDevice || overlaps(h, h + n)))
-		violation("a copy's host side spans registrations, or is a pageable download");
+	if (r < 0 && in_list(h, h + n, F.npinned, F.pinned) < 0)
+		violation("a copy's host side spans registrations, or is pageable (the copy may block)");
 	if (r >= 0 && F.chunk && (uint64_t)(h + n - F.base) % F.chunk == 0)
 		F.at_boundary++;
 	pthread_mutex_unlock(&F.mu);
@@ -211,6 +285,7 @@ static cudaError_t f_copy(void *dst, const void *src, size_t n, enum cudaMemcpyK
 
 static cudaError_t f_ev_create(cudaEvent_t *e, unsigned flags)
 {
+	on_call();
 	if (!(flags & cudaEventDisableTiming))
 		violation("events with timing cost more");
 	pthread_mutex_lock(&F.mu);
@@ -222,24 +297,25 @@ static cudaError_t f_ev_create(cudaEvent_t *e, unsigned flags)
 
 static cudaError_t f_ev_record(cudaEvent_t e, cudaStream_t s)
 {
+	on_call();
 	(void)e;
 	return f_stream_x(s);
 }
 
-static cudaError_t f_ev_query(cudaEvent_t e)
-{
-	(void)e;
-	return F.not_ready ? cudaErrorNotReady : cudaSuccess;
-}
-
 static cudaError_t f_ev_sync(cudaEvent_t e)
 {
+	on_call();
 	(void)e;
+	pthread_mutex_lock(&F.mu);
+	while (F.hold)
+		pthread_cond_wait(&F.cv, &F.mu);
+	pthread_mutex_unlock(&F.mu);
 	return cudaSuccess;
 }
 
 static cudaError_t f_ev_destroy(cudaEvent_t e)
 {
+	on_call();
 	(void)e;
 	pthread_mutex_lock(&F.mu);
 	F.events_live--;
@@ -249,6 +325,7 @@ static cudaError_t f_ev_destroy(cudaEvent_t e)
 
 static cudaError_t f_last(void)
 {
+	on_call();
 	return cudaSuccess;
 }
 
@@ -256,6 +333,7 @@ static cudaError_t f_last(void)
 static int f_gather(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
 		    const uint64_t *slots, const uint64_t *state_slots, int store, void *stream)
 {
+	on_call();
 	f_stream_x(stream);
 	pthread_mutex_lock(&F.mu);
 	F.launches++;
@@ -273,16 +351,19 @@ static void fake_install(void)
 {
 	memset(&F, 0, sizeof(F));
 	pthread_mutex_init(&F.mu, NULL);
+	pthread_cond_init(&F.cv, NULL);
 	F.ndev = 1;
 	F.host_ptr = 1;
+	F.pools = 1;
+	F.caller = pthread_self();
 	hc__cuda = (struct hc__cuda_rt){
-		.GetDeviceCount = f_count, .GetDevice = f_get, .SetDevice = f_set, .DeviceGetAttribute = f_attr,
+		.GetDeviceCount = f_count, .SetDevice = f_set, .DeviceGetAttribute = f_attr,
 		.PointerGetAttributes = f_ptr, .HostRegister = f_reg, .HostUnregister = f_unreg,
-		.StreamCreateWithFlags = f_stream, .StreamDestroy = f_stream_x, .StreamSynchronize = f_stream_x,
-		.StreamWaitEvent = f_wait, .Malloc = f_malloc, .Free = f_free, .MemcpyAsync = f_copy,
-		.EventCreateWithFlags = f_ev_create, .EventRecord = f_ev_record, .EventQuery = f_ev_query,
-		.EventSynchronize = f_ev_sync, .EventDestroy = f_ev_destroy, .GetLastError = f_last,
-		.gather = f_gather,
+		.StreamCreateWithFlags = f_stream, .StreamDestroy = f_stream_x, .StreamSynchronize = f_stream_sync,
+		.StreamWaitEvent = f_wait, .MallocAsync = f_malloc_async, .FreeAsync = f_free_async,
+		.MallocHost = f_malloc_host, .FreeHost = f_free_host, .MemcpyAsync = f_copy,
+		.EventCreateWithFlags = f_ev_create, .EventRecord = f_ev_record, .EventSynchronize = f_ev_sync,
+		.EventDestroy = f_ev_destroy, .GetLastError = f_last, .gather = f_gather,
 	};
 }
 
@@ -303,9 +384,9 @@ static int fdev_open(struct fdev *g, hc_pool *p, uint32_t rank, enum hc_dev_path
 
 	memset(g, 0, sizeof(*g));
 	for (int l = 0; l < 2; l++) {
-		hc__cuda.Malloc((void **)&g->k[l], NP * T * 128);
-		hc__cuda.Malloc((void **)&g->v[l], NP * T * 128);
-		hc__cuda.Malloc((void **)&g->st[l], NP * 1024);
+		f_malloc((void **)&g->k[l], NP * T * 128);
+		f_malloc((void **)&g->v[l], NP * T * 128);
+		f_malloc((void **)&g->st[l], NP * 1024);
 		for (size_t b = 0; b < NP * T * 128; b++) {
 			g->k[l][b] = fill ? (uint8_t)rand() : 0;
 			g->v[l][b] = fill ? (uint8_t)rand() : 0;
@@ -325,9 +406,9 @@ static void fdev_close(struct fdev *g)
 	if (g->dev)
 		ck_assert_ok(hc_dev_close(g->dev));
 	for (int l = 0; l < 2; l++) {
-		hc__cuda.Free(g->k[l]);
-		hc__cuda.Free(g->v[l]);
-		hc__cuda.Free(g->st[l]);
+		f_free(g->k[l]);
+		f_free(g->v[l]);
+		f_free(g->st[l]);
 	}
 }
 
@@ -393,11 +474,12 @@ START_TEST(roundtrip)
 		}
 	}
 	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
-	ck_assert_uint_eq(F.events_live, 0);
 	for (int r = 0; r < 2; r++) {
 		fdev_close(&a[r]);
 		fdev_close(&b[r]);
 	}
+	ck_assert_uint_eq(F.events_live, 0);
+	ck_assert_uint_eq(F.npinned, 0);
 	ck_assert_uint_eq(F.nreg, (env_bytes + (2u << 20) - 1) / (2u << 20)); /* until detach */
 	hc_pool_detach(p);
 	ck_assert_uint_eq(F.nreg, 0);
@@ -440,8 +522,8 @@ START_TEST(runs_split_at_chunks)
 	ck_assert_ok(hc_pool_create(&s));
 	p = hct_attach(name, 0);
 	ck_assert_uint_eq(p->g.envelope_bytes, 4096);
-	hc__cuda.Malloc((void **)&src, (size_t)N * 4096);
-	hc__cuda.Malloc((void **)&dst, (size_t)N * 4096);
+	f_malloc((void **)&src, (size_t)N * 4096);
+	f_malloc((void **)&dst, (size_t)N * 4096);
 	for (size_t i = 0; i < (size_t)N * 4096; i++)
 		src[i] = (uint8_t)(i * 7 + i / 4096);
 	hct_keys(k, N, 92);
@@ -472,8 +554,8 @@ START_TEST(runs_split_at_chunks)
 	ck_assert_int_eq(memcmp(src, dst, (size_t)N * 4096), 0);
 	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
 	ck_assert_ok(hc_dev_close(d));
-	hc__cuda.Free(src);
-	hc__cuda.Free(dst);
+	f_free(src);
+	f_free(dst);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
@@ -500,8 +582,8 @@ START_TEST(events)
 		sl[i] = i;
 	hct_keys(k, 4, 93);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 4);
-	hc__cuda.EventCreateWithFlags(&after, cudaEventDisableTiming);
-	F.not_ready = 1;
+	after = (cudaEvent_t)(uintptr_t)0x777; /* the engine's: a number to the fake */
+	F.hold = 1;                             /* layers are issued, none arrives */
 	{
 		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = sl, .state_slots = ss, .after = after };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
@@ -512,8 +594,14 @@ START_TEST(events)
 		ck_assert_ptr_ne(e0, e1);
 		ck_assert_ptr_null(hc_xfer_layer_event(x, 2));
 		ck_assert_uint_eq(F.last_waited, (uintptr_t)after);
-		ck_assert_int_eq(hc_xfer_layer_done(x, 1), 0); /* issued, not arrived */
-		F.not_ready = 0;
+		ck_assert_int_eq(hc_xfer_layer_done(x, 0), 0); /* issued, not arrived */
+		ck_assert_int_eq(hc_xfer_layer_done(x, 1), 0);
+		pthread_mutex_lock(&F.mu);
+		F.hold = 0;
+		pthread_cond_broadcast(&F.cv);
+		pthread_mutex_unlock(&F.mu);
+		ck_assert_int_eq(hc_xfer_wait_layer(x, 1), 0);
+		ck_assert_int_eq(hc_xfer_layer_done(x, 0), 1);
 		ck_assert_int_eq(hc_xfer_layer_done(x, 1), 1);
 		ck_assert_int_eq(hc_xfer_free(x), 0);
 	}
@@ -524,11 +612,10 @@ START_TEST(events)
 		ck_assert_uint_eq(st.kernel_layers, 2);
 		ck_assert_uint_eq(st.stores, 1);
 	}
-	hc__cuda.EventDestroy(after);
-	ck_assert_uint_eq(F.events_live, 0);
 	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);
 	hc_page_abort(p, pg, 4);
 	fdev_close(&a);
+	ck_assert_uint_eq(F.events_live, 0); /* kept for later transfers, destroyed at close */
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
@@ -547,6 +634,7 @@ START_TEST(failures)
 	struct hc_reserve_req rq = { .keys = k, .nkeys = NP };
 	struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = sl, .state_slots = ss };
 	uint64_t host[2];
+	unsigned syncs;
 	hc_xfer *x;
 
 	fake_install();
@@ -589,13 +677,15 @@ START_TEST(failures)
 	hct_keys(k, NP, 94);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), NP);
 	F.copy_fail_at = F.copies + 3;
+	syncs = F.stream_syncs;
 	ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 	ck_assert_err(hc_xfer_wait(x), EIO);
 	ck_assert_msg_has("cudaMemcpyAsync");
+	ck_assert_uint_eq(F.stream_syncs, syncs + 1); /* the two copies issued were waited for */
 	ck_assert_err(hc_xfer_free(x), EIO);
-	ck_assert_uint_eq(F.events_live, 0);
 	hc_page_abort(p, pg, NP);
 	fdev_close(&a);
+	ck_assert_uint_eq(F.events_live, 0);
 	hc_pool_detach(p);
 	ck_assert_uint_eq(F.nreg, 0);
 
@@ -609,10 +699,14 @@ START_TEST(failures)
 	fdev_close(&a);
 	/* the engine registered the pool itself: hicache says so */
 	F.reg_fail_at = 0;
-	hc__cuda.HostRegister(p->env, 4096, cudaHostRegisterPortable | cudaHostRegisterMapped);
+	F.test_side = 1;
+	f_reg(p->env, 4096, cudaHostRegisterPortable | cudaHostRegisterMapped);
+	F.test_side = 0;
 	ck_assert_err(fdev_open(&a, p, 0, HC_PATH_AUTO, 0, 0), EBUSY);
 	ck_assert_msg_has("already registered");
-	hc__cuda.HostUnregister(p->env);
+	F.test_side = 1;
+	f_unreg(p->env);
+	F.test_side = 0;
 	fdev_close(&a);
 	ck_assert_uint_eq(F.nreg, 0);
 	ck_assert_msg(F.violations == 0, "%u violations, first: %s", F.violations, F.why);

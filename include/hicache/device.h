@@ -28,7 +28,10 @@
  * HC_DEV_CUDA (a build with CUDA, hicache(7)) copies on a stream of its
  * own and records one CUDA event per layer: hc_xfer_layer_event gives it,
  * so a compute stream can wait for layer l with cudaStreamWaitEvent and
- * the host never blocks.  The first CUDA device opened on a pool registers
+ * the host never blocks.  Each device has two threads of its own: one
+ * issues the copies, one waits for each layer and marks it; no call here
+ * makes a CUDA call on the caller's thread (its current device, context
+ * and last error are left alone).  The first CUDA device opened on a pool registers
  * the pool's envelopes with cudaHostRegister (in chunks, from several
  * threads); hc_pool_detach unregisters them, so close every device first.
  * Two paths move the bytes (enum hc_dev_path): one cudaMemcpyAsync per
@@ -63,7 +66,8 @@ struct hc_dev_comp {
 };
 
 enum hc_dev_path {
-	HC_PATH_AUTO = 0,   /* direct when a layer's runs average 64 KiB or more, else kernel */
+	HC_PATH_AUTO = 0,   /* direct when a layer's runs average 64 KiB or more, else kernel
+	                     * (CUDA: always direct where the kernel path cannot run) */
 	HC_PATH_DIRECT = 1, /* one copy per contiguous run, merged where adjacent on both sides */
 	HC_PATH_KERNEL = 2, /* one gather/scatter per layer, item by item (devidx.h's arithmetic) */
 };
@@ -92,7 +96,9 @@ struct hc_xfer_req {
 	const uint64_t *state_slots; /* [n]: the state slot of page i; NULL without state components */
 	unsigned flags;              /* HC_XFER_* */
 	void *after;                 /* HC_DEV_CUDA: a cudaEvent_t the copies wait for (a store: the forward
-	                              * pass that wrote the KV), as cudaStreamWaitEvent; NULL: none */
+	                              * pass that wrote the KV), as cudaStreamWaitEvent when the transfer
+	                              * starts issuing: record it before the call, and do not record it
+	                              * again until the transfer's first layer is issued; NULL: none */
 };
 
 HC_API int hc_dev_load(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
