@@ -18,6 +18,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <hicache/device.h>
@@ -28,11 +29,15 @@
 
 #define MAXR 256
 
+struct range {
+	uint8_t *lo, *hi;
+};
+
 static struct fake {
 	pthread_mutex_t mu;
 	int ndev, host_ptr;
-	struct { uint8_t *lo, *hi; } alloc[MAXR], reg[MAXR];
-	struct { uint8_t *lo, *hi; } pinned[MAXR];
+	struct range alloc[MAXR], reg[MAXR];
+	struct range pinned[MAXR];
 	unsigned nalloc, nreg, npinned;
 	pthread_t caller;                  /* the test's thread: no runtime call may run on it */
 	pthread_cond_t cv;
@@ -65,7 +70,7 @@ static void on_call(void)
 	}
 }
 
-static int in_list(uint8_t *lo, uint8_t *hi, unsigned n, const struct { uint8_t *lo, *hi; } *l)
+static int in_list(uint8_t *lo, uint8_t *hi, unsigned n, const struct range *l)
 {
 	for (unsigned i = 0; i < n; i++)
 		if (lo >= l[i].lo && hi <= l[i].hi)
