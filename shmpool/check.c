@@ -208,6 +208,18 @@ int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void 
 		if (r < 0)
 			say(report, arg, &n, "rank slot %u: mutex unusable", s);
 	}
+	/* Each rank slot's request path: rings that say what they are and hold
+	 * no more than they can (a scribbled index is refused, never trusted). */
+	for (unsigned s = 0; s < p->g.max_ranks; s++) {
+		uint8_t *blk = p->rings + (uint64_t)s * p->g.rg.block;
+		struct hc__ring v;
+		if (hc__ring_attach(&v, blk + p->g.rg.sq_off, p->g.rg.cq_off - p->g.rg.sq_off, p->g.sq_entries,
+				    HC_SQE_BYTES, HC_RING_CONSUMER) < 0)
+			say(report, arg, &n, "rank slot %u: request ring: %s", s, hc_last_error());
+		if (hc__ring_attach(&v, blk + p->g.rg.cq_off, p->g.rg.arg_off - p->g.rg.cq_off, p->g.cq_entries,
+				    HC_CQE_BYTES, HC_RING_CONSUMER) < 0)
+			say(report, arg, &n, "rank slot %u: completion ring: %s", s, hc_last_error());
+	}
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		uint64_t w = atomic_load(&p->pages[i].word);
 		unsigned st = hc__w_state(w), owner = hc__w_owner(w);

@@ -211,6 +211,19 @@ int hc__geom_regions(struct hc__geom *g)
 				       g->comps[i].name, g->comps[i].window_pages, HC_LOOKUP_MAX);
 	if (g->evict > HC_EVICT_LRU)
 		return hc__err(EINVAL, "eviction policy %u is unknown: use HC_EVICT_CLOCK or HC_EVICT_LRU", g->evict);
+	if (g->host_mode > HC_HOST_BUFFER_ONLY)
+		return hc__err(EINVAL, "host-memory mode %u is unknown: use HC_HOST_CACHE or HC_HOST_BUFFER_ONLY", g->host_mode);
+	if (g->sq_entries < 8 || g->sq_entries > HC_SQ_MAX || (g->sq_entries & (g->sq_entries - 1)) ||
+	    g->cq_entries != 2 * g->sq_entries)
+		return hc__err(EINVAL, "ring of %u requests (and %u completions): give a power of two in 8..%u (completions are twice that)",
+			       g->sq_entries, g->cq_entries, HC_SQ_MAX);
+	if (g->arg_bytes < 4096 || g->arg_bytes > HC_ARG_MAX || g->arg_bytes % 4096)
+		return hc__err(EINVAL, "argument area of %llu bytes: give a multiple of 4096 in 4096..%llu",
+			       (unsigned long long)g->arg_bytes, (unsigned long long)HC_ARG_MAX);
+	g->rg.sq_off = sizeof(struct hc_bell);
+	g->rg.cq_off = align_up(g->rg.sq_off + hc__ring_bytes(g->sq_entries, HC_SQE_BYTES), 64);
+	g->rg.arg_off = align_up(g->rg.cq_off + hc__ring_bytes(g->cq_entries, HC_CQE_BYTES), 64);
+	g->rg.block = align_up(g->rg.arg_off + g->arg_bytes, 4096);
 	/* Two slots per page at least, so two-choice buckets never fill. */
 	for (g->index_buckets = 2; (uint64_t)g->index_buckets * HC_BUCKET_ENTRIES < 2 * (uint64_t)g->npages;)
 		g->index_buckets *= 2;
@@ -224,6 +237,7 @@ int hc__geom_regions(struct hc__geom *g)
 	sizes[HC_REG_INDEX] = (uint64_t)g->index_buckets * HC_BUCKET_ENTRIES * sizeof(uint64_t);
 	sizes[HC_REG_TICKETS] = (uint64_t)g->max_tickets * sizeof(struct hc_seg_ticket);
 	sizes[HC_REG_TPAGES] = (uint64_t)g->max_tickets * g->ticket_keys * sizeof(uint64_t);
+	sizes[HC_REG_RINGS] = (uint64_t)g->max_ranks * g->rg.block;
 	for (int r = 0; r < HC_REG_ENV; r++) {
 		g->toc[r].off = off;
 		g->toc[r].bytes = sizes[r];

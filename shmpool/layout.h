@@ -16,6 +16,7 @@
  *   toc[INDEX]    key index, buckets of 8 entries (a hint; rebuilt from PAGES)
  *   toc[TICKETS]  ticket records (struct hc_seg_ticket)
  *   toc[TPAGES]   each ticket's page list, uint64 [max_tickets][ticket_keys]
+ *   toc[RINGS]    the request path: a block per rank slot (struct hc__ringgeo)
  *   toc[ENV]      envelopes, 2 MiB aligned, npages * envelope_bytes
  *
  * LAYOUT VERSION POLICY.  layout_major changes when any existing field or
@@ -35,8 +36,10 @@
 
 #include <hicache/hicache.h>
 
+#include "ring.h"
+
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  2
+#define HC_LAYOUT_MAJOR  3
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
@@ -54,6 +57,7 @@ enum hc_region {
 	HC_REG_INDEX,
 	HC_REG_TICKETS,
 	HC_REG_TPAGES,
+	HC_REG_RINGS,
 	HC_REG_ENV, /* always last */
 	HC_REG__COUNT
 };
@@ -100,8 +104,11 @@ struct hc_seg_hdr {
 	uint32_t max_tickets;   /* a multiple of 64 */
 	uint32_t ticket_keys;
 	uint32_t index_buckets; /* a power of two */
-	uint32_t reserved0;
+	uint32_t host_mode;     /* enum hc_host_mode */
 	uint64_t hash_secret;   /* random per pool: index buckets are not predictable from keys */
+	uint32_t sq_entries;    /* each rank's submission ring; its completion ring has twice */
+	uint32_t cq_entries;
+	uint64_t arg_bytes;     /* each rank's argument area */
 	struct hc_seg_region toc[HC_TOC_SLOTS];
 	uint8_t meta_digest[32];
 	_Atomic uint32_t state; /* enum hc_seg_state; release-stored READY by the creator */
@@ -115,10 +122,11 @@ static_assert(offsetof(struct hc_seg_hdr, model_id) == 112, "header layout");
 static_assert(offsetof(struct hc_seg_hdr, fingerprint) == 272, "header layout");
 static_assert(offsetof(struct hc_seg_hdr, envelope_bytes) == 336, "header layout");
 static_assert(offsetof(struct hc_seg_hdr, hash_secret) == 360, "header layout");
-static_assert(offsetof(struct hc_seg_hdr, toc) == 368, "header layout");
-static_assert(offsetof(struct hc_seg_hdr, meta_digest) == 624, "header layout");
-static_assert(offsetof(struct hc_seg_hdr, state) == 656, "header layout");
-static_assert(sizeof(struct hc_seg_hdr) == 664, "header size");
+static_assert(offsetof(struct hc_seg_hdr, sq_entries) == 368, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, toc) == 384, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, meta_digest) == 640, "header layout");
+static_assert(offsetof(struct hc_seg_hdr, state) == 672, "header layout");
+static_assert(sizeof(struct hc_seg_hdr) == 680, "header size");
 static_assert(sizeof(struct hc_seg_hdr) <= HC_SEG_HDR_BYTES, "header fits its block");
 
 /* Component record: written by the creator, then immutable (in meta_digest). */
@@ -203,7 +211,32 @@ struct hc_seg_lock {
 	uint8_t pad[64 - sizeof(pthread_mutex_t)];
 };
 
+/*
+ * The service: hicached, or a transfer engine embedded in a client.
+ * Notes on synchronization: 'life' is a robust, process-shared mutex that
+ * the serving process holds from start to exit, from a thread that lives
+ * that long: the same proof of death as a rank slot's lock, so there is
+ * one service at a time and a dead one is known.  state, pid, holder_tid
+ * and generation are written by the holder under it (state LIVE with
+ * release, last); others read them without a lock, to show and to tell
+ * whether anyone serves.  'bell' is rung by ranks after they post
+ * requests; only the service sleeps on it.
+ */
+enum hc_svc_state { HC_SVC_NONE = 0, HC_SVC_LIVE = 1 };
+
+struct hc_seg_service {
+	pthread_mutex_t life;
+	_Atomic uint32_t state;
+	_Atomic uint32_t pid;
+	_Atomic uint64_t generation;  /* bumped by each start */
+	_Atomic uint32_t holder_tid;
+	uint8_t pad0[4];
+	struct hc_bell bell;
+};
+static_assert(sizeof(struct hc_seg_service) == 128, "service record size");
+
 struct hc_seg_ctl {
+	struct hc_seg_service service;
 	struct hc_seg_lock engine_lock;                 /* engine joins and leaves */
 	struct hc_seg_lock index_lock[HC_INDEX_STRIPES]; /* index writers, by key hash */
 	struct hc_seg_lock ticket_lock[HC_TICKET_STRIPES]; /* ticket find-or-create, by name hash */
@@ -253,6 +286,11 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
  * handle leaves it; readers read it after an acquire load of 'word'.
  */
 #define HC_PF_KEYED 0x1u /* key and depth are set and the page is (or is being put) in the index */
+/* The page's object is in L3: set (fetch_or) by the service once a backup
+ * of the READY page it pins is done, or by the prefetcher that read it; a
+ * fresh reservation clears flags.  A restarted service backs up the READY
+ * pages without it that its write policy wants in L3. */
+#define HC_PF_IN_L3 0x2u
 
 struct hc_seg_page {
 	_Atomic uint64_t word;
@@ -364,10 +402,30 @@ static inline unsigned hc__w_owner(uint64_t w) { return (unsigned)((w >> HC_W_OW
 static inline uint32_t hc__w_gen(uint64_t w) { return (uint32_t)((w >> HC_W_GEN_SHIFT) & HC_W_GEN_MASK); }
 static inline uint32_t hc__w_aux(uint64_t w) { return (uint32_t)w; }
 
+/*
+ * A rank slot's block in toc[RINGS]: its completion bell (the rank sleeps
+ * on it), its submission ring (the rank produces, the service consumes),
+ * its completion ring (the service produces, the rank consumes), and its
+ * argument area (the rank writes, the service reads).  Each part starts on
+ * a cache line; a block is whole 4 KiB pages.
+ */
+#define HC_SQE_BYTES 64  /* a request entry */
+#define HC_CQE_BYTES 32  /* a completion entry */
+#define HC_SQ_MAX    4096
+#define HC_ARG_MAX   (UINT64_C(64) << 20)
+
+struct hc__ringgeo {
+	uint64_t block;           /* bytes per rank slot */
+	uint64_t sq_off, cq_off, arg_off;
+};
+
 /* Geometry: computed from a spec at creation, recomputed at attach. */
 struct hc__geom {
 	uint32_t page_tokens, tp_size, head_groups, ncomp, max_ranks, npages;
 	uint32_t max_tickets, ticket_keys, index_buckets, evict;
+	uint32_t host_mode, sq_entries, cq_entries;
+	uint64_t arg_bytes;
+	struct hc__ringgeo rg;
 	struct hc_component_info comps[HC_MAX_COMPONENTS];
 	uint32_t sharded_mask;    /* components split by head group */
 	uint32_t replicated_mask; /* components with one copy */

@@ -32,6 +32,7 @@ struct hc_pool {
 	struct hc_seg_ticket *tickets;
 	_Atomic uint64_t *tpages;  /* [max_tickets][ticket_keys] */
 	uint8_t *env;
+	uint8_t *rings;            /* toc[RINGS]: a block of g.rg.block bytes per rank slot */
 	uint32_t tmask_words, imask;
 	uint64_t hash_secret;
 	/* hit policy of a lookup of every component, from the component records */

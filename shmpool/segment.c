@@ -156,6 +156,10 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 	g->max_tickets = s->max_tickets ? s->max_tickets : 64;
 	g->ticket_keys = s->ticket_keys ? s->ticket_keys : 1024;
 	g->evict = (uint32_t)s->evict;
+	g->host_mode = (uint32_t)s->host_mode;
+	g->sq_entries = s->ring_entries ? s->ring_entries : 64;
+	g->cq_entries = 2 * g->sq_entries;
+	g->arg_bytes = s->arg_bytes ? s->arg_bytes : 64 * 1024;
 	for (unsigned i = 0; i < s->ncomp; i++) {
 		const struct hc_component_spec *cs = &s->comps[i];
 		struct hc_component_info *c = &g->comps[i];
@@ -202,6 +206,8 @@ static uint64_t hash_secret(void)
 
 static void ctl_init(struct hc_seg_ctl *c)
 {
+	hc__mutex_init_robust(&c->service.life);
+	hc__bell_init(&c->service.bell);
 	hc__mutex_init_robust(&c->engine_lock.m);
 	for (unsigned i = 0; i < HC_INDEX_STRIPES; i++)
 		hc__mutex_init_robust(&c->index_lock[i].m);
@@ -241,6 +247,10 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 	h->max_tickets = g->max_tickets;
 	h->ticket_keys = g->ticket_keys;
 	h->index_buckets = g->index_buckets;
+	h->host_mode = g->host_mode;
+	h->sq_entries = g->sq_entries;
+	h->cq_entries = g->cq_entries;
+	h->arg_bytes = g->arg_bytes;
 	h->hash_secret = hash_secret();
 	for (int r = 0; r < HC_REG__COUNT; r++)
 		h->toc[r] = g->toc[r];
@@ -264,6 +274,13 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 	for (unsigned i = 0; i < g->max_ranks; i++)
 		hc__mutex_init_robust(&rk[i].lock);
 	ctl_init((struct hc_seg_ctl *)(base + g->toc[HC_REG_CTL].off));
+	/* Each rank slot's request path: empty rings, a quiet bell. */
+	for (unsigned i = 0; i < g->max_ranks; i++) {
+		uint8_t *blk = base + g->toc[HC_REG_RINGS].off + (uint64_t)i * g->rg.block;
+		hc__bell_init((struct hc_bell *)blk);
+		hc__ring_init(blk + g->rg.sq_off, g->rg.cq_off - g->rg.sq_off, g->sq_entries, HC_SQE_BYTES);
+		hc__ring_init(blk + g->rg.cq_off, g->rg.arg_off - g->rg.cq_off, g->cq_entries, HC_CQE_BYTES);
+	}
 	/* Page words and pins are zero from fallocate: FREE, generation 0, unpinned. */
 	hc__meta_digest(h, rc, g->ncomp, h->meta_digest);
 	/* Release: everything above is visible before READY (no reader can see
@@ -472,6 +489,10 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 	g->max_tickets = h->max_tickets;
 	g->ticket_keys = h->ticket_keys;
 	g->evict = h->evict_policy;
+	g->host_mode = h->host_mode;
+	g->sq_entries = h->sq_entries;
+	g->cq_entries = h->cq_entries;
+	g->arg_bytes = h->arg_bytes;
 	if (h->head_groups == 0)
 		return hc__err(EBADMSG, "%s: head_groups is zero", path);
 	for (unsigned i = 0; i < h->ncomp; i++) {
@@ -591,6 +612,10 @@ static void fill_info(struct hc_pool *p, const char *name, const char *path, con
 	i->max_tickets = p->g.max_tickets;
 	i->ticket_keys = p->g.ticket_keys;
 	i->index_slots = p->g.index_buckets * HC_BUCKET_ENTRIES;
+	i->host_mode = (enum hc_host_mode)p->g.host_mode;
+	i->sq_entries = p->g.sq_entries;
+	i->cq_entries = p->g.cq_entries;
+	i->arg_bytes = p->g.arg_bytes;
 }
 
 int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **out)
@@ -662,6 +687,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 	p->imask = p->g.index_buckets - 1;
 	hc__hit_policy(&p->g, (1u << p->g.ncomp) - 1, &p->hit_full, &p->hit_win, &p->hit_maxwin);
 	p->env = p->base + p->g.toc[HC_REG_ENV].off;
+	p->rings = p->base + p->g.toc[HC_REG_RINGS].off;
 	huge = fstatfs(p->fd, &sfs) == 0 && (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
 	fill_info(p, name, path, &h, huge);
 

@@ -230,6 +230,20 @@ START_TEST(forged_geometry)
 	ck_assert_msg_has("component count");
 
 	h.ncomp = 2;
+	h.cq_entries = h.sq_entries; /* rings that do not follow the rule */
+	hc__meta_digest(&h, rc, 2, h.meta_digest);
+	ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	ck_assert_err(try_attach(name), EBADMSG);
+	ck_assert_msg_has("completions are twice");
+
+	h.cq_entries = 2 * h.sq_entries;
+	h.arg_bytes += 4096; /* a request path bigger than the table of offsets says */
+	hc__meta_digest(&h, rc, 2, h.meta_digest);
+	ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	ck_assert_err(try_attach(name), EBADMSG);
+	ck_assert_msg_has("out of place");
+
+	h.arg_bytes -= 4096;
 	h.fingerprint[0] ^= 1;
 	hc__meta_digest(&h, rc, 2, h.meta_digest);
 	ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
@@ -364,6 +378,23 @@ START_TEST(bad_specs)
 	s.spec.mode = 0400;
 	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
 	ck_assert_msg_has("0400");
+
+	hct_spec_init(&s, hct_name(), 4);
+	s.spec.ring_entries = 48; /* not a power of two */
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+	ck_assert_msg_has("power of two in 8..4096");
+	s.spec.ring_entries = 8192;
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+
+	hct_spec_init(&s, hct_name(), 4);
+	s.spec.arg_bytes = 5000;
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+	ck_assert_msg_has("argument area of 5000 bytes");
+
+	hct_spec_init(&s, hct_name(), 4);
+	s.spec.host_mode = (enum hc_host_mode)2;
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+	ck_assert_msg_has("host-memory mode 2");
 
 	hct_spec_init(&s, hct_name(), 4);
 	s.spec.flags = 0x80;

@@ -362,6 +362,32 @@ START_TEST(argbuf_model)
 }
 END_TEST
 
+static void count_line(void *arg, const char *line)
+{
+	(void)line;
+	(*(int *)arg)++;
+}
+
+/* hc_pool_check reads every rank's rings, and names one whose index was scribbled. */
+START_TEST(check_finds_scribbled_rings)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 4, 100, 4);
+	struct hc_ring *sq = (struct hc_ring *)(p->rings + 2 * p->g.rg.block + p->g.rg.sq_off);
+	int lines = 0;
+
+	ck_assert_uint_eq(sq->nentries, 64);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, count_line, &lines), 0);
+	atomic_store(&sq->tail, 1000); /* 1000 requests in a ring of 64 */
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, count_line, &lines), 1);
+	ck_assert_int_eq(lines, 1);
+	atomic_store(&sq->tail, 0);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, count_line, &lines), 0);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ring");
@@ -374,6 +400,7 @@ int main(void)
 	tcase_add_test(tc, wrap_and_scribbles);
 	tcase_add_test(tc, bell);
 	tcase_add_test(tc, argbuf_model);
+	tcase_add_test(tc, check_finds_scribbled_rings);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -569,6 +569,31 @@ START_TEST(create_options)
 	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
 		       "kv,bf16,4,64,2,windows=2", "--pages", "16");
 	ck_assert_msg(strstr(r.err, "window=PAGES"), "stderr: %s", r.err);
+
+	/* The host-memory mode and the request path's sizes. */
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--host-mode", "buffer_only", "--ring-entries", "16",
+		       "--arg-bytes", "8K", "--max-ranks", "4");
+	ck_assert_tool(0, "info", name, "--json");
+	o = jparse(r.out);
+	ck_assert_str_eq(jstr(o, "host_mode"), "buffer_only");
+	ck_assert_int_eq(jint(o, "ring_entries"), 16);
+	ck_assert_int_eq(jint(o, "completion_entries"), 32);
+	ck_assert_int_eq(jint(o, "arg_bytes"), 8192);
+	json_object_put(o);
+	ck_assert_tool(0, "info", name);
+	ck_assert_msg(strstr(r.out, "host mode    buffer_only; requests: 16 a rank, 32 completions, 8 KiB of arguments"),
+		      "stdout: %s", r.out);
+	ck_assert_tool(0, "destroy", name);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--host-mode", "buffer");
+	ck_assert_msg(strstr(r.err, "'cache' or 'buffer_only'"), "stderr: %s", r.err);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--ring-entries", "100");
+	ck_assert_msg(strstr(r.err, "power of two"), "stderr: %s", r.err);
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,64,2", "--pages", "16", "--arg-bytes", "5000");
+	ck_assert_msg(strstr(r.err, "multiple of 4096"), "stderr: %s", r.err);
 }
 END_TEST
 

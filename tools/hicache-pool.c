@@ -121,7 +121,7 @@ enum {
 	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
 	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
 	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT_EVICT, OPT_MAX_TICKETS,
-	OPT_TICKET_KEYS, OPT__END
+	OPT_TICKET_KEYS, OPT_HOST_MODE, OPT_RING_ENTRIES, OPT_ARG_BYTES, OPT__END
 };
 
 /*
@@ -251,6 +251,7 @@ static const char create_usage[] =
 	"           [--dir DIR] [--group GROUP] [--mode 0600|0660] [--max-ranks N]\n"
 	"           [--quarantine-ms N] [--numa bind:NODES|interleave[:NODES]]\n"
 	"           [--evict clock|lru] [--max-tickets N] [--ticket-keys N]\n"
+	"           [--host-mode cache|buffer_only] [--ring-entries N] [--arg-bytes SIZE]\n"
 	"\n"
 	"Create pool NAME as DIR/hicache.NAME (DIR: " DEFAULT_DIR ").  Give at least one\n"
 	"--kv or --state component; components are laid out in the order given.\n"
@@ -279,6 +280,12 @@ static const char create_usage[] =
 	"                        or lru (exact; a chain's root goes last)\n"
 	"  --max-tickets N       tickets open at once, a multiple of 64 (default 64)\n"
 	"  --ticket-keys N       most keys one ticket names (default 1024)\n"
+	"  --host-mode MODE      cache (default: keep READY pages, evict by policy) or\n"
+	"                        buffer_only (pages only stage GPU <-> L3 transfers)\n"
+	"  --ring-entries N      each rank's request ring, a power of two in 8..4096\n"
+	"                        (default 64; completions get twice as many)\n"
+	"  --arg-bytes SIZE      each rank's argument area for key lists, a multiple\n"
+	"                        of 4096 (default 64K)\n"
 	"\n"
 	"DTYPE is one of f32, f16, bf16, fp8_e4m3, fp8_e5m2, int8, uint8.\n";
 
@@ -302,6 +309,9 @@ static int cmd_create(int argc, char **argv)
 		{ "evict", required_argument, NULL, OPT_EVICT },
 		{ "max-tickets", required_argument, NULL, OPT_MAX_TICKETS },
 		{ "ticket-keys", required_argument, NULL, OPT_TICKET_KEYS },
+		{ "host-mode", required_argument, NULL, OPT_HOST_MODE },
+		{ "ring-entries", required_argument, NULL, OPT_RING_ENTRIES },
+		{ "arg-bytes", required_argument, NULL, OPT_ARG_BYTES },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -389,6 +399,25 @@ static int cmd_create(int argc, char **argv)
 			break;
 		case OPT_TICKET_KEYS:
 			ret = hc_cli_parse_u32("--ticket-keys", optarg, 1, HC_LOOKUP_MAX, &spec.ticket_keys);
+			break;
+		case OPT_HOST_MODE:
+			if (!strcmp(optarg, "cache"))
+				spec.host_mode = HC_HOST_CACHE;
+			else if (!strcmp(optarg, "buffer_only"))
+				spec.host_mode = HC_HOST_BUFFER_ONLY;
+			else
+				return usage_error("--host-mode '%s': use 'cache' or 'buffer_only'", optarg);
+			break;
+		case OPT_RING_ENTRIES:
+			ret = hc_cli_parse_u32("--ring-entries", optarg, 8, 4096, &spec.ring_entries);
+			if (ret == 0 && (spec.ring_entries & (spec.ring_entries - 1)))
+				return usage_error("--ring-entries %u: give a power of two", spec.ring_entries);
+			break;
+		case OPT_ARG_BYTES:
+			ret = hc_cli_parse_size("--arg-bytes", optarg, 4096, &spec.arg_bytes);
+			if (ret == 0 && spec.arg_bytes % 4096)
+				return usage_error("--arg-bytes %llu: give a multiple of 4096",
+						   (unsigned long long)spec.arg_bytes);
 			break;
 		default:
 			return bad_option(c, argv);
@@ -603,6 +632,10 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	jadd_u64(o, "max_tickets", in->max_tickets);
 	jadd_u64(o, "ticket_keys", in->ticket_keys);
 	jadd_u64(o, "index_slots", in->index_slots);
+	jadd_str(o, "host_mode", in->host_mode == HC_HOST_BUFFER_ONLY ? "buffer_only" : "cache");
+	jadd_u64(o, "ring_entries", in->sq_entries);
+	jadd_u64(o, "completion_entries", in->cq_entries);
+	jadd_u64(o, "arg_bytes", in->arg_bytes);
 	jadd_u64(o, "npages", in->npages);
 	jadd_u64(o, "envelope_bytes", in->envelope_bytes);
 	jadd_u64(o, "envelopes_offset", in->envelopes_offset);
@@ -667,6 +700,9 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 	       in->page_tokens, in->tp_size, in->head_groups, in->max_ranks, in->quarantine_ms);
 	printf("cache        evict %s, key index of %" PRIu32 " slots, %" PRIu32 " tickets of up to %" PRIu32 " keys\n",
 	       in->evict == HC_EVICT_LRU ? "lru" : "clock", in->index_slots, in->max_tickets, in->ticket_keys);
+	printf("host mode    %s; requests: %" PRIu32 " a rank, %" PRIu32 " completions, %s of arguments\n",
+	       in->host_mode == HC_HOST_BUFFER_ONLY ? "buffer_only" : "cache", in->sq_entries, in->cq_entries,
+	       hc_cli_format_size(in->arg_bytes, b1, sizeof(b1)));
 	printf("envelope     %" PRIu64 " bytes (%s), from offset %" PRIu64 "\n", in->envelope_bytes,
 	       hc_cli_format_size(in->envelope_bytes, b1, sizeof(b1)), in->envelopes_offset);
 	printf("segment      %" PRIu64 " bytes (%s)\n", in->segment_bytes,

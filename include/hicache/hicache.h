@@ -102,6 +102,12 @@ enum hc_evict_policy {
 	HC_EVICT_LRU = 1,   /* exact: least recently used first, ties deepest first (tests, replay) */
 };
 
+/* What the pool is for (hicache(7), HOST-MEMORY MODES). */
+enum hc_host_mode {
+	HC_HOST_CACHE = 0,       /* L2 keeps READY pages and evicts them by policy */
+	HC_HOST_BUFFER_ONLY = 1, /* pages only stage transfers between GPUs and L3 */
+};
+
 enum hc_numa_mode {
 	HC_NUMA_DEFAULT = 0,    /* the kernel's first-touch policy */
 	HC_NUMA_BIND = 1,       /* bind to numa_nodes */
@@ -131,6 +137,10 @@ struct hc_pool_spec {
 	enum hc_evict_policy evict; /* which unpinned READY page goes first when pages run out */
 	uint32_t max_tickets;    /* open tickets at once; a multiple of 64; 0: 64 */
 	uint32_t ticket_keys;    /* most keys one ticket names; 0: 1024 */
+	enum hc_host_mode host_mode;
+	uint32_t ring_entries;   /* each rank's request ring, a power of two in 8..4096; 0: 64
+	                          * (its completion ring has twice as many) */
+	uint64_t arg_bytes;      /* each rank's argument area for key lists, a multiple of 4096; 0: 64 KiB */
 };
 
 #define HC_CREATE_NO_POPULATE 0x1u /* skip MADV_POPULATE_WRITE (tests only) */
@@ -197,6 +207,9 @@ struct hc_pool_info {
 	enum hc_evict_policy evict;
 	uint32_t max_tickets, ticket_keys;
 	uint32_t index_slots;    /* key index capacity */
+	enum hc_host_mode host_mode;
+	uint32_t sq_entries, cq_entries; /* each rank's request and completion rings */
+	uint64_t arg_bytes;      /* each rank's argument area */
 };
 
 struct hc_component_info {
