@@ -61,6 +61,10 @@ struct hc_pool {
 	 * CUDA (its own lock guards both); detach calls dev_unreg first. */
 	void *dev_reg;
 	void (*dev_unreg)(struct hc_pool *p);
+	/* lib/req.c: this handle's request path (its rings' private views and
+	 * outstanding requests), made at the first request; freed at detach. */
+	void *reqs;
+	void (*reqs_fini)(struct hc_pool *p);
 };
 
 /* error.c */

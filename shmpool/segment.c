@@ -726,6 +726,8 @@ int hc_pool_detach(hc_pool *p)
 		hc__rank_release(p);
 	if (p->dev_unreg && !forked)
 		p->dev_unreg(p); /* unpin before the pages go; a forked child has no CUDA of ours */
+	if (p->reqs_fini)
+		p->reqs_fini(p);
 	munmap(p->base, p->map_bytes);
 	close(p->fd);
 	free(p);

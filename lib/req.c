@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * req.c - a rank's requests to the service (include/hicache/service.h),
+ * through its rank slot's rings (reqwire.h).
+ *
+ * Notes on synchronization (process-private): a pool handle has one
+ * struct reqs, made at its first request.  mu guards everything in it: the
+ * request ring (we are its one producer), the completion ring (its one
+ * consumer), the argument allocator and the table of outstanding requests.
+ * A waiter drains the completion ring under mu and sleeps on the slot's
+ * completion bell without it; the bell wakes every sleeper, and each looks
+ * at its own request again.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hicache/service.h>
+
+#include "reqwire.h"
+
+#define SPIN_NS 20000u      /* a busy service answers within a few microseconds */
+#define LIVENESS_MS 100     /* while waiting, look at the service this often */
+
+struct hc_req {
+	hc_pool *p;
+	uint32_t idx, gen;
+	uint64_t svc_gen;       /* the service generation it was posted to */
+	int done, result;
+	uint32_t where;
+};
+
+struct reqs {
+	pthread_mutex_t mu;
+	struct hc__ring sq, cq;
+	struct hc__argbuf arg;
+	uint8_t *argmem;
+	struct hc_bell *bell;   /* this slot's completion bell */
+	uint32_t epoch;
+	hc_req **live;          /* [cap]: outstanding requests by index */
+	uint32_t cap, next_gen;
+};
+
+static void reqs_fini(struct hc_pool *p)
+{
+	struct reqs *q = p->reqs;
+
+	if (!q)
+		return;
+	/* Requests not freed are abandoned: the service's answers go nowhere. */
+	for (uint32_t i = 0; i < q->cap; i++)
+		if (q->live[i])
+			q->live[i]->p = NULL;
+	hc__argbuf_fini(&q->arg);
+	pthread_mutex_destroy(&q->mu);
+	free(q->live);
+	free(q);
+	p->reqs = NULL;
+	p->reqs_fini = NULL;
+}
+
+/* The handle's request path, made at the first request. */
+static int reqs_get(hc_pool *p, const char *op, struct reqs **out)
+{
+	struct reqs *q = p->reqs;
+	uint8_t *blk;
+	int r;
+
+	if (q) {
+		*out = q;
+		return 0;
+	}
+	if ((r = hc__need_slot(p, op)) < 0)
+		return r;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return hc__err(ENOMEM, "%s: no memory", op);
+	blk = hc__rank_block(p, (unsigned)p->slot);
+	q->bell = (struct hc_bell *)blk;
+	q->argmem = blk + p->g.rg.arg_off;
+	/* Our slot's epoch was bumped when we claimed it, before anything of
+	 * ours went into the argument area: the service drops what a dead
+	 * owner left in the ring (reqwire.h). */
+	q->epoch = atomic_load_explicit(&p->ranks[p->slot].epoch, memory_order_acquire);
+	q->cap = p->g.sq_entries * 2;
+	q->live = calloc(q->cap, sizeof(*q->live));
+	if (!q->live ||
+	    (r = hc__ring_attach(&q->sq, blk + p->g.rg.sq_off, p->g.rg.cq_off - p->g.rg.sq_off, p->g.sq_entries,
+				 HC_SQE_BYTES, HC_RING_PRODUCER)) < 0 ||
+	    (r = hc__ring_attach(&q->cq, blk + p->g.rg.cq_off, p->g.rg.arg_off - p->g.rg.cq_off, p->g.cq_entries,
+				 HC_CQE_BYTES, HC_RING_CONSUMER)) < 0 ||
+	    (r = hc__argbuf_init(&q->arg, p->g.arg_bytes, p->g.sq_entries)) < 0) {
+		if (!q->live)
+			r = hc__err(ENOMEM, "%s: no memory", op);
+		free(q->live);
+		free(q);
+		return hc__err(-r, "%s: this rank's request path: %s", op, hc_last_error());
+	}
+	/* What a dead owner left unconsumed is not ours: its bytes are free to us. */
+	q->arg.freed = q->sq.theirs;
+	pthread_mutex_init(&q->mu, NULL);
+	p->reqs = q;
+	p->reqs_fini = reqs_fini;
+	*out = q;
+	return 0;
+}
+
+int hc_service_probe(hc_pool *p, uint32_t *pid)
+{
+	struct hc_seg_service *s;
+	int r;
+
+	if (!p)
+		return hc__err(EINVAL, "service probe: pool is NULL");
+	s = &p->ctl->service;
+	r = pthread_mutex_trylock(&s->life);
+	if (r == EBUSY) {
+		if (pid)
+			*pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
+		return 1; /* held: a live service (a stopped one is alive) */
+	}
+	if (r == EOWNERDEAD) {
+		/* The service died; its rank slot's recovery undoes its holds. */
+		atomic_store_explicit(&s->state, HC_SVC_NONE, memory_order_relaxed);
+		pthread_mutex_consistent(&s->life);
+		r = 0;
+	}
+	if (r != 0)
+		return hc__err(r == ENOTRECOVERABLE ? EIO : r, "service probe: the service lock is unusable (%d)", r);
+	pthread_mutex_unlock(&s->life);
+	if (pid)
+		*pid = 0;
+	return 0;
+}
+
+static int no_service(hc_pool *p, const char *op)
+{
+	return hc__err(ENOTCONN, "%s: no service serves pool '%s': start hicached (or an embedded service) for it",
+		       op, p->info.name);
+}
+
+/* Post one request with its items; the caller holds q->mu. */
+static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const void *items, unsigned n, size_t size,
+		hc_req *rq)
+{
+	struct hc__sqe e = { .op = code, .epoch = q->epoch, .n = n, .arg_len = (uint32_t)(n * size) };
+	int64_t off;
+	int r;
+
+	if ((r = hc__ring_room(&q->sq, 1)) < 0)
+		return hc__err(-r, "%s: %s", op, hc_last_error());
+	if (r == 0)
+		return hc__err(EAGAIN, "%s: this rank's %u requests are all in flight: wait for some first", op,
+			       p->g.sq_entries);
+	off = hc__argbuf_alloc(&q->arg, (uint64_t)n * size, q->sq.mine, q->sq.theirs);
+	if (off == -ENOSPC) {
+		hc__ring_refresh(&q->sq, HC_RING_PRODUCER);
+		off = hc__argbuf_alloc(&q->arg, (uint64_t)n * size, q->sq.mine, q->sq.theirs);
+	}
+	if (off == -ENOSPC)
+		return hc__err(EAGAIN, "%s: this rank's argument area (%llu bytes) is full: wait for requests in flight",
+			       op, (unsigned long long)p->g.arg_bytes);
+	if (off < 0)
+		return hc__err(-(int)off, "%s: %u items: %s", op, n, hc_last_error());
+	memcpy(q->argmem + off, items, (size_t)n * size);
+	e.arg_off = (uint64_t)off;
+	e.user_data = (uint64_t)rq->idx << 32 | rq->gen;
+	memcpy(hc__ring_slot(&q->sq, 0), &e, sizeof(e));
+	hc__ring_post(&q->sq, 1); /* release: the entry and its arguments first */
+	hc__bell_ring(&p->ctl->service.bell);
+	return 0;
+}
+
+static int submit(hc_pool *p, const char *op, uint8_t code, const void *items, unsigned n, size_t size, hc_req **out)
+{
+	struct reqs *q = NULL;
+	hc_req *rq;
+	uint32_t idx;
+	int r;
+
+	if (!out)
+		return hc__err(EINVAL, "%s: out is NULL", op);
+	*out = NULL;
+	if (!p || (n && !items))
+		return hc__err(EINVAL, "%s: %s is NULL", op, p ? "the list" : "pool");
+	if (n == 0)
+		return hc__err(EINVAL, "%s: no %s", op, code == HC__OP_BACKUP ? "pages" : "keys");
+	if ((uint64_t)n * size > p->g.arg_bytes)
+		return hc__err(E2BIG, "%s: %u items (%llu bytes) do not fit this pool's argument area of %llu bytes: split the request, or create the pool with a larger --arg-bytes",
+			       op, n, (unsigned long long)n * size, (unsigned long long)p->g.arg_bytes);
+	if ((r = reqs_get(p, op, &q)) < 0)
+		return r;
+	if ((r = hc_service_probe(p, NULL)) <= 0)
+		return r < 0 ? r : no_service(p, op);
+	rq = calloc(1, sizeof(*rq));
+	if (!rq)
+		return hc__err(ENOMEM, "%s: no memory", op);
+	pthread_mutex_lock(&q->mu);
+	for (idx = 0; idx < q->cap && q->live[idx]; idx++)
+		;
+	if (idx == q->cap) {
+		pthread_mutex_unlock(&q->mu);
+		free(rq);
+		return hc__err(EAGAIN, "%s: %u requests outstanding: free some first", op, q->cap);
+	}
+	rq->p = p;
+	rq->idx = idx;
+	rq->gen = ++q->next_gen;
+	rq->svc_gen = atomic_load_explicit(&p->ctl->service.generation, memory_order_acquire);
+	r = post(p, q, op, code, items, n, size, rq);
+	if (r == 0)
+		q->live[idx] = rq;
+	pthread_mutex_unlock(&q->mu);
+	if (r < 0) {
+		free(rq);
+		return r;
+	}
+	*out = rq;
+	return 0;
+}
+
+int hc_req_exists(hc_pool *pool, const hc_key_t *keys, unsigned n, hc_req **out)
+{
+	return submit(pool, "L3 exists", HC__OP_EXISTS, keys, n, sizeof(hc_key_t), out);
+}
+
+int hc_req_backup(hc_pool *pool, const hc_page_t *pages, unsigned n, hc_req **out)
+{
+	return submit(pool, "L3 backup", HC__OP_BACKUP, pages, n, sizeof(hc_page_t), out);
+}
+
+/* Hand every completion waiting to its request; the caller holds q->mu. */
+static int drain(struct reqs *q)
+{
+	int k;
+
+	while ((k = hc__ring_avail(&q->cq, 32)) > 0) {
+		for (int i = 0; i < k; i++) {
+			struct hc__cqe c;
+			uint32_t idx, gen;
+			memcpy(&c, hc__ring_peek(&q->cq, (uint32_t)i), sizeof(c));
+			idx = (uint32_t)(c.user_data >> 32);
+			gen = (uint32_t)c.user_data;
+			/* Another owner's, or not one of ours: not trusted, dropped. */
+			if (c.epoch != q->epoch || idx >= q->cap || !q->live[idx] || q->live[idx]->gen != gen)
+				continue;
+			q->live[idx]->done = 1;
+			q->live[idx]->result = c.result < -4095 ? -EIO : c.result;
+			q->live[idx]->where = c.where;
+		}
+		hc__ring_release(&q->cq, (uint32_t)k);
+	}
+	return k < 0 ? k : 0;
+}
+
+/* 1 done, 0 running, or -errno (the service is gone, the ring is damaged). */
+static int check(hc_req *rq, struct reqs *q)
+{
+	uint32_t pid;
+	int r;
+
+	if ((r = drain(q)) < 0)
+		return hc__err(-r, "L3 request: this rank's completion ring: %s", hc_last_error());
+	if (rq->done)
+		return 1;
+	r = hc_service_probe(rq->p, &pid);
+	if (r < 0)
+		return r;
+	if (r == 0 || atomic_load_explicit(&rq->p->ctl->service.generation, memory_order_acquire) != rq->svc_gen)
+		return hc__err(ENOTCONN, "L3 request: the service of pool '%s' %s while the request was in flight; it is lost",
+			       rq->p->info.name, r == 0 ? "stopped or died" : "restarted");
+	return 0;
+}
+
+static int result_of(hc_req *rq)
+{
+	if (rq->result < 0)
+		return hc__err(-rq->result, "L3 request: the service failed it at item %u: %s", rq->where,
+			       strerror(-rq->result));
+	return rq->result;
+}
+
+int hc_req_poll(hc_req *rq)
+{
+	struct reqs *q;
+	int r;
+
+	if (!rq || !rq->p)
+		return hc__err(EINVAL, "L3 request: %s", rq ? "its pool was detached" : "the request is NULL");
+	q = rq->p->reqs;
+	pthread_mutex_lock(&q->mu);
+	r = check(rq, q);
+	pthread_mutex_unlock(&q->mu);
+	if (r < 0)
+		return r;
+	return r ? result_of(rq) : -EINPROGRESS;
+}
+
+struct waitarg {
+	struct reqs *q;
+	hc_req *rq;
+};
+
+static int has_completion(void *arg)
+{
+	struct waitarg *w = arg;
+
+	/* Without the lock: a hint that something came, looked at under it. */
+	return w->rq->done || atomic_load_explicit(&w->q->cq.r->tail, memory_order_acquire) != w->q->cq.mine;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int hc_req_wait(hc_req *rq, int timeout_ms)
+{
+	uint64_t deadline;
+	struct waitarg w;
+	int r;
+
+	if (!rq || !rq->p)
+		return hc__err(EINVAL, "L3 request: %s", rq ? "its pool was detached" : "the request is NULL");
+	deadline = timeout_ms < 0 ? UINT64_MAX : ms_now() + (uint64_t)timeout_ms;
+	w = (struct waitarg){ rq->p->reqs, rq };
+	for (;;) {
+		uint64_t now;
+		int slice;
+		pthread_mutex_lock(&w.q->mu);
+		r = check(rq, w.q);
+		pthread_mutex_unlock(&w.q->mu);
+		if (r < 0)
+			return r;
+		if (r)
+			return result_of(rq);
+		now = ms_now();
+		if (now >= deadline)
+			return hc__err(ETIMEDOUT, "L3 request: not done after %d ms; it goes on", timeout_ms);
+		/* Sleep in slices, to notice a service that died. */
+		slice = deadline - now < LIVENESS_MS ? (int)(deadline - now) : LIVENESS_MS;
+		hc__bell_wait(w.q->bell, has_completion, &w, SPIN_NS, slice);
+	}
+}
+
+int hc_req_free(hc_req *rq)
+{
+	struct reqs *q;
+	int r = 0;
+
+	if (!rq)
+		return 0;
+	if (!rq->p) {
+		free(rq); /* its pool was detached */
+		return 0;
+	}
+	q = rq->p->reqs;
+	if (!rq->done)
+		r = hc_req_wait(rq, -1); /* the service may still use its pages */
+	pthread_mutex_lock(&q->mu);
+	q->live[rq->idx] = NULL;
+	pthread_mutex_unlock(&q->mu);
+	free(rq);
+	return r < 0 ? r : 0;
+}

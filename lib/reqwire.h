@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * reqwire.h - the bytes of a request and of its completion on a rank's
+ * rings (shmpool/ring.h, the RINGS region of layout.h), shared by the
+ * rank's side (req.c) and the service (service.c).  Both ends may be other
+ * builds and either may scribble: the service checks every field of a
+ * request before it uses it, the rank every field of a completion.
+ *
+ * Epochs: a request carries the rank slot's epoch when it was posted, and
+ * its completion carries it back.  A slot's next owner bumps the epoch
+ * before it writes its first argument byte (release); the service copies a
+ * request's arguments and then reads the epoch again (acquire), as a
+ * seqlock reader does, so the requests of a dead owner are dropped unread
+ * and their completions are ignored by the next one.
+ */
+#ifndef HC_LIB_REQWIRE_H
+#define HC_LIB_REQWIRE_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#include "../shmpool/pool.h"
+
+enum hc__op {
+	HC__OP_NOP = 0,
+	HC__OP_EXISTS = 1,  /* arguments: n keys of 32 bytes */
+	HC__OP_BACKUP = 2,  /* arguments: n page handles of 8 bytes */
+};
+
+struct hc__sqe {
+	uint8_t op;         /* enum hc__op */
+	uint8_t pad0[3];
+	uint32_t epoch;     /* the rank slot's epoch when posted */
+	uint64_t user_data; /* the rank's: index << 32 | generation of its hc_req */
+	uint64_t arg_off;   /* in this rank's argument area */
+	uint32_t n;         /* keys or pages */
+	uint32_t arg_len;   /* bytes: n times the item size */
+	uint8_t pad1[32];
+};
+static_assert(sizeof(struct hc__sqe) == HC_SQE_BYTES, "a request is one ring entry");
+
+struct hc__cqe {
+	uint64_t user_data; /* the request's */
+	int32_t result;     /* >= 0, or -errno */
+	uint32_t epoch;     /* the request's */
+	uint64_t svc_gen;   /* the service generation that answered */
+	uint32_t where;     /* a failure: the item it failed at */
+	uint32_t pad0;
+};
+static_assert(sizeof(struct hc__cqe) == HC_CQE_BYTES, "a completion is one ring entry");
+
+/* A rank slot's parts of the RINGS region. */
+static inline uint8_t *hc__rank_block(const struct hc_pool *p, unsigned slot)
+{
+	return p->rings + (uint64_t)slot * p->g.rg.block;
+}
+
+#endif /* HC_LIB_REQWIRE_H */

@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * service.c - the service's side of the request path (service.h): one
+ * thread that holds the pool's service lock for its whole life, takes the
+ * ranks' requests off their rings, does them against the backend through
+ * the store (store.c), and posts each completion on the rank's completion
+ * ring.  The daemon (hicached) and an embedded engine both run it.
+ *
+ * Notes on synchronization: the service thread alone touches its ring
+ * views and the store; start and stop hand over through mu/cv (started,
+ * result) and the atomic stop flag.  In shared memory the service is the
+ * consumer of every request ring and the producer of every completion
+ * ring, and it writes the service record only while it holds its lock.
+ * A completion ring that is full drops the completion and counts it: a
+ * dead or slow rank never stalls the service.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <hicache/service.h>
+
+#include "reqwire.h"
+
+#define DEFAULT_BATCH 128
+#define DEFAULT_QD 256
+#define DEFAULT_SPIN_US 50
+#define IDLE_MS 100 /* look at the ranks' slots at least this often */
+
+struct slot_view {
+	int ok;                  /* views made for this epoch */
+	uint32_t epoch;
+	struct hc__ring sq, cq;
+	const uint8_t *arg;
+	struct hc_bell *bell;
+};
+
+struct hc_service {
+	char name[HC_NAME_MAX + 1];
+	struct hc_service_opts o;
+	char *dir, *backend, *backend_dir;
+	hc_pool *p;
+	hc_store *st;
+	pthread_t thr;
+	_Atomic int stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int started, result;
+	char err[512];
+	uint64_t gen;
+	struct slot_view v[HC_MAX_RANKS];
+	uint8_t *args;           /* one request's arguments, copied out */
+	int *status;
+	hc_page_t *batch;
+	uint32_t *pos;           /* each batch entry's index in its request */
+	int closing;             /* under mu: the thread is letting go of the pool */
+	uint64_t dropped;        /* completions a full ring could not take */
+};
+
+/* ---- requests */
+
+/* The longest prefix of keys present in L3. */
+static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *where)
+{
+	uint32_t done = 0;
+
+	while (done < n) {
+		unsigned k = n - done < s->o.batch_pages ? n - done : s->o.batch_pages;
+		int r = hc_store_exists(s->st, keys + done, k, s->status);
+		if (r < 0) {
+			*where = done;
+			return r;
+		}
+		for (unsigned i = 0; i < k; i++) {
+			if (s->status[i] != 1)
+				return (int)(done + i); /* absent, or unreadable: the prefix ends */
+		}
+		done += k;
+	}
+	return (int)done;
+}
+
+/* Back up pages in prefix order: how many of the first pages are in L3.
+ * The first failure cancels the pages after it; its errno goes in *why. */
+static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t *why)
+{
+	hc_pool *p = s->p;
+	uint32_t done = 0;
+
+	while (done < n) {
+		int64_t bad = -1; /* the request's index of the first failure */
+		int err = 0;
+		unsigned k = 0;
+		/* Pin this batch's pages, so the flag set afterwards is about these
+		 * very pages; one already in L3 is skipped. */
+		for (; done < n && k < s->o.batch_pages; done++) {
+			hc_page_t h = pages[done];
+			uint32_t id = HC_PAGE_ID(h);
+			int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
+			if (r < 0) {
+				bad = done;
+				err = r;
+				break;
+			}
+			if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
+				hc_page_unpin(p, h);
+				continue;
+			}
+			s->batch[k] = h;
+			s->pos[k++] = done;
+		}
+		if (k)
+			hc_store_put(s->st, s->batch, k, s->status);
+		for (unsigned i = 0; i < k; i++)
+			if (s->status[i] != 0 && (bad < 0 || s->pos[i] < bad)) {
+				bad = s->pos[i];
+				err = s->status[i];
+			}
+		for (unsigned i = 0; i < k; i++) {
+			struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(s->batch[i])];
+			if (s->status[i] == 0 && (bad < 0 || s->pos[i] < bad)) {
+				atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
+			} else if (s->status[i] == 0) {
+				/* Stored after the failure: a suffix nobody can reach
+				 * is waste in L3, so it goes again. */
+				hc_key_t key;
+				int st;
+				for (int w = 0; w < 4; w++) {
+					uint64_t x = atomic_load_explicit(&pg->key[w], memory_order_relaxed);
+					memcpy(key + 8 * w, &x, 8);
+				}
+				hc_store_delete(s->st, (const hc_key_t *)&key, 1, &st);
+			}
+			hc_page_unpin(p, s->batch[i]);
+		}
+		if (bad >= 0) {
+			*why = (uint32_t)(err < 0 ? -err : EIO);
+			return (int)bad;
+		}
+	}
+	return (int)n;
+}
+
+/* Check a request's fields and copy its arguments out: the item size, or -errno. */
+static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
+{
+	size_t size = e->op == HC__OP_EXISTS ? sizeof(hc_key_t) : e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : 0;
+
+	if (!size)
+		return -EOPNOTSUPP;
+	if (e->n == 0 || (uint64_t)e->n * size != e->arg_len || e->arg_off > s->p->g.arg_bytes ||
+	    e->arg_len > s->p->g.arg_bytes - e->arg_off)
+		return -EINVAL;
+	memcpy(s->args, v->arg + e->arg_off, e->arg_len);
+	return (int)size;
+}
+
+static void complete(hc_service *s, struct slot_view *v, const struct hc__sqe *e, int result, uint32_t where)
+{
+	struct hc__cqe c = { .user_data = e->user_data, .result = result, .epoch = e->epoch, .svc_gen = s->gen,
+			     .where = where };
+
+	if (hc__ring_room(&v->cq, 1) != 1) {
+		s->dropped++; /* full or damaged: the rank is gone or not reading */
+		hc__ring_drop(&v->cq);
+		return;
+	}
+	memcpy(hc__ring_slot(&v->cq, 0), &c, sizeof(c));
+	hc__ring_post(&v->cq, 1);
+	hc__bell_ring(v->bell);
+}
+
+/* Views of a live slot's rings for its current epoch; 0 when not live. */
+static int slot_ready(hc_service *s, unsigned slot, uint32_t *epoch)
+{
+	hc_pool *p = s->p;
+	struct slot_view *v = &s->v[slot];
+	uint8_t *blk = hc__rank_block(p, slot);
+
+	if (atomic_load_explicit(&p->ranks[slot].state, memory_order_acquire) != HC_RANK_LIVE)
+		return 0;
+	*epoch = atomic_load_explicit(&p->ranks[slot].epoch, memory_order_acquire);
+	if (v->ok && v->epoch == *epoch)
+		return 1;
+	/* A new owner: go on from the rings' indices as they are. */
+	memset(v, 0, sizeof(*v));
+	if (hc__ring_attach(&v->sq, blk + p->g.rg.sq_off, p->g.rg.cq_off - p->g.rg.sq_off, p->g.sq_entries,
+			    HC_SQE_BYTES, HC_RING_CONSUMER) < 0 ||
+	    hc__ring_attach(&v->cq, blk + p->g.rg.cq_off, p->g.rg.arg_off - p->g.rg.cq_off, p->g.cq_entries,
+			    HC_CQE_BYTES, HC_RING_PRODUCER) < 0) {
+		hc__log(HC_LOG_ERR, "service: rank slot %u: %s; its requests are ignored", slot, hc_last_error());
+		return 0;
+	}
+	v->arg = blk + p->g.rg.arg_off;
+	v->bell = (struct hc_bell *)blk;
+	v->epoch = *epoch;
+	v->ok = 1;
+	return 1;
+}
+
+/* Take and do the requests waiting on one slot's ring; how many. */
+static int serve_slot(hc_service *s, unsigned slot)
+{
+	struct slot_view *v = &s->v[slot];
+	uint32_t epoch;
+	int k, done = 0;
+
+	if (!slot_ready(s, slot, &epoch))
+		return 0;
+	while ((k = hc__ring_avail(&v->sq, 1)) == 1) {
+		struct hc__sqe e;
+		uint32_t where = 0; /* a failure: its errno (backup) or item */
+		int size, r;
+		memcpy(&e, hc__ring_peek(&v->sq, 0), sizeof(e));
+		size = e.epoch == epoch ? take_args(s, v, &e) : -ESTALE;
+		/* Seqlock reader: the arguments are ours only if the slot did
+		 * not change owner while we copied them (reqwire.h). */
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&s->p->ranks[slot].epoch, memory_order_relaxed) != epoch)
+			size = -ESTALE;
+		hc__ring_release(&v->sq, 1);
+		done++;
+		if (size == -ESTALE)
+			continue; /* a dead owner's: nobody waits for it */
+		if (size < 0)
+			r = size;
+		else if (e.op == HC__OP_EXISTS)
+			r = do_exists(s, (const hc_key_t *)s->args, e.n, &where);
+		else
+			r = do_backup(s, (const hc_page_t *)s->args, e.n, &where);
+		complete(s, v, &e, r, where);
+	}
+	if (k < 0)
+		hc__log(HC_LOG_ERR, "service: rank slot %u: %s", slot, hc_last_error());
+	return done;
+}
+
+static int any_request(void *arg)
+{
+	hc_service *s = arg;
+	uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
+
+	if (atomic_load(&s->stop))
+		return 1;
+	for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++) {
+		const struct slot_view *v = &s->v[i];
+		const struct hc_ring *r = (const struct hc_ring *)(hc__rank_block(s->p, i) + s->p->g.rg.sq_off);
+		if (atomic_load_explicit(&s->p->ranks[i].state, memory_order_relaxed) != HC_RANK_LIVE)
+			continue; /* a dead owner's leftovers wait for the next owner */
+		if (atomic_load_explicit(&r->tail, memory_order_acquire) != (v->ok ? v->sq.mine : atomic_load(&r->head)))
+			return 1;
+	}
+	return 0;
+}
+
+/* ---- life */
+
+/* Take the service lock for this thread's life, and say who we are. */
+static int take_lock(hc_service *s)
+{
+	struct hc_seg_service *sv = &s->p->ctl->service;
+	int r = pthread_mutex_trylock(&sv->life);
+
+	if (r == EOWNERDEAD) {
+		hc__log(HC_LOG_WARN, "service: pool '%s': the previous service (pid %u) died; taking over",
+			s->name, atomic_load(&sv->pid));
+		pthread_mutex_consistent(&sv->life);
+		r = 0;
+	}
+	if (r == EBUSY)
+		return hc__err(EBUSY, "pool '%s' is already served by pid %u: one service per pool", s->name,
+			       atomic_load(&sv->pid));
+	if (r)
+		return hc__err(r == ENOTRECOVERABLE ? EIO : r, "pool '%s': the service lock is unusable (%s)", s->name,
+			       strerror(r));
+	atomic_store_explicit(&sv->pid, (uint32_t)getpid(), memory_order_relaxed);
+	atomic_store_explicit(&sv->holder_tid, (uint32_t)syscall(SYS_gettid), memory_order_relaxed);
+	s->gen = atomic_fetch_add_explicit(&sv->generation, 1, memory_order_acq_rel) + 1;
+	atomic_store_explicit(&sv->state, HC_SVC_LIVE, memory_order_release);
+	return 0;
+}
+
+static void drop_lock(hc_service *s)
+{
+	struct hc_seg_service *sv = &s->p->ctl->service;
+
+	atomic_store_explicit(&sv->state, HC_SVC_NONE, memory_order_release);
+	atomic_store_explicit(&sv->pid, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&sv->life);
+}
+
+static void started(hc_service *s, int r)
+{
+	pthread_mutex_lock(&s->mu);
+	s->result = r;
+	if (r < 0)
+		snprintf(s->err, sizeof(s->err), "%s", hc_last_error());
+	s->started = 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *service_main(void *arg)
+{
+	hc_service *s = arg;
+	struct hc_attach_opts ao = { .dir = s->dir };
+	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth };
+	int r;
+
+	if ((r = hc_pool_attach(s->name, &ao, &s->p)) < 0) {
+		started(s, r);
+		return NULL;
+	}
+	if ((r = take_lock(s)) < 0) {
+		hc_pool_detach(s->p);
+		s->p = NULL;
+		started(s, r);
+		return NULL;
+	}
+	s->args = malloc(s->p->g.arg_bytes);
+	s->status = calloc(s->o.batch_pages, sizeof(*s->status));
+	s->batch = calloc(s->o.batch_pages, sizeof(*s->batch));
+	s->pos = calloc(s->o.batch_pages, sizeof(*s->pos));
+	if (!s->args || !s->status || !s->batch || !s->pos)
+		r = hc__err(ENOMEM, "service: no memory");
+	else
+		r = hc_store_open(s->p, s->backend, &so, &s->st);
+	if (r < 0) {
+		drop_lock(s);
+		hc_pool_detach(s->p);
+		s->p = NULL;
+		started(s, r);
+		return NULL;
+	}
+	started(s, 0);
+	while (!atomic_load(&s->stop)) {
+		uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
+		int did = 0;
+		for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++)
+			did += serve_slot(s, i);
+		if (!did)
+			hc__bell_wait(&s->p->ctl->service.bell, any_request, s, (uint64_t)s->o.spin_us * 1000, IDLE_MS);
+	}
+	/* Drain: whatever was posted before the stop is answered. */
+	{
+		uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
+		for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++)
+			serve_slot(s, i);
+	}
+	pthread_mutex_lock(&s->mu);
+	s->closing = 1; /* hc_service_stop rings the bell only before this */
+	pthread_mutex_unlock(&s->mu);
+	hc_store_close(s->st);
+	s->st = NULL;
+	drop_lock(s);
+	hc_pool_detach(s->p);
+	s->p = NULL;
+	return NULL;
+}
+
+static void service_free(hc_service *s)
+{
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s->args);
+	free(s->status);
+	free(s->batch);
+	free(s->pos);
+	free(s->dir);
+	free(s->backend);
+	free(s->backend_dir);
+	free(s);
+}
+
+int hc_service_start(const char *pool, const struct hc_service_opts *opts, hc_service **out)
+{
+	hc_service *s;
+	int r;
+
+	if (!out)
+		return hc__err(EINVAL, "service: out is NULL");
+	*out = NULL;
+	if (!pool || !opts || !opts->backend)
+		return hc__err(EINVAL, "service: %s", !pool ? "no pool name" : !opts ? "opts is NULL" : "no backend (e.g. file:dir=/var/cache/hicache)");
+	if ((r = hc_pool_name_valid(pool)) < 0)
+		return r;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return hc__err(ENOMEM, "service: no memory");
+	snprintf(s->name, sizeof(s->name), "%s", pool);
+	s->o = *opts;
+	s->o.batch_pages = opts->batch_pages ? opts->batch_pages : DEFAULT_BATCH;
+	s->o.queue_depth = opts->queue_depth ? opts->queue_depth : DEFAULT_QD;
+	s->o.spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
+	s->dir = opts->dir ? strdup(opts->dir) : NULL;
+	s->backend = strdup(opts->backend);
+	s->backend_dir = opts->backend_dir ? strdup(opts->backend_dir) : NULL;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if (!s->backend || (opts->dir && !s->dir) || (opts->backend_dir && !s->backend_dir)) {
+		service_free(s);
+		return hc__err(ENOMEM, "service: no memory");
+	}
+	if ((r = pthread_create(&s->thr, NULL, service_main, s)) != 0) {
+		service_free(s);
+		return hc__err(r, "service: cannot start its thread");
+	}
+	pthread_mutex_lock(&s->mu);
+	while (!s->started)
+		pthread_cond_wait(&s->cv, &s->mu);
+	r = s->result;
+	pthread_mutex_unlock(&s->mu);
+	if (r < 0) {
+		pthread_join(s->thr, NULL);
+		r = hc__err(-r, "%s", s->err);
+		service_free(s);
+		return r;
+	}
+	*out = s;
+	return 0;
+}
+
+int hc_service_stop(hc_service *s)
+{
+	if (!s)
+		return 0;
+	atomic_store(&s->stop, 1);
+	/* Wake it if it sleeps on its bell, as a rank would. */
+	pthread_mutex_lock(&s->mu);
+	if (!s->closing)
+		hc__bell_ring(&s->p->ctl->service.bell);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->thr, NULL);
+	service_free(s);
+	return 0;
+}
