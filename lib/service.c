@@ -58,7 +58,6 @@ struct hc_service {
 	hc_page_t *batch;
 	uint32_t *pos;           /* each batch entry's index in its request */
 	int closing;             /* under mu: the thread is letting go of the pool */
-	uint64_t dropped;        /* completions a full ring could not take */
 };
 
 /* ---- requests */
@@ -165,8 +164,7 @@ static void complete(hc_service *s, struct slot_view *v, const struct hc__sqe *e
 			     .where = where };
 
 	if (hc__ring_room(&v->cq, 1) != 1) {
-		s->dropped++; /* full or damaged: the rank is gone or not reading */
-		hc__ring_drop(&v->cq);
+		hc__ring_drop(&v->cq); /* full or damaged: the rank is gone or not reading */
 		return;
 	}
 	memcpy(hc__ring_slot(&v->cq, 0), &c, sizeof(c));

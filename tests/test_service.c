@@ -27,6 +27,30 @@ static hc_service *start(const char *name, const char *backend)
 	return s;
 }
 
+/* A service in a child process, serving once this returns; a child that
+ * could not start one is a failure here, not a hang. */
+static pid_t service_child(const char *name)
+{
+	int *ready = hct_shared(sizeof(int));
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		hc_service *s;
+		if (hc_service_start(name, &(struct hc_service_opts){ .backend = "mem" }, &s) < 0)
+			_exit(1);
+		__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+		pause();
+		_exit(0);
+	}
+	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE)) {
+		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "the service child exited (status 0x%x) without serving", st);
+		usleep(1000);
+	}
+	return pid;
+}
+
 START_TEST(no_service)
 {
 	const char *name = hct_name();
@@ -168,7 +192,6 @@ START_TEST(service_death)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 100, 4);
-	int *ready = hct_shared(sizeof(int));
 	hc_key_t k[3];
 	hc_req *rq;
 	uint32_t pid = 0;
@@ -177,18 +200,7 @@ START_TEST(service_death)
 	double t0;
 
 	hct_keys(k, 3, 5);
-	child = fork();
-	ck_assert_int_ge(child, 0);
-	if (child == 0) {
-		hc_service *s;
-		if (hc_service_start(name, &(struct hc_service_opts){ .backend = "mem" }, &s) < 0)
-			_exit(1);
-		__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-		pause();
-		_exit(0);
-	}
-	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
-		usleep(1000);
+	child = service_child(name);
 	ck_assert_int_eq(hc_service_probe(p, &pid), 1);
 	ck_assert_uint_eq(pid, (uint32_t)child);
 	ck_assert_ok(hc_req_exists(p, k, 3, &rq));
@@ -252,21 +264,9 @@ START_TEST(dead_ranks_requests_dropped)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 100, 4);
-	int *ready = hct_shared(sizeof(int));
-	pid_t svc = fork();
+	pid_t svc = service_child(name);
 	int st;
 
-	ck_assert_int_ge(svc, 0);
-	if (svc == 0) {
-		hc_service *s;
-		if (hc_service_start(name, &(struct hc_service_opts){ .backend = "mem" }, &s) < 0)
-			_exit(1);
-		__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-		pause();
-		_exit(0);
-	}
-	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE))
-		usleep(1000);
 	kill(svc, SIGSTOP); /* the request stays queued */
 	ck_assert_int_eq(waitpid(svc, &st, WUNTRACED), svc);
 	st = hct_in_child(name, post_and_die, NULL);
