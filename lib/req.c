@@ -26,10 +26,19 @@
 
 struct hc_req {
 	hc_pool *p;
+	uint8_t op;             /* enum hc__op */
 	uint32_t idx, gen;
 	uint64_t svc_gen;       /* the service generation it was posted to */
 	int done, result;
 	uint32_t where;
+	/* a prefetch's, for the take */
+	hc_key_t *keys;
+	unsigned nkeys;
+	uint32_t presence;
+	struct hc__pf_args pf;  /* its ticket name */
+	enum hc_prefetch_policy policy;
+	uint64_t deadline_ms;   /* TIMEOUT: when the take stops waiting */
+	int taken;
 };
 
 struct reqs {
@@ -135,17 +144,27 @@ int hc_service_probe(hc_pool *p, uint32_t *pid)
 	return 0;
 }
 
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static int no_service(hc_pool *p, const char *op)
 {
 	return hc__err(ENOTCONN, "%s: no service serves pool '%s': start hicached (or an embedded service) for it",
 		       op, p->info.name);
 }
 
-/* Post one request with its items; the caller holds q->mu. */
-static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const void *items, unsigned n, size_t size,
-		hc_req *rq)
+/* Post one request with its items (after head, hlen bytes, if any); the
+ * caller holds q->mu. */
+static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const void *head, size_t hlen,
+		const void *items, unsigned n, size_t size, hc_req *rq)
 {
-	struct hc__sqe e = { .op = code, .epoch = q->epoch, .n = n, .arg_len = (uint32_t)(n * size) };
+	uint64_t len = (uint64_t)n * size + hlen;
+	struct hc__sqe e = { .op = code, .epoch = q->epoch, .n = n, .arg_len = (uint32_t)len };
 	int64_t off;
 	int r;
 
@@ -154,17 +173,19 @@ static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const 
 	if (r == 0)
 		return hc__err(EAGAIN, "%s: this rank's %u requests are all in flight: wait for some first", op,
 			       p->g.sq_entries);
-	off = hc__argbuf_alloc(&q->arg, (uint64_t)n * size, q->sq.mine, q->sq.theirs);
+	off = hc__argbuf_alloc(&q->arg, len, q->sq.mine, q->sq.theirs);
 	if (off == -ENOSPC) {
 		hc__ring_refresh(&q->sq, HC_RING_PRODUCER);
-		off = hc__argbuf_alloc(&q->arg, (uint64_t)n * size, q->sq.mine, q->sq.theirs);
+		off = hc__argbuf_alloc(&q->arg, len, q->sq.mine, q->sq.theirs);
 	}
 	if (off == -ENOSPC)
 		return hc__err(EAGAIN, "%s: this rank's argument area (%llu bytes) is full: wait for requests in flight",
 			       op, (unsigned long long)p->g.arg_bytes);
 	if (off < 0)
 		return hc__err(-(int)off, "%s: %u items: %s", op, n, hc_last_error());
-	memcpy(q->argmem + off, items, (size_t)n * size);
+	if (hlen)
+		memcpy(q->argmem + off, head, hlen);
+	memcpy(q->argmem + off + hlen, items, (size_t)n * size);
 	e.arg_off = (uint64_t)off;
 	e.user_data = (uint64_t)rq->idx << 32 | rq->gen;
 	memcpy(hc__ring_slot(&q->sq, 0), &e, sizeof(e));
@@ -173,13 +194,10 @@ static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const 
 	return 0;
 }
 
-static int submit(hc_pool *p, const char *op, uint8_t code, const void *items, unsigned n, size_t size, hc_req **out)
+/* The checks every request gets before anything is made. */
+static int check_args(hc_pool *p, const char *op, uint8_t code, const void *items, unsigned n, size_t size, size_t hlen,
+		      hc_req **out)
 {
-	struct reqs *q = NULL;
-	hc_req *rq;
-	uint32_t idx;
-	int r;
-
 	if (!out)
 		return hc__err(EINVAL, "%s: out is NULL", op);
 	*out = NULL;
@@ -187,21 +205,32 @@ static int submit(hc_pool *p, const char *op, uint8_t code, const void *items, u
 		return hc__err(EINVAL, "%s: %s is NULL", op, p ? "the list" : "pool");
 	if (n == 0)
 		return hc__err(EINVAL, "%s: no %s", op, code == HC__OP_BACKUP ? "pages" : "keys");
-	if ((uint64_t)n * size > p->g.arg_bytes)
+	if ((uint64_t)n * size + hlen > p->g.arg_bytes)
 		return hc__err(E2BIG, "%s: %u items (%llu bytes) do not fit this pool's argument area of %llu bytes: split the request, or create the pool with a larger --arg-bytes",
-			       op, n, (unsigned long long)n * size, (unsigned long long)p->g.arg_bytes);
-	if ((r = reqs_get(p, op, &q)) < 0)
-		return r;
-	if ((r = hc_service_probe(p, NULL)) <= 0)
+			       op, n, (unsigned long long)(n * size + hlen), (unsigned long long)p->g.arg_bytes);
+	return 0;
+}
+
+/* Post rq (made by the caller, freed on failure). */
+static int submit_req(hc_pool *p, const char *op, uint8_t code, const void *head, size_t hlen, const void *items,
+		      unsigned n, size_t size, hc_req *rq, hc_req **out)
+{
+	struct reqs *q = NULL;
+	uint32_t idx;
+	int r;
+
+	if ((r = reqs_get(p, op, &q)) < 0 || (r = hc_service_probe(p, NULL)) <= 0) {
+		free(rq->keys);
+		free(rq);
 		return r < 0 ? r : no_service(p, op);
-	rq = calloc(1, sizeof(*rq));
-	if (!rq)
-		return hc__err(ENOMEM, "%s: no memory", op);
+	}
+	rq->op = code;
 	pthread_mutex_lock(&q->mu);
 	for (idx = 0; idx < q->cap && q->live[idx]; idx++)
 		;
 	if (idx == q->cap) {
 		pthread_mutex_unlock(&q->mu);
+		free(rq->keys);
 		free(rq);
 		return hc__err(EAGAIN, "%s: %u requests outstanding: free some first", op, q->cap);
 	}
@@ -209,16 +238,29 @@ static int submit(hc_pool *p, const char *op, uint8_t code, const void *items, u
 	rq->idx = idx;
 	rq->gen = ++q->next_gen;
 	rq->svc_gen = atomic_load_explicit(&p->ctl->service.generation, memory_order_acquire);
-	r = post(p, q, op, code, items, n, size, rq);
+	r = post(p, q, op, code, head, hlen, items, n, size, rq);
 	if (r == 0)
 		q->live[idx] = rq;
 	pthread_mutex_unlock(&q->mu);
 	if (r < 0) {
+		free(rq->keys);
 		free(rq);
 		return r;
 	}
 	*out = rq;
 	return 0;
+}
+
+static int submit(hc_pool *p, const char *op, uint8_t code, const void *items, unsigned n, size_t size, hc_req **out)
+{
+	hc_req *rq;
+	int r;
+
+	if ((r = check_args(p, op, code, items, n, size, 0, out)) < 0)
+		return r;
+	if (!(rq = calloc(1, sizeof(*rq))))
+		return hc__err(ENOMEM, "%s: no memory", op);
+	return submit_req(p, op, code, NULL, 0, items, n, size, rq, out);
 }
 
 int hc_req_exists(hc_pool *pool, const hc_key_t *keys, unsigned n, hc_req **out)
@@ -229,6 +271,57 @@ int hc_req_exists(hc_pool *pool, const hc_key_t *keys, unsigned n, hc_req **out)
 int hc_req_backup(hc_pool *pool, const hc_page_t *pages, unsigned n, hc_req **out)
 {
 	return submit(pool, "L3 backup", HC__OP_BACKUP, pages, n, sizeof(hc_page_t), out);
+}
+
+int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
+{
+	const char *op = "L3 prefetch";
+	struct hc__pf_args a = { 0 };
+	uint64_t wait_ms;
+	hc_req *rq;
+	size_t len;
+	int r;
+
+	if (!req) {
+		if (out)
+			*out = NULL;
+		return hc__err(EINVAL, "%s: req is NULL", op);
+	}
+	if ((r = check_args(p, op, HC__OP_PREFETCH, req->keys, req->nkeys, sizeof(hc_key_t), sizeof(a), out)) < 0)
+		return r;
+	if ((unsigned)req->policy > HC_PREFETCH_TIMEOUT)
+		return hc__err(EINVAL, "%s: policy %u is none of best_effort (0), wait_complete (1), timeout (2)", op,
+			       (unsigned)req->policy);
+	if (req->presence >> p->g.ncomp)
+		return hc__err(EINVAL, "%s: presence mask 0x%x names a component past the pool's %u", op, req->presence,
+			       p->g.ncomp);
+	if (req->first_depth > UINT32_MAX - req->nkeys)
+		return hc__err(EINVAL, "%s: first_depth %u plus %u keys overflows", op, req->first_depth, req->nkeys);
+	if (req->name) {
+		int32_t eng;
+		if (!req->name->request_id || !(len = strnlen(req->name->request_id, HC_REQUEST_ID_MAX + 1)) ||
+		    len > HC_REQUEST_ID_MAX)
+			return hc__err(EINVAL, "%s: the ticket's request id must be 1..%d bytes", op, HC_REQUEST_ID_MAX);
+		if (p->slot < 0 || !(eng = (int32_t)atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed)))
+			return hc__err(EINVAL, "%s: a ticket name needs an engine: call hc_engine_join first", op);
+		memcpy(a.name, req->name->request_id, len);
+		a.step = req->name->step;
+		a.engine = (uint32_t)eng - 1;
+	}
+	a.first_depth = req->first_depth;
+	a.presence = req->presence;
+	if (!(rq = calloc(1, sizeof(*rq))) || !(rq->keys = malloc((size_t)req->nkeys * sizeof(hc_key_t)))) {
+		free(rq);
+		return hc__err(ENOMEM, "%s: no memory", op);
+	}
+	memcpy(rq->keys, req->keys, (size_t)req->nkeys * sizeof(hc_key_t));
+	rq->nkeys = req->nkeys;
+	rq->presence = req->presence;
+	rq->pf = a;
+	rq->policy = req->policy;
+	wait_ms = req->timeout_ms + ((uint64_t)req->timeout_us_per_page * req->nkeys + 999) / 1000;
+	rq->deadline_ms = ms_now() + wait_ms;
+	return submit_req(p, op, HC__OP_PREFETCH, &a, sizeof(a), req->keys, req->nkeys, sizeof(hc_key_t), rq, out);
 }
 
 /* Hand every completion waiting to its request; the caller holds q->mu. */
@@ -311,14 +404,6 @@ static int has_completion(void *arg)
 	return w->rq->done || atomic_load_explicit(&w->q->cq.r->tail, memory_order_acquire) != w->q->cq.mine;
 }
 
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int hc_req_wait(hc_req *rq, int timeout_ms)
 {
 	uint64_t deadline;
@@ -348,6 +433,46 @@ int hc_req_wait(hc_req *rq, int timeout_ms)
 	}
 }
 
+int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
+{
+	struct hc_lookup_req lr;
+	int r;
+
+	if (!rq || !rq->p || !pages)
+		return hc__err(EINVAL, "prefetch take: %s", !rq ? "the request is NULL" : !pages ? "pages is NULL" :
+							       "its pool was detached");
+	if (rq->op != HC__OP_PREFETCH)
+		return hc__err(EINVAL, "prefetch take: the request is not a prefetch");
+	if (rq->pf.name[0] && !t)
+		return hc__err(EINVAL, "prefetch take: a named prefetch takes under a ticket: t is NULL");
+	if (rq->taken)
+		return hc__err(EALREADY, "prefetch take: the hit of this request was taken already");
+	/* Stop waiting by the policy.  Whatever stopped the service (a failure,
+	 * its death) only shortens the hit: the take itself is of the pool. */
+	if (rq->policy == HC_PREFETCH_WAIT_COMPLETE) {
+		hc_req_wait(rq, -1);
+	} else if (rq->policy == HC_PREFETCH_TIMEOUT) {
+		uint64_t now = ms_now();
+		if (now < rq->deadline_ms)
+			hc_req_wait(rq, (int)(rq->deadline_ms - now < INT32_MAX ? rq->deadline_ms - now : INT32_MAX));
+		else
+			hc_req_poll(rq);
+	} else {
+		hc_req_poll(rq);
+	}
+	lr = (struct hc_lookup_req){ .keys = rq->keys, .nkeys = rq->nkeys, .comps = rq->presence,
+				     .flags = HC_LOOKUP_PIN };
+	if (rq->pf.name[0]) {
+		struct hc_ticket_name nm = { .request_id = rq->pf.name, .step = rq->pf.step };
+		r = hc_ticket_lookup(rq->p, &nm, &lr, pages, t);
+	} else {
+		r = hc_lookup(rq->p, &lr, pages);
+	}
+	if (r >= 0)
+		rq->taken = 1;
+	return r;
+}
+
 int hc_req_free(hc_req *rq)
 {
 	struct reqs *q;
@@ -356,15 +481,19 @@ int hc_req_free(hc_req *rq)
 	if (!rq)
 		return 0;
 	if (!rq->p) {
+		free(rq->keys);
 		free(rq); /* its pool was detached */
 		return 0;
 	}
 	q = rq->p->reqs;
-	if (!rq->done)
-		r = hc_req_wait(rq, -1); /* the service may still use its pages */
+	/* A backup's pages are the service's until it is done; an existence
+	 * query or a prefetch is abandoned, its answer dropped when it comes. */
+	if (!rq->done && rq->op == HC__OP_BACKUP)
+		r = hc_req_wait(rq, -1);
 	pthread_mutex_lock(&q->mu);
 	q->live[rq->idx] = NULL;
 	pthread_mutex_unlock(&q->mu);
+	free(rq->keys);
 	free(rq);
 	return r < 0 ? r : 0;
 }

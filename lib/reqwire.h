@@ -25,7 +25,18 @@ enum hc__op {
 	HC__OP_NOP = 0,
 	HC__OP_EXISTS = 1,  /* arguments: n keys of 32 bytes */
 	HC__OP_BACKUP = 2,  /* arguments: n page handles of 8 bytes */
+	HC__OP_PREFETCH = 3, /* arguments: struct hc__pf_args, then n keys of 32 bytes */
 };
+
+/* A prefetch's parameters, before its keys in the argument area. */
+struct hc__pf_args {
+	char name[HC_REQUEST_ID_MAX + 1]; /* the ticket's request id, NUL-padded; "" for none */
+	uint32_t step;      /* the ticket's step */
+	uint32_t engine;    /* the rank's engine id (with a name) */
+	uint32_t first_depth;
+	uint32_t presence;
+};
+static_assert(sizeof(struct hc__pf_args) == 64, "prefetch arguments are a cache line");
 
 struct hc__sqe {
 	uint8_t op;         /* enum hc__op */

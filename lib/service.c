@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * service.c - the service's side of the request path (service.h): one
- * thread that holds the pool's service lock for its whole life, takes the
- * ranks' requests off their rings, does them against the backend through
- * the store (store.c), and posts each completion on the rank's completion
- * ring.  The daemon (hicached) and an embedded engine both run it.
+ * service.c - the service's side of the request path (service.h).  The
+ * daemon (hicached) and an embedded engine both run it.  Its dispatcher
+ * thread holds the pool's service lock for its whole life.
  *
- * Notes on synchronization: the service thread alone touches its ring
- * views and the store; start and stop hand over through mu/cv (started,
- * result) and the atomic stop flag.  In shared memory the service is the
- * consumer of every request ring and the producer of every completion
- * ring, and it writes the service record only while it holds its lock.
- * A completion ring that is full drops the completion and counts it: a
- * dead or slow rank never stalls the service.
+ * This file is the service's life and its rings: the dispatcher thread
+ * takes requests off the ranks' request rings, checks them and hands them
+ * to the transfer engine (transfer.c) as jobs; completions come back
+ * through hc__svc_complete.  svc.h says who touches what.  In shared
+ * memory the service is the consumer of every request ring and the
+ * producer of every completion ring, and it writes the service record only
+ * while it holds its lock.  A completion ring that is full drops the
+ * completion and counts it: a dead or slow rank never stalls the service.
+ * The dispatcher also runs recovery of dead ranks, as soon as it sees
+ * them (every RECOVER_MS at most).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -20,156 +21,61 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hicache/service.h>
 
-#include "reqwire.h"
+#include "svc.h"
 
 #define DEFAULT_BATCH 128
 #define DEFAULT_QD 256
 #define DEFAULT_SPIN_US 50
-#define IDLE_MS 100 /* look at the ranks' slots at least this often */
-
-struct slot_view {
-	int ok;                  /* views made for this epoch */
-	uint32_t epoch;
-	struct hc__ring sq, cq;
-	const uint8_t *arg;
-	struct hc_bell *bell;
-};
-
-struct hc_service {
-	char name[HC_NAME_MAX + 1];
-	struct hc_service_opts o;
-	char *dir, *backend, *backend_dir;
-	hc_pool *p;
-	hc_store *st;
-	pthread_t thr;
-	_Atomic int stop;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int started, result;
-	char err[512];
-	uint64_t gen;
-	struct slot_view v[HC_MAX_RANKS];
-	uint8_t *args;           /* one request's arguments, copied out */
-	int *status;
-	hc_page_t *batch;
-	uint32_t *pos;           /* each batch entry's index in its request */
-	int closing;             /* under mu: the thread is letting go of the pool */
-};
-
-/* ---- requests */
-
-/* The longest prefix of keys present in L3. */
-static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *where)
-{
-	uint32_t done = 0;
-
-	while (done < n) {
-		unsigned k = n - done < s->o.batch_pages ? n - done : s->o.batch_pages;
-		int r = hc_store_exists(s->st, keys + done, k, s->status);
-		if (r < 0) {
-			*where = done;
-			return r;
-		}
-		for (unsigned i = 0; i < k; i++) {
-			if (s->status[i] != 1)
-				return (int)(done + i); /* absent, or unreadable: the prefix ends */
-		}
-		done += k;
-	}
-	return (int)done;
-}
-
-/* Back up pages in prefix order: how many of the first pages are in L3.
- * The first failure cancels the pages after it; its errno goes in *why. */
-static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t *why)
-{
-	hc_pool *p = s->p;
-	uint32_t done = 0;
-
-	while (done < n) {
-		int64_t bad = -1; /* the request's index of the first failure */
-		int err = 0;
-		unsigned k = 0;
-		/* Pin this batch's pages, so the flag set afterwards is about these
-		 * very pages; one already in L3 is skipped. */
-		for (; done < n && k < s->o.batch_pages; done++) {
-			hc_page_t h = pages[done];
-			uint32_t id = HC_PAGE_ID(h);
-			int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
-			if (r < 0) {
-				bad = done;
-				err = r;
-				break;
-			}
-			if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
-				hc_page_unpin(p, h);
-				continue;
-			}
-			s->batch[k] = h;
-			s->pos[k++] = done;
-		}
-		if (k)
-			hc_store_put(s->st, s->batch, k, s->status);
-		for (unsigned i = 0; i < k; i++)
-			if (s->status[i] != 0 && (bad < 0 || s->pos[i] < bad)) {
-				bad = s->pos[i];
-				err = s->status[i];
-			}
-		for (unsigned i = 0; i < k; i++) {
-			struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(s->batch[i])];
-			if (s->status[i] == 0 && (bad < 0 || s->pos[i] < bad)) {
-				atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
-			} else if (s->status[i] == 0) {
-				/* Stored after the failure: a suffix nobody can reach
-				 * is waste in L3, so it goes again. */
-				hc_key_t key;
-				int st;
-				for (int w = 0; w < 4; w++) {
-					uint64_t x = atomic_load_explicit(&pg->key[w], memory_order_relaxed);
-					memcpy(key + 8 * w, &x, 8);
-				}
-				hc_store_delete(s->st, (const hc_key_t *)&key, 1, &st);
-			}
-			hc_page_unpin(p, s->batch[i]);
-		}
-		if (bad >= 0) {
-			*why = (uint32_t)(err < 0 ? -err : EIO);
-			return (int)bad;
-		}
-	}
-	return (int)n;
-}
+#define DEFAULT_WORKERS 4
+#define IDLE_MS 100    /* look at the ranks' slots at least this often */
+#define RECOVER_MS 100 /* and recover the dead ones */
 
 /* Check a request's fields and copy its arguments out: the item size, or -errno. */
 static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
 {
-	size_t size = e->op == HC__OP_EXISTS ? sizeof(hc_key_t) : e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : 0;
+	size_t size = e->op == HC__OP_EXISTS || e->op == HC__OP_PREFETCH ? sizeof(hc_key_t) :
+		      e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : 0;
+	uint64_t head = e->op == HC__OP_PREFETCH ? sizeof(struct hc__pf_args) : 0;
 
 	if (!size)
 		return -EOPNOTSUPP;
-	if (e->n == 0 || (uint64_t)e->n * size != e->arg_len || e->arg_off > s->p->g.arg_bytes ||
+	if (e->n == 0 || (uint64_t)e->n * size + head != e->arg_len || e->arg_off > s->p->g.arg_bytes ||
 	    e->arg_len > s->p->g.arg_bytes - e->arg_off)
 		return -EINVAL;
 	memcpy(s->args, v->arg + e->arg_off, e->arg_len);
 	return (int)size;
 }
 
-static void complete(hc_service *s, struct slot_view *v, const struct hc__sqe *e, int result, uint32_t where)
+/* Post one completion, if the slot still has the owner that asked. */
+static void post(hc_service *s, unsigned slot, uint32_t epoch, uint64_t user_data, int result, uint32_t where)
 {
-	struct hc__cqe c = { .user_data = e->user_data, .result = result, .epoch = e->epoch, .svc_gen = s->gen,
+	struct hc__cqe c = { .user_data = user_data, .result = result, .epoch = epoch, .svc_gen = s->gen,
 			     .where = where };
+	struct slot_view *v = &s->v[slot];
 
-	if (hc__ring_room(&v->cq, 1) != 1) {
+	pthread_mutex_lock(&s->cq_mu);
+	if (!v->ok || v->epoch != epoch) {
+		hc__svc_count(s, HC_CTR_svc_stale, 1); /* its owner is gone: nobody waits */
+	} else if (hc__ring_room(&v->cq, 1) != 1) {
 		hc__ring_drop(&v->cq); /* full or damaged: the rank is gone or not reading */
-		return;
+		hc__svc_count(s, HC_CTR_svc_cq_dropped, 1);
+	} else {
+		memcpy(hc__ring_slot(&v->cq, 0), &c, sizeof(c));
+		hc__ring_post(&v->cq, 1);
+		hc__bell_ring(v->bell);
 	}
-	memcpy(hc__ring_slot(&v->cq, 0), &c, sizeof(c));
-	hc__ring_post(&v->cq, 1);
-	hc__bell_ring(v->bell);
+	pthread_mutex_unlock(&s->cq_mu);
+}
+
+void hc__svc_complete(hc_service *s, struct job *j)
+{
+	for (struct waiter *w = j->waiters; w; w = w->next)
+		post(s, w->slot, w->epoch, w->user_data, j->result, j->where);
 }
 
 /* Views of a live slot's rings for its current epoch; 0 when not live. */
@@ -184,12 +90,15 @@ static int slot_ready(hc_service *s, unsigned slot, uint32_t *epoch)
 	*epoch = atomic_load_explicit(&p->ranks[slot].epoch, memory_order_acquire);
 	if (v->ok && v->epoch == *epoch)
 		return 1;
-	/* A new owner: go on from the rings' indices as they are. */
+	/* A new owner: go on from the rings' indices as they are.  Workers
+	 * post on the view: it changes under cq_mu. */
+	pthread_mutex_lock(&s->cq_mu);
 	memset(v, 0, sizeof(*v));
 	if (hc__ring_attach(&v->sq, blk + p->g.rg.sq_off, p->g.rg.cq_off - p->g.rg.sq_off, p->g.sq_entries,
 			    HC_SQE_BYTES, HC_RING_CONSUMER) < 0 ||
 	    hc__ring_attach(&v->cq, blk + p->g.rg.cq_off, p->g.rg.arg_off - p->g.rg.cq_off, p->g.cq_entries,
 			    HC_CQE_BYTES, HC_RING_PRODUCER) < 0) {
+		pthread_mutex_unlock(&s->cq_mu);
 		hc__log(HC_LOG_ERR, "service: rank slot %u: %s; its requests are ignored", slot, hc_last_error());
 		return 0;
 	}
@@ -197,6 +106,7 @@ static int slot_ready(hc_service *s, unsigned slot, uint32_t *epoch)
 	v->bell = (struct hc_bell *)blk;
 	v->epoch = *epoch;
 	v->ok = 1;
+	pthread_mutex_unlock(&s->cq_mu);
 	return 1;
 }
 
@@ -211,7 +121,7 @@ static int serve_slot(hc_service *s, unsigned slot)
 		return 0;
 	while ((k = hc__ring_avail(&v->sq, 1)) == 1) {
 		struct hc__sqe e;
-		uint32_t where = 0; /* a failure: its errno (backup) or item */
+		struct waiter w = { .slot = slot, .epoch = epoch };
 		int size, r;
 		memcpy(&e, hc__ring_peek(&v->sq, 0), sizeof(e));
 		size = e.epoch == epoch ? take_args(s, v, &e) : -ESTALE;
@@ -222,15 +132,17 @@ static int serve_slot(hc_service *s, unsigned slot)
 			size = -ESTALE;
 		hc__ring_release(&v->sq, 1);
 		done++;
-		if (size == -ESTALE)
+		hc__svc_count(s, HC_CTR_svc_requests, 1);
+		if (size == -ESTALE) {
+			hc__svc_count(s, HC_CTR_svc_stale, 1);
 			continue; /* a dead owner's: nobody waits for it */
-		if (size < 0)
-			r = size;
-		else if (e.op == HC__OP_EXISTS)
-			r = do_exists(s, (const hc_key_t *)s->args, e.n, &where);
-		else
-			r = do_backup(s, (const hc_page_t *)s->args, e.n, &where);
-		complete(s, v, &e, r, where);
+		}
+		w.user_data = e.user_data;
+		r = size < 0 ? size : hc__xfer_submit(s, &e, s->args, &w);
+		if (r < 0) {
+			hc__svc_count(s, HC_CTR_svc_bad, 1);
+			post(s, slot, epoch, e.user_data, r, 0);
+		}
 	}
 	if (k < 0)
 		hc__log(HC_LOG_ERR, "service: rank slot %u: %s", slot, hc_last_error());
@@ -302,11 +214,33 @@ static void started(hc_service *s, int r)
 	pthread_mutex_unlock(&s->mu);
 }
 
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Undo what dead ranks held (DESIGN.md section 5): their lifetime locks
+ * say so at once, so the pool does not wait for the next attach. */
+static void recover(hc_service *s)
+{
+	struct hc_recovery_report rep;
+
+	if (hc_pool_recover(s->p, &rep) < 0)
+		hc__log(HC_LOG_WARN, "service: pool '%s': recovery: %s", s->name, hc_last_error());
+	else if (rep.dead_ranks)
+		hc__log(HC_LOG_INFO, "service: pool '%s': recovered %u dead rank slots (%u pins dropped, %u reservations quarantined)",
+			s->name, rep.dead_ranks, rep.pins_dropped, rep.quarantined);
+}
+
 static void *service_main(void *arg)
 {
 	hc_service *s = arg;
 	struct hc_attach_opts ao = { .dir = s->dir };
 	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth };
+	uint64_t last_recover;
 	int r;
 
 	if ((r = hc_pool_attach(s->name, &ao, &s->p)) < 0) {
@@ -320,13 +254,12 @@ static void *service_main(void *arg)
 		return NULL;
 	}
 	s->args = malloc(s->p->g.arg_bytes);
-	s->status = calloc(s->o.batch_pages, sizeof(*s->status));
-	s->batch = calloc(s->o.batch_pages, sizeof(*s->batch));
-	s->pos = calloc(s->o.batch_pages, sizeof(*s->pos));
-	if (!s->args || !s->status || !s->batch || !s->pos)
+	if (!s->args)
 		r = hc__err(ENOMEM, "service: no memory");
-	else
-		r = hc_store_open(s->p, s->backend, &so, &s->st);
+	else if ((r = hc_store_open(s->p, s->backend, &so, &s->st)) == 0 && (r = hc__xfer_start(s)) < 0) {
+		hc_store_close(s->st);
+		s->st = NULL;
+	}
 	if (r < 0) {
 		drop_lock(s);
 		hc_pool_detach(s->p);
@@ -335,11 +268,18 @@ static void *service_main(void *arg)
 		return NULL;
 	}
 	started(s, 0);
+	recover(s);
+	last_recover = ms_now();
 	while (!atomic_load(&s->stop)) {
 		uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
+		uint64_t now;
 		int did = 0;
 		for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++)
 			did += serve_slot(s, i);
+		if ((now = ms_now()) - last_recover >= RECOVER_MS) {
+			recover(s);
+			last_recover = now;
+		}
 		if (!did)
 			hc__bell_wait(&s->p->ctl->service.bell, any_request, s, (uint64_t)s->o.spin_us * 1000, IDLE_MS);
 	}
@@ -349,6 +289,7 @@ static void *service_main(void *arg)
 		for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++)
 			serve_slot(s, i);
 	}
+	hc__xfer_stop(s);
 	pthread_mutex_lock(&s->mu);
 	s->closing = 1; /* hc_service_stop rings the bell only before this */
 	pthread_mutex_unlock(&s->mu);
@@ -364,10 +305,8 @@ static void service_free(hc_service *s)
 {
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->cq_mu);
 	free(s->args);
-	free(s->status);
-	free(s->batch);
-	free(s->pos);
 	free(s->dir);
 	free(s->backend);
 	free(s->backend_dir);
@@ -394,10 +333,12 @@ int hc_service_start(const char *pool, const struct hc_service_opts *opts, hc_se
 	s->o.batch_pages = opts->batch_pages ? opts->batch_pages : DEFAULT_BATCH;
 	s->o.queue_depth = opts->queue_depth ? opts->queue_depth : DEFAULT_QD;
 	s->o.spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
+	s->o.workers = opts->workers ? opts->workers : DEFAULT_WORKERS;
 	s->dir = opts->dir ? strdup(opts->dir) : NULL;
 	s->backend = strdup(opts->backend);
 	s->backend_dir = opts->backend_dir ? strdup(opts->backend_dir) : NULL;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->cq_mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	if (!s->backend || (opts->dir && !s->dir) || (opts->backend_dir && !s->backend_dir)) {
 		service_free(s);

@@ -252,7 +252,8 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
 /* Counters: a row per rank slot (only that rank adds to it, relaxed) and a
  * last row for attachments without a slot.  Rows outlive attachments: a
  * pool's figures are the sum of every row. */
-#define HC_STATS_ROW_WORDS ((HC_CTR__COUNT + 7) & ~7u)
+#define HC_STATS_ROW_WORDS 64u
+static_assert(HC_CTR__COUNT <= HC_STATS_ROW_WORDS, "a row holds every counter: new counters keep the layout");
 
 /*
  * Page entry.  'word' is the truth about the page:

@@ -430,7 +430,26 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(tickets_expired, "tickets whose unclaimed shares expired") \
 	X(recoveries,      "dead rank slots recovered") \
 	X(quarantines,     "pages put in quarantine") \
-	X(index_rebuilds,  "index stripes rebuilt after a writer died")
+	X(index_rebuilds,  "index stripes rebuilt after a writer died") \
+	X(svc_requests,    "requests the service took off the rings") \
+	X(svc_stale,       "requests or completions of rank slots whose owner had gone") \
+	X(svc_bad,         "requests refused as malformed or for want of memory") \
+	X(svc_cq_dropped,  "completions dropped on a full completion ring") \
+	X(l3_exists_keys,  "keys asked of L3 by existence queries and prefetches") \
+	X(l3_exists_hits,  "keys found in L3 by existence queries (prefix lengths summed)") \
+	X(l3_backup_pages, "pages written to L3") \
+	X(l3_backup_bytes, "envelope bytes written to L3") \
+	X(l3_backup_skips, "pages not written because they were in L3 already") \
+	X(l3_backup_fails, "backups cut short by a failed write") \
+	X(l3_prefetch_reqs, "prefetch requests") \
+	X(l3_prefetch_merged, "prefetch requests merged into one of the same ticket") \
+	X(l3_prefetch_keys, "keys asked by prefetches") \
+	X(l3_prefetch_shared, "prefetch keys left to another prefetch reading them") \
+	X(l3_prefetch_pages, "pages read from L3 and made READY") \
+	X(l3_prefetch_bytes, "envelope bytes read from L3") \
+	X(l3_prefetch_fails, "prefetches cut short by a failed or missing read") \
+	X(l3_prefetch_corrupt, "prefetches cut short by an object that failed its checks") \
+	X(l3_prefetch_nospace, "prefetches that could not reserve their pages")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,

@@ -31,6 +31,46 @@ HC_API int hc_req_exists(hc_pool *pool, const hc_key_t *keys, unsigned n, hc_req
  * pages after it. */
 HC_API int hc_req_backup(hc_pool *pool, const hc_page_t *pages, unsigned n, hc_req **out);
 
+/*
+ * Prefetch from L3 (DESIGN.md section 7).  The service finds the longest
+ * prefix of keys it can make READY (in L3, or READY or being read already),
+ * reserves its missing pages all or nothing, reads and checks them, and
+ * commits them: READY for every rank at once.  A page that fails a check
+ * is never made READY, and the prefix ends before it.  Requests under one
+ * ticket name, and reads of one key asked for by several requests, are
+ * merged: each key is read from L3 once.  The request's result is how many
+ * of the first keys were READY when the service was done.
+ *
+ * hc_req_prefetch_take then stops waiting by the policy and takes the
+ * hit: the longest READY prefix of keys, pinned for this rank.  Under a
+ * ticket name (hc_ticket_lookup's, so the rank must have joined an engine)
+ * the first rank of the engine to take fixes the hit length and the pins
+ * for every rank of it: later ranks get exactly that, whatever their own
+ * timing.  Give the take a ticket step of its own, not the L2 lookup's.
+ */
+enum hc_prefetch_policy {
+	HC_PREFETCH_BEST_EFFORT = 0,   /* take what is READY when the take is called */
+	HC_PREFETCH_WAIT_COMPLETE = 1, /* take once the service is done */
+	HC_PREFETCH_TIMEOUT = 2,       /* wait until done or the deadline, whichever is first */
+};
+
+struct hc_prefetch_req {
+	const hc_key_t *keys;      /* the keys after the L2 hit, in prefix order */
+	unsigned nkeys;            /* 1.. (the argument area bounds it) */
+	uint32_t first_depth;      /* position of keys[0] in its chain */
+	uint32_t presence;         /* components the pages hold; 0: all */
+	const struct hc_ticket_name *name; /* the engine's take ticket, or NULL: this rank alone */
+	enum hc_prefetch_policy policy;
+	uint32_t timeout_ms;       /* TIMEOUT: the deadline after the post, ... */
+	uint32_t timeout_us_per_page; /* ... plus this much per key (the deadline grows with the prefix) */
+};
+
+HC_API int hc_req_prefetch(hc_pool *pool, const struct hc_prefetch_req *req, hc_req **out);
+/* pages[nkeys] gets the hit's handles, pinned for this rank (unpin each, or
+ * hc_ticket_release(t) with a ticket name).  Returns the hit length.  t may
+ * be NULL without a ticket name. */
+HC_API int hc_req_prefetch_take(hc_req *req, hc_page_t *pages, hc_ticket *t);
+
 /* The result (>= 0), or the request's -errno; -EINPROGRESS from poll while
  * it runs; wait gives -ETIMEDOUT after timeout_ms (< 0: no limit) and
  * leaves the request running. */
@@ -51,6 +91,8 @@ struct hc_service_opts {
 	unsigned batch_pages;     /* pages per backend call; 0: 128 */
 	unsigned queue_depth;     /* backend ops in flight; 0: 256 */
 	unsigned spin_us;         /* spin on the rings this long before sleeping; 0: 50 */
+	unsigned workers;         /* threads doing transfers; 0: 4 */
+	unsigned prefetch_threshold; /* prefetches of fewer keys do not ask L3; 0: none */
 };
 
 /* Attach pool name (a rank slot of its own), take its service lock, open

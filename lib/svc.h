@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * svc.h - the service's insides, shared by its two halves: service.c (its
+ * life, and the rings: requests in, completions out) and transfer.c (the
+ * transfer engine: jobs, merging, workers, the backend).
+ *
+ * Notes on synchronization (process-private):
+ * - The dispatcher thread (service.c) alone reads the request rings and
+ *   makes jobs.  Workers (transfer.c) run them.  mu guards the job queue,
+ *   the job table, the key map and each job's waiters and dependencies.
+ * - Completion rings are written under cq_mu: every thread of the service
+ *   posts on them, and the ring in the segment has one producer, the
+ *   service, only if its threads take turns.
+ * - The store is thread-safe (hicache.h); workers call it without mu.
+ */
+#ifndef HC_LIB_SVC_H
+#define HC_LIB_SVC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <hicache/service.h>
+
+#include "reqwire.h"
+
+struct slot_view {
+	int ok;                  /* views made for this epoch */
+	uint32_t epoch;
+	struct hc__ring sq, cq;
+	const uint8_t *arg;
+	struct hc_bell *bell;
+};
+
+/* One request waiting for a job: where its completion goes. */
+struct waiter {
+	struct waiter *next;
+	unsigned slot;
+	uint32_t epoch;
+	uint64_t user_data;
+};
+
+struct job {
+	struct job *next;        /* in the queue, or on the active list */
+	uint8_t op;              /* enum hc__op */
+	uint32_t n;
+	void *items;             /* n keys or page handles, ours */
+	struct hc__pf_args pf;   /* a prefetch's */
+	uint64_t name_hash;      /* a named prefetch's, for merging; 0: none */
+	struct waiter *waiters;
+	int result;
+	uint32_t where;
+	/* Keys another job is reading for this one: it completes once they are
+	 * done (deps == 0) and its own work is (worked). */
+	unsigned deps;
+	int worked;
+	struct job **dependents;
+	unsigned ndependents, cap_dependents;
+	hc_key_t *mine;          /* keys this job registered in the key map */
+	unsigned nmine;
+};
+
+struct keymap;
+
+struct hc_service {
+	char name[HC_NAME_MAX + 1];
+	struct hc_service_opts o;
+	char *dir, *backend, *backend_dir;
+	hc_pool *p;
+	hc_store *st;
+	pthread_t thr;
+	_Atomic int stop;
+	pthread_mutex_t mu;      /* the start/stop handshake, and the jobs (above) */
+	pthread_cond_t cv;       /* start and stop */
+	pthread_cond_t work;     /* a job was queued, or the workers are to stop */
+	pthread_cond_t idle;     /* a job finished */
+	int started, result;
+	char err[512];
+	uint64_t gen;
+	struct slot_view v[HC_MAX_RANKS];
+	uint8_t *args;           /* the dispatcher's: one request's arguments, copied out */
+	pthread_mutex_t cq_mu;
+	int closing;             /* under mu: the thread is letting go of the pool */
+
+	/* the transfer engine (transfer.c), under mu */
+	pthread_t *workers;
+	unsigned nworkers;
+	int workers_stop;
+	struct job *qhead, *qtail;
+	struct job *active;      /* queued or running, for merging by name */
+	unsigned running;
+	struct keymap *keys;
+};
+
+/* service.c: post a job's completion to each of its waiters. */
+void hc__svc_complete(hc_service *s, struct job *j);
+
+/* transfer.c */
+int hc__xfer_start(hc_service *s);
+/* Stop the workers once every queued job is done. */
+void hc__xfer_stop(hc_service *s);
+/* Make a job of a checked request whose arguments are in args, or join an
+ * identical one running: the waiter goes on its list.  -errno: the caller
+ * completes the request with it. */
+int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, const struct waiter *w);
+/* Atomic add to a service counter: workers race on the service's row. */
+void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n);
+
+#endif /* HC_LIB_SVC_H */

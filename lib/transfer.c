@@ -1,0 +1,610 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * transfer.c - the transfer engine of the service (DESIGN.md section 7):
+ * the jobs made of the ranks' requests, the workers that run them against
+ * the backend through the store, and the merging that reads each key from
+ * L3 once however many ranks or engines ask for it.
+ *
+ * Merging, two ways:
+ * - by ticket: a prefetch naming the same ticket, keys and parameters as
+ *   one queued or running joins it (one job, a waiter per request);
+ * - by key: a prefetch reserves the pages it reads, and registers their
+ *   keys in the key map while it reads them.  Another prefetch that meets
+ *   such a key reserved (HC_SKIP_BUSY) waits for that job instead of
+ *   reading it again: it completes once its own reads and every job it
+ *   waits for are done.
+ * A job's completion (hc__svc_complete) is posted when both are done; the
+ * keys it registered leave the map then.  See svc.h for what mu guards.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svc.h"
+
+#define KM_BUCKETS 4096 /* in-flight keys are at most a few thousand */
+
+struct kent {
+	struct kent *next;
+	hc_key_t key;
+	struct job *job;
+};
+
+struct keymap {
+	struct kent *b[KM_BUCKETS];
+};
+
+void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n)
+{
+	hc_pool *p = s->p;
+
+	/* Not hc__count: several workers add to the service's row at once. */
+	atomic_fetch_add_explicit(&p->stats[(size_t)p->slot * HC_STATS_ROW_WORDS + c], n, memory_order_relaxed);
+}
+
+/* ---- the key map: keys being read from L3, and by which job (under mu) */
+
+static struct kent **km_bucket(struct keymap *m, const uint8_t *key)
+{
+	uint64_t x;
+
+	memcpy(&x, key, sizeof(x)); /* keys are hashes: any 8 bytes will do */
+	return &m->b[hc__mix64(x) & (KM_BUCKETS - 1)];
+}
+
+static struct job *km_find(struct keymap *m, const uint8_t *key)
+{
+	for (struct kent *e = *km_bucket(m, key); e; e = e->next)
+		if (!memcmp(e->key, key, sizeof(hc_key_t)))
+			return e->job;
+	return NULL;
+}
+
+static int km_add(struct keymap *m, const uint8_t *key, struct job *j)
+{
+	struct kent **b = km_bucket(m, key), *e = malloc(sizeof(*e));
+
+	if (!e)
+		return -ENOMEM;
+	memcpy(e->key, key, sizeof(hc_key_t));
+	e->job = j;
+	e->next = *b;
+	*b = e;
+	return 0;
+}
+
+static void km_del(struct keymap *m, const uint8_t *key, const struct job *j)
+{
+	for (struct kent **pe = km_bucket(m, key); *pe; pe = &(*pe)->next) {
+		struct kent *e = *pe;
+		if (e->job == j && !memcmp(e->key, key, sizeof(hc_key_t))) {
+			*pe = e->next;
+			free(e);
+			return;
+		}
+	}
+}
+
+/* ---- jobs */
+
+static void job_free(struct job *j)
+{
+	for (struct waiter *w = j->waiters, *nx; w; w = nx) {
+		nx = w->next;
+		free(w);
+	}
+	free(j->dependents);
+	free(j->mine);
+	free(j->items);
+	free(j);
+}
+
+static int add_waiter(struct job *j, const struct waiter *w)
+{
+	struct waiter *c = malloc(sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	*c = *w;
+	c->next = j->waiters;
+	j->waiters = c;
+	return 0;
+}
+
+/* j waits for a (under mu). */
+static int depend(struct job *j, struct job *a)
+{
+	for (unsigned i = 0; i < a->ndependents; i++)
+		if (a->dependents[i] == j)
+			return 0;
+	if (a->ndependents == a->cap_dependents) {
+		unsigned cap = a->cap_dependents ? 2 * a->cap_dependents : 4;
+		struct job **d = realloc(a->dependents, cap * sizeof(*d));
+		if (!d)
+			return -ENOMEM;
+		a->dependents = d;
+		a->cap_dependents = cap;
+	}
+	a->dependents[a->ndependents++] = j;
+	j->deps++;
+	return 0;
+}
+
+/* How many of a prefetch's first keys are READY now. */
+static int ready_prefix(hc_service *s, const struct job *j)
+{
+	hc_page_t *scratch = malloc((size_t)j->n * sizeof(*scratch));
+	struct hc_lookup_req lr = { .keys = j->items, .nkeys = j->n, .flags = HC_LOOKUP_NOTOUCH };
+	int h;
+
+	if (!scratch)
+		return -ENOMEM;
+	h = hc_lookup(s->p, &lr, scratch);
+	free(scratch);
+	return h;
+}
+
+/* Both halves of j are done: let its keys go, finish what waited for it,
+ * and answer its requests (under mu). */
+static void job_finish(hc_service *s, struct job *j)
+{
+	for (unsigned i = 0; i < j->nmine; i++)
+		km_del(s->keys, j->mine[i], j);
+	for (struct job **pp = &s->active; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	for (unsigned i = 0; i < j->ndependents; i++) {
+		struct job *d = j->dependents[i];
+		if (--d->deps == 0 && d->worked)
+			job_finish(s, d);
+	}
+	if (j->op == HC__OP_PREFETCH && j->result >= 0)
+		j->result = ready_prefix(s, j);
+	hc__svc_complete(s, j);
+	job_free(j);
+}
+
+/* ---- the work */
+
+/* The longest prefix of keys present in L3. */
+static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *where)
+{
+	int *status = calloc(s->o.batch_pages, sizeof(*status));
+	uint32_t done = 0;
+	int ret = -1;
+
+	if (!status)
+		return -ENOMEM;
+	while (ret < 0 && done < n) {
+		unsigned k = n - done < s->o.batch_pages ? n - done : s->o.batch_pages;
+		int r = hc_store_exists(s->st, keys + done, k, status);
+		hc__svc_count(s, HC_CTR_l3_exists_keys, k);
+		if (r < 0) {
+			*where = done;
+			ret = r;
+			break;
+		}
+		for (unsigned i = 0; i < k && ret < 0; i++)
+			if (status[i] != 1)
+				ret = (int)(done + i); /* absent, or unreadable: the prefix ends */
+		done += k;
+	}
+	if (ret < 0 && done == n)
+		ret = (int)n;
+	if (ret >= 0)
+		hc__svc_count(s, HC_CTR_l3_exists_hits, (uint64_t)ret);
+	free(status);
+	return ret;
+}
+
+static void page_key(const hc_pool *p, uint32_t id, hc_key_t key)
+{
+	for (int w = 0; w < 4; w++) {
+		uint64_t x = atomic_load_explicit(&p->pages[id].key[w], memory_order_relaxed);
+		memcpy(key + 8 * w, &x, 8);
+	}
+}
+
+/* Back up pages in prefix order: how many of the first pages are in L3.
+ * The first failure cancels the pages after it; its errno goes in *why. */
+static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t *why)
+{
+	hc_pool *p = s->p;
+	unsigned bp = s->o.batch_pages;
+	int *status = calloc(bp, sizeof(*status));
+	hc_page_t *batch = calloc(bp, sizeof(*batch));
+	uint32_t *pos = calloc(bp, sizeof(*pos)); /* each batch entry's index in the request */
+	uint32_t done = 0;
+	int ret = (int)n;
+
+	if (!status || !batch || !pos) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (done < n) {
+		int64_t bad = -1; /* the request's index of the first failure */
+		int err = 0;
+		unsigned k = 0;
+		/* Pin this batch's pages, so the flag set afterwards is about these
+		 * very pages; one already in L3 is skipped. */
+		for (; done < n && k < bp; done++) {
+			hc_page_t h = pages[done];
+			uint32_t id = HC_PAGE_ID(h);
+			int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
+			if (r < 0) {
+				bad = done;
+				err = r;
+				break;
+			}
+			if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
+				hc_page_unpin(p, h);
+				hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
+				continue;
+			}
+			batch[k] = h;
+			pos[k++] = done;
+		}
+		if (k)
+			hc_store_put(s->st, batch, k, status);
+		for (unsigned i = 0; i < k; i++)
+			if (status[i] != 0 && (bad < 0 || pos[i] < bad)) {
+				bad = pos[i];
+				err = status[i];
+			}
+		for (unsigned i = 0; i < k; i++) {
+			struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(batch[i])];
+			if (status[i] == 0 && (bad < 0 || pos[i] < bad)) {
+				atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
+				hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
+				hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
+			} else if (status[i] == 0) {
+				/* Stored after the failure: a suffix nobody can reach
+				 * is waste in L3, so it goes again. */
+				hc_key_t key;
+				int st;
+				page_key(p, HC_PAGE_ID(batch[i]), key);
+				hc_store_delete(s->st, (const hc_key_t *)&key, 1, &st);
+			}
+			hc_page_unpin(p, batch[i]);
+		}
+		if (bad >= 0) {
+			hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
+			*why = (uint32_t)(err < 0 ? -err : EIO);
+			ret = (int)bad;
+			break;
+		}
+	}
+out:
+	free(status);
+	free(batch);
+	free(pos);
+	return ret;
+}
+
+/* Is key READY in the pool now? */
+static int in_l2(hc_service *s, const hc_key_t *key)
+{
+	struct hc_lookup_req lr = { .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+	hc_page_t h;
+
+	return hc_lookup(s->p, &lr, &h) == 1;
+}
+
+/* Step 1: the longest prefix of keys that is in L3, READY, or being read. */
+static int pf_prefix(hc_service *s, struct job *j, int *status)
+{
+	const hc_key_t *keys = j->items;
+	uint32_t done = 0;
+
+	while (done < j->n) {
+		unsigned k = j->n - done < s->o.batch_pages ? j->n - done : s->o.batch_pages;
+		int r = hc_store_exists(s->st, keys + done, k, status);
+		hc__svc_count(s, HC_CTR_l3_exists_keys, k);
+		if (r < 0)
+			return r;
+		for (unsigned i = 0; i < k; i++) {
+			int busy;
+			if (status[i] == 1)
+				continue;
+			pthread_mutex_lock(&s->mu);
+			busy = km_find(s->keys, keys[done + i]) != NULL;
+			pthread_mutex_unlock(&s->mu);
+			if (!busy && !in_l2(s, &keys[done + i]))
+				return (int)(done + i);
+		}
+		done += k;
+	}
+	return (int)j->n;
+}
+
+/* Step 2, under mu: reserve the prefix's missing pages all or nothing, and
+ * register them; keys another job reads make this one wait for it. */
+static int pf_reserve(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, uint8_t *skip)
+{
+	struct hc_reserve_req rr = { .keys = j->items, .nkeys = len, .first_depth = j->pf.first_depth,
+				     .presence = j->pf.presence };
+	const hc_key_t *keys = j->items;
+	int r = hc_reserve(s->p, &rr, pages, skip);
+
+	if (r < 0)
+		return r;
+	j->mine = malloc((size_t)(r ? r : 1) * sizeof(hc_key_t));
+	if (!j->mine) {
+		for (uint32_t i = 0; i < len; i++)
+			if (!skip[i])
+				hc_page_abort(s->p, &pages[i], 1);
+		return hc__err(ENOMEM, "prefetch: no memory");
+	}
+	for (uint32_t i = 0; i < len; i++) {
+		if (skip[i] == HC_SKIP_BUSY) {
+			struct job *a = km_find(s->keys, keys[i]);
+			/* Not ours: a rank is storing it, and it will be READY. */
+			if (a && a != j && depend(j, a) == 0)
+				hc__svc_count(s, HC_CTR_l3_prefetch_shared, 1);
+		} else if (!skip[i]) {
+			if (km_add(s->keys, keys[i], j) == 0)
+				memcpy(j->mine[j->nmine++], keys[i], sizeof(hc_key_t));
+		}
+	}
+	return r;
+}
+
+/* Step 3: read the reserved pages in prefix order and commit them; the
+ * first that fails ends the prefix, and every reserved page from it on is
+ * given back unread or unused.  Returns the reads that failed (0 or 1). */
+static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, const uint8_t *skip, int *status)
+{
+	hc_pool *p = s->p;
+	unsigned bp = s->o.batch_pages;
+	hc_page_t *batch = malloc((size_t)bp * sizeof(*batch));
+	uint32_t *at = malloc((size_t)bp * sizeof(*at)); /* each batch entry's index in the job */
+	uint32_t i = 0, failed = 0;
+
+	if (!batch || !at) {
+		for (uint32_t x = 0; x < len; x++)
+			if (!skip[x])
+				hc_page_abort(p, &pages[x], 1);
+		free(batch);
+		free(at);
+		return hc__err(ENOMEM, "prefetch: no memory");
+	}
+	while (i < len) {
+		unsigned k = 0;
+		for (; i < len && k < bp; i++)
+			if (!skip[i] && !failed) {
+				at[k] = i;
+				batch[k++] = pages[i];
+			} else if (!skip[i]) {
+				hc_page_abort(p, &pages[i], 1); /* past the failure: not read */
+			}
+		if (!k)
+			continue;
+		hc_store_get(s->st, batch, k, status);
+		for (unsigned x = 0; x < k; x++) {
+			uint32_t pres;
+			if (!failed && status[x] == 0 && hc_page_presence(p, batch[x], &pres) == 0) {
+				/* From L3: a backup of it has nothing to do.  Set while
+				 * the page is still our reservation. */
+				atomic_fetch_or_explicit(&p->pages[HC_PAGE_ID(batch[x])].flags, HC_PF_IN_L3,
+							 memory_order_relaxed);
+				if (hc_page_commit(p, batch[x], hc_page_needed(p, pres)) >= 0) {
+					hc__svc_count(s, HC_CTR_l3_prefetch_pages, 1);
+					hc__svc_count(s, HC_CTR_l3_prefetch_bytes, p->g.envelope_bytes);
+					continue;
+				}
+			}
+			if (!failed) {
+				failed = 1;
+				j->where = at[x];
+				hc__svc_count(s, status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails,
+					      1);
+			}
+			hc_page_abort(p, &batch[x], 1);
+		}
+	}
+	free(batch);
+	free(at);
+	return (int)failed;
+}
+
+static int do_prefetch(hc_service *s, struct job *j)
+{
+	int *status = calloc(s->o.batch_pages, sizeof(*status));
+	hc_page_t *pages = calloc(j->n, sizeof(*pages));
+	uint8_t *skip = calloc(j->n, 1);
+	int r, len;
+
+	hc__svc_count(s, HC_CTR_l3_prefetch_keys, j->n);
+	if (!status || !pages || !skip) {
+		r = -ENOMEM;
+		goto out;
+	}
+	if (j->n < s->o.prefetch_threshold) {
+		r = 0; /* too short to be worth asking L3 */
+		goto out;
+	}
+	if ((r = len = pf_prefix(s, j, status)) <= 0)
+		goto out;
+	pthread_mutex_lock(&s->mu);
+	r = pf_reserve(s, j, (uint32_t)len, pages, skip);
+	pthread_mutex_unlock(&s->mu);
+	if (r < 0) {
+		if (r == -ENOSPC)
+			hc__svc_count(s, HC_CTR_l3_prefetch_nospace, 1);
+		goto out;
+	}
+	r = pf_read(s, j, (uint32_t)len, pages, skip, status);
+out:
+	free(status);
+	free(pages);
+	free(skip);
+	return r < 0 ? r : 0;
+}
+
+static void run(hc_service *s, struct job *j)
+{
+	switch (j->op) {
+	case HC__OP_EXISTS:
+		j->result = do_exists(s, j->items, j->n, &j->where);
+		break;
+	case HC__OP_BACKUP:
+		j->result = do_backup(s, j->items, j->n, &j->where);
+		break;
+	case HC__OP_PREFETCH:
+		j->result = do_prefetch(s, j);
+		break;
+	default:
+		j->result = -EOPNOTSUPP;
+	}
+}
+
+static void *worker(void *arg)
+{
+	hc_service *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		struct job *j;
+		while (!s->qhead && !s->workers_stop)
+			pthread_cond_wait(&s->work, &s->mu);
+		if (!s->qhead)
+			break; /* stopping, and nothing is left */
+		j = s->qhead;
+		s->qhead = j->next;
+		if (!s->qhead)
+			s->qtail = NULL;
+		/* On the active list while it runs: others may merge with it. */
+		j->next = s->active;
+		s->active = j;
+		s->running++;
+		pthread_mutex_unlock(&s->mu);
+		run(s, j);
+		pthread_mutex_lock(&s->mu);
+		s->running--;
+		j->worked = 1;
+		if (j->deps == 0)
+			job_finish(s, j);
+		pthread_cond_broadcast(&s->idle);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* ---- the dispatcher's side */
+
+static uint64_t name_hash(const struct hc__pf_args *a)
+{
+	uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a: a merge hint, checked in full */
+
+	for (size_t i = 0; i < sizeof(a->name) && a->name[i]; i++)
+		h = (h ^ (uint8_t)a->name[i]) * UINT64_C(1099511628211);
+	return hc__mix64(h ^ ((uint64_t)a->step << 32 | a->engine)) | 1;
+}
+
+/* A job of the same ticket, keys and parameters, still queued or running. */
+static struct job *same_ticket(hc_service *s, uint64_t nh, const struct hc__pf_args *a, const void *keys, uint32_t n)
+{
+	for (struct job *j = s->qhead; j; j = j->next)
+		if (j->name_hash == nh && j->n == n && !memcmp(&j->pf, a, sizeof(*a)) &&
+		    !memcmp(j->items, keys, (size_t)n * sizeof(hc_key_t)))
+			return j;
+	for (struct job *j = s->active; j; j = j->next)
+		if (j->name_hash == nh && j->n == n && !memcmp(&j->pf, a, sizeof(*a)) &&
+		    !memcmp(j->items, keys, (size_t)n * sizeof(hc_key_t)))
+			return j;
+	return NULL;
+}
+
+int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, const struct waiter *w)
+{
+	size_t size = e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : sizeof(hc_key_t);
+	const uint8_t *items = args;
+	struct hc__pf_args pf = { 0 };
+	uint64_t nh = 0;
+	struct job *j;
+	int r;
+
+	if (e->op == HC__OP_PREFETCH) {
+		memcpy(&pf, args, sizeof(pf));
+		items += sizeof(pf);
+		if (pf.name[sizeof(pf.name) - 1])
+			return -EINVAL; /* not NUL-terminated */
+		if (pf.name[0]) {
+			/* The engine is the slot's, as the segment says, not as
+			 * the request says: another engine's ticket is not ours. */
+			pf.engine = atomic_load_explicit(&s->p->ranks[w->slot].engine, memory_order_relaxed);
+			nh = name_hash(&pf);
+		}
+		hc__svc_count(s, HC_CTR_l3_prefetch_reqs, 1);
+	}
+	pthread_mutex_lock(&s->mu);
+	if (nh && (j = same_ticket(s, nh, &pf, items, e->n))) {
+		r = add_waiter(j, w);
+		if (r == 0)
+			hc__svc_count(s, HC_CTR_l3_prefetch_merged, 1);
+		pthread_mutex_unlock(&s->mu);
+		return r;
+	}
+	pthread_mutex_unlock(&s->mu);
+	j = calloc(1, sizeof(*j));
+	if (!j || !(j->items = malloc((size_t)e->n * size)) || add_waiter(j, w) < 0) {
+		if (j)
+			job_free(j);
+		return -ENOMEM;
+	}
+	j->op = e->op;
+	j->n = e->n;
+	j->pf = pf;
+	j->name_hash = nh;
+	memcpy(j->items, items, (size_t)e->n * size);
+	pthread_mutex_lock(&s->mu);
+	if (s->qtail)
+		s->qtail->next = j;
+	else
+		s->qhead = j;
+	s->qtail = j;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+int hc__xfer_start(hc_service *s)
+{
+	int r = 0;
+
+	s->keys = calloc(1, sizeof(*s->keys));
+	s->workers = calloc(s->o.workers, sizeof(*s->workers));
+	if (!s->keys || !s->workers)
+		return hc__err(ENOMEM, "service: no memory");
+	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->idle, NULL);
+	for (s->nworkers = 0; s->nworkers < s->o.workers; s->nworkers++)
+		if ((r = pthread_create(&s->workers[s->nworkers], NULL, worker, s)) != 0)
+			break;
+	if (r) {
+		hc__xfer_stop(s);
+		return hc__err(r, "service: cannot start its worker threads");
+	}
+	return 0;
+}
+
+void hc__xfer_stop(hc_service *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->workers_stop = 1;
+	pthread_cond_broadcast(&s->work);
+	pthread_mutex_unlock(&s->mu);
+	for (unsigned i = 0; i < s->nworkers; i++)
+		pthread_join(s->workers[i], NULL);
+	s->nworkers = 0;
+	free(s->workers);
+	s->workers = NULL;
+	/* Every job finished: its own work is done, and what it waited for
+	 * was another job, done too.  The map is empty. */
+	free(s->keys);
+	s->keys = NULL;
+	pthread_cond_destroy(&s->work);
+	pthread_cond_destroy(&s->idle);
+}

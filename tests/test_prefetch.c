@@ -1,0 +1,504 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_prefetch.c - prefetch from L3 through the service, end to end with
+ * the file backend: pages stored and backed up, evicted from the pool,
+ * then read back and checked byte for byte; the prefix ends at a missing
+ * or corrupt object; ranks of one engine with different timing take the
+ * same hit; overlapping prefetches read each key once; all or nothing
+ * when the pool is too small; a service killed in the middle.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hicache/service.h>
+
+#include "../shmpool/pool.h"
+#include "hct.h"
+
+/* ---- a temporary L3 directory */
+
+static char l3dir[64];
+static char l3spec[128];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+static void l3_setup(void)
+{
+	snprintf(l3dir, sizeof(l3dir), "/tmp/hct-prefetch-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(l3dir));
+	snprintf(l3spec, sizeof(l3spec), "file:dir=%s", l3dir);
+}
+
+static void l3_teardown(void)
+{
+	nftw(l3dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- pages whose bytes are a function of their key */
+
+static uint8_t kbyte(const hc_key_t key, unsigned comp, unsigned layer, unsigned group, size_t i)
+{
+	uint64_t x;
+
+	memcpy(&x, key, 8);
+	x ^= (uint64_t)comp << 56 ^ (uint64_t)layer << 48 ^ (uint64_t)group << 40 ^ i * UINT64_C(0x9E3779B97F4A7C15);
+	x ^= x >> 31;
+	return (uint8_t)(x * UINT64_C(0xff51afd7ed558ccd) >> 56);
+}
+
+/* Fill (or check: -1 on a mismatch) every byte the page holds. */
+static int by_key(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
+{
+	struct hc_pool_info info;
+	uint32_t presence;
+
+	hc_pool_info(p, &info);
+	ck_assert_ok(hc_page_presence(p, pg, &presence));
+	for (unsigned c = 0; c < info.ncomp; c++) {
+		struct hc_component_info ci;
+		hc_pool_component(p, c, &ci);
+		if (!(presence & (1u << c)))
+			continue;
+		for (unsigned g = 0; g < (ci.sharding == HC_REPLICATED ? 1 : info.head_groups); g++)
+			for (unsigned l = 0; l < ci.layers; l++) {
+				uint8_t *a;
+				size_t len;
+				ck_assert_ok(hc_page_addr(p, pg, c, l, g, (void **)&a, &len));
+				for (size_t i = 0; i < len; i++) {
+					uint8_t want = kbyte(key, c, l, g, i);
+					if (fill)
+						a[i] = want;
+					else if (a[i] != want)
+						return -1;
+				}
+			}
+	}
+	return 0;
+}
+
+/* Store keys[0..n) as READY pages filled by key; their handles in pg. */
+static void store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg)
+{
+	uint8_t *skip = calloc(n, 1);
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = n, .first_depth = depth0 };
+	uint32_t pres;
+
+	ck_assert_int_eq(hc_reserve(p, &rr, pg, skip), (int)n);
+	for (unsigned i = 0; i < n; i++) {
+		by_key(p, pg[i], keys[i], 1);
+		ck_assert_ok(hc_page_presence(p, pg[i], &pres));
+		ck_assert_int_eq(hc_page_commit(p, pg[i], hc_page_needed(p, pres)), 1);
+	}
+	free(skip);
+}
+
+static void backup(hc_pool *p, const hc_page_t *pg, unsigned n)
+{
+	hc_req *rq;
+
+	ck_assert_ok(hc_req_backup(p, pg, n, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), (int)n);
+	ck_assert_ok(hc_req_free(rq));
+}
+
+static void evict(hc_pool *p, const hc_key_t *keys, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		ck_assert_int_eq(hc_evict_key(p, keys[i]), 1);
+	ck_assert_int_eq(hct_hit(p, keys, n), 0);
+}
+
+static uint64_t ctr(hc_pool *p, enum hc_counter c)
+{
+	struct hc_stats st;
+
+	ck_assert_ok(hc_pool_stats(p, &st));
+	return st.counter[c];
+}
+
+static hc_service *start(const char *name, unsigned threshold)
+{
+	struct hc_service_opts o = { .backend = l3spec, .batch_pages = 4, .prefetch_threshold = threshold };
+	hc_service *s = NULL;
+
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	return s;
+}
+
+static void check_clean(hc_pool *p)
+{
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+}
+
+/* Prefetch keys without a ticket, wait for it, take the hit: its length. */
+static int prefetch_all(hc_pool *p, const hc_key_t *keys, unsigned n, hc_page_t *pg, int *result)
+{
+	struct hc_prefetch_req pr = { .keys = keys, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_req *rq;
+	int h;
+
+	ck_assert_msg(hc_req_prefetch(p, &pr, &rq) == 0, "prefetch: %s", hc_last_error());
+	h = hc_req_prefetch_take(rq, pg, NULL);
+	*result = hc_req_poll(rq);
+	ck_assert_ok(hc_req_free(rq));
+	return h;
+}
+
+START_TEST(roundtrip)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 32, 100, 8);
+	hc_service *s = start(name, 0);
+	hc_key_t k[12];
+	hc_page_t pg[12];
+	int res;
+
+	hct_keys(k, 12, 1);
+	store(p, k, 10, 0, pg);
+	backup(p, pg, 10);
+	evict(p, k, 10);
+	/* keys 10 and 11 are nowhere: the prefix ends there */
+	ck_assert_int_eq(prefetch_all(p, k, 12, pg, &res), 10);
+	ck_assert_int_eq(res, 10);
+	for (int i = 0; i < 10; i++) {
+		ck_assert_msg(by_key(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
+		ck_assert(atomic_load(&p->pages[HC_PAGE_ID(pg[i])].flags) & HC_PF_IN_L3);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_reqs), 1);
+	/* again: all READY, nothing read, and a backup of them skips them all */
+	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
+	backup(p, pg, 10);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_skips), 10);
+	for (int i = 0; i < 10; i++)
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	/* nothing at all in L3: an empty hit, nothing reserved */
+	hct_keys(k, 3, 2);
+	ck_assert_int_eq(prefetch_all(p, k, 3, pg, &res), 0);
+	ck_assert_int_eq(res, 0);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+static void files_now(char (*names)[4096], unsigned *n);
+
+/* A corrupt object in the middle: the prefix ends before it, its page is
+ * never READY, and nothing after it is read or kept. */
+START_TEST(corrupt_ends_prefix)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 32, 100, 8);
+	hc_service *s = start(name, 0);
+	hc_key_t k[8];
+	hc_page_t pg[8];
+	char before[16][4096], after[16][4096];
+	unsigned nb, na;
+	char *victim = NULL;
+	int fd, res;
+	uint8_t b;
+
+	hct_keys(k, 8, 3);
+	store(p, k, 8, 0, pg);
+	backup(p, pg, 3);
+	files_now(before, &nb);
+	backup(p, pg + 3, 1); /* page 3 alone: its object is the one new file */
+	files_now(after, &na);
+	ck_assert_uint_eq(na, nb + 1);
+	for (unsigned i = 0; i < na && !victim; i++) {
+		unsigned j;
+		for (j = 0; j < nb && strcmp(after[i], before[j]); j++)
+			;
+		if (j == nb)
+			victim = after[i];
+	}
+	ck_assert_ptr_nonnull(victim);
+	backup(p, pg + 4, 4);
+	/* flip one payload byte, past the 4096-byte header block */
+	fd = open(victim, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, 5000), 1);
+	b ^= 0x5a;
+	ck_assert_int_eq(pwrite(fd, &b, 1, 5000), 1);
+	close(fd);
+	evict(p, k, 8);
+	ck_assert_int_eq(prefetch_all(p, k, 8, pg, &res), 3);
+	ck_assert_int_eq(res, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(by_key(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_int_eq(hct_hit(p, k + 3, 5), 0); /* neither the bad page nor those after it */
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 3);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+static char (*fn_names)[4096];
+static unsigned fn_n;
+static int list_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)ftw;
+	if (flag == FTW_F && fn_n < 16)
+		snprintf(fn_names[fn_n++], 4096, "%s", path);
+	return 0;
+}
+
+static void files_now(char (*names)[4096], unsigned *n)
+{
+	fn_names = names;
+	fn_n = 0;
+	nftw(l3dir, list_one, 16, FTW_PHYS);
+	*n = fn_n;
+}
+
+/* ---- ranks of one engine, with different timing, take the same hit */
+
+#define NR 3      /* ranks: two of engine 1, one of engine 2 */
+#define NKEYS 24
+
+struct board {
+	int ready[NR];
+	int go;
+	int hit[NR];
+	hc_page_t pages[NR][NKEYS];
+	int fail[NR];
+};
+
+struct rank_arg {
+	struct board *b;
+	int me;
+	hc_key_t *keys;
+};
+
+static void rank(hc_pool *p, void *arg)
+{
+	struct rank_arg *a = arg;
+	struct hc_engine_spec es = { .engine_id = a->me < 2 ? 1 : 2, .tp_size = a->me < 2 ? 2 : 1,
+				     .tp_rank = a->me < 2 ? (uint32_t)a->me : 0, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_ticket_name nm = { .request_id = a->me < 2 ? "req-A" : "req-B", .step = 1 };
+	/* rank 0 takes at once, rank 1 waits for the end; engine 2 asks for
+	 * an overlapping range */
+	struct hc_prefetch_req pr = { .keys = a->me < 2 ? a->keys : a->keys + 4, .nkeys = NKEYS - 4 * (a->me == 2),
+				      .name = &nm,
+				      .policy = a->me == 0 ? HC_PREFETCH_BEST_EFFORT : HC_PREFETCH_WAIT_COMPLETE };
+	hc_ticket t;
+	hc_req *rq;
+	int h;
+
+	if (hc_engine_join(p, &es) < 0) {
+		a->b->fail[a->me] = 1;
+		return;
+	}
+	__atomic_store_n(&a->b->ready[a->me], 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&a->b->go, __ATOMIC_ACQUIRE))
+		usleep(100);
+	if (hc_req_prefetch(p, &pr, &rq) < 0) {
+		a->b->fail[a->me] = 2;
+		return;
+	}
+	if (a->me == 1)
+		usleep(20000); /* later than rank 0, whatever the service does */
+	h = hc_req_prefetch_take(rq, a->b->pages[a->me], &t);
+	a->b->hit[a->me] = h;
+	if (h < 0) {
+		a->b->fail[a->me] = 3;
+		return;
+	}
+	for (int i = 0; i < h; i++)
+		if (by_key(p, a->b->pages[a->me][i], pr.keys[i], 0) < 0)
+			a->b->fail[a->me] = 4;
+	hc_req_wait(rq, 10000);
+	hc_req_free(rq);
+	hc_ticket_release(p, &t);
+	hc_engine_leave(p);
+}
+
+START_TEST(ranks_agree)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 64, 100, 8);
+	hc_service *s = start(name, 0);
+	struct board *b = hct_shared(sizeof(*b));
+	hc_key_t k[NKEYS];
+	hc_page_t pg[NKEYS];
+	struct rank_arg ra[NR];
+	pid_t pid[NR];
+
+	hct_keys(k, NKEYS, 4);
+	store(p, k, NKEYS, 0, pg);
+	backup(p, pg, NKEYS);
+	evict(p, k, NKEYS);
+	for (int r = 0; r < NR; r++) {
+		ra[r] = (struct rank_arg){ b, r, k };
+		pid[r] = fork();
+		ck_assert_int_ge(pid[r], 0);
+		if (pid[r] == 0) {
+			hc_pool *cp;
+			if (hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &cp) < 0)
+				_exit(100);
+			rank(cp, &ra[r]);
+			hc_pool_detach(cp);
+			_exit(0);
+		}
+	}
+	for (int r = 0; r < NR; r++)
+		while (!__atomic_load_n(&b->ready[r], __ATOMIC_ACQUIRE) && !b->fail[r])
+			usleep(1000);
+	__atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
+	for (int r = 0; r < NR; r++) {
+		int st;
+		ck_assert_int_eq(waitpid(pid[r], &st, 0), pid[r]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d status 0x%x", r, st);
+		ck_assert_msg(b->fail[r] == 0, "rank %d failed at step %d", r, b->fail[r]);
+	}
+	/* the engine's two ranks: the same hit and the same pages, whatever
+	 * rank 0 found when it took at once */
+	ck_assert_int_eq(b->hit[0], b->hit[1]);
+	ck_assert_mem_eq(b->pages[0], b->pages[1], (size_t)b->hit[0] * sizeof(hc_page_t));
+	ck_assert_int_eq(b->hit[2], NKEYS - 4); /* it waited for all */
+	/* every key read from L3 once, though three requests asked */
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), NKEYS);
+	ck_assert_int_eq(hct_hit(p, k, NKEYS), NKEYS);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* All or nothing: a prefix longer than the pool reserves nothing. */
+START_TEST(no_space)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 100, 8);
+	hc_service *s = start(name, 0);
+	hc_key_t k[20];
+	hc_page_t pg[20];
+	int res;
+
+	hct_keys(k, 20, 5);
+	store(p, k, 10, 0, pg);
+	backup(p, pg, 10);
+	evict(p, k, 10);
+	store(p, k + 10, 10, 10, pg + 10);
+	backup(p, pg + 10, 10);
+	/* L3 has 20, the pool 16 pages with 10 held READY (evictable) */
+	ck_assert_int_eq(hct_hit(p, k, 20), 0);
+	ck_assert_int_eq(prefetch_all(p, k, 20, pg, &res), 0);
+	ck_assert_int_eq(res, -ENOSPC);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_nospace), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 0);
+	/* a prefix that fits is fine */
+	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
+	for (int i = 0; i < 10; i++) {
+		ck_assert_int_eq(by_key(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+START_TEST(threshold_and_bad_input)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 100, 8);
+	hc_service *s = start(name, 4);
+	struct hc_ticket_name nm = { .request_id = "r", .step = 0 };
+	struct hc_prefetch_req pr = { .nkeys = 3 };
+	hc_key_t k[4];
+	hc_page_t pg[4];
+	hc_ticket t;
+	hc_req *rq;
+	int res;
+
+	hct_keys(k, 4, 6);
+	store(p, k, 4, 0, pg);
+	backup(p, pg, 4);
+	evict(p, k, 4);
+	/* below the threshold: L3 is not asked */
+	ck_assert_int_eq(prefetch_all(p, k, 3, pg, &res), 0);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 0);
+	ck_assert_int_eq(prefetch_all(p, k, 4, pg, &res), 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	/* bad input */
+	pr.keys = k;
+	ck_assert_err(hc_req_prefetch(p, NULL, &rq), EINVAL);
+	ck_assert_ptr_null(rq);
+	pr.policy = (enum hc_prefetch_policy)7;
+	ck_assert_err(hc_req_prefetch(p, &pr, &rq), EINVAL);
+	ck_assert_msg_has("policy");
+	pr.policy = HC_PREFETCH_TIMEOUT;
+	pr.presence = 1u << 5;
+	ck_assert_err(hc_req_prefetch(p, &pr, &rq), EINVAL);
+	ck_assert_msg_has("presence");
+	pr.presence = 0;
+	pr.name = &nm;
+	ck_assert_err(hc_req_prefetch(p, &pr, &rq), EINVAL);
+	ck_assert_msg_has("hc_engine_join");
+	ck_assert_ok(hc_engine_join(p, &(struct hc_engine_spec){ .engine_id = 3, .tp_size = 1,
+							      .quota_pages = HC_QUOTA_UNLIMITED }));
+	nm.request_id = "";
+	ck_assert_err(hc_req_prefetch(p, &pr, &rq), EINVAL);
+	ck_assert_msg_has("request id");
+	nm.request_id = "r";
+	pr.nkeys = 1u << 20;
+	ck_assert_err(hc_req_prefetch(p, &pr, &rq), E2BIG);
+	pr.nkeys = 3;
+	pr.timeout_ms = 50;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_err(hc_req_prefetch_take(rq, pg, NULL), EINVAL); /* named: needs a ticket */
+	ck_assert_int_eq(hc_req_prefetch_take(rq, pg, &t), 3);
+	ck_assert_err(hc_req_prefetch_take(rq, pg, &t), EALREADY);
+	ck_assert_ok(hc_ticket_release(p, &t));
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_ok(hc_req_exists(p, k, 1, &rq));
+	ck_assert_err(hc_req_prefetch_take(rq, pg, NULL), EINVAL); /* not a prefetch */
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_ok(hc_engine_leave(p));
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("prefetch");
+	TCase *tc = tcase_create("prefetch");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, l3_setup, l3_teardown);
+	tcase_add_test(tc, roundtrip);
+	tcase_add_test(tc, corrupt_ends_prefix);
+	tcase_add_test(tc, ranks_agree);
+	tcase_add_test(tc, no_space);
+	tcase_add_test(tc, threshold_and_bad_input);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}
