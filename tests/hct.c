@@ -2,6 +2,9 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <execinfo.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,6 +326,50 @@ void hct_print_violation(void *arg, const char *line)
 	fprintf(stderr, "violation: %s\n", line);
 }
 
+/* A hung child says where each of its threads is before it is killed. */
+static void dump_stack(int sig)
+{
+	void *frames[48];
+	char head[64];
+	int n = backtrace(frames, 48), len;
+
+	(void)sig;
+	len = snprintf(head, sizeof(head), "hct: thread %d of pid %d:\n", (int)gettid(), (int)getpid());
+	if (write(2, head, (size_t)len) < 0)
+		return;
+	backtrace_symbols_fd(frames, n, 2);
+}
+
+static void dump_task_files(pid_t pid)
+{
+	char path[512], line[512];
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	if (!(d = opendir(path)))
+		return;
+	while ((e = readdir(d))) {
+		static const char *const files[] = { "comm", "wchan", "syscall", "stack" };
+		if (e->d_name[0] == '.')
+			continue;
+		for (unsigned i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+			FILE *f;
+			snprintf(path, sizeof(path), "/proc/%d/task/%s/%s", (int)pid, e->d_name, files[i]);
+			if (!(f = fopen(path, "r")))
+				continue;
+			while (fgets(line, sizeof(line), f))
+				fprintf(stderr, "hct: %d/%s %s: %s%s", (int)pid, e->d_name, files[i], line,
+					strchr(line, '\n') ? "" : "\n");
+			fclose(f);
+		}
+		if (pid != getpid())
+			syscall(SYS_tgkill, pid, atoi(e->d_name), SIGUSR2);
+	}
+	closedir(d);
+	usleep(200000);
+}
+
 int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg)
 {
 	pid_t pid = fork();
@@ -331,6 +378,7 @@ int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		hc_pool *p;
+		signal(SIGUSR2, dump_stack);
 		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
 		if (hc_pool_attach(pool_name, &o, &p) < 0)
 			_exit(100);
@@ -338,6 +386,22 @@ int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg
 		hc_pool_detach(p);
 		_exit(0);
 	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	/* Bounded, below the test's timeout: a child that hangs is shown, with
+	 * this process's threads (an embedded service), not just timed out. */
+	for (int ms = 0;; ms += 10) {
+		pid_t w = waitpid(pid, &st, WNOHANG);
+		ck_assert_int_ge(w, 0);
+		if (w == pid)
+			break;
+		if (ms >= HCT_CHILD_MAX_MS) {
+			fprintf(stderr, "hct: child %d still runs after %d ms; where it and we are:\n", (int)pid, ms);
+			dump_task_files(pid);
+			dump_task_files(getpid());
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			ck_abort_msg("child %d hung for %d ms (threads shown above)", (int)pid, ms);
+		}
+		usleep(10000);
+	}
 	return st;
 }

@@ -70,6 +70,9 @@ int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n);
 void *hct_shared(size_t bytes);
 /* A report function for hc_pool_check that prints each violation. */
 void hct_print_violation(void *arg, const char *line);
+/* How long hct_in_child waits before it shows the child's threads and kills it. */
+#define HCT_CHILD_MAX_MS 25000
+
 /* Fork; the child attaches pool_name itself (a forked handle is refused),
  * runs fn, detaches and exits 0 (100 if it could not attach).  Returns the
  * child's wait status. */
