@@ -23,10 +23,7 @@ const char *hc_cli_error(void)
 	return cli_error[0] ? cli_error : "no error";
 }
 
-static int cli_err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Record a message for hc_cli_error() and return -err. */
-static int cli_err(int err, const char *fmt, ...)
+int hc_cli_fail(int err, const char *fmt, ...)
 {
 	char msg[sizeof(cli_error)];
 	va_list ap;
@@ -45,18 +42,18 @@ int hc_cli_parse_u64(const char *what, const char *s, uint64_t min, uint64_t max
 	char *end;
 
 	if (!s || !*s)
-		return cli_err(EINVAL, "%s: the value is empty: expected a decimal number", what);
+		return hc_cli_fail(EINVAL, "%s: the value is empty: expected a decimal number", what);
 	/* strtoull would take blanks, a sign (and wrap a '-') and 0x: refuse them */
 	if (!isdigit((unsigned char)s[0]))
-		return cli_err(EINVAL, "%s '%s' is not a decimal number", what, s);
+		return hc_cli_fail(EINVAL, "%s '%s' is not a decimal number", what, s);
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (*end)
-		return cli_err(EINVAL, "%s '%s' is not a decimal number", what, s);
+		return hc_cli_fail(EINVAL, "%s '%s' is not a decimal number", what, s);
 	if (errno == ERANGE || v > max)
-		return cli_err(ERANGE, "%s '%s' is too large: at most %" PRIu64, what, s, max);
+		return hc_cli_fail(ERANGE, "%s '%s' is too large: at most %" PRIu64, what, s, max);
 	if (v < min)
-		return cli_err(ERANGE, "%s '%s' is too small: at least %" PRIu64, what, s, min);
+		return hc_cli_fail(ERANGE, "%s '%s' is too small: at least %" PRIu64, what, s, min);
 	*out = v;
 	return 0;
 }
@@ -78,13 +75,13 @@ int hc_cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t *o
 	char *end;
 
 	if (!s || !*s)
-		return cli_err(EINVAL, "%s: the value is empty: expected a size like 4096, 64M or 2G", what);
+		return hc_cli_fail(EINVAL, "%s: the value is empty: expected a size like 4096, 64M or 2G", what);
 	if (!isdigit((unsigned char)s[0]))
-		return cli_err(EINVAL, "%s '%s' is not a size: expected a number with an optional K, M, G or T", what, s);
+		return hc_cli_fail(EINVAL, "%s '%s' is not a size: expected a number with an optional K, M, G or T", what, s);
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno == ERANGE)
-		return cli_err(ERANGE, "%s '%s' is too large", what, s);
+		return hc_cli_fail(ERANGE, "%s '%s' is too large", what, s);
 	switch (*end) {
 	case '\0':
 		break;
@@ -93,17 +90,17 @@ int hc_cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t *o
 	case 'g': case 'G': shift = 30; break;
 	case 't': case 'T': shift = 40; break;
 	default:
-		return cli_err(EINVAL, "%s '%s' has an unknown suffix '%s': use K, M, G or T (powers of 1024)",
+		return hc_cli_fail(EINVAL, "%s '%s' has an unknown suffix '%s': use K, M, G or T (powers of 1024)",
 			       what, s, end);
 	}
 	if (shift && strcmp(end + 1, "") != 0 && strcmp(end + 1, "iB") != 0)
-		return cli_err(EINVAL, "%s '%s' has an unknown suffix '%s': use K, M, G or T (powers of 1024)",
+		return hc_cli_fail(EINVAL, "%s '%s' has an unknown suffix '%s': use K, M, G or T (powers of 1024)",
 			       what, s, end);
 	if (v > (UINT64_MAX >> shift))
-		return cli_err(ERANGE, "%s '%s' is too large: it overflows 64 bits", what, s);
+		return hc_cli_fail(ERANGE, "%s '%s' is too large: it overflows 64 bits", what, s);
 	v <<= shift;
 	if (v < min)
-		return cli_err(ERANGE, "%s '%s' is too small: at least %" PRIu64 " bytes", what, s, min);
+		return hc_cli_fail(ERANGE, "%s '%s' is too small: at least %" PRIu64 " bytes", what, s, min);
 	*out = v;
 	return 0;
 }
@@ -118,7 +115,7 @@ int hc_cli_parse_mode(const char *what, const char *s, mode_t *out)
 		*out = 0660;
 		return 0;
 	}
-	return cli_err(EINVAL, "%s '%s' is not allowed: a pool is 0600, or 0660 to share it with a group",
+	return hc_cli_fail(EINVAL, "%s '%s' is not allowed: a pool is 0600, or 0660 to share it with a group",
 		       what, s ? s : "");
 }
 
@@ -156,7 +153,7 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 
 	memset(out, 0, sizeof(*out));
 	if (!s || strlen(s) >= sizeof(buf))
-		return cli_err(EINVAL, "%s: the spec is missing or longer than %zu characters", what, sizeof(buf) - 1);
+		return hc_cli_fail(EINVAL, "%s: the spec is missing or longer than %zu characters", what, sizeof(buf) - 1);
 	strcpy(buf, s);
 	/* split by hand: strtok would merge empty fields and hide a typo */
 	for (p = buf; nf < 8; nf++) {
@@ -169,10 +166,10 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 		*p++ = 0;
 	}
 	if (p || nf < nshape || nf > nshape + 2)
-		return cli_err(EINVAL, "%s '%s' has %s%u fields: expected %s", what, s, p ? "over " : "", nf, form);
+		return hc_cli_fail(EINVAL, "%s '%s' has %s%u fields: expected %s", what, s, p ? "over " : "", nf, form);
 
 	if (!comp_name_ok(f[0]))
-		return cli_err(EINVAL, "%s '%s': NAME '%s' must be 1..%d letters, digits, '_', '-' or '.'",
+		return hc_cli_fail(EINVAL, "%s '%s': NAME '%s' must be 1..%d letters, digits, '_', '-' or '.'",
 			       what, s, f[0], HC_COMP_NAME_MAX);
 	strcpy(out->name, f[0]);
 	out->spec.name = out->name;
@@ -183,7 +180,7 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 		char list[128];
 
 		dtype_list(list, sizeof(list));
-		return cli_err(EINVAL, "%s '%s': unknown DTYPE '%s': use %s", what, s, f[1], list);
+		return hc_cli_fail(EINVAL, "%s '%s': unknown DTYPE '%s': use %s", what, s, f[1], list);
 	}
 	out->spec.dtype = (enum hc_dtype)d;
 
@@ -191,11 +188,11 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 		if ((ret = hc_cli_parse_u32("HEADS", f[2], 1, UINT32_MAX, &out->spec.kv_heads)) < 0 ||
 		    (ret = hc_cli_parse_u32("HEAD_BYTES", f[3], 1, UINT32_MAX, &out->spec.head_bytes)) < 0 ||
 		    (ret = hc_cli_parse_u32("LAYERS", f[4], 1, UINT32_MAX, &out->spec.layers)) < 0)
-			return cli_err(-ret, "%s '%s': %s", what, s, hc_cli_error());
+			return hc_cli_fail(-ret, "%s '%s': %s", what, s, hc_cli_error());
 	} else {
 		if ((ret = hc_cli_parse_size("BYTES_PER_LAYER", f[2], 1, &out->spec.bytes_per_layer)) < 0 ||
 		    (ret = hc_cli_parse_u32("LAYERS", f[3], 1, UINT32_MAX, &out->spec.layers)) < 0)
-			return cli_err(-ret, "%s '%s': %s", what, s, hc_cli_error());
+			return hc_cli_fail(-ret, "%s '%s': %s", what, s, hc_cli_error());
 	}
 
 	out->spec.sharding = HC_SHARDED;
@@ -206,9 +203,9 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 			out->spec.sharding = HC_REPLICATED;
 		else if (!strncmp(x, "window=", 7)) {
 			if ((ret = hc_cli_parse_u32("window", x + 7, 1, HC_LOOKUP_MAX, &out->spec.window_pages)) < 0)
-				return cli_err(-ret, "%s '%s': %s", what, s, hc_cli_error());
+				return hc_cli_fail(-ret, "%s '%s': %s", what, s, hc_cli_error());
 		} else if (strcmp(x, "sharded") != 0)
-			return cli_err(EINVAL, "%s '%s': field '%s' must be 'replicated', 'sharded' or 'window=PAGES'",
+			return hc_cli_fail(EINVAL, "%s '%s': field '%s' must be 'replicated', 'sharded' or 'window=PAGES'",
 				       what, s, x);
 	}
 	return 0;
@@ -231,7 +228,7 @@ int hc_cli_parse_numa(const char *what, const char *s, enum hc_numa_mode *mode, 
 		*nodes = s + 11;
 		return 0;
 	}
-	return cli_err(EINVAL, "%s '%s': expected bind:NODES, interleave or interleave:NODES (NODES like 0, 0-1 or 0,2)",
+	return hc_cli_fail(EINVAL, "%s '%s': expected bind:NODES, interleave or interleave:NODES (NODES like 0, 0-1 or 0,2)",
 		       what, s ? s : "");
 }
 
@@ -261,12 +258,12 @@ static int hexval(char c)
 int hc_cli_parse_hex(const char *what, const char *s, uint8_t *out, size_t n)
 {
 	if (!s || strlen(s) != 2 * n)
-		return cli_err(EINVAL, "%s '%s': expected exactly %zu hex digits", what, s ? s : "", 2 * n);
+		return hc_cli_fail(EINVAL, "%s '%s': expected exactly %zu hex digits", what, s ? s : "", 2 * n);
 	for (size_t i = 0; i < n; i++) {
 		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
 
 		if (hi < 0 || lo < 0)
-			return cli_err(EINVAL, "%s '%s': '%c%c' at offset %zu is not hex", what, s, s[2 * i],
+			return hc_cli_fail(EINVAL, "%s '%s': '%c%c' at offset %zu is not hex", what, s, s[2 * i],
 				       s[2 * i + 1], 2 * i);
 		out[i] = (uint8_t)(hi << 4 | lo);
 	}
@@ -278,10 +275,10 @@ int hc_cli_parse_hex_prefix(const char *what, const char *s, size_t max, char *o
 	size_t n = s ? strlen(s) : 0;
 
 	if (n > max)
-		return cli_err(EINVAL, "%s '%s' is %zu hex digits long: at most %zu", what, s, n, max);
+		return hc_cli_fail(EINVAL, "%s '%s' is %zu hex digits long: at most %zu", what, s, n, max);
 	for (size_t i = 0; i < n; i++) {
 		if (hexval(s[i]) < 0)
-			return cli_err(EINVAL, "%s '%s': '%c' at offset %zu is not a hex digit (0-9, a-f)", what, s,
+			return hc_cli_fail(EINVAL, "%s '%s': '%c' at offset %zu is not a hex digit (0-9, a-f)", what, s,
 				       s[i], i);
 		out[i] = (char)tolower((unsigned char)s[i]);
 	}

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.h - argument parsing shared by the command-line tools (hicache-pool,
- * hicache-bench): strict numbers, sizes with K/M/G/T suffixes, component
- * specs, NUMA options and fingerprint hex.
+ * hicache-bench, hicached): strict numbers, sizes with K/M/G/T suffixes,
+ * component specs, NUMA options, fingerprint hex, and the options that
+ * describe a pool at its creation (cli_pool.c).
  *
  * Every parser returns 0 or a negative errno (-EINVAL for malformed input,
  * -ERANGE for a number out of range) and, on failure, leaves one line in
@@ -24,6 +25,8 @@
 
 /* The calling thread's last parse error (one line, no newline). */
 const char *hc_cli_error(void);
+/* Record a message for hc_cli_error() and return -err. */
+int hc_cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
  * A decimal number in [min, max]: digits only (no sign, no blanks, no
@@ -73,5 +76,51 @@ char *hc_cli_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* A CLOCK_REALTIME ns timestamp as local "YYYY-MM-DD HH:MM:SS +ZZZZ". */
 char *hc_cli_format_time(uint64_t unix_ns, char *buf, size_t len);
+
+/*
+ * ---- a pool's creation options (cli_pool.c), shared by 'hicache-pool
+ * create' and hicached: one option at a time from any source (a command
+ * line, a config file), then hc_cli_pool_finish() to create the pool, or
+ * hc_cli_pool_agrees() to check an existing one against them.
+ */
+enum hc_cli_pool_opt {
+	HC_CLI_POOL_MODEL, HC_CLI_POOL_PAGE_TOKENS, HC_CLI_POOL_TP, HC_CLI_POOL_HEAD_GROUPS,
+	HC_CLI_POOL_PAGES, HC_CLI_POOL_SIZE, HC_CLI_POOL_KV, HC_CLI_POOL_STATE, HC_CLI_POOL_DIR,
+	HC_CLI_POOL_GROUP, HC_CLI_POOL_MODE, HC_CLI_POOL_MAX_RANKS, HC_CLI_POOL_QUARANTINE_MS,
+	HC_CLI_POOL_NUMA, HC_CLI_POOL_EVICT, HC_CLI_POOL_MAX_TICKETS, HC_CLI_POOL_TICKET_KEYS,
+	HC_CLI_POOL_HOST_MODE, HC_CLI_POOL_RING_ENTRIES, HC_CLI_POOL_ARG_BYTES,
+	HC_CLI_POOL__COUNT
+};
+
+/* Each option's long name (without "--"), its argument and a one-line help. */
+struct hc_cli_pool_optinfo {
+	const char *name, *arg, *help;
+};
+extern const struct hc_cli_pool_optinfo hc_cli_pool_opts[HC_CLI_POOL__COUNT];
+
+struct hc_cli_pool {
+	struct hc_pool_spec spec;        /* strings point at the values given: keep them */
+	struct hc_cli_comp comps[HC_MAX_COMPONENTS];
+	struct hc_component_spec specs[HC_MAX_COMPONENTS]; /* spec.comps, once finished */
+	unsigned ncomp;
+	uint32_t given;                  /* a bit per option, from any source */
+	uint32_t seen;                   /* a bit per option, from the current source */
+};
+
+void hc_cli_pool_init(struct hc_cli_pool *cp);
+/* A new source (the command line after the config file): its options
+ * override the earlier ones; --kv/--state replace the earlier list, and
+ * --pages or --size the earlier capacity. */
+void hc_cli_pool_next_source(struct hc_cli_pool *cp);
+/* One option; 'what' names it in messages ("--pages", or a config key).
+ * Giving one twice in a source is an error, but for --kv and --state. */
+int hc_cli_pool_set(struct hc_cli_pool *cp, enum hc_cli_pool_opt opt, const char *what, const char *value);
+/* Whether any option but --dir was given: the caller means a geometry. */
+int hc_cli_pool_has_geometry(const struct hc_cli_pool *cp);
+/* Everything creation needs is there and fits together; spec.comps set. */
+int hc_cli_pool_finish(struct hc_cli_pool *cp);
+/* 0 when every option given agrees with the existing pool, else -EINVAL
+ * naming each option that differs, with both values. */
+int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool);
 
 #endif /* HC_TOOLS_CLI_H */

@@ -118,10 +118,9 @@ static int check_dir(const char *dir)
 
 /* getopt_long codes of the long options, for every verb */
 enum {
-	OPT_MODEL = 256, OPT_PAGE_TOKENS, OPT_TP, OPT_HEAD_GROUPS, OPT_PAGES, OPT_SIZE, OPT_KV, OPT_STATE,
-	OPT_DIR, OPT_GROUP, OPT_MODE, OPT_MAX_RANKS, OPT_QUARANTINE, OPT_NUMA, OPT_JSON, OPT_NO_RECOVER,
-	OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY, OPT_COUNT, OPT_EVICT, OPT_MAX_TICKETS,
-	OPT_TICKET_KEYS, OPT_HOST_MODE, OPT_RING_ENTRIES, OPT_ARG_BYTES, OPT__END
+	OPT_DIR = 256, OPT_JSON, OPT_NO_RECOVER, OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY,
+	OPT_COUNT,
+	OPT_POOL, /* create: OPT_POOL + enum hc_cli_pool_opt */
 };
 
 /*
@@ -291,161 +290,36 @@ static const char create_usage[] =
 
 static int cmd_create(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "model", required_argument, NULL, OPT_MODEL },
-		{ "page-tokens", required_argument, NULL, OPT_PAGE_TOKENS },
-		{ "tp", required_argument, NULL, OPT_TP },
-		{ "head-groups", required_argument, NULL, OPT_HEAD_GROUPS },
-		{ "pages", required_argument, NULL, OPT_PAGES },
-		{ "size", required_argument, NULL, OPT_SIZE },
-		{ "kv", required_argument, NULL, OPT_KV },
-		{ "state", required_argument, NULL, OPT_STATE },
-		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "group", required_argument, NULL, OPT_GROUP },
-		{ "mode", required_argument, NULL, OPT_MODE },
-		{ "max-ranks", required_argument, NULL, OPT_MAX_RANKS },
-		{ "quarantine-ms", required_argument, NULL, OPT_QUARANTINE },
-		{ "numa", required_argument, NULL, OPT_NUMA },
-		{ "evict", required_argument, NULL, OPT_EVICT },
-		{ "max-tickets", required_argument, NULL, OPT_MAX_TICKETS },
-		{ "ticket-keys", required_argument, NULL, OPT_TICKET_KEYS },
-		{ "host-mode", required_argument, NULL, OPT_HOST_MODE },
-		{ "ring-entries", required_argument, NULL, OPT_RING_ENTRIES },
-		{ "arg-bytes", required_argument, NULL, OPT_ARG_BYTES },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	static struct hc_cli_comp comps[HC_MAX_COMPONENTS];
-	struct hc_component_spec specs[HC_MAX_COMPONENTS];
-	struct hc_pool_spec spec = { 0 };
+	struct option opts[HC_CLI_POOL__COUNT + 2];
+	static struct hc_cli_pool cp;
+	struct hc_pool_spec spec;
 	struct hc_pool_info info;
-	bool seen[OPT__END] = { false };
-	char hex[65], b1[32], b2[32];
-	unsigned ncomp = 0;
+	char hex[65], b1[32], b2[32], what[32];
 	hc_pool *p = NULL;
-	int c, ret, idx = 0;
+	int c, ret;
 
-	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-		ret = 0;
-		if (c >= OPT_MODEL && c < OPT__END && c != OPT_KV && c != OPT_STATE) {
-			/* a second --pages would silently win: refuse it */
-			if (seen[c])
-				return usage_error("option '--%s' is given twice", opts[idx].name);
-			seen[c] = true;
-		}
-		switch (c) {
-		case 'h':
+	/* the options are the shared pool options (cli.h), each coded OPT_POOL + its index */
+	for (unsigned i = 0; i < HC_CLI_POOL__COUNT; i++)
+		opts[i] = (struct option){ hc_cli_pool_opts[i].name, required_argument, NULL, OPT_POOL + (int)i };
+	opts[HC_CLI_POOL__COUNT] = (struct option){ "help", no_argument, NULL, 'h' };
+	opts[HC_CLI_POOL__COUNT + 1] = (struct option){ NULL, 0, NULL, 0 };
+	hc_cli_pool_init(&cp);
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		if (c == 'h') {
 			fputs(create_usage, stdout);
 			return HC_CLI_EXIT_OK;
-		case OPT_MODEL:
-			spec.model_id = optarg;
-			break;
-		case OPT_PAGE_TOKENS:
-			ret = hc_cli_parse_u32("--page-tokens", optarg, 1, UINT32_MAX, &spec.page_tokens);
-			break;
-		case OPT_TP:
-			ret = hc_cli_parse_u32("--tp", optarg, 1, UINT32_MAX, &spec.tp_size);
-			break;
-		case OPT_HEAD_GROUPS:
-			ret = hc_cli_parse_u32("--head-groups", optarg, 1, HC_MAX_HEAD_GROUPS, &spec.head_groups);
-			break;
-		case OPT_PAGES:
-			ret = hc_cli_parse_u64("--pages", optarg, 1, UINT64_MAX, &spec.capacity_pages);
-			break;
-		case OPT_SIZE:
-			ret = hc_cli_parse_size("--size", optarg, 1, &spec.capacity_bytes);
-			break;
-		case OPT_KV:
-		case OPT_STATE:
-			if (ncomp == HC_MAX_COMPONENTS)
-				return usage_error("too many components: a pool has at most %d", HC_MAX_COMPONENTS);
-			ret = hc_cli_parse_comp(c == OPT_KV ? "--kv" : "--state", optarg,
-						c == OPT_KV ? HC_COMP_KV : HC_COMP_STATE, &comps[ncomp]);
-			if (ret == 0) {
-				specs[ncomp] = comps[ncomp].spec;
-				ncomp++;
-			}
-			break;
-		case OPT_DIR:
-			spec.dir = optarg;
-			break;
-		case OPT_GROUP:
-			spec.group = optarg;
-			break;
-		case OPT_MODE:
-			ret = hc_cli_parse_mode("--mode", optarg, &spec.mode);
-			break;
-		case OPT_MAX_RANKS:
-			ret = hc_cli_parse_u32("--max-ranks", optarg, 1, HC_MAX_RANKS, &spec.max_ranks);
-			break;
-		case OPT_QUARANTINE:
-			ret = hc_cli_parse_u32("--quarantine-ms", optarg, 1, UINT32_MAX, &spec.quarantine_ms);
-			break;
-		case OPT_NUMA:
-			ret = hc_cli_parse_numa("--numa", optarg, &spec.numa, &spec.numa_nodes);
-			break;
-		case OPT_EVICT:
-			if (!strcmp(optarg, "clock"))
-				spec.evict = HC_EVICT_CLOCK;
-			else if (!strcmp(optarg, "lru"))
-				spec.evict = HC_EVICT_LRU;
-			else
-				return usage_error("--evict '%s': use 'clock' or 'lru'", optarg);
-			break;
-		case OPT_MAX_TICKETS:
-			ret = hc_cli_parse_u32("--max-tickets", optarg, 64, 4096, &spec.max_tickets);
-			if (ret == 0 && spec.max_tickets % 64)
-				return usage_error("--max-tickets %u: give a multiple of 64", spec.max_tickets);
-			break;
-		case OPT_TICKET_KEYS:
-			ret = hc_cli_parse_u32("--ticket-keys", optarg, 1, HC_LOOKUP_MAX, &spec.ticket_keys);
-			break;
-		case OPT_HOST_MODE:
-			if (!strcmp(optarg, "cache"))
-				spec.host_mode = HC_HOST_CACHE;
-			else if (!strcmp(optarg, "buffer_only"))
-				spec.host_mode = HC_HOST_BUFFER_ONLY;
-			else
-				return usage_error("--host-mode '%s': use 'cache' or 'buffer_only'", optarg);
-			break;
-		case OPT_RING_ENTRIES:
-			ret = hc_cli_parse_u32("--ring-entries", optarg, 8, 4096, &spec.ring_entries);
-			if (ret == 0 && (spec.ring_entries & (spec.ring_entries - 1)))
-				return usage_error("--ring-entries %u: give a power of two", spec.ring_entries);
-			break;
-		case OPT_ARG_BYTES:
-			ret = hc_cli_parse_size("--arg-bytes", optarg, 4096, &spec.arg_bytes);
-			if (ret == 0 && spec.arg_bytes % 4096)
-				return usage_error("--arg-bytes %llu: give a multiple of 4096",
-						   (unsigned long long)spec.arg_bytes);
-			break;
-		default:
-			return bad_option(c, argv);
 		}
-		if (ret < 0)
+		if (c < OPT_POOL || c >= OPT_POOL + HC_CLI_POOL__COUNT)
+			return bad_option(c, argv);
+		snprintf(what, sizeof(what), "--%s", hc_cli_pool_opts[c - OPT_POOL].name);
+		if (hc_cli_pool_set(&cp, (enum hc_cli_pool_opt)(c - OPT_POOL), what, optarg) < 0)
 			return usage_error("%s", hc_cli_error());
 	}
-	if ((ret = take_name(argc, argv, &spec.name)) != 0)
+	if ((ret = take_name(argc, argv, &cp.spec.name)) != 0)
 		return ret;
-	if (!spec.model_id)
-		return usage_error("missing --model ID: name the model the pages belong to");
-	if (!spec.page_tokens)
-		return usage_error("missing --page-tokens N: give the engine's page size in tokens");
-	if (!spec.tp_size)
-		return usage_error("missing --tp N: give the tensor-parallel size the pool is for");
-	if (ncomp == 0)
-		return usage_error("no components: give at least one --kv or --state");
-	if (seen[OPT_PAGES] && seen[OPT_SIZE])
-		return usage_error("both --pages and --size given: give one capacity");
-	if (!seen[OPT_PAGES] && !seen[OPT_SIZE])
-		return usage_error("missing capacity: give --pages N or --size SIZE");
-	if (spec.group && spec.mode == 0600)
-		return usage_error("--group '%s' with --mode 0600 would lock the group out: use --mode 0660 or drop --mode",
-				   spec.group);
-	if ((ret = check_dir(spec.dir)) != 0)
-		return ret;
-	spec.comps = specs;
-	spec.ncomp = ncomp;
+	if (hc_cli_pool_finish(&cp) < 0)
+		return usage_error("%s", hc_cli_error());
+	spec = cp.spec;
 
 	if (hc_pool_create(&spec) < 0)
 		return failure("%s", lib_error());

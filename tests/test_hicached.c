@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_hicached.c - the service daemon, run as a program: it creates a
+ * pool or serves an existing one, stops cleanly on SIGTERM and SIGINT,
+ * reopens its log on SIGHUP, refuses a second daemon on the same pool,
+ * a geometry that disagrees with the pool and every kind of bad config
+ * (exit 2, FILE:LINE), lets the command line override the config file,
+ * and answers a rank's request through the file backend.
+ *
+ * Every daemon is a child that dies with the test (PR_SET_PDEATHSIG), and
+ * every wait is bounded.  A test that passes kills its daemons, destroys
+ * its pools and removes its temp dir at exit; one that fails ends with
+ * _exit() (Check's fork mode), so the runner then sweeps the temp dirs of
+ * dead test processes, as hct_run sweeps their pools.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hicache/service.h>
+
+#include "hct.h"
+
+#define WAIT_MS 5000 /* the most any daemon gets to start or stop */
+#define MAXD 32 /* daemons one test may start */
+
+/* What this test process must undo, whatever happens. */
+static struct {
+	pid_t pid[MAXD];
+	int live[MAXD];   /* not reaped yet */
+	int out[MAXD];    /* memfd with the daemon's stdout and stderr */
+	unsigned n;
+	const char *pools[4];
+	unsigned npools;
+	char dir[64];
+} T;
+
+#define TMP_PREFIX "/tmp/hctest-hicached-"
+
+static char outbuf[65536];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void cleanup(void)
+{
+	for (unsigned i = 0; i < T.n; i++)
+		if (T.live[i] && kill(T.pid[i], SIGKILL) == 0)
+			waitpid(T.pid[i], NULL, 0);
+	for (unsigned i = 0; i < T.npools; i++)
+		hc_pool_destroy(T.pools[i], NULL, HC_DESTROY_FORCE);
+	if (T.dir[0])
+		nftw(T.dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The runner's side: the temp dirs of test processes that are gone. */
+static void sweep_tmp(void)
+{
+	DIR *d = opendir("/tmp");
+	struct dirent *e;
+	char path[300];
+	int pid;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, TMP_PREFIX + 5, strlen(TMP_PREFIX) - 5))
+			continue;
+		pid = atoi(e->d_name + strlen(TMP_PREFIX) - 5);
+		if (pid <= 0 || kill(pid, 0) == 0)
+			continue;
+		snprintf(path, sizeof(path), "/tmp/%s", e->d_name);
+		nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+	}
+	closedir(d);
+}
+
+/* A temp dir for this test (with l3/ for the file backend): removed at exit. */
+static const char *tmpdir(void)
+{
+	char l3[128];
+
+	if (!T.dir[0]) {
+		snprintf(T.dir, sizeof(T.dir), TMP_PREFIX "%d-XXXXXX", (int)getpid());
+		ck_assert_ptr_nonnull(mkdtemp(T.dir));
+		atexit(cleanup);
+		snprintf(l3, sizeof(l3), "%s/l3", T.dir);
+		ck_assert_int_eq(mkdir(l3, 0700), 0);
+	}
+	return T.dir;
+}
+
+/* A unique pool name ("hctest-<pid>-<n>"), destroyed at exit. */
+static const char *pool_name(void)
+{
+	const char *name = hct_name();
+
+	tmpdir();
+	ck_assert_uint_lt(T.npools, 4);
+	T.pools[T.npools++] = name;
+	return name;
+}
+
+/* "file:dir=TMP/l3" */
+static const char *backend(void)
+{
+	static char spec[128];
+
+	snprintf(spec, sizeof(spec), "file:dir=%s/l3", tmpdir());
+	return spec;
+}
+
+static const char *path_in_tmp(const char *file)
+{
+	static char path[4][128];
+	static unsigned k;
+
+	snprintf(path[k % 4], sizeof(path[0]), "%s/%s", tmpdir(), file);
+	return path[k++ % 4];
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static const char *read_file(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY);
+	ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : -1;
+
+	buf[n > 0 ? n : 0] = 0;
+	if (fd >= 0)
+		close(fd);
+	return buf;
+}
+
+/* ---- running the daemon */
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static unsigned slot_of(pid_t pid)
+{
+	for (unsigned i = 0; i < T.n; i++)
+		if (T.pid[i] == pid)
+			return i;
+	ck_abort_msg("pid %d is no daemon of this test", (int)pid);
+	return 0;
+}
+
+/* Start hicached with these arguments; its output goes to a memfd. */
+static pid_t spawn(const char *const *args)
+{
+	const char *argv[64] = { "hicached" };
+	const char *path = hct_tool("hicached");
+	unsigned argc = 1;
+	int fd;
+	pid_t pid;
+
+	tmpdir();
+	ck_assert_uint_lt(T.n, MAXD);
+	for (; *args && argc < 63; args++)
+		argv[argc++] = *args;
+	argv[argc] = NULL;
+	fd = memfd_create("hicached-out", MFD_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* never outlive the test, even one Check kills on a timeout */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execv(path, (char *const *)argv);
+		fprintf(stderr, "cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	T.pid[T.n] = pid;
+	T.live[T.n] = 1;
+	T.out[T.n++] = fd;
+	return pid;
+}
+
+/* Everything the daemon has written so far. */
+static const char *output(pid_t pid)
+{
+	int fd = T.out[slot_of(pid)];
+	ssize_t n = pread(fd, outbuf, sizeof(outbuf) - 1, 0);
+
+	outbuf[n > 0 ? n : 0] = 0;
+	return outbuf;
+}
+
+/* Its exit status (128 + signal if killed), within WAIT_MS or the test fails. */
+static int reap(pid_t pid)
+{
+	unsigned i = slot_of(pid);
+	double end = hct_now() + WAIT_MS / 1000.0;
+	int st;
+
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		if (hct_now() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			T.live[i] = 0;
+			ck_abort_msg("hicached pid %d did not exit within %d ms:\n%s", (int)pid, WAIT_MS, output(pid));
+		}
+		usleep(2000);
+	}
+	T.live[i] = 0;
+	st = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	ck_assert_msg(st != 127, "hicached did not run: %s", output(pid));
+	return st;
+}
+
+static int stop(pid_t pid, int sig)
+{
+	ck_assert_int_eq(kill(pid, sig), 0);
+	return reap(pid);
+}
+
+/*
+ * Wait until the daemon serves the pool.  The service record's state is
+ * read without its lock: hc_service_probe try-locks it, and a probe that
+ * held it at the wrong moment would make the starting service see a busy
+ * pool.  Once the record names the daemon, the probe must agree.
+ */
+static void wait_serving(const char *name, pid_t pid)
+{
+	struct hc_attach_opts ao = { .flags = HC_ATTACH_ADMIN };
+	double end = hct_now() + WAIT_MS / 1000.0;
+	hc_pool *p = NULL;
+	uint32_t who = 0;
+	int st;
+
+	for (;;) {
+		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "hicached exited (status 0x%x) before serving:\n%s", st,
+			      output(pid));
+		ck_assert_msg(hct_now() < end, "hicached did not serve pool %s within %d ms:\n%s", name, WAIT_MS,
+			      output(pid));
+		if (!p && hc_pool_attach(name, &ao, &p) < 0)
+			p = NULL; /* not created yet */
+		if (p && atomic_load(&p->ctl->service.state) == HC_SVC_LIVE &&
+		    atomic_load(&p->ctl->service.pid) == (uint32_t)pid)
+			break;
+		usleep(2000);
+	}
+	ck_assert_int_eq(hc_service_probe(p, &who), 1);
+	ck_assert_uint_eq(who, (uint32_t)pid);
+	hc_pool_detach(p);
+}
+
+#define ck_assert_has(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "output lacks '%s':\n%s", (s), (text))
+#define ck_assert_lacks(text, s) ck_assert_msg(strstr((text), (s)) == NULL, "output has '%s':\n%s", (s), (text))
+
+/* The geometry of hct_spec_init, as options. */
+#define GEOMETRY "--model", "test/model-7b", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2", \
+		 "--state", "state,f32,1024,2,replicated"
+
+/* A pool made by the library, as an admin would with hicache-pool. */
+static void create_pool(const char *name, uint32_t npages)
+{
+	struct hct_spec s;
+
+	hct_spec_init(&s, name, npages);
+	ck_assert_ok(hc_pool_create(&s.spec));
+}
+
+/* The pool is there, passes its checks with nobody serving, and goes. */
+static void check_and_destroy(const char *name)
+{
+	struct hc_attach_opts ao = { .flags = HC_ATTACH_ADMIN };
+	hc_pool *p;
+	int v = 0;
+
+	ck_assert_ok(hc_pool_attach(name, &ao, &p));
+	ck_assert_int_eq(hc_service_probe(p, NULL), 0);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, &v), 0);
+	hc_pool_detach(p);
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+}
+
+static uint32_t pool_pages(const char *name)
+{
+	struct hc_attach_opts ao = { .flags = HC_ATTACH_READONLY };
+	struct hc_pool_info in;
+	hc_pool *p;
+
+	ck_assert_ok(hc_pool_attach(name, &ao, &p));
+	ck_assert_ok(hc_pool_info(p, &in));
+	hc_pool_detach(p);
+	return in.npages;
+}
+
+/* ---- tests */
+
+static void create_serve_stop(int sig, const char *signame)
+{
+	const char *name = pool_name();
+	pid_t d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8"));
+	char want[64];
+
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, sig), 0);
+	ck_assert_has(output(d), "info: created pool '");
+	ck_assert_has(output(d), "info: serving pool '");
+	snprintf(want, sizeof(want), "info: %s from pid %d", signame, (int)getpid());
+	ck_assert_has(output(d), want);
+	ck_assert_has(output(d), "info: stopped serving pool '");
+	ck_assert_lacks(output(d), "error:");
+	ck_assert_uint_eq(pool_pages(name), 8);
+	check_and_destroy(name);
+}
+
+START_TEST(create_serve_sigterm)
+{
+	create_serve_stop(SIGTERM, "SIGTERM");
+}
+END_TEST
+
+START_TEST(create_serve_sigint)
+{
+	create_serve_stop(SIGINT, "SIGINT");
+}
+END_TEST
+
+/* An existing pool: served as it is, or with options that agree with it. */
+START_TEST(attach_existing)
+{
+	const char *name = pool_name();
+	pid_t d;
+
+	create_pool(name, 6);
+	d = spawn(ARGS("--pool", name, "--backend", backend()));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_lacks(output(d), "created pool");
+	ck_assert_has(output(d), "6 pages");
+
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "6", "--max-ranks", "32"));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGINT), 0);
+	ck_assert_lacks(output(d), "created pool");
+	check_and_destroy(name);
+}
+END_TEST
+
+START_TEST(second_daemon_refused)
+{
+	const char *name = pool_name();
+	pid_t d1 = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8")), d2;
+	char want[64];
+
+	wait_serving(name, d1);
+	d2 = spawn(ARGS("--pool", name, "--backend", backend()));
+	ck_assert_int_eq(reap(d2), 1);
+	snprintf(want, sizeof(want), "already served by pid %d", (int)d1);
+	ck_assert_has(output(d2), want);
+	ck_assert_has(output(d2), "error: ");
+	/* the first one is unharmed */
+	wait_serving(name, d1);
+	ck_assert_int_eq(stop(d1, SIGTERM), 0);
+	check_and_destroy(name);
+}
+END_TEST
+
+START_TEST(bad_config)
+{
+	static const struct {
+		const char *text;
+		int line;
+		const char *want;
+	} cases[] = {
+		{ "[pool]\nname = p\npage_tokenz = 16\n", 3, "unknown key 'page_tokenz' in [pool]: its keys are name, dir, model" },
+		{ "[pool]\n# a comment\npages = 12x\n", 3, "pages '12x' is not a decimal number" },
+		{ "[service]\nbatch_pages = 0\n", 2, "batch_pages '0' is too small" },
+		{ "[log]\nlevel = loud\n", 2, "level 'loud': use err, warn, info or debug" },
+		{ "[pool]\nkv = kv,bf17,4,64,2\n", 2, "kv 'kv,bf17,4,64,2': unknown DTYPE 'bf17'" },
+		{ "[pool]\nevict = fifo\n", 2, "evict 'fifo': use 'clock' or 'lru'" },
+		{ "[pools]\nname = p\n", 2, "unknown section [pools]" },
+		{ "name = p\n", 1, "'name' is outside any section" },
+		{ "[pool]\nname = p\n\nname = q\n", 4, "'name' in [pool] is already set on line 2" },
+		{ "[pool]\nname p\n", 2, "expected '[section]', 'key = value'" },
+		{ "[backend\n", 1, "expected '[section]'" },
+	};
+	const char *conf = path_in_tmp("bad.conf");
+	char want[256];
+
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		pid_t d;
+
+		write_file(conf, cases[i].text);
+		d = spawn(ARGS("--config", conf, "--pool", "neverserved", "--backend", backend()));
+		ck_assert_msg(reap(d) == 2, "case %u: want exit 2:\n%s", i, output(d));
+		snprintf(want, sizeof(want), "hicached: %s:%d: %s", conf, cases[i].line, cases[i].want);
+		ck_assert_msg(strstr(output(d), want), "case %u: output lacks '%s':\n%s", i, want, output(d));
+		ck_assert_msg(strchr(output(d), '\n') == output(d) + strlen(output(d)) - 1, "case %u: not one line:\n%s",
+			      i, output(d));
+	}
+	ck_assert_int_eq(access("/dev/shm/hicache.neverserved", F_OK), -1);
+}
+END_TEST
+
+START_TEST(usage_errors)
+{
+	const char *name = pool_name();
+	static char out[4096];
+	pid_t d;
+
+#define RUN_EXPECT(code, want, ...)                                                             \
+	do {                                                                                    \
+		d = spawn(ARGS(__VA_ARGS__));                                                   \
+		ck_assert_msg(reap(d) == (code), "%s: want exit %d:\n%s", #__VA_ARGS__, (code), \
+			      output(d));                                                       \
+		snprintf(out, sizeof(out), "%s", output(d));                                    \
+		ck_assert_has(out, (want));                                                     \
+	} while (0)
+
+	RUN_EXPECT(2, "cannot read the config file", "--config", path_in_tmp("missing.conf"));
+	ck_assert_has(out, "missing.conf: No such file or directory");
+	RUN_EXPECT(2, "missing --pool NAME", "--backend", backend());
+	RUN_EXPECT(2, "missing --backend SPEC", "--pool", name);
+	RUN_EXPECT(2, "unknown or ambiguous option '--bogus'", "--pool", name, "--bogus");
+	RUN_EXPECT(2, "option '--pool' needs a value", "--pool");
+	RUN_EXPECT(2, "option '--pages' is given twice", "--pool", name, "--backend", backend(), "--pages", "4",
+		   "--pages", "5");
+	RUN_EXPECT(2, "unexpected argument 'extra'", "--pool", name, "--backend", backend(), "extra");
+	RUN_EXPECT(2, "'bad/name'", "--pool", "bad/name", "--backend", backend());
+	RUN_EXPECT(2, "--dir 'rel' must be an absolute path", "--pool", name, "--backend", backend(), "--dir", "rel");
+	/* no pool and nothing to make one from; a geometry that lacks a part */
+	RUN_EXPECT(2, "no geometry to create it", "--pool", name, "--backend", backend());
+	RUN_EXPECT(2, "missing capacity: give --pages N or --size SIZE", "--pool", name, "--backend", backend(),
+		   GEOMETRY);
+	ck_assert_int_eq(access("/dev/shm/hicache.neverserved", F_OK), -1);
+	/* a plugin that is not there: a runtime failure, after the pool is made */
+	RUN_EXPECT(1, "cannot start the service: ", "--pool", name, "--backend", "nosuchplugin", GEOMETRY, "--pages",
+		   "4");
+	RUN_EXPECT(0, "Usage: hicached --pool NAME --backend SPEC", "--help");
+	ck_assert_has(out, "[service] batch_pages");
+	ck_assert_has(out, "--page-tokens N");
+	RUN_EXPECT(0, "hicached (hicache) " HICACHE_VERSION_STRING "\n", "--version");
+#undef RUN_EXPECT
+}
+END_TEST
+
+START_TEST(env_log_level)
+{
+	const char *name = pool_name();
+	pid_t d;
+
+	create_pool(name, 4);
+	setenv("HICACHE_LOG", "err", 1);
+	d = spawn(ARGS("--pool", name, "--backend", backend()));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_msg(output(d)[0] == 0, "HICACHE_LOG=err, yet:\n%s", output(d));
+	/* the option wins */
+	d = spawn(ARGS("--pool", name, "--backend", backend(), "--log-level", "debug"));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_has(output(d), "debug: setting [service] batch_pages = 0 (the default)");
+	setenv("HICACHE_LOG", "chatty", 1);
+	d = spawn(ARGS("--pool", name, "--backend", backend()));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "HICACHE_LOG 'chatty': use err, warn, info or debug (or give --log-level)");
+	unsetenv("HICACHE_LOG");
+	check_and_destroy(name);
+}
+END_TEST
+
+/* The file sets everything; the command line overrides some of it. */
+START_TEST(command_line_overrides_config)
+{
+	const char *name = pool_name(), *conf = path_in_tmp("pool.conf");
+	char text[1024];
+	pid_t d;
+
+	snprintf(text, sizeof(text),
+		 "; a pool the daemon creates\n"
+		 "[pool]\n"
+		 "name = %s\n"
+		 "model = test/model-7b\n"
+		 "page_tokens = 16\n"
+		 "tp = 2\n"
+		 "kv = kv,bf16,4,64,2\n"
+		 "state = state,f32,1024,2,replicated\n"
+		 "pages = 8\n"
+		 "[backend]\n"
+		 "spec = nosuchplugin\n"
+		 "[service]\n"
+		 "batch_pages = 16\n"
+		 "[log]\n"
+		 "level = err\n",
+		 name);
+	write_file(conf, text);
+	d = spawn(ARGS("--config", conf, "--size", "200K", "--backend", backend(), "--log-level", "info"));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_has(output(d), "info: serving pool");
+	/* envelope: kv 16 x 4 x 64 x 2 x 2 = 16 KiB, state 2 x 1 KiB -> 20 KiB: 200K is 10 pages */
+	ck_assert_uint_eq(pool_pages(name), 10);
+	/* the file's level and plugin, with the capacity the pool has */
+	d = spawn(ARGS("--config", conf, "--size", "200K"));
+	ck_assert_int_eq(reap(d), 1);
+	ck_assert_has(output(d), "nosuchplugin");
+	ck_assert_lacks(output(d), "info:");
+	check_and_destroy(name);
+}
+END_TEST
+
+START_TEST(geometry_disagrees)
+{
+	const char *name = pool_name();
+	pid_t d;
+
+	create_pool(name, 8);
+	d = spawn(ARGS("--pool", name, "--backend", backend(), "--model", "test/model-7b", "--page-tokens", "32", "--tp",
+		       "4", "--kv", "kv,bf16,4,64,2", "--pages", "8"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "exists with another geometry");
+	ck_assert_has(output(d), "--page-tokens 32 (the pool has 16)");
+	ck_assert_has(output(d), "--tp 4 (the pool has 2)");
+	ck_assert_has(output(d), "1 components given (the pool has 2)");
+	ck_assert_lacks(output(d), "--model");
+	ck_assert_lacks(output(d), "--pages");
+	d = spawn(ARGS("--pool", name, "--backend", backend(), "--size", "1M", "--kv", "kv,bf16,4,64,3", "--state",
+		       "state,f32,1024,2,replicated", "--host-mode", "buffer_only"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "--size 1048576 makes 51 pages (the pool has 8)");
+	ck_assert_has(output(d), "--kv kv,bf16,4,64,3 (the pool has --kv kv,bf16,4,64,2)");
+	ck_assert_has(output(d), "--host-mode buffer_only (the pool has cache)");
+	check_and_destroy(name);
+}
+END_TEST
+
+/* logrotate: the file is moved away, SIGHUP, and a new one takes the lines. */
+START_TEST(sighup_reopens_log)
+{
+	const char *name = pool_name(), *log = path_in_tmp("hicached.log"), *old = path_in_tmp("hicached.log.1");
+	static char buf[16384];
+	double end;
+	pid_t d;
+
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "4", "--log-file", log));
+	wait_serving(name, d);
+	/* the line comes just after the service starts */
+	for (end = hct_now() + WAIT_MS / 1000.0; !strstr(read_file(log, buf, sizeof(buf)), "info: serving pool");
+	     usleep(2000))
+		ck_assert_msg(hct_now() < end, "no 'serving pool' in the log:\n%s", buf);
+	ck_assert_int_eq(rename(log, old), 0);
+	ck_assert_int_eq(kill(d, SIGHUP), 0);
+	for (end = hct_now() + WAIT_MS / 1000.0; access(log, F_OK) != 0; usleep(2000))
+		ck_assert_msg(hct_now() < end, "no new log file after SIGHUP:\n%s", output(d));
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_has(read_file(log, buf, sizeof(buf)), "info: SIGHUP: log file reopened");
+	ck_assert_has(buf, "info: stopped serving pool");
+	ck_assert_lacks(buf, "created pool");
+	ck_assert_has(read_file(old, buf, sizeof(buf)), "info: created pool");
+	ck_assert_lacks(buf, "stopped serving");
+	ck_assert_msg(output(d)[0] == 0, "stderr is not the log's:\n%s", output(d));
+	check_and_destroy(name);
+}
+END_TEST
+
+#define NK 6
+
+/* A rank (this process) asks the daemon what L3 has, backs pages up, asks again. */
+START_TEST(rank_request)
+{
+	const char *name = pool_name();
+	struct hc_lookup_req lq = { .nkeys = NK, .flags = HC_LOOKUP_PIN };
+	hc_key_t k[NK];
+	hc_page_t pg[NK];
+	hc_req *rq;
+	hc_pool *p;
+	pid_t d;
+
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "16"));
+	wait_serving(name, d);
+	p = hct_attach(name, 0);
+	hct_keys(k, NK, 7);
+	lq.keys = k;
+	ck_assert_ok(hc_req_exists(p, k, NK, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, WAIT_MS), 0);
+	ck_assert_ok(hc_req_free(rq));
+
+	ck_assert_int_eq(hct_store(p, k, NK, 0), NK);
+	ck_assert_int_eq(hc_lookup(p, &lq, pg), NK);
+	ck_assert_ok(hc_req_backup(p, pg, NK, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, WAIT_MS), NK);
+	ck_assert_ok(hc_req_free(rq));
+	for (int i = 0; i < NK; i++)
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	ck_assert_ok(hc_req_exists(p, k, NK, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, WAIT_MS), NK);
+	ck_assert_ok(hc_req_free(rq));
+	hc_pool_detach(p);
+
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_lacks(output(d), "error:");
+	check_and_destroy(name);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("hicached");
+	TCase *tc = tcase_create("daemon");
+
+	/* each test starts a few daemons, each bounded by WAIT_MS */
+	tcase_set_timeout(tc, 30);
+	tcase_add_unchecked_fixture(tc, sweep_tmp, sweep_tmp);
+	tcase_add_test(tc, create_serve_sigterm);
+	tcase_add_test(tc, create_serve_sigint);
+	tcase_add_test(tc, attach_existing);
+	tcase_add_test(tc, second_daemon_refused);
+	tcase_add_test(tc, bad_config);
+	tcase_add_test(tc, usage_errors);
+	tcase_add_test(tc, env_log_level);
+	tcase_add_test(tc, command_line_overrides_config);
+	tcase_add_test(tc, geometry_disagrees);
+	tcase_add_test(tc, sighup_reopens_log);
+	tcase_add_test(tc, rank_request);
+	suite_add_tcase(s, tc);
+	return hct_run(s);
+}

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hicached - the service daemon: one per pool, it owns the pool's L3
+ * backend and answers the ranks' requests (DESIGN.md sections 3 and 7).
+ *
+ * It creates the pool if it does not exist (or checks that the geometry it
+ * was given agrees with the one that does), starts the service, and waits
+ * in the main thread for a signal on a signalfd: SIGTERM and SIGINT stop
+ * it after the work in flight, SIGHUP reopens the log file.  No work is
+ * done in a signal handler; the signals are blocked before the service
+ * thread starts, so only the signalfd ever sees them.
+ *
+ * Exit status: 0 after a clean stop, 1 when the pool or the service
+ * failed, 2 for a wrong option, a bad config file, or a geometry that
+ * disagrees with the existing pool.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "hicached.h"
+
+static const char *dir_of(const struct hcd_conf *c)
+{
+	return c->svc.dir ? c->svc.dir : "/dev/shm";
+}
+
+/* Create the pool from the geometry given; 0, or the exit status. */
+static int create_pool(struct hcd_conf *c)
+{
+	int r;
+
+	if (!hc_cli_pool_has_geometry(&c->geo)) {
+		hcd_log(HC_LOG_ERR, "no pool '%s' in %s, and no geometry to create it: give --model, --page-tokens, --tp, "
+			"--kv or --state, and --pages or --size (or [pool] in the config file), or create it with "
+			"'hicache-pool create'", c->pool, dir_of(c));
+		return HC_CLI_EXIT_USAGE;
+	}
+	if (hc_cli_pool_finish(&c->geo) < 0) {
+		hcd_log(HC_LOG_ERR, "cannot create pool '%s': %s", c->pool, hc_cli_error());
+		return HC_CLI_EXIT_USAGE;
+	}
+	c->geo.spec.name = c->pool;
+	r = hc_pool_create(&c->geo.spec);
+	if (r == -EEXIST)
+		return 0; /* another process made it just now: check it like any other */
+	if (r < 0) {
+		hcd_log(HC_LOG_ERR, "%s", hc_last_error());
+		return HC_CLI_EXIT_FAIL;
+	}
+	hcd_log(HC_LOG_INFO, "created pool '%s' in %s", c->pool, dir_of(c));
+	return 0;
+}
+
+/* The pool exists (created now if need be) and agrees with the geometry
+ * given; 0, or the exit status. */
+static int prepare_pool(struct hcd_conf *c)
+{
+	struct hc_attach_opts ao = { .dir = c->svc.dir, .flags = HC_ATTACH_READONLY };
+	struct hc_pool_info in;
+	char b1[32], b2[32];
+	hc_pool *p;
+	int r;
+
+	r = hc_pool_attach(c->pool, &ao, &p);
+	if (r == -ENOENT) {
+		if ((r = create_pool(c)) != 0)
+			return r;
+		r = hc_pool_attach(c->pool, &ao, &p);
+	}
+	if (r < 0) {
+		hcd_log(HC_LOG_ERR, "%s", hc_last_error());
+		return HC_CLI_EXIT_FAIL;
+	}
+	if (hc_cli_pool_agrees(&c->geo, p) < 0) {
+		hcd_log(HC_LOG_ERR, "%s", hc_cli_error());
+		hc_pool_detach(p);
+		return HC_CLI_EXIT_USAGE;
+	}
+	hc_pool_info(p, &in);
+	hcd_log(HC_LOG_INFO, "pool '%s' at %s: model %s, %" PRIu32 " pages of %s (%s segment), %" PRIu32 "-token pages, tp %" PRIu32 ", %" PRIu32 " rank slots",
+		in.name, in.path, in.model_id, in.npages, hc_cli_format_size(in.envelope_bytes, b1, sizeof(b1)),
+		hc_cli_format_size(in.segment_bytes, b2, sizeof(b2)), in.page_tokens, in.tp_size, in.max_ranks);
+	hc_pool_detach(p);
+	return 0;
+}
+
+/* Serve until SIGTERM or SIGINT; SIGHUP reopens the log.  0, or -errno. */
+static int wait_signals(int sfd)
+{
+	struct signalfd_siginfo si;
+	ssize_t n;
+
+	for (;;) {
+		n = read(sfd, &si, sizeof(si));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n != (ssize_t)sizeof(si)) {
+			hcd_log(HC_LOG_ERR, "cannot read signals: %s; stopping", n < 0 ? strerror(errno) : "short read");
+			return -EIO;
+		}
+		if (si.ssi_signo == SIGHUP) {
+			int r = hcd_log_reopen();
+
+			if (r < 0)
+				hcd_log(HC_LOG_ERR, "SIGHUP: cannot reopen the log file: %s; still writing to the old one",
+					strerror(-r));
+			else
+				hcd_log(HC_LOG_INFO, "SIGHUP: log file reopened");
+			continue;
+		}
+		hcd_log(HC_LOG_INFO, "%s from pid %u: finishing the requests in flight, then stopping",
+			si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", si.ssi_pid);
+		return 0;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static struct hcd_conf c;
+	hc_service *svc = NULL;
+	sigset_t set;
+	int ret, r, sfd = -1;
+
+	ret = hcd_conf_load(&c, argc, argv);
+	if (ret != HCD_GO)
+		goto out;
+	/* Before any thread exists, so the service thread inherits the mask
+	 * and the signalfd alone receives these. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	signal(SIGPIPE, SIG_IGN); /* a closed stderr must not kill the service */
+	if (sigprocmask(SIG_BLOCK, &set, NULL) < 0 || (sfd = signalfd(-1, &set, SFD_CLOEXEC)) < 0) {
+		fprintf(stderr, HCD_PROG ": cannot set up signal handling: %s\n", strerror(errno));
+		ret = HC_CLI_EXIT_FAIL;
+		goto out;
+	}
+	if ((r = hcd_log_open(c.log_file, c.log_level)) < 0) {
+		fprintf(stderr, HCD_PROG ": cannot open the log file %s: %s\n", c.log_file, strerror(-r));
+		ret = HC_CLI_EXIT_FAIL;
+		goto out;
+	}
+	hc_set_log(hcd_log_lib, NULL);
+	hcd_log(HC_LOG_INFO, HCD_PROG " %s starting, pid %d: pool '%s' in %s, backend %s", hc_version(), (int)getpid(),
+		c.pool, dir_of(&c), c.svc.backend);
+	hcd_conf_log(&c);
+
+	if ((ret = prepare_pool(&c)) != 0)
+		goto out_log;
+	r = hc_service_start(c.pool, &c.svc, &svc);
+	if (r < 0) {
+		hcd_log(HC_LOG_ERR, "cannot start the service: %s", hc_last_error());
+		ret = HC_CLI_EXIT_FAIL;
+		goto out_log;
+	}
+	hcd_log(HC_LOG_INFO, "serving pool '%s' with backend %s", c.pool, c.svc.backend);
+	ret = wait_signals(sfd) < 0 ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
+	hc_service_stop(svc);
+	hcd_log(HC_LOG_INFO, "stopped serving pool '%s'", c.pool);
+out_log:
+	hc_set_log(NULL, NULL);
+	hcd_log_close();
+out:
+	if (sfd >= 0)
+		close(sfd);
+	hcd_conf_free(&c);
+	return ret;
+}

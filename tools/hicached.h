@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * hicached.h - the parts of the service daemon hicached(8): its settings
+ * from the command line and the config file (hicached-conf.c), its log
+ * (hicached-log.c), and main (hicached.c), which creates or checks the
+ * pool and runs the service until a signal stops it.
+ */
+#ifndef HC_TOOLS_HICACHED_H
+#define HC_TOOLS_HICACHED_H
+
+#include <hicache/hicache.h>
+#include <hicache/service.h>
+
+#include "cli.h"
+
+#define HCD_PROG "hicached"
+
+/* Log levels: the library's, and one more for the daemon's own detail. */
+#define HCD_LOG_DEBUG 7
+
+/* Everything hicached is told, after the config file and the command line. */
+struct hcd_conf {
+	const char *pool;            /* --pool NAME, [pool] name */
+	const char *config;          /* --config FILE, or NULL */
+	struct hc_cli_pool geo;      /* the pool's geometry, to create or check it */
+	struct hc_service_opts svc;  /* what hc_service_start takes */
+	int log_level;               /* HC_LOG_ERR .. HCD_LOG_DEBUG */
+	const char *log_file;        /* NULL: stderr */
+	char **strs;                 /* values read from the config file, owned here */
+	unsigned nstrs;
+};
+
+/* Read the config file and the command line into c.  Returns HCD_GO to go
+ * on, or the exit status, having printed the help, the version or one
+ * error line ("hicached: FILE:LINE: what is wrong"). */
+#define HCD_GO (-1)
+int hcd_conf_load(struct hcd_conf *c, int argc, char **argv);
+/* Every setting, one line each, to the log at debug level. */
+void hcd_conf_log(const struct hcd_conf *c);
+void hcd_conf_free(struct hcd_conf *c);
+
+/* The log: timestamped lines with a level, on stderr or appended to a file
+ * that SIGHUP reopens (logrotate).  Safe from any thread. */
+int hcd_log_open(const char *file, int level);
+int hcd_log_reopen(void);
+void hcd_log_close(void);
+void hcd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An hc_log_fn: the library's messages go to the same log. */
+void hcd_log_lib(int level, const char *msg, void *arg);
+
+#endif /* HC_TOOLS_HICACHED_H */
