@@ -54,6 +54,17 @@ static inline void l3b_die(const char *what)
 	exit(1);
 }
 
+/* Fill b->keys from the generator state x; returns the state after them. */
+static inline uint64_t l3b_keys(struct l3b *b, uint64_t x)
+{
+	for (unsigned i = 0; i < b->npages; i++)
+		for (unsigned j = 0; j < HC_KEY_BYTES; j++) {
+			x = x * 6364136223846793005u + 1442695040888963407u;
+			b->keys[i][j] = (uint8_t)(x >> 56);
+		}
+	return x;
+}
+
 /* Create, attach and fill the pool; page_kib is a multiple of 256. */
 static inline void l3b_pool(struct l3b *b, unsigned npages, unsigned page_kib)
 {
@@ -83,11 +94,7 @@ static inline void l3b_pool(struct l3b *b, unsigned npages, unsigned page_kib)
 	b->keys = calloc(npages, sizeof(*b->keys));
 	b->pages = calloc(npages, sizeof(*b->pages));
 	skip = calloc(npages, 1);
-	for (unsigned i = 0; i < npages; i++)
-		for (unsigned j = 0; j < HC_KEY_BYTES; j++) {
-			x = x * 6364136223846793005u + 1442695040888963407u;
-			b->keys[i][j] = (uint8_t)(x >> 56);
-		}
+	x = l3b_keys(b, x);
 	rq = (struct hc_reserve_req){ .keys = b->keys, .nkeys = npages };
 	if (hc_reserve(b->p, &rq, b->pages, skip) != (int)npages)
 		l3b_die("reserve the pages");
@@ -195,6 +202,25 @@ static inline double l3b_get(struct l3b *b, unsigned threads)
 	}
 	free(skip);
 	return secs;
+}
+
+/* Give every page a fresh key (from seed): drop the pages, reserve the new
+ * keys and commit them with the bytes they hold, so that nothing in L3 or
+ * in the pool's flags knows them yet. */
+static inline void l3b_rekey(struct l3b *b, uint64_t seed)
+{
+	struct hc_reserve_req rq = { .keys = b->keys, .nkeys = b->npages };
+	uint8_t *skip = calloc(b->npages, 1);
+
+	for (unsigned i = 0; i < b->npages; i++)
+		hc_evict_key(b->p, b->keys[i]);
+	l3b_keys(b, seed * 0x9E3779B97F4A7C15u + 1);
+	if (hc_reserve(b->p, &rq, b->pages, skip) != (int)b->npages)
+		l3b_die("reserve the pages under fresh keys");
+	for (unsigned i = 0; i < b->npages; i++)
+		if (hc_page_commit(b->p, b->pages[i], hc_page_needed(b->p, 1)) != 1)
+			l3b_die("commit a page under its fresh key");
+	free(skip);
 }
 
 static inline void l3b_close(struct l3b *b)

@@ -2,6 +2,7 @@
 /* ring.c - SPSC rings, doorbells and argument areas in shared memory (ring.h). */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,8 @@ void hc__bell_ring(struct hc_bell *b)
 	futex(&b->seq, FUTEX_WAKE, INT_MAX, NULL);
 }
 
+#define BELL_PURE_SPIN_NS 2000u /* spin without yielding this long first */
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -162,15 +165,23 @@ int hc__bell_wait(struct hc_bell *b, int (*ready)(void *arg), void *arg, uint64_
 {
 	uint64_t t0 = now_ns(), deadline = timeout_ms < 0 ? UINT64_MAX : t0 + (uint64_t)timeout_ms * 1000000u;
 
-	/* Spin first: a busy peer answers faster than a futex round trip. */
-	for (unsigned i = 0;; i++) {
+	/* Spin first: a busy peer answers faster than a futex round trip.
+	 * After BELL_PURE_SPIN_NS, yield between looks: with few CPUs the peer
+	 * we wait for may be queued on ours (the scheduler wakes a task near
+	 * its waker), and a spin that never yields keeps it from running for
+	 * the whole spin, so every answer would cost spin_ns.  Alone on a CPU,
+	 * a yield returns at once and costs one syscall. */
+	for (unsigned i = 0, yielding = 0;; i++) {
 		if (ready(arg))
 			return 0;
-		if ((i & 63) == 63) {
+		if ((i & 63) == 63 || yielding) {
 			uint64_t t = now_ns();
 			if (t - t0 >= spin_ns || t >= deadline)
 				break;
+			yielding = t - t0 >= BELL_PURE_SPIN_NS;
 		}
+		if (yielding)
+			sched_yield();
 	}
 	for (;;) {
 		uint32_t seq = atomic_load_explicit(&b->seq, memory_order_acquire);
