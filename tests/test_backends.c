@@ -98,10 +98,19 @@ static void file_setup(char *spec, size_t len)
 	snprintf(spec, len, "file:dir=%s,queue_depth=32", tmpdir);
 }
 
+/* the fault fixture with no fault armed: objects as files in a fresh directory */
+static void fault_setup(char *spec, size_t len)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/hctl3-fault-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	snprintf(spec, len, "fault:dir=%s", tmpdir);
+}
+
 static const struct backend backends[] = {
 	{ "mem", mem_setup, NULL },
 	{ "shm", shm_setup, shm_cleanup },
 	{ "file", file_setup, rm_tmpdir },
+	{ "fault", fault_setup, rm_tmpdir },
 };
 #define NBACKENDS (int)(sizeof(backends) / sizeof(backends[0]))
 
