@@ -273,7 +273,7 @@ struct svc {
 
 static void svc_start(struct svc *v, struct l3b *b, const char *spec, int proc)
 {
-	struct hc_service_opts o = { .backend = spec };
+	struct hc_service_opts o = { .backend = spec, .write_policy = HC_WRITE_NONE };
 	int ready[2], go[2];
 	char c;
 

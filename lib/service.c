@@ -32,6 +32,8 @@
 #define DEFAULT_QD 256
 #define DEFAULT_SPIN_US 50
 #define DEFAULT_WORKERS 4
+#define DEFAULT_SELECT_HITS 2
+#define DEFAULT_WRITEBACK_PCT 20
 #define IDLE_MS 100    /* look at the ranks' slots at least this often */
 #define RECOVER_MS 100 /* and recover the dead ones */
 
@@ -154,7 +156,7 @@ static int any_request(void *arg)
 	hc_service *s = arg;
 	uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
 
-	if (atomic_load(&s->stop))
+	if (atomic_load(&s->stop) || hc__writer_due(s, NULL))
 		return 1;
 	for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++) {
 		const struct slot_view *v = &s->v[i];
@@ -256,7 +258,9 @@ static void *service_main(void *arg)
 	s->args = malloc(s->p->g.arg_bytes);
 	if (!s->args)
 		r = hc__err(ENOMEM, "service: no memory");
-	else if ((r = hc_store_open(s->p, s->backend, &so, &s->st)) == 0 && (r = hc__xfer_start(s)) < 0) {
+	else if ((r = hc_store_open(s->p, s->backend, &so, &s->st)) == 0 &&
+		 ((r = hc__writer_start(s)) < 0 || (r = hc__xfer_start(s)) < 0)) {
+		hc__writer_stop(s);
 		hc_store_close(s->st);
 		s->st = NULL;
 	}
@@ -273,15 +277,19 @@ static void *service_main(void *arg)
 	while (!atomic_load(&s->stop)) {
 		uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
 		uint64_t now;
-		int did = 0;
+		int did = 0, wait_ms = IDLE_MS;
 		for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++)
 			did += serve_slot(s, i);
 		if ((now = ms_now()) - last_recover >= RECOVER_MS) {
 			recover(s);
 			last_recover = now;
 		}
+		if (hc__writer_due(s, &wait_ms)) {
+			hc__writer_scan(s);
+			did = 1;
+		}
 		if (!did)
-			hc__bell_wait(&s->p->ctl->service.bell, any_request, s, (uint64_t)s->o.spin_us * 1000, IDLE_MS);
+			hc__bell_wait(&s->p->ctl->service.bell, any_request, s, (uint64_t)s->o.spin_us * 1000, wait_ms);
 	}
 	/* Drain: whatever was posted before the stop is answered. */
 	{
@@ -290,6 +298,7 @@ static void *service_main(void *arg)
 			serve_slot(s, i);
 	}
 	hc__xfer_stop(s);
+	hc__writer_stop(s);
 	pthread_mutex_lock(&s->mu);
 	s->closing = 1; /* hc_service_stop rings the bell only before this */
 	pthread_mutex_unlock(&s->mu);
@@ -325,6 +334,11 @@ int hc_service_start(const char *pool, const struct hc_service_opts *opts, hc_se
 		return hc__err(EINVAL, "service: %s", !pool ? "no pool name" : !opts ? "opts is NULL" : "no backend (e.g. file:dir=/var/cache/hicache)");
 	if ((r = hc_pool_name_valid(pool)) < 0)
 		return r;
+	if ((unsigned)opts->write_policy > HC_WRITE_NONE)
+		return hc__err(EINVAL, "service: write policy %u is none of write_through (0), write_through_selective (1), write_back (2), write_none (3)",
+			       (unsigned)opts->write_policy);
+	if (opts->writeback_pct > 100)
+		return hc__err(EINVAL, "service: writeback_pct %u is a share of the pool: 1 to 100", opts->writeback_pct);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return hc__err(ENOMEM, "service: no memory");
@@ -334,6 +348,8 @@ int hc_service_start(const char *pool, const struct hc_service_opts *opts, hc_se
 	s->o.queue_depth = opts->queue_depth ? opts->queue_depth : DEFAULT_QD;
 	s->o.spin_us = opts->spin_us ? opts->spin_us : DEFAULT_SPIN_US;
 	s->o.workers = opts->workers ? opts->workers : DEFAULT_WORKERS;
+	s->o.select_hits = opts->select_hits ? opts->select_hits : DEFAULT_SELECT_HITS;
+	s->o.writeback_pct = opts->writeback_pct ? opts->writeback_pct : DEFAULT_WRITEBACK_PCT;
 	s->dir = opts->dir ? strdup(opts->dir) : NULL;
 	s->backend = strdup(opts->backend);
 	s->backend_dir = opts->backend_dir ? strdup(opts->backend_dir) : NULL;

@@ -57,9 +57,11 @@ struct job {
 	unsigned ndependents, cap_dependents;
 	hc_key_t *mine;          /* keys this job registered in the key map */
 	unsigned nmine;
+	int internal;            /* the writer's (writer.c): no waiter */
 };
 
 struct keymap;
+struct writer;
 
 struct hc_service {
 	char name[HC_NAME_MAX + 1];
@@ -89,6 +91,7 @@ struct hc_service {
 	struct job *active;      /* queued or running, for merging by name */
 	unsigned running;
 	struct keymap *keys;
+	struct writer *writer;   /* writer.c; NULL under write_none */
 };
 
 /* service.c: post a job's completion to each of its waiters. */
@@ -102,6 +105,18 @@ void hc__xfer_stop(hc_service *s);
  * identical one running: the waiter goes on its list.  -errno: the caller
  * completes the request with it. */
 int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, const struct waiter *w);
+/* Queue a job of the service's own (items: malloc'd, taken). */
+int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n);
+
+/* writer.c: the write policy.  start stores the policy in the service
+ * record and makes the page map; due says whether the dispatcher should
+ * scan now (and lowers *wait_ms, if not NULL, when it should soon); scan queues backups; done (under mu) ends an internal job. */
+int hc__writer_start(hc_service *s);
+void hc__writer_stop(hc_service *s);
+int hc__writer_due(hc_service *s, int *wait_ms);
+void hc__writer_scan(hc_service *s);
+void hc__writer_done(hc_service *s, const struct job *j);
+
 /* Atomic add to a service counter: workers race on the service's row. */
 void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n);
 

@@ -162,6 +162,8 @@ static void job_finish(hc_service *s, struct job *j)
 	}
 	if (j->op == HC__OP_PREFETCH && j->result >= 0)
 		j->result = ready_prefix(s, j);
+	if (j->internal)
+		hc__writer_done(s, j);
 	hc__svc_complete(s, j);
 	job_free(j);
 }
@@ -208,8 +210,11 @@ static void page_key(const hc_pool *p, uint32_t id, hc_key_t key)
 }
 
 /* Back up pages in prefix order: how many of the first pages are in L3.
- * The first failure cancels the pages after it; its errno goes in *why. */
-static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t *why)
+ * The first failure cancels the pages after it; its errno goes in *why.
+ * The writer's own jobs (lenient) are pages picked from a scan, each on
+ * its own: one evicted since (its pin fails) or one that fails is skipped,
+ * and the rest go on. */
+static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, int lenient, uint32_t *why)
 {
 	hc_pool *p = s->p;
 	unsigned bp = s->o.batch_pages;
@@ -233,6 +238,10 @@ static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t
 			hc_page_t h = pages[done];
 			uint32_t id = HC_PAGE_ID(h);
 			int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
+			if (r < 0 && lenient) {
+				hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
+				continue;
+			}
 			if (r < 0) {
 				bad = done;
 				err = r;
@@ -248,7 +257,7 @@ static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t
 		}
 		if (k)
 			hc_store_put(s->st, batch, k, status);
-		for (unsigned i = 0; i < k; i++)
+		for (unsigned i = 0; i < k && !lenient; i++)
 			if (status[i] != 0 && (bad < 0 || pos[i] < bad)) {
 				bad = pos[i];
 				err = status[i];
@@ -259,7 +268,9 @@ static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, uint32_t
 				atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
 				hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
 				hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
-			} else if (status[i] == 0) {
+			} else if (status[i] != 0) {
+				hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
+			} else {
 				/* Stored after the failure: a suffix nobody can reach
 				 * is waste in L3, so it goes again. */
 				hc_key_t key;
@@ -450,7 +461,7 @@ static void run(hc_service *s, struct job *j)
 		j->result = do_exists(s, j->items, j->n, &j->where);
 		break;
 	case HC__OP_BACKUP:
-		j->result = do_backup(s, j->items, j->n, &j->where);
+		j->result = do_backup(s, j->items, j->n, j->internal, &j->where);
 		break;
 	case HC__OP_PREFETCH:
 		j->result = do_prefetch(s, j);
@@ -493,6 +504,18 @@ static void *worker(void *arg)
 }
 
 /* ---- the dispatcher's side */
+
+static void enqueue(hc_service *s, struct job *j)
+{
+	pthread_mutex_lock(&s->mu);
+	if (s->qtail)
+		s->qtail->next = j;
+	else
+		s->qhead = j;
+	s->qtail = j;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->mu);
+}
 
 static uint64_t name_hash(const struct hc__pf_args *a)
 {
@@ -559,14 +582,23 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 	j->pf = pf;
 	j->name_hash = nh;
 	memcpy(j->items, items, (size_t)e->n * size);
-	pthread_mutex_lock(&s->mu);
-	if (s->qtail)
-		s->qtail->next = j;
-	else
-		s->qhead = j;
-	s->qtail = j;
-	pthread_cond_signal(&s->work);
-	pthread_mutex_unlock(&s->mu);
+	enqueue(s, j);
+	return 0;
+}
+
+int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j) {
+		free(items);
+		return -ENOMEM;
+	}
+	j->op = op;
+	j->n = n;
+	j->items = items;
+	j->internal = 1;
+	enqueue(s, j);
 	return 0;
 }
 

@@ -26,6 +26,29 @@
 
 #include "pool.h"
 
+/* write_through_selective: one hit more for each page not in L3 (once per
+ * lookup, so once per ticket), up to the service's threshold. */
+void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n)
+{
+	uint32_t want = atomic_load_explicit(&p->ctl->service.select_hits, memory_order_relaxed);
+	int reached = 0;
+
+	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) != HC_WRITE_THROUGH_SELECTIVE + 1)
+		return;
+	for (unsigned i = 0; i < n; i++) {
+		struct hc_seg_page *pg;
+		if (pages[i] == HC_PAGE_NONE || HC_PAGE_ID(pages[i]) >= p->g.npages)
+			continue;
+		pg = &p->pages[HC_PAGE_ID(pages[i])];
+		if ((atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_IN_L3) ||
+		    atomic_load_explicit(&pg->hits, memory_order_relaxed) >= want)
+			continue;
+		reached |= atomic_fetch_add_explicit(&pg->hits, 1, memory_order_relaxed) + 1 == want;
+	}
+	if (reached)
+		hc__dirty_note(p, 1);
+}
+
 void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 {
 	if (n == 0)
@@ -48,12 +71,18 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 	}
 }
 
-/* A READY keyed page nobody seems to hold: worth a (C). */
+/* A READY keyed page nobody seems to hold: worth a (C).  Under write_back
+ * a dirty page (not in L3) is no candidate: eviction never waits for L3,
+ * and never loses what only the pool has. */
 static int candidate(const struct hc_pool *p, uint32_t id, uint64_t *w)
 {
+	uint32_t need = HC_PF_KEYED;
+
+	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) == HC_WRITE_BACK + 1)
+		need |= HC_PF_IN_L3;
 	*w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
 	return hc__w_state(*w) == HC_PAGE_READY &&
-	       (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) &&
+	       (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & need) == need &&
 	       !hc__held_anywhere(p, id);
 }
 

@@ -220,7 +220,12 @@ struct hc_seg_lock {
  * and generation are written by the holder under it (state LIVE with
  * release, last); others read them without a lock, to show and to tell
  * whether anyone serves.  'bell' is rung by ranks after they post
- * requests; only the service sleeps on it.
+ * requests, and after commits the write policy wants to hear of; only the
+ * service sleeps on it.
+ * write_policy and select_hits are written by each service at start, under
+ * its lock, and outlive it: eviction under write_back must keep dirty pages
+ * while no service runs too.  dirty_seq is bumped (relaxed) by every rank
+ * that commits a keyed page not in L3, so the service knows when to look.
  */
 enum hc_svc_state { HC_SVC_NONE = 0, HC_SVC_LIVE = 1 };
 
@@ -232,8 +237,12 @@ struct hc_seg_service {
 	_Atomic uint32_t holder_tid;
 	uint8_t pad0[4];
 	struct hc_bell bell;
+	_Atomic uint32_t write_policy; /* enum hc_write_policy, + 1; 0: no service ever set one */
+	_Atomic uint32_t select_hits;  /* write_through_selective: hits before a backup */
+	_Atomic uint64_t dirty_seq;
+	uint8_t pad1[48];
 };
-static_assert(sizeof(struct hc_seg_service) == 128, "service record size");
+static_assert(sizeof(struct hc_seg_service) == 192, "service record size");
 
 struct hc_seg_ctl {
 	struct hc_seg_service service;
@@ -307,7 +316,10 @@ struct hc_seg_page {
 	 * Written by lookups, relaxed; read by the evictor. */
 	_Atomic uint64_t stamp;
 	_Atomic uint32_t flags;
-	uint32_t reserved0;
+	/* Hits by lookups (one per ticket), counted only while the write
+	 * policy is write_through_selective and the page is not in L3, up to
+	 * select_hits; zeroed by the reserver with the key. */
+	_Atomic uint32_t hits;
 };
 static_assert(sizeof(struct hc_seg_page) == 64, "page entry is one cache line");
 static_assert(offsetof(struct hc_seg_page, key) == 16, "page entry layout");

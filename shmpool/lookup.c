@@ -236,8 +236,10 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 			*newly -= (uint32_t)release(p, pages[i], tk);
 		pages[i] = HC_PAGE_NONE;
 	}
-	if (!(req->flags & HC_LOOKUP_NOTOUCH) && !p->readonly)
+	if (!(req->flags & HC_LOOKUP_NOTOUCH) && !p->readonly) {
 		hc__touch(p, pages, best);
+		hc__count_hits(p, pages, best);
+	}
 	hc__count(p, HC_CTR_lookups, 1);
 	hc__count(p, HC_CTR_lookup_keys, n);
 	hc__count(p, HC_CTR_hits, best);

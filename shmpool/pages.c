@@ -241,6 +241,11 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, 
 	hc__alloc_undo(p, out, got);
 	hc__quota_give(p, n - got);
 	hc__count(p, HC_CTR_alloc_fails, 1);
+	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) == HC_WRITE_BACK + 1) {
+		hc__dirty_note(p, 1); /* the writer makes room: wake it now */
+		return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages; under write_back pages not yet in L3 are never evicted: is hicached running?",
+			       op, n, got, p->info.name, p->g.npages);
+	}
 	return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages",
 		       op, n, got, p->info.name, p->g.npages);
 }
@@ -318,6 +323,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	    atomic_compare_exchange_strong_explicit(&pg->word, &w, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
 						    memory_order_seq_cst, memory_order_acquire)) {
 		hc__quota_give(p, 1); /* our own reservation is done */
+		hc__dirty(p, pg);
 		return 1;
 	}
 	do {
@@ -336,8 +342,10 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 		/* Release (seq_cst): our shard's bytes before READY; pairs with the
 		 * acquire in hc_page_pin and in every reader's state load. */
 	} while (!atomic_compare_exchange_weak(&pg->word, &w, nw));
-	if (fill == needed) /* the owner's reservation is done */
+	if (fill == needed) { /* the owner's reservation is done */
 		hc__quota_give_slot(p, hc__w_owner(w), 1);
+		hc__dirty(p, pg);
+	}
 	return fill == needed;
 }
 

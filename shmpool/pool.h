@@ -142,6 +142,8 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 /* evict.c */
 unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out);
 void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n);
+/* A lookup's hits, for write_through_selective (not a reservation's touch). */
+void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n);
 
 /* engine.c, ticket.c: recovery of a dead slot's engine membership and tickets */
 void hc__engine_clear_slot(struct hc_pool *p, unsigned slot);
@@ -175,6 +177,28 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 		return;
 	v = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + c];
 	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
+/* A keyed page not in L3 became READY, or reached its hits: tell the
+ * service, whose write policy may want it in L3 (layout.h, the service
+ * record).  No syscall unless the service sleeps and wants it now. */
+static inline void hc__dirty_note(struct hc_pool *p, int wake)
+{
+	struct hc_seg_service *sv = &p->ctl->service;
+
+	atomic_fetch_add_explicit(&sv->dirty_seq, 1, memory_order_relaxed);
+	if (wake)
+		hc__bell_ring(&sv->bell);
+}
+
+static inline void hc__dirty(struct hc_pool *p, struct hc_seg_page *pg)
+{
+	uint32_t wp = atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed);
+
+	if (wp == 0 || wp == HC_WRITE_NONE + 1 ||
+	    (atomic_load_explicit(&pg->flags, memory_order_relaxed) & (HC_PF_KEYED | HC_PF_IN_L3)) != HC_PF_KEYED)
+		return;
+	hc__dirty_note(p, wp == HC_WRITE_THROUGH + 1);
 }
 
 /* A 64-bit finalizer (murmur3's): spreads bits for hashing, nothing more. */

@@ -119,6 +119,7 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 			atomic_store_explicit(&pg->key[k], kh[done].k[k], memory_order_relaxed);
 		atomic_store_explicit(&pg->depth, req->first_depth + done, memory_order_relaxed);
 		atomic_store_explicit(&pg->flags, HC_PF_KEYED, memory_order_relaxed);
+		atomic_store_explicit(&pg->hits, 0, memory_order_relaxed);
 		ret = hc__index_insert(p, &kh[done], id); /* release: key and flags first */
 		if (ret < 0) {
 			atomic_store_explicit(&pg->flags, 0, memory_order_relaxed);

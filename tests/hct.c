@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <execinfo.h>
+#include <ftw.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <signal.h>
@@ -16,6 +17,8 @@
 #ifdef HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
+#include <hicache/service.h>
+
 #include "hct.h"
 
 const char *hct_name(void)
@@ -324,6 +327,64 @@ void hct_print_violation(void *arg, const char *line)
 {
 	(void)arg;
 	fprintf(stderr, "violation: %s\n", line);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st, (void)flag, (void)ftw;
+	return remove(path);
+}
+
+void hct_mkdtemp(char *buf, size_t len, const char *tag)
+{
+	snprintf(buf, len, "/tmp/hct-%s-XXXXXX", tag);
+	ck_assert_ptr_nonnull(mkdtemp(buf));
+}
+
+void hct_rmtree(const char *dir)
+{
+	if (dir[0])
+		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+pid_t hct_service_child(const char *name, const struct hc_service_opts *o)
+{
+	int *ready = hct_shared(sizeof(int));
+	sigset_t term;
+	pid_t pid;
+	int st;
+
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		hc_service *s;
+		int sig;
+		sigprocmask(SIG_BLOCK, &term, NULL);
+		if (hc_service_start(name, o, &s) < 0) {
+			fprintf(stderr, "hct: service child: %s\n", hc_last_error());
+			_exit(1);
+		}
+		__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+		sigwait(&term, &sig);
+		_exit(hc_service_stop(s) < 0 ? 2 : 0);
+	}
+	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE)) {
+		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "the service child exited (status 0x%x) without serving", st);
+		usleep(1000);
+	}
+	munmap(ready, sizeof(int));
+	return pid;
+}
+
+int hct_service_child_stop(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGTERM);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return st;
 }
 
 /* A hung child says where each of its threads is before it is killed. */

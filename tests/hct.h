@@ -70,6 +70,23 @@ int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n);
 void *hct_shared(size_t bytes);
 /* A report function for hc_pool_check that prints each violation. */
 void hct_print_violation(void *arg, const char *line);
+/*
+ * A service (hc_service_start with o) in a child process, serving once this
+ * returns; a child that could not start one is a test failure, not a hang.
+ * Tests that fork ranks run their service so: a process with a service's
+ * threads must not fork, since a lock one of them holds at that moment
+ * (the allocator's, under ASan) stays held in the child for good.
+ */
+struct hc_service_opts;
+pid_t hct_service_child(const char *name, const struct hc_service_opts *o);
+/* Stop it (SIGTERM: hc_service_stop, a clean exit); its wait status. */
+int hct_service_child_stop(pid_t pid);
+
+/* A fresh directory /tmp/hct-TAG-XXXXXX, its path in buf (len >= 64). */
+void hct_mkdtemp(char *buf, size_t len, const char *tag);
+/* Remove dir and everything under it; quiet when it is gone. */
+void hct_rmtree(const char *dir);
+
 /* How long hct_in_child waits before it shows the child's threads and kills it. */
 #define HCT_CHILD_MAX_MS 25000
 

@@ -9,7 +9,6 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,16 +27,9 @@ static const char *pool_name;
 static hc_pool *pool;
 static hc_store *st;
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path);
-}
-
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/hctfault-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	hct_mkdtemp(dir, sizeof(dir), "fault");
 	pool_name = hct_name();
 	pool = hct_create_attach(pool_name, 64, 100, 8);
 	st = NULL;
@@ -49,7 +41,7 @@ static void teardown(void)
 		hc_store_close(st);
 	hc_pool_detach(pool);
 	hc_pool_destroy(pool_name, NULL, HC_DESTROY_FORCE);
-	nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+	hct_rmtree(dir);
 }
 
 /* A store on p over this test's directory, with options after dir. */

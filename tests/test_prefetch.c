@@ -8,8 +8,8 @@
  * when the pool is too small; a service killed in the middle.
  */
 #include <dirent.h>
-#include <fcntl.h>
 #include <ftw.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,22 +28,15 @@
 static char l3dir[64];
 static char l3spec[128];
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	return remove(path);
-}
-
 static void l3_setup(void)
 {
-	snprintf(l3dir, sizeof(l3dir), "/tmp/hct-prefetch-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(l3dir));
+	hct_mkdtemp(l3dir, sizeof(l3dir), "prefetch");
 	snprintf(l3spec, sizeof(l3spec), "file:dir=%s", l3dir);
 }
 
 static void l3_teardown(void)
 {
-	nftw(l3dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	hct_rmtree(l3dir);
 }
 
 /* ---- pages whose bytes are a function of their key */
@@ -128,9 +121,15 @@ static uint64_t ctr(hc_pool *p, enum hc_counter c)
 	return st.counter[c];
 }
 
+static struct hc_service_opts opts(unsigned threshold)
+{
+	return (struct hc_service_opts){ .backend = l3spec, .batch_pages = 4, .prefetch_threshold = threshold,
+					 .write_policy = HC_WRITE_NONE };
+}
+
 static hc_service *start(const char *name, unsigned threshold)
 {
-	struct hc_service_opts o = { .backend = l3spec, .batch_pages = 4, .prefetch_threshold = threshold };
+	struct hc_service_opts o = opts(threshold);
 	hc_service *s = NULL;
 
 	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
@@ -338,8 +337,10 @@ START_TEST(ranks_agree)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 64, 100, 8);
-	hc_service *s = start(name, 0);
+	struct hc_service_opts o = opts(0);
+	pid_t svc = hct_service_child(name, &o); /* this process forks ranks: no service threads here */
 	struct board *b = hct_shared(sizeof(*b));
+	int st;
 	hc_key_t k[NKEYS];
 	hc_page_t pg[NKEYS];
 	struct rank_arg ra[NR];
@@ -367,7 +368,6 @@ START_TEST(ranks_agree)
 			usleep(1000);
 	__atomic_store_n(&b->go, 1, __ATOMIC_RELEASE);
 	for (int r = 0; r < NR; r++) {
-		int st;
 		ck_assert_int_eq(waitpid(pid[r], &st, 0), pid[r]);
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d status 0x%x", r, st);
 		ck_assert_msg(b->fail[r] == 0, "rank %d failed at step %d", r, b->fail[r]);
@@ -380,7 +380,8 @@ START_TEST(ranks_agree)
 	/* every key read from L3 once, though three requests asked */
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), NKEYS);
 	ck_assert_int_eq(hct_hit(p, k, NKEYS), NKEYS);
-	ck_assert_ok(hc_service_stop(s));
+	st = hct_service_child_stop(svc);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
 	check_clean(p);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);

@@ -19,7 +19,7 @@
 
 static hc_service *start(const char *name, const char *backend)
 {
-	struct hc_service_opts o = { .backend = backend, .batch_pages = 4 };
+	struct hc_service_opts o = { .backend = backend, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
 	hc_service *s = NULL;
 	int r = hc_service_start(name, &o, &s);
 
@@ -27,28 +27,10 @@ static hc_service *start(const char *name, const char *backend)
 	return s;
 }
 
-/* A service in a child process, serving once this returns; a child that
- * could not start one is a failure here, not a hang. */
+/* A service in a child process (no write policy: only what is asked). */
 static pid_t service_child(const char *name)
 {
-	int *ready = hct_shared(sizeof(int));
-	pid_t pid = fork();
-	int st;
-
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		hc_service *s;
-		if (hc_service_start(name, &(struct hc_service_opts){ .backend = "mem" }, &s) < 0)
-			_exit(1);
-		__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-		pause();
-		_exit(0);
-	}
-	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE)) {
-		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "the service child exited (status 0x%x) without serving", st);
-		usleep(1000);
-	}
-	return pid;
+	return hct_service_child(name, &(struct hc_service_opts){ .backend = "mem", .write_policy = HC_WRITE_NONE });
 }
 
 START_TEST(no_service)
@@ -137,12 +119,12 @@ START_TEST(exists_and_backup)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 32, 100, 4);
-	hc_service *s = start(name, "mem");
+	pid_t svc = service_child(name);
 	uint32_t pid = 0;
 	int st;
 
 	ck_assert_int_eq(hc_service_probe(p, &pid), 1);
-	ck_assert_uint_eq(pid, (uint32_t)getpid());
+	ck_assert_uint_eq(pid, (uint32_t)svc);
 	for (uint32_t i = 0; i < 2; i++) {
 		uint32_t seed = 100 + 50 * i;
 		st = hct_in_child(name, rank_work, &seed);
@@ -150,7 +132,8 @@ START_TEST(exists_and_backup)
 	}
 	st = hct_in_child(name, other_rank, NULL);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "other rank: status 0x%x", st);
-	ck_assert_ok(hc_service_stop(s));
+	st = hct_service_child_stop(svc);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
 	ck_assert_int_eq(hc_service_probe(p, NULL), 0);
 	{
 		int v = 0;

@@ -52,6 +52,13 @@ static const struct choice log_levels[] = {
 	{ "err", HC_LOG_ERR }, { "warn", HC_LOG_WARN }, { "info", HC_LOG_INFO }, { "debug", HCD_LOG_DEBUG }, { NULL, 0 },
 };
 
+static const struct choice write_policies[] = {
+	{ "write_through", HC_WRITE_THROUGH }, { "write_through_selective", HC_WRITE_THROUGH_SELECTIVE },
+	{ "write_back", HC_WRITE_BACK }, { "write_none", HC_WRITE_NONE }, { NULL, 0 },
+};
+
+_Static_assert(sizeof(enum hc_write_policy) == sizeof(int), "T_CHOICE fields are int");
+
 #define F(field) offsetof(struct hcd_conf, field)
 /* a pool option: its name, argument and help are cli.h's */
 #define POOL(opt, key_) { NULL, "pool", key_, T_POOL, 0, 0, 0, NULL, opt, NULL, NULL }
@@ -86,6 +93,11 @@ static const struct opt opts[] = {
 	{ "batch-pages", "service", "batch_pages", T_U32, F(svc.batch_pages), 1, 65536, .arg = "N", .help = "pages per backend call (default 128)" },
 	{ "queue-depth", "service", "queue_depth", T_U32, F(svc.queue_depth), 1, 65536, .arg = "N", .help = "backend operations in flight (default 256)" },
 	{ "spin-us", "service", "spin_us", T_U32, F(svc.spin_us), 1, 1000000, .arg = "US", .help = "spin on the rings this long before sleeping (default 50)" },
+	{ "workers", "service", "workers", T_U32, F(svc.workers), 1, 1024, .arg = "N", .help = "threads doing transfers (default 4)" },
+	{ "prefetch-threshold", "service", "prefetch_threshold", T_U32, F(svc.prefetch_threshold), 0, UINT32_MAX, .arg = "PAGES", .help = "prefetches of fewer keys do not ask L3 (default 0: all do)" },
+	{ "write-policy", "service", "write_policy", T_CHOICE, F(svc.write_policy), .choices = write_policies, .arg = "POLICY", .help = "when pages go to L3 on their own: write_through, write_through_selective, write_back or write_none (default write_through)" },
+	{ "select-hits", "service", "select_hits", T_U32, F(svc.select_hits), 1, 65535, .arg = "N", .help = "write_through_selective: hits (one per ticket) before a page goes to L3 (default 2)" },
+	{ "writeback-pct", "service", "writeback_pct", T_U32, F(svc.writeback_pct), 1, 100, .arg = "PCT", .help = "write_back: the share of the pool kept free or in L3 (default 20)" },
 	{ "log-level", "log", "level", T_CHOICE, F(log_level), .choices = log_levels, .arg = "LEVEL", .help = "err, warn, info or debug (default: $HICACHE_LOG, else info)" },
 	{ "log-file", "log", "file", T_STRING, F(log_file), .arg = "FILE", .help = "append the log to FILE, reopened on SIGHUP (default: stderr)" },
 };

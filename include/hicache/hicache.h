@@ -102,6 +102,18 @@ enum hc_evict_policy {
 	HC_EVICT_LRU = 1,   /* exact: least recently used first, ties deepest first (tests, replay) */
 };
 
+/* When pages go to L3 (DESIGN.md section 7).  The service finds the pages
+ * to write by itself (see hicached(8)); the pool keeps the policy, since
+ * eviction under write_back depends on it even while no service runs. */
+enum hc_write_policy {
+	HC_WRITE_THROUGH = 0,           /* every keyed page, once it is READY */
+	HC_WRITE_THROUGH_SELECTIVE = 1, /* a page once it has had select_hits hits (one per ticket) */
+	HC_WRITE_BACK = 2,              /* dirty pages near the eviction end, to keep the
+	                                 * clean tail above the watermark; dirty pages
+	                                 * are never evicted, and allocation fails instead */
+	HC_WRITE_NONE = 3,              /* only what ranks ask for with hc_req_backup */
+};
+
 /* What the pool is for (hicache(7), HOST-MEMORY MODES). */
 enum hc_host_mode {
 	HC_HOST_CACHE = 0,       /* L2 keeps READY pages and evicts them by policy */
@@ -439,8 +451,9 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_exists_hits,  "keys found in L3 by existence queries (prefix lengths summed)") \
 	X(l3_backup_pages, "pages written to L3") \
 	X(l3_backup_bytes, "envelope bytes written to L3") \
-	X(l3_backup_skips, "pages not written because they were in L3 already") \
-	X(l3_backup_fails, "backups cut short by a failed write") \
+	X(l3_backup_skips, "pages not written: in L3 already, or evicted since the write policy picked them") \
+	X(l3_backup_fails, "backups cut short by a failed write, and write-policy pages that failed") \
+	X(l3_writer_pages, "pages the write policy sent to L3 on its own") \
 	X(l3_prefetch_reqs, "prefetch requests") \
 	X(l3_prefetch_merged, "prefetch requests merged into one of the same ticket") \
 	X(l3_prefetch_keys, "keys asked by prefetches") \

@@ -93,6 +93,10 @@ struct hc_service_opts {
 	unsigned spin_us;         /* spin on the rings this long before sleeping; 0: 50 */
 	unsigned workers;         /* threads doing transfers; 0: 4 */
 	unsigned prefetch_threshold; /* prefetches of fewer keys do not ask L3; 0: none */
+	enum hc_write_policy write_policy; /* default write_through */
+	unsigned select_hits;     /* write_through_selective; 0: 2 */
+	unsigned writeback_pct;   /* write_back: the clean share, in percent of the pool,
+	                           * kept at the eviction end; 0: 20 */
 };
 
 /* Attach pool name (a rank slot of its own), take its service lock, open
