@@ -39,7 +39,7 @@
 #include "ring.h"
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  3
+#define HC_LAYOUT_MAJOR  4
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
