@@ -26,6 +26,7 @@
 
 #include <hicache/service.h>
 
+#include "store.h"
 #include "svc.h"
 
 #define DEFAULT_BATCH 128
@@ -241,7 +242,8 @@ static void *service_main(void *arg)
 {
 	hc_service *s = arg;
 	struct hc_attach_opts ao = { .dir = s->dir };
-	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth };
+	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
+				    .timeout_ms = s->o.timeout_ms, .retries = s->o.retries };
 	uint64_t last_recover;
 	int r;
 
@@ -282,6 +284,7 @@ static void *service_main(void *arg)
 			did += serve_slot(s, i);
 		if ((now = ms_now()) - last_recover >= RECOVER_MS) {
 			recover(s);
+			hc__store_poll(s->st); /* late completions of ops given up on */
 			last_recover = now;
 		}
 		if (hc__writer_due(s, &wait_ms)) {

@@ -16,7 +16,17 @@
  *   touched only by the thread that made the call.
  * - A page stays held while its op is in flight: a put pins it, a get's page
  *   is the caller's reservation.  The plugin may touch a buffer until its op
- *   is reaped, so nothing here returns before every op of the call is.
+ *   is reaped, so nothing here returns before every op of the call is
+ *   reaped, or given up: an op past its deadline (timeout_ms) is cancelled,
+ *   and one that still does not complete within a grace period becomes an
+ *   orphan.  Its item fails with -ETIME, and the orphan keeps its header
+ *   block, its bounce buffer and its page (a put's pin, a get's reservation,
+ *   which the caller must then leave alone) out of use until the plugin
+ *   lets go: whichever reap returns its completion, a call's or
+ *   hc__store_poll's, settles it (st->orphan[block], under st->mu).
+ * - Transient failures (EAGAIN, EBUSY, ETIMEDOUT, connection errors) are
+ *   retried, up to 'retries' times per op, after a backoff that doubles
+ *   from BACKOFF_MS; the op keeps its block meanwhile.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -36,6 +46,10 @@
 #define QD_MAX     4096
 #define REAP_MAX   64
 #define REAP_WAIT_MS 100
+#define TIMEOUT_DEFAULT_MS 30000
+#define RETRIES_DEFAULT 2
+#define BACKOFF_MS 1
+#define BACKOFF_MAX_MS 100
 
 /* The library's counters, declared once: X(name, help). */
 #define HC_STORE_COUNTERS(X) \
@@ -50,7 +64,11 @@
 	X(get_bytes, "bytes read by hits") \
 	X(get_errors, "gets that failed for another reason") \
 	X(exists, "existence checks") \
-	X(deletes, "objects deleted")
+	X(deletes, "objects deleted") \
+	X(retries, "ops tried again after a transient failure") \
+	X(timeouts, "ops past their deadline, cancelled") \
+	X(orphans, "timed-out ops given up on before they completed; their buffers stay out of use") \
+	X(late, "orphans the backend completed at last, their buffers released")
 
 enum store_ctr {
 #define X(n, h) SC_##n,
@@ -85,7 +103,10 @@ struct hc_store {
 	 * should not have sent (a stale or made-up user_data) is dropped, not
 	 * followed to freed memory. */
 	struct op **owner;
+	struct orphan **orphan;  /* per block: an op given up on, not yet reaped */
 	uint32_t *use;
+	unsigned timeout_ms;     /* an op's deadline after its submit */
+	unsigned retries;        /* transient failures retried this often per op */
 	uint64_t stray;          /* completions dropped so */
 	int inflight;            /* ops submitted and not yet reaped, all calls */
 	int reaping;
@@ -96,6 +117,15 @@ struct hc_store {
 };
 
 struct call;
+
+/* What an op given up on still holds (see the notes at the top). */
+struct orphan {
+	uint32_t opcode;
+	hc_page_t page;          /* a put's pinned page, a get's reservation */
+	void *bounce;
+};
+
+enum op_state { OP_IDLE, OP_PEND, OP_FLIGHT, OP_DONE, OP_DELAYED };
 
 struct op {
 	struct hc_be_op be;
@@ -109,6 +139,11 @@ struct op {
 	void *bounce;
 	size_t bounce_len;
 	struct hc__obj_layout lay;
+	enum op_state state;     /* FLIGHT and DONE change under st->mu */
+	unsigned tries;          /* retries so far */
+	int cancelled;
+	uint64_t deadline_ns;    /* FLIGHT: cancel, then orphan, after this */
+	uint64_t retry_at_ns;    /* DELAYED: submit again from then on */
 };
 
 struct call {
@@ -126,7 +161,16 @@ struct call {
 	unsigned npend;
 	struct hc_be_op *subq;   /* contiguous copies of pend for submit */
 	struct op *done;         /* completed, under st->mu */
+	unsigned ndelayed;       /* waiting to be retried */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* For messages, by enum hc_be_opcode. */
 static const char *const op_name[] = { "", "get", "put", "exists", "delete" };
@@ -236,6 +280,8 @@ static int prep(struct call *c, struct op *o)
 	o->be.user_data = 0; /* set under st->mu when the op is handed over (submit_pending) */
 	o->reread = 0;
 	o->bounce = NULL;
+	o->tries = 0;
+	o->cancelled = 0;
 	switch (c->opcode) {
 	case HC_BE_OP_PUT:
 		return prep_put(c, o);
@@ -424,6 +470,7 @@ static void give_back(hc_store *st, struct call *c, struct op *o)
 {
 	/* under st->mu */
 	st->free[st->nfree++] = o->block;
+	o->state = OP_IDLE;
 	c->idle[c->nidle++] = o;
 }
 
@@ -434,6 +481,23 @@ static void complete_item(struct call *c, struct op *o, int status)
 	c->finished++;
 }
 
+/* The plugin let go of an orphan at last: release what it kept; under st->mu. */
+static void settle_orphan(hc_store *st, uint32_t b)
+{
+	struct orphan *or = st->orphan[b];
+
+	if (or->opcode == HC_BE_OP_PUT)
+		hc_page_unpin(st->pool, or->page);
+	else if (or->opcode == HC_BE_OP_GET)
+		hc_page_abort(st->pool, &or->page, 1); /* its bytes are no one's */
+	free(or->bounce);
+	free(or);
+	st->orphan[b] = NULL;
+	st->free[st->nfree++] = b;
+	st->inflight--;
+	count(st, SC_late, 1);
+}
+
 /* Hand the reaped completions to their calls; under st->mu. */
 static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
 {
@@ -441,6 +505,10 @@ static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
 		uint32_t b = (uint32_t)cqe[i].user_data, use = (uint32_t)(cqe[i].user_data >> 32);
 		struct op *o;
 
+		if (b < st->qd && !st->owner[b] && st->orphan[b] && st->use[b] == use) {
+			settle_orphan(st, b);
+			continue;
+		}
 		if (b >= st->qd || !(o = st->owner[b]) || st->use[b] != use) {
 			if (!st->stray++)
 				hc__log(HC_LOG_ERR, "backend %s: a completion for no op in flight (user_data 0x%llx): a plugin bug; dropped",
@@ -452,6 +520,7 @@ static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
 		/* errnos are -1..-4095; anything below is a plugin bug, and must
 		 * not truncate to a status that means something else */
 		o->result = cqe[i].result < -4095 ? -EIO : cqe[i].result;
+		o->state = OP_DONE;
 		o->next = o->call->done;
 		o->call->done = o;
 	}
@@ -468,6 +537,8 @@ static void submit_pending(struct call *c)
 	for (unsigned i = 0; i < c->npend; i++) {
 		struct op *o = c->pend[i];
 		o->be.user_data = (uint64_t)++st->use[o->block] << 32 | o->block;
+		o->deadline_ns = now_ns() + (uint64_t)st->timeout_ms * 1000000u;
+		o->state = OP_FLIGHT;
 		st->owner[o->block] = o;
 		c->subq[i] = o->be;
 	}
@@ -481,8 +552,10 @@ static void submit_pending(struct call *c)
 	pthread_mutex_lock(&st->mu);
 	st->inflight -= (int)c->npend - (r > 0 ? r : 0);
 	if (r == -EAGAIN && st->inflight > 0) {
-		for (unsigned i = 0; i < c->npend; i++)
+		for (unsigned i = 0; i < c->npend; i++) {
 			st->owner[c->pend[i]->block] = NULL;
+			c->pend[i]->state = OP_PEND;
+		}
 		pthread_mutex_unlock(&st->mu);
 		return; /* retried once something is reaped */
 	}
@@ -493,6 +566,7 @@ static void submit_pending(struct call *c)
 		for (unsigned i = 0; i < c->npend; i++) {
 			struct op *o = c->pend[i];
 			st->owner[o->block] = NULL; /* a late completion of it is dropped */
+			o->state = OP_PEND;
 			if (c->opcode == HC_BE_OP_PUT) {
 				hc_page_unpin(st->pool, c->pages[o->item]);
 				count(st, SC_put_errors, 1);
@@ -509,19 +583,102 @@ static void submit_pending(struct call *c)
 		c->npend = 0;
 		return;
 	}
-	for (unsigned i = (unsigned)r; i < c->npend; i++)
+	for (unsigned i = (unsigned)r; i < c->npend; i++) {
 		st->owner[c->pend[i]->block] = NULL; /* not accepted: resubmitted later */
+		c->pend[i]->state = OP_PEND;
+	}
 	pthread_mutex_unlock(&st->mu);
 	c->inflight += (unsigned)r;
 	memmove(c->pend, c->pend + r, (c->npend - (unsigned)r) * sizeof(c->pend[0]));
 	c->npend -= (unsigned)r;
 }
 
-static void run(struct call *c)
+static int transient(int64_t r)
+{
+	switch (r) {
+	case -EAGAIN: case -EBUSY: case -ETIMEDOUT: case -EINTR: case -ECONNRESET: case -ECONNREFUSED:
+	case -ECONNABORTED: case -ENOTCONN: case -EHOSTUNREACH: case -ENETUNREACH: case -EPIPE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Give up on an op in flight (under st->mu): its item fails, and what it
+ * holds stays out of use until the plugin completes it (settle_orphan). */
+static void orphan(struct call *c, struct op *o)
+{
+	hc_store *st = c->st;
+	struct orphan *or = malloc(sizeof(*or));
+	const uint8_t *k = o->be.name + 32;
+
+	if (!or)
+		return; /* keep waiting for it instead; try again next round */
+	*or = (struct orphan){ c->opcode, c->pages ? c->pages[o->item] : 0, o->bounce };
+	o->bounce = NULL;
+	st->owner[o->block] = NULL;
+	st->orphan[o->block] = or;
+	c->inflight--;
+	count(st, SC_orphans, 1);
+	if (c->opcode == HC_BE_OP_GET)
+		count(st, SC_get_errors, 1);
+	else if (c->opcode == HC_BE_OP_PUT)
+		count(st, SC_put_errors, 1);
+	complete_item(c, o, hc__err(ETIME,
+				    "backend %s: %s of key %02x%02x%02x%02x... (item %u) not done %u ms after its submit, nor after a cancel: given up; its buffer stays out of use until the backend completes it",
+				    st->pl.name, op_name[c->opcode], k[0], k[1], k[2], k[3], o->item, st->timeout_ms));
+	o->state = OP_IDLE;
+	c->idle[c->nidle++] = o;
+}
+
+/* Cancel ops past their deadline, and give up on those cancelled a grace
+ * period ago (under st->mu).  Returns the next deadline or retry time. */
+static uint64_t watch(struct call *c, unsigned cap)
+{
+	hc_store *st = c->st;
+	uint64_t now = now_ns(), next = UINT64_MAX;
+	uint64_t grace = (uint64_t)(st->timeout_ms / 4 > 100 ? st->timeout_ms / 4 : 100) * 1000000u;
+
+	for (unsigned i = 0; i < cap; i++) {
+		struct op *o = &c->ops[i];
+		if (o->state == OP_DELAYED && o->retry_at_ns < next)
+			next = o->retry_at_ns;
+		if (o->state != OP_FLIGHT || st->owner[o->block] != o)
+			continue;
+		if (now >= o->deadline_ns) {
+			if (!o->cancelled) {
+				o->cancelled = 1;
+				o->deadline_ns = now + grace;
+				count(st, SC_timeouts, 1);
+				if (st->pl.be->cancel)
+					st->pl.be->cancel(st->inst, o->be.user_data);
+			} else {
+				orphan(c, o);
+				continue;
+			}
+		}
+		if (o->deadline_ns < next)
+			next = o->deadline_ns;
+	}
+	return next;
+}
+
+static int wait_ms_until(uint64_t t)
+{
+	uint64_t now = now_ns();
+
+	if (t == UINT64_MAX || t <= now)
+		return t == UINT64_MAX ? REAP_WAIT_MS : 1;
+	t = (t - now) / 1000000u + 1;
+	return t < REAP_WAIT_MS ? (int)t : REAP_WAIT_MS;
+}
+
+static void run(struct call *c, unsigned cap)
 {
 	hc_store *st = c->st;
 	struct hc_be_cqe cqe[REAP_MAX];
 	struct op *got[QD_MAX < 64 ? QD_MAX : 64];
+	int wait_ms;
 	/* A synchronous plugin does an op's copy inside submit: one op at a
 	 * time, so the page it copies is still in cache when it is checksummed
 	 * (before a put's copy, after a get's).  Other threads keep the
@@ -532,10 +689,20 @@ static void run(struct call *c)
 		struct op *list;
 		unsigned ngot = 0;
 
-		/* 1. take what was reaped for us, and new blocks for new items */
+		/* 1. take what was reaped for us, what is due for a retry, and
+		 * new blocks for new items */
 		pthread_mutex_lock(&st->mu);
 		list = c->done;
 		c->done = NULL;
+		if (c->ndelayed) {
+			uint64_t now = now_ns();
+			for (unsigned i = 0; i < cap; i++)
+				if (c->ops[i].state == OP_DELAYED && c->ops[i].retry_at_ns <= now) {
+					c->ops[i].state = OP_PEND;
+					c->pend[c->npend++] = &c->ops[i];
+					c->ndelayed--;
+				}
+		}
 		while (c->next < c->n && c->nidle && st->nfree && ngot < batch) {
 			struct op *o = c->idle[--c->nidle];
 			o->block = st->free[--st->nfree];
@@ -549,6 +716,17 @@ static void run(struct call *c)
 			int s;
 			nx = o->next;
 			c->inflight--;
+			if (o->cancelled && o->result == -ECANCELED)
+				o->result = -ETIMEDOUT; /* we cancelled it: for want of time */
+			if (transient(o->result) && !o->cancelled && o->tries < st->retries) {
+				unsigned ms = BACKOFF_MS << (o->tries < 16 ? o->tries : 16);
+				o->tries++;
+				o->retry_at_ns = now_ns() + (uint64_t)(ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS) * 1000000u;
+				o->state = OP_DELAYED; /* it keeps its block, and a put its pin */
+				c->ndelayed++;
+				count(st, SC_retries, 1);
+				continue;
+			}
 			if (finish(c, o, &s))
 				continue; /* a reread: in flight again */
 			complete_item(c, o, s);
@@ -579,14 +757,20 @@ static void run(struct call *c)
 		if (c->finished == c->n)
 			break;
 
-		/* 4. wait: reap if ours are in flight and nobody else is reaping */
+		/* 4. wait: reap if ours are in flight and nobody else is reaping;
+		 * no longer than the next deadline or retry */
 		pthread_mutex_lock(&st->mu);
-		if (!c->done && (c->inflight || c->npend || !st->nfree || !c->nidle)) {
+		wait_ms = wait_ms_until(watch(c, cap));
+		if (c->finished == c->n) {
+			pthread_mutex_unlock(&st->mu);
+			break; /* the last ones were given up on */
+		}
+		if (!c->done && (c->inflight || c->npend || c->ndelayed || !st->nfree || !c->nidle)) {
 			if (c->inflight && !st->reaping) {
 				int k;
 				st->reaping = 1;
 				pthread_mutex_unlock(&st->mu);
-				k = st->pl.be->reap(st->inst, cqe, REAP_MAX, REAP_WAIT_MS);
+				k = st->pl.be->reap(st->inst, cqe, REAP_MAX, wait_ms);
 				pthread_mutex_lock(&st->mu);
 				if (k > 0) {
 					dispatch(st, cqe, k);
@@ -607,7 +791,8 @@ static void run(struct call *c)
 			} else {
 				struct timespec ts;
 				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += 50 * 1000000L; /* a bound, in case a wakeup is lost to a plugin bug */
+				/* a bound, in case a wakeup is lost to a plugin bug */
+				ts.tv_nsec += (wait_ms < 50 ? wait_ms : 50) * 1000000L;
 				if (ts.tv_nsec >= 1000000000L) {
 					ts.tv_sec++;
 					ts.tv_nsec -= 1000000000L;
@@ -655,7 +840,7 @@ static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_
 		c.ops[i].call = &c;
 		c.idle[c.nidle++] = &c.ops[i];
 	}
-	run(&c);
+	run(&c, cap);
 	free(c.ops);
 	free(c.idle);
 	free(c.pend);
@@ -716,11 +901,14 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *o
 	st->pool = pool;
 	memcpy(st->fp, pool->info.fingerprint, 32);
 	st->qd = opts && opts->queue_depth ? opts->queue_depth : QD_DEFAULT;
+	st->timeout_ms = opts && opts->timeout_ms ? opts->timeout_ms : TIMEOUT_DEFAULT_MS;
+	st->retries = !opts || opts->retries == 0 ? RETRIES_DEFAULT : opts->retries < 0 ? 0 : (unsigned)opts->retries;
 	st->hdrs = aligned_alloc(HC_OBJ_HEADER_BYTES, (size_t)st->qd * HC_OBJ_HEADER_BYTES);
 	st->free = calloc(st->qd, sizeof(*st->free));
 	st->owner = calloc(st->qd, sizeof(*st->owner));
+	st->orphan = calloc(st->qd, sizeof(*st->orphan));
 	st->use = calloc(st->qd, sizeof(*st->use));
-	if (!st->hdrs || !st->free || !st->owner || !st->use) {
+	if (!st->hdrs || !st->free || !st->owner || !st->orphan || !st->use) {
 		r = hc__err(ENOMEM, "store open: no memory for %u header blocks", st->qd);
 		goto fail;
 	}
@@ -771,6 +959,7 @@ fail:
 		free(st->hdrs);
 		free(st->free);
 		free(st->owner);
+		free(st->orphan);
 		free(st->use);
 	}
 	free(st);
@@ -778,10 +967,63 @@ fail:
 	return r;
 }
 
+/* Reap what is there without waiting, if no call is reaping: orphans get
+ * settled even while no call runs.  The service calls it now and then. */
+void hc__store_poll(hc_store *st)
+{
+	struct hc_be_cqe cqe[REAP_MAX];
+	int k;
+
+	pthread_mutex_lock(&st->mu);
+	if (st->inflight <= 0 || st->reaping) {
+		pthread_mutex_unlock(&st->mu);
+		return;
+	}
+	st->reaping = 1;
+	pthread_mutex_unlock(&st->mu);
+	k = st->pl.be->reap(st->inst, cqe, REAP_MAX, 0);
+	pthread_mutex_lock(&st->mu);
+	if (k > 0)
+		dispatch(st, cqe, k);
+	st->reaping = 0;
+	pthread_cond_broadcast(&st->cv);
+	pthread_mutex_unlock(&st->mu);
+}
+
+unsigned hc__store_orphans(hc_store *st)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&st->mu);
+	for (unsigned b = 0; b < st->qd; b++)
+		n += st->orphan[b] != NULL;
+	pthread_mutex_unlock(&st->mu);
+	return n;
+}
+
 int hc_store_close(hc_store *st)
 {
+	unsigned left;
+
 	if (!st)
 		return 0;
+	/* Orphans: ask again, and give the plugin a moment.  One that never
+	 * lets go may still write into what it holds, so then the plugin is
+	 * left open (and its memory registered) rather than closed under it. */
+	pthread_mutex_lock(&st->mu);
+	for (unsigned b = 0; b < st->qd; b++)
+		if (st->orphan[b] && st->pl.be->cancel)
+			st->pl.be->cancel(st->inst, (uint64_t)st->use[b] << 32 | b);
+	pthread_mutex_unlock(&st->mu);
+	for (int i = 0; i < 100 && (left = hc__store_orphans(st)) > 0; i++) {
+		hc__store_poll(st);
+		usleep(10000);
+	}
+	if ((left = hc__store_orphans(st)) > 0) {
+		hc__log(HC_LOG_ERR, "backend %s: %u ops never completed, even cancelled: the plugin is left open, its memory registered, and their pages held",
+			st->pl.name, left);
+		return hc__err(EBUSY, "store close: backend %s still holds %u ops", st->pl.name, left);
+	}
 	if (st->hdr_reg)
 		st->pl.be->unreg_mem(st->inst, st->hdrs);
 	if (st->env_reg)
@@ -792,6 +1034,7 @@ int hc_store_close(hc_store *st)
 	free(st->hdrs);
 	free(st->free);
 	free(st->owner);
+	free(st->orphan);
 	free(st->use);
 	free(st);
 	return 0;

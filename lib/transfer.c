@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store.h"
 #include "svc.h"
 
 #define KM_BUCKETS 4096 /* in-flight keys are at most a few thousand */
@@ -412,7 +413,8 @@ static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages,
 				hc__svc_count(s, status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails,
 					      1);
 			}
-			hc_page_abort(p, &batch[x], 1);
+			if (status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */
+				hc_page_abort(p, &batch[x], 1);
 		}
 	}
 	free(batch);

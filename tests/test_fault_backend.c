@@ -44,17 +44,25 @@ static void teardown(void)
 	hct_rmtree(dir);
 }
 
-/* A store on p over this test's directory, with options after dir. */
-static hc_store *open_on(hc_pool *p, const char *opts)
+/* A store on p over this test's directory, with plugin options after dir,
+ * and the library's options so (NULL: without retries, so that the
+ * plugin's failures show as they are). */
+static hc_store *open_with(hc_pool *p, const char *opts, const struct hc_store_opts *so)
 {
+	static const struct hc_store_opts plain = { .retries = -1 };
 	char spec[256];
 	hc_store *s = NULL;
 	int r;
 
 	snprintf(spec, sizeof(spec), "fault:dir=%s%s%s", dir, *opts ? "," : "", opts);
-	r = hc_store_open(p, spec, NULL, &s);
+	r = hc_store_open(p, spec, so ? so : &plain, &s);
 	ck_assert_msg(r == 0, "open %s: %d %s", spec, r, hc_last_error());
 	return s;
+}
+
+static hc_store *open_on(hc_pool *p, const char *opts)
+{
+	return open_with(p, opts, NULL);
 }
 
 /* Reserve n new keys, fill and commit them, and store them: the count stored.
@@ -402,6 +410,125 @@ START_TEST(ctl_keys)
 }
 END_TEST
 
+/* The library retries transient failures with backoff; others, and the
+ * last try, come back as they are. */
+START_TEST(retries)
+{
+	struct hc_store_opts so = { .retries = 2 };
+	hc_key_t k[4];
+	int s[4];
+
+	st = open_with(pool, "fail_get_at=2,fail_get_errno=11", &so);
+	hct_keys(k, 4, 21);
+	ck_assert_int_eq(put_n(pool, st, k, 4, s), 4);
+	ck_assert_int_eq(get_n(k, 4, s), 4); /* the EAGAIN of get 2 was tried again */
+	ck_assert_uint_eq(stat_of("lib_retries"), 1);
+	ck_assert_uint_eq(ctl_u64("gets"), 5);
+	/* always EAGAIN: three tries, then the error */
+	ck_assert_ok(hc_store_ctl(st, "fail_get_every", "1", NULL, 0));
+	ck_assert_int_eq(get_n(k, 1, s), 0);
+	ck_assert_int_eq(s[0], -EAGAIN);
+	ck_assert_uint_eq(stat_of("lib_retries"), 3);
+	/* EIO is no transient failure: one try */
+	ck_assert_ok(hc_store_ctl(st, "fail_get_errno", "5", NULL, 0));
+	ck_assert_int_eq(get_n(k, 1, s), 0);
+	ck_assert_int_eq(s[0], -EIO);
+	ck_assert_uint_eq(stat_of("lib_retries"), 3);
+}
+END_TEST
+
+/* An op past its deadline is cancelled; the call returns, the page is the
+ * caller's again. */
+START_TEST(timeout_cancels)
+{
+	struct hc_store_opts so = { .timeout_ms = 100, .retries = -1 };
+	hc_key_t k[3];
+	int s[3];
+	double t0;
+
+	st = open_with(pool, "", &so);
+	hct_keys(k, 3, 22);
+	ck_assert_int_eq(put_n(pool, st, k, 3, s), 3);
+	ck_assert_ok(hc_store_ctl(st, "hang_get_at", "+2", NULL, 0));
+	t0 = hct_now();
+	ck_assert_int_eq(get_n(k, 3, s), 2); /* get_n aborts the timed-out page: it is ours */
+	ck_assert_int_eq(s[1], -ETIMEDOUT);
+	ck_assert(hct_now() - t0 >= 0.09);
+	ck_assert(hct_now() - t0 < 5.0);
+	ck_assert_uint_eq(stat_of("lib_timeouts"), 1);
+	ck_assert_uint_eq(stat_of("lib_orphans"), 0);
+	ck_assert_uint_eq(ctl_u64("cancels"), 1);
+	ck_assert_uint_eq(ctl_u64("inflight"), 0);
+}
+END_TEST
+
+/* A backend that cannot stop a hung op: the call gives it up (-ETIME), the
+ * store keeps its page reserved until the backend completes it at last. */
+START_TEST(orphan_until_reaped)
+{
+	struct hc_store_opts so = { .timeout_ms = 100, .retries = -1 };
+	struct hc_reserve_req rq;
+	hc_key_t k[2];
+	hc_page_t pg[2];
+	uint8_t skip[2];
+	uint32_t pres;
+	int s[2];
+	hc_page_t h;
+
+	st = open_with(pool, "deaf_cancel=1", &so);
+	hct_keys(k, 2, 23);
+	ck_assert_int_eq(put_n(pool, st, k, 2, s), 2);
+	ck_assert_ok(hc_store_ctl(st, "hang_get_at", "+1", NULL, 0));
+	rq = (struct hc_reserve_req){ .keys = k, .nkeys = 2 };
+	ck_assert_int_eq(hc_reserve(pool, &rq, pg, skip), 2);
+	ck_assert_int_eq(hc_store_get(st, pg, 2, s), 1);
+	ck_assert_int_eq(s[0], -ETIME);
+	ck_assert_msg_has("stays out of use");
+	ck_assert_int_eq(s[1], 0);
+	hc_page_presence(pool, pg[1], &pres);
+	ck_assert_int_eq(hc_page_commit(pool, pg[1], hc_page_needed(pool, pres)), 1);
+	ck_assert_uint_eq(stat_of("lib_orphans"), 1);
+	ck_assert_uint_eq(hc__store_orphans(st), 1);
+	/* the page is still reserved: nobody reuses what the backend may write */
+	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(pg[0]), &h, NULL, NULL), HC_PAGE_RESERVED);
+	hc__store_poll(st);
+	ck_assert_uint_eq(hc__store_orphans(st), 1);
+	/* the backend lets go: the next poll settles it, and the page is freed */
+	ck_assert_ok(hc_store_ctl(st, "release", "1", NULL, 0));
+	for (int i = 0; i < 100 && hc__store_orphans(st); i++) {
+		hc__store_poll(st);
+		usleep(1000);
+	}
+	ck_assert_uint_eq(hc__store_orphans(st), 0);
+	ck_assert_uint_eq(stat_of("lib_late"), 1);
+	ck_assert_int_ne(hc_page_state(pool, HC_PAGE_ID(pg[0]), &h, NULL, NULL), HC_PAGE_RESERVED);
+	ck_assert_int_eq(hct_hit(pool, k, 2), 0); /* key 0 is not READY, so no prefix */
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+}
+END_TEST
+
+/* Closed while an op is given up on and never let go: close refuses
+ * rather than free what the backend may still write. */
+START_TEST(close_with_orphan)
+{
+	struct hc_store_opts so = { .timeout_ms = 50, .retries = -1 };
+	hc_key_t k[1];
+	int s[1];
+
+	st = open_with(pool, "deaf_cancel=1", &so);
+	hct_keys(k, 1, 24);
+	ck_assert_ok(hc_store_ctl(st, "hang_exists_at", "+1", NULL, 0));
+	ck_assert_int_eq(hc_store_exists(st, k, 1, s), 0);
+	ck_assert_int_eq(s[0], -ETIME);
+	ck_assert_err(hc_store_close(st), EBUSY);
+	ck_assert_msg_has("still holds 1");
+	/* it lets go after all: now close works */
+	ck_assert_ok(hc_store_ctl(st, "release", "1", NULL, 0));
+	ck_assert_ok(hc_store_close(st));
+	st = NULL;
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fault_backend");
@@ -416,6 +543,10 @@ int main(void)
 	tcase_add_test(tc, delay);
 	tcase_add_test(tc, survives_kill);
 	tcase_add_test(tc, ctl_keys);
+	tcase_add_test(tc, retries);
+	tcase_add_test(tc, timeout_cancels);
+	tcase_add_test(tc, orphan_until_reaped);
+	tcase_add_test(tc, close_with_orphan);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -93,6 +93,8 @@ static const struct opt opts[] = {
 	{ "batch-pages", "service", "batch_pages", T_U32, F(svc.batch_pages), 1, 65536, .arg = "N", .help = "pages per backend call (default 128)" },
 	{ "queue-depth", "service", "queue_depth", T_U32, F(svc.queue_depth), 1, 65536, .arg = "N", .help = "backend operations in flight (default 256)" },
 	{ "spin-us", "service", "spin_us", T_U32, F(svc.spin_us), 1, 1000000, .arg = "US", .help = "spin on the rings this long before sleeping (default 50)" },
+	{ "timeout-ms", "service", "timeout_ms", T_U32, F(svc.timeout_ms), 1, 3600000, .arg = "MS", .help = "a backend op not done this long is cancelled; one that does not end then is given up on, its page held until the backend lets go (default 30000)" },
+	{ "retries", "service", "retries", T_U32, F(svc.retries), 0, 100, .arg = "N", .help = "transient backend failures retried per op, with backoff; 0: none (default 2)" },
 	{ "workers", "service", "workers", T_U32, F(svc.workers), 1, 1024, .arg = "N", .help = "threads doing transfers (default 4)" },
 	{ "prefetch-threshold", "service", "prefetch_threshold", T_U32, F(svc.prefetch_threshold), 0, UINT32_MAX, .arg = "PAGES", .help = "prefetches of fewer keys do not ask L3 (default 0: all do)" },
 	{ "write-policy", "service", "write_policy", T_CHOICE, F(svc.write_policy), .choices = write_policies, .arg = "POLICY", .help = "when pages go to L3 on their own: write_through, write_through_selective, write_back or write_none (default write_through)" },
@@ -380,6 +382,7 @@ int hcd_conf_load(struct hcd_conf *c, int argc, char **argv)
 	char what[64];
 
 	memset(c, 0, sizeof(*c));
+	c->svc.retries = 2; /* here 0 means none (hc_service_opts: -1) */
 	hc_cli_pool_init(&c->geo);
 	for (unsigned i = 0; i < NOPTS; i++)
 		lo[i] = (struct option){ opt_name(&opts[i]), opt_arg(&opts[i]) ? required_argument : no_argument, NULL,

@@ -153,6 +153,8 @@ int main(int argc, char **argv)
 
 	if ((ret = prepare_pool(&c)) != 0)
 		goto out_log;
+	if (c.svc.retries == 0)
+		c.svc.retries = -1; /* none, as the library says it */
 	r = hc_service_start(c.pool, &c.svc, &svc);
 	if (r < 0) {
 		hcd_log(HC_LOG_ERR, "cannot start the service: %s", hc_last_error());

@@ -500,6 +500,8 @@ typedef struct hc_store hc_store;
 struct hc_store_opts {
 	const char *backend_dir; /* searched after $HICACHE_BACKEND_PATH, before the installed one */
 	unsigned queue_depth;    /* ops in flight on this store, all threads; 0: 64; at most 4096 */
+	unsigned timeout_ms;     /* an op not done this long after its submit is cancelled; 0: 30000 */
+	int retries;             /* transient failures retried per op, with backoff; 0: 2; < 0: none */
 };
 
 struct hc_store_info {
@@ -518,7 +520,10 @@ HC_API int hc_store_info(const hc_store *st, struct hc_store_info *out);
 HC_API int hc_store_put(hc_store *st, const hc_page_t *pages, unsigned n, int *status);
 /* Pages this process reserved by key (hc_reserve): on status 0 the page's
  * components are filled and checked, and the caller commits it; -ENOENT is
- * a miss, -EBADMSG a bad object (also a miss).  Returns the count of hits. */
+ * a miss, -EBADMSG a bad object (also a miss).  -ETIME: the backend did not
+ * complete the read even after a cancel; the store keeps the page and
+ * aborts it once the backend lets go, so the caller must leave it alone.
+ * Returns the count of hits. */
 HC_API int hc_store_get(hc_store *st, const hc_page_t *pages, unsigned n, int *status);
 /* status 1 present, 0 absent, or -errno.  Returns the count present. */
 HC_API int hc_store_exists(hc_store *st, const hc_key_t *keys, unsigned n, int *status);

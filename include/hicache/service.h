@@ -97,6 +97,8 @@ struct hc_service_opts {
 	unsigned select_hits;     /* write_through_selective; 0: 2 */
 	unsigned writeback_pct;   /* write_back: the clean share, in percent of the pool,
 	                           * kept at the eviction end; 0: 20 */
+	unsigned timeout_ms;      /* a backend op not done this long is cancelled; 0: 30000 */
+	int retries;              /* transient backend failures retried per op; 0: 2; < 0: none */
 };
 
 /* Attach pool name (a rank slot of its own), take its service lock, open
