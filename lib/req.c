@@ -369,10 +369,49 @@ static int check(hc_req *rq, struct reqs *q)
 
 static int result_of(hc_req *rq)
 {
+	if (rq->result == -ECANCELED)
+		return hc__err(ECANCELED, "L3 request: cancelled (hc_req_cancel)%s",
+			       rq->op == HC__OP_BACKUP ? "; the pages before the one it stopped at are in L3" : "");
 	if (rq->result < 0)
 		return hc__err(-rq->result, "L3 request: the service failed it at item %u: %s", rq->where,
 			       strerror(-rq->result));
 	return rq->result;
+}
+
+int hc_req_cancel(hc_req *rq)
+{
+	struct reqs *q;
+	struct hc__sqe e = { .op = HC__OP_CANCEL };
+	int64_t off;
+	int r;
+
+	if (!rq || !rq->p)
+		return hc__err(EINVAL, "L3 cancel: %s", rq ? "its pool was detached" : "the request is NULL");
+	q = rq->p->reqs;
+	pthread_mutex_lock(&q->mu);
+	if ((r = check(rq, q)) != 0) {
+		pthread_mutex_unlock(&q->mu);
+		return r < 0 ? r : hc__err(EALREADY, "L3 cancel: the request is done already");
+	}
+	if ((r = hc__ring_room(&q->sq, 1)) <= 0) {
+		pthread_mutex_unlock(&q->mu);
+		return r < 0 ? hc__err(-r, "L3 cancel: %s", hc_last_error()) :
+			       hc__err(EAGAIN, "L3 cancel: this rank's request ring is full: wait for some first");
+	}
+	/* Every entry posted passes through the argument area's books, even
+	 * one without arguments (ring.c). */
+	if ((off = hc__argbuf_alloc(&q->arg, 0, q->sq.mine, q->sq.theirs)) < 0) {
+		pthread_mutex_unlock(&q->mu);
+		return hc__err(-(int)off, "L3 cancel: %s", hc_last_error());
+	}
+	/* It names the request by its user_data, after it on the same ring. */
+	e.epoch = q->epoch;
+	e.user_data = (uint64_t)rq->idx << 32 | rq->gen;
+	memcpy(hc__ring_slot(&q->sq, 0), &e, sizeof(e));
+	hc__ring_post(&q->sq, 1);
+	pthread_mutex_unlock(&q->mu);
+	hc__bell_ring(&rq->p->ctl->service.bell);
+	return 0;
 }
 
 int hc_req_poll(hc_req *rq)

@@ -26,6 +26,7 @@ enum hc__op {
 	HC__OP_EXISTS = 1,  /* arguments: n keys of 32 bytes */
 	HC__OP_BACKUP = 2,  /* arguments: n page handles of 8 bytes */
 	HC__OP_PREFETCH = 3, /* arguments: struct hc__pf_args, then n keys of 32 bytes */
+	HC__OP_CANCEL = 4,  /* no arguments; user_data names the request to cancel; no completion */
 };
 
 /* A prefetch's parameters, before its keys in the argument area. */

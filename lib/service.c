@@ -75,6 +75,11 @@ static void post(hc_service *s, unsigned slot, uint32_t epoch, uint64_t user_dat
 	pthread_mutex_unlock(&s->cq_mu);
 }
 
+void hc__svc_post(hc_service *s, const struct waiter *w, int result, uint32_t where)
+{
+	post(s, w->slot, w->epoch, w->user_data, result, where);
+}
+
 void hc__svc_complete(hc_service *s, struct job *j)
 {
 	for (struct waiter *w = j->waiters; w; w = w->next)
@@ -127,6 +132,14 @@ static int serve_slot(hc_service *s, unsigned slot)
 		struct waiter w = { .slot = slot, .epoch = epoch };
 		int size, r;
 		memcpy(&e, hc__ring_peek(&v->sq, 0), sizeof(e));
+		if (e.op == HC__OP_CANCEL && e.epoch == epoch) {
+			/* after the request it names, on the same ring: that one is ours already */
+			hc__ring_release(&v->sq, 1);
+			done++;
+			w.user_data = e.user_data;
+			hc__xfer_cancel(s, &w);
+			continue;
+		}
 		size = e.epoch == epoch ? take_args(s, v, &e) : -ESTALE;
 		/* Seqlock reader: the arguments are ours only if the slot did
 		 * not change owner while we copied them (reqwire.h). */

@@ -58,6 +58,7 @@ struct job {
 	hc_key_t *mine;          /* keys this job registered in the key map */
 	unsigned nmine;
 	int internal;            /* the writer's (writer.c): no waiter */
+	_Atomic int cancel;      /* its only waiter cancelled it: stop at the next batch */
 };
 
 struct keymap;
@@ -94,8 +95,9 @@ struct hc_service {
 	struct writer *writer;   /* writer.c; NULL under write_none */
 };
 
-/* service.c: post a job's completion to each of its waiters. */
+/* service.c: post a job's completion to each of its waiters; post one. */
 void hc__svc_complete(hc_service *s, struct job *j);
+void hc__svc_post(hc_service *s, const struct waiter *w, int result, uint32_t where);
 
 /* transfer.c */
 int hc__xfer_start(hc_service *s);
@@ -105,6 +107,11 @@ void hc__xfer_stop(hc_service *s);
  * identical one running: the waiter goes on its list.  -errno: the caller
  * completes the request with it. */
 int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, const struct waiter *w);
+/* A rank cancels its request (slot, epoch, user_data): a queued job only
+ * its request waits for goes at once, a running one stops at its next
+ * batch; with other waiters or dependents it goes on, and this waiter is
+ * answered -ECANCELED now.  Nothing found: done already, nothing to do. */
+void hc__xfer_cancel(hc_service *s, const struct waiter *w);
 /* Queue a job of the service's own (items: malloc'd, taken). */
 int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n);
 

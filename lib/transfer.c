@@ -163,6 +163,10 @@ static void job_finish(hc_service *s, struct job *j)
 	}
 	if (j->op == HC__OP_PREFETCH && j->result >= 0)
 		j->result = ready_prefix(s, j);
+	if (atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
+		j->result = -ECANCELED;
+		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+	}
 	if (j->internal)
 		hc__writer_done(s, j);
 	hc__svc_complete(s, j);
@@ -215,7 +219,7 @@ static void page_key(const hc_pool *p, uint32_t id, hc_key_t key)
  * The writer's own jobs (lenient) are pages picked from a scan, each on
  * its own: one evicted since (its pin fails) or one that fails is skipped,
  * and the rest go on. */
-static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, int lenient, uint32_t *why)
+static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint32_t n, int lenient, uint32_t *why)
 {
 	hc_pool *p = s->p;
 	unsigned bp = s->o.batch_pages;
@@ -233,6 +237,11 @@ static int do_backup(hc_service *s, const hc_page_t *pages, uint32_t n, int leni
 		int64_t bad = -1; /* the request's index of the first failure */
 		int err = 0;
 		unsigned k = 0;
+		if (atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
+			*why = ECANCELED;
+			ret = -ECANCELED;
+			break;
+		}
 		/* Pin this batch's pages, so the flag set afterwards is about these
 		 * very pages; one already in L3 is skipped. */
 		for (; done < n && k < bp; done++) {
@@ -312,7 +321,10 @@ static int pf_prefix(hc_service *s, struct job *j, int *status)
 
 	while (done < j->n) {
 		unsigned k = j->n - done < s->o.batch_pages ? j->n - done : s->o.batch_pages;
-		int r = hc_store_exists(s->st, keys + done, k, status);
+		int r;
+		if (atomic_load_explicit(&j->cancel, memory_order_relaxed))
+			return (int)done; /* cancelled: what is known so far */
+		r = hc_store_exists(s->st, keys + done, k, status);
 		hc__svc_count(s, HC_CTR_l3_exists_keys, k);
 		if (r < 0)
 			return r;
@@ -384,6 +396,10 @@ static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages,
 	}
 	while (i < len) {
 		unsigned k = 0;
+		if (!failed && atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
+			failed = 1; /* the prefix ends here; the rest is let go below */
+			j->where = i;
+		}
 		for (; i < len && k < bp; i++)
 			if (!skip[i] && !failed) {
 				at[k] = i;
@@ -463,7 +479,7 @@ static void run(hc_service *s, struct job *j)
 		j->result = do_exists(s, j->items, j->n, &j->where);
 		break;
 	case HC__OP_BACKUP:
-		j->result = do_backup(s, j->items, j->n, j->internal, &j->where);
+		j->result = do_backup(s, j, j->items, j->n, j->internal, &j->where);
 		break;
 	case HC__OP_PREFETCH:
 		j->result = do_prefetch(s, j);
@@ -586,6 +602,63 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 	memcpy(j->items, items, (size_t)e->n * size);
 	enqueue(s, j);
 	return 0;
+}
+
+static int waiter_is(const struct waiter *a, const struct waiter *b)
+{
+	return a->slot == b->slot && a->epoch == b->epoch && a->user_data == b->user_data;
+}
+
+void hc__xfer_cancel(hc_service *s, const struct waiter *w)
+{
+	struct job **queued = NULL, *j = NULL;
+	struct waiter **wp = NULL, *gone;
+
+	pthread_mutex_lock(&s->mu);
+	for (struct job **pp = &s->qhead; *pp && !j; pp = &(*pp)->next)
+		for (struct waiter **x = &(*pp)->waiters; *x; x = &(*x)->next)
+			if (waiter_is(*x, w)) {
+				queued = pp;
+				j = *pp;
+				wp = x;
+				break;
+			}
+	for (struct job *a = s->active; a && !j; a = a->next)
+		for (struct waiter **x = &a->waiters; *x; x = &(*x)->next)
+			if (waiter_is(*x, w)) {
+				j = a;
+				wp = x;
+				break;
+			}
+	if (!j) {
+		pthread_mutex_unlock(&s->mu);
+		return;
+	}
+	if (j->waiters->next || j->ndependents || j->deps) {
+		/* others wait for this job too: it goes on without this request */
+		gone = *wp;
+		*wp = gone->next;
+		pthread_mutex_unlock(&s->mu);
+		hc__svc_post(s, gone, -ECANCELED, 0);
+		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+		free(gone);
+		return;
+	}
+	atomic_store_explicit(&j->cancel, 1, memory_order_relaxed);
+	if (queued) {
+		/* not started: nothing of it to undo */
+		*queued = j->next;
+		if (s->qtail == j) {
+			s->qtail = NULL;
+			for (struct job *q = s->qhead; q; q = q->next)
+				s->qtail = q;
+		}
+		j->result = -ECANCELED;
+		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+		hc__svc_complete(s, j);
+		job_free(j);
+	}
+	pthread_mutex_unlock(&s->mu);
 }
 
 int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n)

@@ -423,6 +423,67 @@ START_TEST(no_space)
 }
 END_TEST
 
+/* Cancel: a running backup or prefetch stops at its next batch, a queued
+ * request goes at once, a finished one cannot be; nothing leaks. */
+START_TEST(cancel)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 32, 100, 8);
+	char spec[160];
+	struct hc_service_opts o = { .backend = spec, .batch_pages = 2, .workers = 1,
+				     .write_policy = HC_WRITE_NONE };
+	struct hc_prefetch_req pr = { .nkeys = 8, .policy = HC_PREFETCH_BEST_EFFORT };
+	hc_service *s;
+	hc_key_t k[8];
+	hc_page_t pg[8];
+	hc_req *r1, *r2;
+	int h;
+
+	/* every backend op takes 150 ms: 8 pages in batches of 2, 600 ms */
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=150000", l3dir);
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	hct_keys(k, 8, 11);
+	store(p, k, 8, 0, pg);
+	ck_assert_ok(hc_req_backup(p, pg, 8, &r1));
+	ck_assert_ok(hc_req_exists(p, k, 8, &r2)); /* queued behind it: one worker */
+	for (int i = 0; i < 2500 && ctr(p, HC_CTR_l3_backup_pages) == 0; i++)
+		usleep(2000); /* cancel them while the backup writes */
+	ck_assert_ok(hc_req_cancel(r2));
+	ck_assert_ok(hc_req_cancel(r1));
+	ck_assert_err(hc_req_wait(r2, 5000), ECANCELED);
+	ck_assert_err(hc_req_wait(r1, 5000), ECANCELED);
+	ck_assert_msg_has("cancelled");
+	ck_assert_err(hc_req_cancel(r1), EALREADY);
+	ck_assert_ok(hc_req_free(r1));
+	ck_assert_ok(hc_req_free(r2));
+	ck_assert_uint_eq(ctr(p, HC_CTR_svc_cancelled), 2);
+	h = (int)ctr(p, HC_CTR_l3_backup_pages);
+	ck_assert_msg(h >= 1 && h < 8, "%d pages backed up before the cancel", h);
+	/* the rest goes now; evict all, then cancel a prefetch of them */
+	backup(p, pg, 8);
+	evict(p, k, 8);
+	pr.keys = k;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &r1));
+	for (int i = 0; i < 2500 && ctr(p, HC_CTR_l3_prefetch_pages) == 0; i++)
+		usleep(2000); /* cancel it while it reads */
+	ck_assert_ok(hc_req_cancel(r1));
+	ck_assert_err(hc_req_wait(r1, 5000), ECANCELED);
+	h = hc_req_prefetch_take(r1, pg, NULL); /* what was read stays, and is taken */
+	ck_assert_msg(h >= 1 && h < 8, "hit %d after a cancel", h);
+	for (int i = 0; i < h; i++) {
+		ck_assert_int_eq(by_key(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_ok(hc_req_free(r1));
+	ck_assert_err(hc_req_cancel(NULL), EINVAL);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	ck_assert_int_eq(hct_hit(p, k, 8), h);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 START_TEST(threshold_and_bad_input)
 {
 	const char *name = hct_name();
@@ -500,6 +561,7 @@ int main(void)
 	tcase_add_test(tc, ranks_agree);
 	tcase_add_test(tc, no_space);
 	tcase_add_test(tc, threshold_and_bad_input);
+	tcase_add_test(tc, cancel);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -74,6 +74,12 @@ HC_API int hc_req_prefetch_take(hc_req *req, hc_page_t *pages, hc_ticket *t);
 /* The result (>= 0), or the request's -errno; -EINPROGRESS from poll while
  * it runs; wait gives -ETIMEDOUT after timeout_ms (< 0: no limit) and
  * leaves the request running. */
+/* Ask the service to stop a request: it then completes with -ECANCELED
+ * (a backup: the pages before where it stopped are in L3; a prefetch: what
+ * was made READY stays), or with its result if it was done first.  Wait
+ * for it as for any.  -EALREADY: it is done already.  A request that other
+ * ranks' requests were merged with goes on for them. */
+HC_API int hc_req_cancel(hc_req *req);
 HC_API int hc_req_poll(hc_req *req);
 HC_API int hc_req_wait(hc_req *req, int timeout_ms);
 /* Waits for the request if it still runs (the service owns its pages until
