@@ -39,6 +39,7 @@ struct hc_req {
 	enum hc_prefetch_policy policy;
 	uint64_t deadline_ms;   /* TIMEOUT: when the take stops waiting */
 	int taken;
+	int backend_attach;     /* a backend request: attach (1) or detach (0) */
 };
 
 struct reqs {
@@ -273,6 +274,19 @@ int hc_req_backup(hc_pool *pool, const hc_page_t *pages, unsigned n, hc_req **ou
 	return submit(pool, "L3 backup", HC__OP_BACKUP, pages, n, sizeof(hc_page_t), out);
 }
 
+int hc_req_backend(hc_pool *pool, const char *spec, hc_req **out)
+{
+	int r;
+
+	if (!spec)
+		spec = "";
+	r = submit(pool, *spec ? "backend attach" : "backend detach", HC__OP_BACKEND, spec, (unsigned)strlen(spec) + 1, 1,
+		   out);
+	if (r == 0)
+		(*out)->backend_attach = *spec != 0;
+	return r;
+}
+
 int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
 {
 	const char *op = "L3 prefetch";
@@ -369,6 +383,16 @@ static int check(hc_req *rq, struct reqs *q)
 
 static int result_of(hc_req *rq)
 {
+	if (rq->op == HC__OP_BACKEND && rq->result < 0)
+		return hc__err(-rq->result, "backend %s: %s", rq->backend_attach ? "attach" : "detach",
+			       rq->result == -EBUSY ? "refused while transfers are in flight: try again when the service is idle" :
+			       rq->result == -EALREADY ? (rq->backend_attach ? "a backend is attached already: detach it first" :
+								      "no backend is attached") :
+			       rq->result == -ENOENT ? "the plugin was not found (see the service's log for where it looked)" :
+			       rq->result == -EINVAL ? "the spec or an option of it is wrong (the service's log says which)" :
+			       strerror(-rq->result));
+	if (rq->result == -ENODEV)
+		return hc__err(ENODEV, "L3 request: the service has no backend attached: hicache-pool backend attach");
 	if (rq->result == -ECANCELED)
 		return hc__err(ECANCELED, "L3 request: cancelled (hc_req_cancel)%s",
 			       rq->op == HC__OP_BACKUP ? "; the pages before the one it stopped at are in L3" : "");

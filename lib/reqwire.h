@@ -27,6 +27,7 @@ enum hc__op {
 	HC__OP_BACKUP = 2,  /* arguments: n page handles of 8 bytes */
 	HC__OP_PREFETCH = 3, /* arguments: struct hc__pf_args, then n keys of 32 bytes */
 	HC__OP_CANCEL = 4,  /* no arguments; user_data names the request to cancel; no completion */
+	HC__OP_BACKEND = 5, /* arguments: n bytes, a backend spec ending in NUL; "" detaches */
 };
 
 /* A prefetch's parameters, before its keys in the argument area. */

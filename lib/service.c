@@ -42,7 +42,7 @@
 static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
 {
 	size_t size = e->op == HC__OP_EXISTS || e->op == HC__OP_PREFETCH ? sizeof(hc_key_t) :
-		      e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : 0;
+		      e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : e->op == HC__OP_BACKEND ? 1 : 0;
 	uint64_t head = e->op == HC__OP_PREFETCH ? sizeof(struct hc__pf_args) : 0;
 
 	if (!size)
@@ -118,6 +118,68 @@ static int slot_ready(hc_service *s, unsigned slot, uint32_t *epoch)
 	return 1;
 }
 
+/*
+ * Attach (spec) or detach ("") the backend, for hicache-pool backend: only
+ * while nothing is in flight, so no worker holds the store.  The dispatcher
+ * alone submits jobs and runs this, so none starts meanwhile.
+ */
+static int backend_change(hc_service *s, const char *spec, unsigned slot)
+{
+	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
+				    .timeout_ms = s->o.timeout_ms, .retries = s->o.retries };
+	unsigned busy;
+	hc_store *st = NULL;
+	char *copy = NULL;
+	int r;
+
+	pthread_mutex_lock(&s->mu);
+	busy = s->running;
+	for (struct job *j = s->qhead; j; j = j->next)
+		busy++;
+	pthread_mutex_unlock(&s->mu);
+	if (busy || hc__writer_busy(s)) {
+		r = hc__err(EBUSY, "service: backend %s refused: %u requests and %u write-policy pages in flight; try again when idle",
+			    *spec ? "attach" : "detach", busy, hc__writer_busy(s));
+		goto out;
+	}
+	if (!*spec) {
+		if (!s->st) {
+			r = hc__err(EALREADY, "service: no backend is attached");
+			goto out;
+		}
+		if ((r = hc_store_close(s->st)) < 0)
+			goto out; /* the backend still holds ops given up on: it stays */
+		pthread_mutex_lock(&s->mu);
+		s->st = NULL;
+		pthread_mutex_unlock(&s->mu);
+		hc__log(HC_LOG_INFO, "service: pool '%s': backend %s detached (rank slot %u asked)", s->name, s->backend,
+			slot);
+		return 0;
+	}
+	if (s->st) {
+		r = hc__err(EALREADY, "service: backend %s is attached: detach it first", s->backend);
+		goto out;
+	}
+	if (!(copy = strdup(spec))) {
+		r = hc__err(ENOMEM, "service: no memory");
+		goto out;
+	}
+	if ((r = hc_store_open(s->p, spec, &so, &st)) < 0) {
+		free(copy);
+		goto out;
+	}
+	free(s->backend);
+	s->backend = copy;
+	pthread_mutex_lock(&s->mu);
+	s->st = st; /* the workers see it under mu, with their next job */
+	pthread_mutex_unlock(&s->mu);
+	hc__log(HC_LOG_INFO, "service: pool '%s': backend %s attached (rank slot %u asked)", s->name, spec, slot);
+	return 0;
+out:
+	hc__log(HC_LOG_WARN, "%s", hc_last_error());
+	return r;
+}
+
 /* Take and do the requests waiting on one slot's ring; how many. */
 static int serve_slot(hc_service *s, unsigned slot)
 {
@@ -154,6 +216,11 @@ static int serve_slot(hc_service *s, unsigned slot)
 			continue; /* a dead owner's: nobody waits for it */
 		}
 		w.user_data = e.user_data;
+		if (e.op == HC__OP_BACKEND && size > 0) {
+			r = s->args[e.arg_len - 1] ? -EINVAL : backend_change(s, (const char *)s->args, slot);
+			post(s, slot, epoch, e.user_data, r, 0);
+			continue;
+		}
 		r = size < 0 ? size : hc__xfer_submit(s, &e, s->args, &w);
 		if (r < 0) {
 			hc__svc_count(s, HC_CTR_svc_bad, 1);
@@ -297,7 +364,8 @@ static void *service_main(void *arg)
 			did += serve_slot(s, i);
 		if ((now = ms_now()) - last_recover >= RECOVER_MS) {
 			recover(s);
-			hc__store_poll(s->st); /* late completions of ops given up on */
+			if (s->st)
+				hc__store_poll(s->st); /* late completions of ops given up on */
 			last_recover = now;
 		}
 		if (hc__writer_due(s, &wait_ms)) {

@@ -123,6 +123,8 @@ void hc__writer_stop(hc_service *s);
 int hc__writer_due(hc_service *s, int *wait_ms);
 void hc__writer_scan(hc_service *s);
 void hc__writer_done(hc_service *s, const struct job *j);
+/* Pages in the writer's jobs now. */
+unsigned hc__writer_busy(hc_service *s);
 
 /* Atomic add to a service counter: workers race on the service's row. */
 void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n);

@@ -474,6 +474,10 @@ out:
 
 static void run(hc_service *s, struct job *j)
 {
+	if (!s->st) { /* detached (hicache-pool backend detach) */
+		j->result = -ENODEV; /* the rank says so (req.c) */
+		return;
+	}
 	switch (j->op) {
 	case HC__OP_EXISTS:
 		j->result = do_exists(s, j->items, j->n, &j->where);

@@ -90,12 +90,24 @@ void hc__writer_done(hc_service *s, const struct job *j)
 	s->writer->inflight -= j->n;
 }
 
+unsigned hc__writer_busy(hc_service *s)
+{
+	unsigned n;
+
+	if (!s->writer)
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	n = s->writer->inflight;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
 int hc__writer_due(hc_service *s, int *wait_ms)
 {
 	struct writer *w = s->writer;
 	uint64_t now, seq;
 
-	if (!w)
+	if (!w || !s->st) /* no backend attached: nothing to write to */
 		return 0;
 	now = ms_now();
 	seq = atomic_load_explicit(&s->p->ctl->service.dirty_seq, memory_order_relaxed);

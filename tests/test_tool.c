@@ -19,6 +19,8 @@
 
 #include <json-c/json.h>
 
+#include <hicache/service.h>
+
 #include "hct.h"
 
 /* The parsers are not in any library; compile them in to test them directly. */
@@ -687,7 +689,7 @@ START_TEST(help_and_version)
 	ck_assert_tool(0, "evict", "--help");
 	ck_assert_out_has("--count N");
 	ck_assert_tool(2, "frobnicate");
-	ck_assert_err_has("use create, info, ls, stat, check, keys, evict, clear, destroy, repair or help");
+	ck_assert_err_has("use create, info, ls, stat, check, keys, evict, clear, destroy, repair, backend or help");
 }
 END_TEST
 
@@ -1001,6 +1003,74 @@ START_TEST(keys_list)
 	json_object_put(o);
 
 	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+/* backend attach and detach: against a service in a child process (this
+ * process forks the tool, so it runs no service threads itself). */
+START_TEST(backend_attach_detach)
+{
+	const char *name = hct_name();
+	char dir[64], spec[128];
+	struct hc_service_opts so = { .backend = "mem", .write_policy = HC_WRITE_NONE };
+	hc_key_t k[2];
+	hc_page_t pg[2];
+	uint8_t skip[2];
+	struct hc_reserve_req rr = { .keys = k, .nkeys = 2 };
+	hc_req *rq;
+	hc_pool *p;
+	pid_t svc;
+	int st;
+
+	create_tiny(name, "16");
+	p = hct_attach(name, 0);
+	svc = hct_service_child(name, &so);
+	hct_keys(k, 2, 31);
+	ck_assert_tool(1, "backend", "attach", name, "mem");
+	ck_assert_err_has("attached already: detach it first");
+	ck_assert_tool(0, "backend", "detach", name);
+	ck_assert_out_has("backend detached");
+	/* none: the ranks' requests fail, saying why */
+	ck_assert_ok(hc_req_exists(p, k, 2, &rq));
+	ck_assert_err(hc_req_wait(rq, 10000), ENODEV);
+	ck_assert_msg_has("hicache-pool backend attach");
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_tool(1, "backend", "detach", name);
+	ck_assert_err_has("no backend is attached");
+	ck_assert_tool(1, "backend", "attach", name, "nosuchplugin");
+	ck_assert_err_has("not found");
+	/* a slow one, to catch a transfer in flight */
+	hct_mkdtemp(dir, sizeof(dir), "tool-be");
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=1500000", dir);
+	ck_assert_tool(0, "backend", "attach", name, spec);
+	ck_assert_out_has("attached");
+	ck_assert_int_eq(hc_reserve(p, &rr, pg, skip), 2);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(hct_fill_commit_all(p, pg[i]), 1);
+	ck_assert_ok(hc_req_backup(p, pg, 2, &rq));
+	ck_assert_tool(1, "backend", "detach", name);
+	ck_assert_err_has("in flight");
+	ck_assert_int_eq(hc_req_wait(rq, 20000), 2);
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_tool(0, "backend", "detach", name);
+	ck_assert_tool(0, "backend", "attach", name, "mem");
+	ck_assert_ok(hc_req_exists(p, k, 2, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), 0); /* a new, empty store */
+	ck_assert_ok(hc_req_free(rq));
+	/* usage */
+	ck_assert_tool(2, "backend");
+	ck_assert_err_has("missing action");
+	ck_assert_tool(2, "backend", "frob", name);
+	ck_assert_err_has("unknown action 'frob'");
+	ck_assert_tool(2, "backend", "attach", name);
+	ck_assert_err_has("missing SPEC");
+	ck_assert_tool(0, "backend", "--help");
+	ck_assert_out_has("Usage: hicache-pool backend attach");
+	st = hct_service_child_stop(svc);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
+	hc_pool_detach(p);
+	hct_rmtree(dir);
 	ck_assert_tool(0, "destroy", name);
 }
 END_TEST
@@ -1398,6 +1468,7 @@ int main(void)
 	tcase_add_test(ta, check_pool);
 	tcase_add_test(ta, keys_list);
 	tcase_add_test(ta, evict_and_clear);
+	tcase_add_test(ta, backend_attach_detach);
 	tcase_add_test(ta, ls_engines);
 	tcase_add_test(ta, admin_usage_errors);
 	suite_add_tcase(s, ta);

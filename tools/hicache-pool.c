@@ -21,6 +21,7 @@
 #include <json-c/json.h>
 
 #include <hicache/hicache.h>
+#include <hicache/service.h>
 
 #include "cli.h"
 
@@ -1553,6 +1554,63 @@ static int cmd_clear(int argc, char **argv)
 	return ret;
 }
 
+static const char backend_usage[] =
+	"Usage: " PROG " backend attach NAME SPEC [--dir DIR] [--timeout-ms MS]\n"
+	"       " PROG " backend detach NAME [--dir DIR] [--timeout-ms MS]\n"
+	"\n"
+	"Attach an L3 backend to the service of pool NAME (hicached), or detach the\n"
+	"one it has, while it runs.  SPEC is NAME[:KEY=VALUE,...] as hicached's\n"
+	"--backend takes it (hicache-backend(7)).  Both are refused while transfers\n"
+	"are in flight; attach is refused while a backend is attached.  While none\n"
+	"is, the ranks' L3 requests fail with ENODEV.  The tool takes a rank slot\n"
+	"while it runs, so the pool needs a free one.\n"
+	"\n"
+	"  --dir DIR          the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --timeout-ms MS    wait this long for the service (default 30000)\n";
+
+static int cmd_backend(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		OPTION_DIR,
+		{ "timeout-ms", required_argument, NULL, OPT_COUNT },
+		OPTIONS_END,
+	};
+	struct verb_args va;
+	const char *name, *spec = NULL, *sub = argc > 1 ? argv[1] : "";
+	int attach_, ret, r;
+	hc_req *rq;
+	hc_pool *p;
+
+	if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
+		fputs(backend_usage, stdout);
+		return HC_CLI_EXIT_OK;
+	}
+	if (strcmp(sub, "attach") && strcmp(sub, "detach"))
+		return usage_error("%s%s%s: give attach or detach; see '" PROG " backend --help'",
+				   *sub ? "unknown action '" : "missing action", sub, *sub ? "'" : "");
+	attach_ = !strcmp(sub, "attach");
+	verb = attach_ ? "backend attach" : "backend detach";
+	if ((ret = parse_args(argc - 1, argv + 1, opts, backend_usage, &va, &name, attach_ ? &spec : NULL)) != ARGS_OK)
+		return ret;
+	if (attach_ && (!spec || !*spec))
+		return usage_error("missing SPEC: the backend to attach, e.g. file:dir=/var/cache/hicache");
+	if ((ret = attach_rank(name, va.dir, &p)) != 0)
+		return ret;
+	r = hc_req_backend(p, attach_ ? spec : NULL, &rq);
+	if (r == 0) {
+		r = hc_req_wait(rq, va.count ? (int)va.count : 30000);
+		hc_req_free(rq);
+	}
+	if (r < 0)
+		ret = failure("pool '%s': %s", name, lib_error());
+	else if (attach_)
+		printf("pool '%s': backend %s attached\n", name, spec);
+	else
+		printf("pool '%s': backend detached\n", name);
+	hc_pool_detach(p);
+	return ret;
+}
+
 /* -------------------------------------------------------------------- main */
 
 static const char main_usage[] =
@@ -1572,6 +1630,7 @@ static const char main_usage[] =
 	"  clear NAME        free every READY page of an idle pool\n"
 	"  destroy NAME      remove a pool\n"
 	"  repair NAME       undo what dead ranks held, and report it\n"
+	"  backend attach|detach NAME [SPEC]   change the L3 backend of a running service\n"
 	"  help [VERB]       show the help of a verb\n"
 	"\n"
 	"Run '" PROG " VERB --help' for the options of a verb.  Exit status: 0 on\n"
@@ -1593,6 +1652,7 @@ static const struct {
 	{ "clear", cmd_clear, clear_usage },
 	{ "destroy", cmd_destroy, destroy_usage },
 	{ "repair", cmd_repair, repair_usage },
+	{ "backend", cmd_backend, backend_usage },
 };
 
 #define NVERBS (sizeof(verbs) / sizeof(verbs[0]))

@@ -74,6 +74,12 @@ HC_API int hc_req_prefetch_take(hc_req *req, hc_page_t *pages, hc_ticket *t);
 /* The result (>= 0), or the request's -errno; -EINPROGRESS from poll while
  * it runs; wait gives -ETIMEDOUT after timeout_ms (< 0: no limit) and
  * leaves the request running. */
+/* Attach the backend spec to the service, or detach its backend (spec NULL
+ * or ""), as hicache-pool backend does: the result is 0, or -EBUSY while
+ * transfers are in flight, -EALREADY (one attached already; none to
+ * detach), or what opening the backend gave.  While none is attached,
+ * transfers complete with -ENODEV. */
+HC_API int hc_req_backend(hc_pool *pool, const char *spec, hc_req **out);
 /* Ask the service to stop a request: it then completes with -ECANCELED
  * (a backup: the pages before where it stopped are in L3; a prefetch: what
  * was made READY stays), or with its result if it was done first.  Wait
