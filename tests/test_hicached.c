@@ -20,7 +20,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -620,6 +623,91 @@ START_TEST(rank_request)
 }
 END_TEST
 
+/* A port nobody listens on now (bind 0, read it, close): a moment's race. */
+static unsigned free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* Send req to 127.0.0.1:port; the whole response, in buf. */
+static const char *http(unsigned port, const char *req, char *buf, size_t len)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	size_t got = 0;
+	ssize_t r;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect to port %u: %s", port,
+		      strerror(errno));
+	ck_assert_int_eq(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+	while (got < len - 1 && (r = recv(fd, buf + got, len - 1 - got, 0)) > 0)
+		got += (size_t)r;
+	buf[got] = 0;
+	close(fd);
+	return buf;
+}
+
+START_TEST(metrics_http)
+{
+	const char *name = pool_name();
+	static char buf[256 * 1024];
+	char addr[64];
+	unsigned port = free_port();
+	hc_key_t k[NK];
+	hc_req *rq;
+	hc_pool *p;
+	pid_t d;
+
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "16", "--metrics-listen", addr));
+	wait_serving(name, d);
+	for (int i = 0; i < 500 && !strstr(output(d), "/metrics"); i++)
+		usleep(2000); /* it listens right after it serves */
+	ck_assert_has(output(d), "at http://127.0.0.1:");
+	p = hct_attach(name, 0);
+	hct_keys(k, NK, 8);
+	ck_assert_ok(hc_req_exists(p, k, NK, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, WAIT_MS), 0);
+	ck_assert_ok(hc_req_free(rq));
+	hc_pool_detach(p);
+	http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+	ck_assert_has(buf, "HTTP/1.1 200 OK");
+	ck_assert_has(buf, "text/plain; version=0.0.4");
+	ck_assert_has(buf, "# TYPE hicache_pages gauge");
+	ck_assert_has(buf, "hicache_pages{pool=\"");
+	ck_assert_has(buf, "hicache_svc_requests_total{pool=\"");
+	ck_assert_lacks(buf, "hicache_svc_requests_total{pool=\"x\"} 0\n");
+	ck_assert_has(buf, "hicache_service_up{pool=\"");
+	{
+		/* the service counted our request: its counter is not 0 */
+		char want[128];
+		snprintf(want, sizeof(want), "hicache_l3_exists_keys_total{pool=\"%s\"} 0\n", name);
+		ck_assert_lacks(buf, want);
+	}
+	http(port, "GET /nope HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+	ck_assert_has(buf, "404 Not Found");
+	http(port, "POST /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+	ck_assert_has(buf, "405 Method Not Allowed");
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_lacks(output(d), "error:");
+	/* a bad address: the daemon says so and stops serving */
+	d = spawn(ARGS("--pool", name, "--backend", backend(), "--metrics-listen", "nohostport"));
+	ck_assert_int_eq(reap(d), 1);
+	ck_assert_has(output(d), "give HOST:PORT");
+	check_and_destroy(name);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hicached");
@@ -638,6 +726,7 @@ int main(void)
 	tcase_add_test(tc, command_line_overrides_config);
 	tcase_add_test(tc, geometry_disagrees);
 	tcase_add_test(tc, sighup_reopens_log);
+	tcase_add_test(tc, metrics_http);
 	tcase_add_test(tc, rank_request);
 	suite_add_tcase(s, tc);
 	return hct_run(s);

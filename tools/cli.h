@@ -123,4 +123,21 @@ int hc_cli_pool_finish(struct hc_cli_pool *cp);
  * naming each option that differs, with both values. */
 int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool);
 
+/* ---- a pool's stats as the tools show them (cli_stats.c) */
+
+#include <stdio.h>
+
+#define HC_CLI_NGAUGES 9
+struct hc_cli_metric {
+	const char *name, *help;
+	uint64_t value;
+};
+/* "free", "reserved", ...: pages by state, as keys and labels. */
+extern const char *const hc_cli_state_keys[5];
+/* The gauges (HC_CLI_NGAUGES) and counters (HC_CTR__COUNT) of st, named. */
+void hc_cli_metrics(const struct hc_stats *st, struct hc_cli_metric *g, struct hc_cli_metric *c);
+void hc_cli_prom_family(FILE *f, const char *name, const char *type, const char *help);
+/* The Prometheus text exposition (format 0.0.4) of a pool's stats. */
+void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st);
+
 #endif /* HC_TOOLS_CLI_H */

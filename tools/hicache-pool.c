@@ -484,7 +484,6 @@ static const char info_usage[] =
 	"  --no-recover    attach read-only: do not undo the holds of dead ranks\n"
 	"                  first, and show rank liveness as recorded, not proven\n";
 
-static const char *const state_keys[5] = { "free", "reserved", "ready", "quarantine", "freeing" };
 
 static struct json_object *info_json(const struct hc_pool_info *in, const struct hc_component_info *ci,
 				     const uint64_t counts[5], const struct hc_rank_info *ri, unsigned nri)
@@ -544,7 +543,7 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 
 	x = json_object_new_object();
 	for (int s = 0; s < 5; s++)
-		jadd_u64(x, state_keys[s], counts[s]);
+		jadd_u64(x, hc_cli_state_keys[s], counts[s]);
 	json_object_object_add(o, "pages", x);
 
 	a = json_object_new_array();
@@ -1057,40 +1056,6 @@ static const char stat_usage[] =
 
 /* The gauges of struct hc_stats besides pages[]: X(name, field, help),
  * declared once for every printer, as the library's HC_COUNTERS. */
-#define STAT_GAUGES(X)                                                            \
-	X(keyed_pages, keyed, "pages in the key index")                           \
-	X(pinned_pages, pinned_pages, "pages pinned by at least one rank")        \
-	X(pin_count, pin_count, "pins held, summed over pages")                   \
-	X(locked_pages, locked_pages, "pages host-locked by at least one rank")   \
-	X(lock_count, lock_count, "host locks held, summed over pages")           \
-	X(ticket_pages, ticket_pages, "pages held by at least one ticket")        \
-	X(live_ranks, live_ranks, "rank slots marked live")                       \
-	X(engines, engines, "engines with a live rank")                           \
-	X(open_tickets, open_tickets, "tickets being built, open or being dropped")
-
-enum {
-#define X(name, field, help) GAUGE_##name,
-	STAT_GAUGES(X)
-#undef X
-	NGAUGES
-};
-
-struct metric {
-	const char *name, *help;
-	uint64_t value;
-};
-
-static void stat_metrics(const struct hc_stats *st, struct metric *g, struct metric *c)
-{
-	unsigned i = 0;
-
-#define X(name, field, help) g[i++] = (struct metric){ #name, help, st->field };
-	STAT_GAUGES(X)
-#undef X
-	for (unsigned k = 0; k < HC_CTR__COUNT; k++)
-		c[k] = (struct metric){ hc_counter_name(k), hc_counter_help(k), st->counter[k] };
-}
-
 /* hits / lookup_keys, or -1 before the first lookup. */
 static double hit_ratio(const struct hc_stats *st)
 {
@@ -1105,15 +1070,15 @@ static void stat_line(const char *name, int wn, uint64_t v, int wv, const char *
 }
 
 /* Aligned "name value help" lines: pages by state, gauges, counters. */
-static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, const struct metric *g,
-		      const struct metric *c)
+static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, const struct hc_cli_metric *g,
+		      const struct hc_cli_metric *c)
 {
 	char name[32], help[32], val[32];
 	int wn = (int)strlen("pages_quarantine"), wv = 5, len;
 	double hr = hit_ratio(st);
 
-	for (unsigned i = 0; i < NGAUGES + HC_CTR__COUNT; i++) {
-		const struct metric *m = i < NGAUGES ? &g[i] : &c[i - NGAUGES];
+	for (unsigned i = 0; i < HC_CLI_NGAUGES + HC_CTR__COUNT; i++) {
+		const struct hc_cli_metric *m = i < HC_CLI_NGAUGES ? &g[i] : &c[i - HC_CLI_NGAUGES];
 
 		if ((len = (int)strlen(m->name)) > wn)
 			wn = len;
@@ -1126,12 +1091,12 @@ static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, 
 
 	printf("pool '%s' at %s: %" PRIu32 " pages\n", in->name, in->path, in->npages);
 	for (int s = 0; s < 5; s++) {
-		snprintf(name, sizeof(name), "pages_%s", state_keys[s]);
+		snprintf(name, sizeof(name), "pages_%s", hc_cli_state_keys[s]);
 		snprintf(help, sizeof(help), "pages in state %s", hc_page_state_name((enum hc_page_state)s));
 		stat_line(name, wn, st->pages[s], wv, help);
 	}
-	for (unsigned i = 0; i < NGAUGES + HC_CTR__COUNT; i++) {
-		const struct metric *m = i < NGAUGES ? &g[i] : &c[i - NGAUGES];
+	for (unsigned i = 0; i < HC_CLI_NGAUGES + HC_CTR__COUNT; i++) {
+		const struct hc_cli_metric *m = i < HC_CLI_NGAUGES ? &g[i] : &c[i - HC_CLI_NGAUGES];
 
 		stat_line(m->name, wn, m->value, wv, m->help);
 	}
@@ -1141,40 +1106,8 @@ static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, 
 		printf("  %-*s  %*.3f  hits / lookup_keys\n", wn, "hit_ratio", wv, hr);
 }
 
-/* # HELP and # TYPE of one metric family; HELP escapes '\' and newlines. */
-static void prom_family(const char *name, const char *type, const char *help)
-{
-	printf("# HELP hicache_%s ", name);
-	for (const char *h = help; *h; h++) {
-		if (*h == '\\' || *h == '\n')
-			putchar('\\');
-		putchar(*h == '\n' ? 'n' : *h);
-	}
-	printf("\n# TYPE hicache_%s %s\n", name, type);
-}
-
-/* Pool names are [A-Za-z0-9_.-] (hc_pool_name_valid): no label escaping needed. */
-static void stat_prometheus(const struct hc_pool_info *in, const struct hc_stats *st, const struct metric *g,
-			    const struct metric *c)
-{
-	char name[64];
-
-	prom_family("pages", "gauge", "pages by state");
-	for (int s = 0; s < 5; s++)
-		printf("hicache_pages{pool=\"%s\",state=\"%s\"} %" PRIu64 "\n", in->name, state_keys[s], st->pages[s]);
-	for (unsigned i = 0; i < NGAUGES; i++) {
-		prom_family(g[i].name, "gauge", g[i].help);
-		printf("hicache_%s{pool=\"%s\"} %" PRIu64 "\n", g[i].name, in->name, g[i].value);
-	}
-	for (unsigned i = 0; i < HC_CTR__COUNT; i++) {
-		snprintf(name, sizeof(name), "%s_total", c[i].name);
-		prom_family(name, "counter", c[i].help);
-		printf("hicache_%s{pool=\"%s\"} %" PRIu64 "\n", name, in->name, c[i].value);
-	}
-}
-
 static struct json_object *stat_json(const struct hc_pool_info *in, const struct hc_stats *st,
-				     const struct metric *g, const struct metric *c)
+				     const struct hc_cli_metric *g, const struct hc_cli_metric *c)
 {
 	struct json_object *o = json_object_new_object(), *x = json_object_new_object();
 	double hr = hit_ratio(st);
@@ -1183,9 +1116,9 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 	jadd_str(o, "path", in->path);
 	jadd_u64(o, "npages", in->npages);
 	for (int s = 0; s < 5; s++)
-		jadd_u64(x, state_keys[s], st->pages[s]);
+		jadd_u64(x, hc_cli_state_keys[s], st->pages[s]);
 	json_object_object_add(o, "pages", x);
-	for (unsigned i = 0; i < NGAUGES; i++)
+	for (unsigned i = 0; i < HC_CLI_NGAUGES; i++)
 		jadd_u64(o, g[i].name, g[i].value);
 	x = json_object_new_object();
 	for (unsigned i = 0; i < HC_CTR__COUNT; i++)
@@ -1202,7 +1135,7 @@ static int cmd_stat(int argc, char **argv)
 		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		OPTIONS_END,
 	};
-	struct metric g[NGAUGES], ctr[HC_CTR__COUNT];
+	struct hc_cli_metric g[HC_CLI_NGAUGES], ctr[HC_CTR__COUNT];
 	struct hc_pool_info in;
 	struct verb_args va;
 	struct hc_stats st;
@@ -1222,7 +1155,7 @@ static int cmd_stat(int argc, char **argv)
 		failure("%s", lib_error());
 		goto out;
 	}
-	stat_metrics(&st, g, ctr);
+	hc_cli_metrics(&st, g, ctr);
 	if (va.json) {
 		struct json_object *o = stat_json(&in, &st, g, ctr);
 
@@ -1232,7 +1165,7 @@ static int cmd_stat(int argc, char **argv)
 		goto out;
 	}
 	if (va.prometheus)
-		stat_prometheus(&in, &st, g, ctr);
+		hc_cli_prometheus(stdout, &in, &st);
 	else
 		stat_text(&in, &st, g, ctr);
 	ret = HC_CLI_EXIT_OK;

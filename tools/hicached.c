@@ -162,7 +162,13 @@ int main(int argc, char **argv)
 		goto out_log;
 	}
 	hcd_log(HC_LOG_INFO, "serving pool '%s' with backend %s", c.pool, c.svc.backend);
+	if (c.metrics_listen && hcd_metrics_start(c.metrics_listen, c.pool, c.svc.dir) < 0) {
+		hc_service_stop(svc);
+		ret = HC_CLI_EXIT_FAIL;
+		goto out_log;
+	}
 	ret = wait_signals(sfd) < 0 ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
+	hcd_metrics_stop();
 	hc_service_stop(svc);
 	hcd_log(HC_LOG_INFO, "stopped serving pool '%s'", c.pool);
 out_log:

@@ -26,6 +26,7 @@ struct hcd_conf {
 	struct hc_service_opts svc;  /* what hc_service_start takes */
 	int log_level;               /* HC_LOG_ERR .. HCD_LOG_DEBUG */
 	const char *log_file;        /* NULL: stderr */
+	const char *metrics_listen;  /* HOST:PORT for GET /metrics, or NULL: none */
 	char **strs;                 /* values read from the config file, owned here */
 	unsigned nstrs;
 };
@@ -47,5 +48,10 @@ void hcd_log_close(void);
 void hcd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* An hc_log_fn: the library's messages go to the same log. */
 void hcd_log_lib(int level, const char *msg, void *arg);
+
+/* GET /metrics on addr (HOST:PORT) from a thread of its own, reading the
+ * pool read-only (hicached-metrics.c).  0, or -errno logged. */
+int hcd_metrics_start(const char *addr, const char *pool, const char *dir);
+void hcd_metrics_stop(void);
 
 #endif /* HC_TOOLS_HICACHED_H */

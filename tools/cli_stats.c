@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cli_stats.c - a pool's counters and gauges as the tools show them: the
+ * gauge table, and the Prometheus text exposition, shared by hicache-pool
+ * stat and hicached's /metrics.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* The gauges of struct hc_stats, besides pages by state: X(name, field, help). */
+#define STAT_GAUGES(X)                                                            \
+	X(keyed_pages, keyed, "pages in the key index")                           \
+	X(pinned_pages, pinned_pages, "pages pinned by at least one rank")        \
+	X(pin_count, pin_count, "pins held, summed over pages")                   \
+	X(locked_pages, locked_pages, "pages host-locked by at least one rank")   \
+	X(lock_count, lock_count, "host locks held, summed over pages")           \
+	X(ticket_pages, ticket_pages, "pages held by at least one ticket")        \
+	X(live_ranks, live_ranks, "rank slots marked live")                       \
+	X(engines, engines, "engines with a live rank")                           \
+	X(open_tickets, open_tickets, "tickets being built, open or being dropped")
+
+enum {
+#define X(name, field, help) GAUGE_##name,
+	STAT_GAUGES(X)
+#undef X
+	NGAUGES_
+};
+_Static_assert(NGAUGES_ == HC_CLI_NGAUGES, "cli.h counts the gauges");
+
+const char *const hc_cli_state_keys[5] = { "free", "reserved", "ready", "quarantine", "freeing" };
+
+void hc_cli_metrics(const struct hc_stats *st, struct hc_cli_metric *g, struct hc_cli_metric *c)
+{
+	unsigned i = 0;
+
+#define X(name, field, help) g[i++] = (struct hc_cli_metric){ #name, help, st->field };
+	STAT_GAUGES(X)
+#undef X
+	for (unsigned k = 0; k < HC_CTR__COUNT; k++)
+		c[k] = (struct hc_cli_metric){ hc_counter_name(k), hc_counter_help(k), st->counter[k] };
+}
+
+/* # HELP and # TYPE of one metric family; HELP escapes '\\' and newlines. */
+void hc_cli_prom_family(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP hicache_%s ", name);
+	for (const char *h = help; *h; h++) {
+		if (*h == '\\' || *h == '\n')
+			fputc('\\', f);
+		fputc(*h == '\n' ? 'n' : *h, f);
+	}
+	fprintf(f, "\n# TYPE hicache_%s %s\n", name, type);
+}
+
+/* Pool names are [A-Za-z0-9_.-] (hc_pool_name_valid): no label escaping needed. */
+void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st)
+{
+	struct hc_cli_metric g[HC_CLI_NGAUGES], c[HC_CTR__COUNT];
+	char name[64];
+
+	hc_cli_metrics(st, g, c);
+	hc_cli_prom_family(f, "pages", "gauge", "pages by state");
+	for (int s = 0; s < 5; s++)
+		fprintf(f, "hicache_pages{pool=\"%s\",state=\"%s\"} %" PRIu64 "\n", in->name, hc_cli_state_keys[s],
+			st->pages[s]);
+	for (unsigned i = 0; i < HC_CLI_NGAUGES; i++) {
+		hc_cli_prom_family(f, g[i].name, "gauge", g[i].help);
+		fprintf(f, "hicache_%s{pool=\"%s\"} %" PRIu64 "\n", g[i].name, in->name, g[i].value);
+	}
+	for (unsigned i = 0; i < HC_CTR__COUNT; i++) {
+		snprintf(name, sizeof(name), "%s_total", c[i].name);
+		hc_cli_prom_family(f, name, "counter", c[i].help);
+		fprintf(f, "hicache_%s{pool=\"%s\"} %" PRIu64 "\n", name, in->name, c[i].value);
+	}
+}
