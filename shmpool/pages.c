@@ -166,12 +166,26 @@ void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n)
 		;
 }
 
+/*
+ * Has a quarantine stamped 'aux' run out?  Read the clock after loading the
+ * word, never once for a whole scan: a stamp written since an earlier
+ * reading is newer than it, and now - aux would wrap to "49 days ago",
+ * releasing a dead rank's page at once while its DMA may still land.  A
+ * stamp that still looks ahead of us (by under 2^31 ms) is in its grace.
+ */
+static int grace_over(const struct hc_pool *p, uint32_t aux)
+{
+	uint32_t elapsed = (hc__now_ms() | 1) - aux;
+
+	return elapsed >= p->quarantine_ms && elapsed < UINT32_C(1) << 31;
+}
+
 /* Take up to n FREE pages (or quarantined ones past their grace) from the
  * cursor on; the count taken. */
 static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
-	uint32_t id = atomic_load_explicit(&p->cursor, memory_order_relaxed), now = 0, got = 0, scanned;
+	uint32_t id = atomic_load_explicit(&p->cursor, memory_order_relaxed), got = 0, scanned;
 
 	if (id >= npages)
 		id = 0;
@@ -185,9 +199,7 @@ static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_p
 		case HC_PAGE_QUARANTINE:
 			/* A dead rank's DMA may still land here until the grace runs out;
 			 * a page still keyed is being (or was to be) unkeyed: the sweep's. */
-			if (!now)
-				now = hc__now_ms() | 1;
-			if (now - hc__w_aux(w) < p->quarantine_ms ||
+			if (!grace_over(p, hc__w_aux(w)) ||
 			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) ||
 			    hc__held_anywhere(p, id)) /* a live co-writer's copy may still land */
 				continue;
@@ -786,7 +798,7 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 		if (st > HC_PAGE_FREEING || (st != HC_PAGE_FREE && st != HC_PAGE_READY && hc__w_owner(w) >= p->g.max_ranks)) {
 			nw = hc__w_make(HC_PAGE_QUARANTINE, 0, hc__w_gen(w), now);
 			count = rep ? &rep->bad_words : NULL;
-		} else if (st == HC_PAGE_QUARANTINE && now - hc__w_aux(w) >= p->quarantine_ms && !hc__held_anywhere(p, i)) {
+		} else if (st == HC_PAGE_QUARANTINE && grace_over(p, hc__w_aux(w)) && !hc__held_anywhere(p, i)) {
 			/* Whoever quarantined a keyed page may have died before
 			 * unkeying it; nobody else touches a quarantined page. */
 			if (atomic_load_explicit(&p->pages[i].flags, memory_order_relaxed) & HC_PF_KEYED)

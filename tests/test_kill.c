@@ -22,10 +22,15 @@
 #define WORKERS 4
 #define NPAGES 96
 #define MIN_KILLS 16
+#define QUARANTINE_MS 200
 
 struct shared {
-	/* who the test believes holds each page: (gen << 8) | (worker + 1), or 0 */
-	_Atomic uint32_t own[NPAGES];
+	/* who the test believes holds each page, or 0: a tag, (life << 32) |
+	 * (gen << 8) | (worker + 1), where life counts the worker's starts */
+	_Atomic uint64_t own[NPAGES];
+	/* per worker, the parent's last SIGKILL to it: (life << 32) | when (ms),
+	 * one word, so a reader never pairs one life with another's time */
+	_Atomic uint64_t killed[WORKERS];
 	struct hct_board board;
 	_Atomic uint64_t allocs, commits, verified, frees, aborts;
 	_Atomic uint32_t twice, bad_bytes, errors;
@@ -34,6 +39,7 @@ struct shared {
 
 static struct shared *sh;
 static const char *pool_name;
+static uint32_t my_life; /* in a worker: this life */
 
 static void record(_Atomic uint32_t *counter, const char *what, int ret)
 {
@@ -41,9 +47,49 @@ static void record(_Atomic uint32_t *counter, const char *what, int ret)
 		snprintf(sh->error, sizeof(sh->error), "%s: %d %s", what, ret, hc_last_error());
 }
 
-static uint32_t tag(int w, hc_page_t pg)
+static uint64_t tag(int w, hc_page_t pg)
 {
-	return (HC_PAGE_GEN(pg) << 8) | (uint32_t)(w + 1);
+	return ((uint64_t)my_life << 32) | (HC_PAGE_GEN(pg) << 8) | (uint32_t)(w + 1);
+}
+
+static uint32_t now_ms(void)
+{
+	return (uint32_t)(uint64_t)(hct_now() * 1e3);
+}
+
+/*
+ * Mark a fresh page ours.  A tag already there means the page was handed
+ * out twice, with one exception: its holder was killed, and the page came
+ * back out of quarantine before the parent's adopt() forgot it.  Any
+ * process may recover a dead worker's slot (a worker that attaches does,
+ * even while the parent is still busy in adopt), and that starts the
+ * quarantine clock early.  Then the holder must have been sent SIGKILL
+ * (the parent notes it first) and most of a quarantine ago, or the pool
+ * gave its reservation away too soon.
+ */
+static void claim(int w, hc_page_t pg)
+{
+	_Atomic uint64_t *o = &sh->own[HC_PAGE_ID(pg)];
+	uint64_t z = 0;
+
+	while (!atomic_compare_exchange_strong(o, &z, tag(w, pg))) {
+		unsigned hw = (unsigned)(z & 0xff) - 1;
+		uint32_t life = (uint32_t)(z >> 32);
+		uint64_t k = hw < WORKERS ? atomic_load(&sh->killed[hw]) : 0;
+		const char *why = NULL;
+
+		if (hw >= WORKERS || (uint32_t)(k >> 32) != life)
+			why = "whose holder is alive";
+		else if (now_ms() - (uint32_t)k < QUARANTINE_MS * 9 / 10)
+			why = "before its killed holder's quarantine ran out";
+		if (why) {
+			if (atomic_fetch_add(&sh->twice, 1) == 0 && !sh->error[0])
+				snprintf(sh->error, sizeof(sh->error),
+					 "page %u generation %u handed to worker %d %s: worker %u life %u holds generation %u",
+					 HC_PAGE_ID(pg), HC_PAGE_GEN(pg), w, why, hw, life, (uint32_t)(z >> 8) & 0x3fffff);
+			return;
+		}
+	}
 }
 
 static void read_one(hc_pool *p, unsigned *seed)
@@ -60,7 +106,7 @@ static void read_one(hc_pool *p, unsigned *seed)
 
 static void give_up(int w, hc_page_t pg)
 {
-	uint32_t t = tag(w, pg);
+	uint64_t t = tag(w, pg);
 	atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(pg)], &t, 0);
 }
 
@@ -81,11 +127,8 @@ static void __attribute__((noreturn)) worker(int w, unsigned seed)
 		ret = 0;
 		if (n + want <= 24 && (ret = hc_page_alloc(p, want, 3, fresh)) == (int)want) {
 			atomic_fetch_add(&sh->allocs, want);
-			for (unsigned i = 0; i < want; i++) {
-				uint32_t z = 0;
-				if (!atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(fresh[i])], &z, tag(w, fresh[i])))
-					record(&sh->twice, "page handed out twice", (int)z);
-			}
+			for (unsigned i = 0; i < want; i++)
+				claim(w, fresh[i]);
 			if (rand_r(&seed) % 8 == 0) {
 				for (unsigned i = 0; i < want; i++)
 					give_up(w, fresh[i]);
@@ -117,7 +160,7 @@ static void __attribute__((noreturn)) worker(int w, unsigned seed)
 			give_up(w, pg);
 			ret = hc_page_free(p, &pg, 1);
 			if (ret == -EBUSY) {
-				uint32_t z = 0;
+				uint64_t z = 0;
 				atomic_compare_exchange_strong(&sh->own[HC_PAGE_ID(pg)], &z, tag(w, pg));
 				hct_board_put(&sh->board, pg);
 				break;
@@ -130,26 +173,37 @@ static void __attribute__((noreturn)) worker(int w, unsigned seed)
 	}
 }
 
-static pid_t start(int w, unsigned seed)
+static pid_t start(int w, unsigned seed, uint32_t life)
 {
 	pid_t pid = fork();
 
-	if (pid == 0)
+	if (pid == 0) {
+		my_life = life;
 		worker(w, seed);
+	}
 	return pid;
 }
 
-/* The dead worker's pages: forget ownership; free its READY ones ourselves. */
+/* Note the kill before it happens: claim() must never see a dead holder
+ * that is not noted yet. */
+static void kill_worker(int w, pid_t pid, uint32_t life)
+{
+	atomic_store(&sh->killed[w], ((uint64_t)life << 32) | now_ms());
+	kill(pid, SIGKILL);
+}
+
+/* The dead worker's pages: forget ownership (unless a worker claimed the
+ * page meanwhile); free its READY ones ourselves. */
 static void adopt(hc_pool *p, int w)
 {
 	for (uint32_t id = 0; id < NPAGES; id++) {
-		uint32_t t = atomic_load(&sh->own[id]);
+		uint64_t t = atomic_load(&sh->own[id]);
 		hc_page_t h;
 
-		if ((t & 0xff) != (uint32_t)(w + 1))
+		if ((t & 0xff) != (uint32_t)(w + 1) || !atomic_compare_exchange_strong(&sh->own[id], &t, 0))
 			continue;
-		atomic_store(&sh->own[id], 0);
-		if (hc_page_state(p, id, &h, NULL, NULL) == HC_PAGE_READY && HC_PAGE_GEN(h) == (t >> 8)) {
+		if (hc_page_state(p, id, &h, NULL, NULL) == HC_PAGE_READY &&
+		    HC_PAGE_GEN(h) == ((uint32_t)(t >> 8) & 0x3fffff)) {
 			hct_board_drop(&sh->board, h);
 			for (int tries = 0; tries < 1000 && hc_page_free(p, &h, 1) == -EBUSY; tries++)
 				usleep(100);
@@ -166,8 +220,9 @@ static void print_violation(void *arg, const char *v)
 START_TEST(random_kills)
 {
 	const char *name = hct_name();
-	hc_pool *p = hct_create_attach(name, NPAGES, 200, 16);
+	hc_pool *p = hct_create_attach(name, NPAGES, QUARANTINE_MS, 16);
 	pid_t pids[WORKERS];
+	uint32_t lives[WORKERS] = { 0 };
 	double deadline = hct_now() + hct_seconds(3.0), hard = hct_now() + 60;
 	unsigned seed = (unsigned)getpid(), kills = 0, checks = 0;
 	uint64_t counts[5];
@@ -176,7 +231,7 @@ START_TEST(random_kills)
 	pool_name = name;
 	sh = hct_shared(sizeof(*sh));
 	for (int w = 0; w < WORKERS; w++)
-		pids[w] = start(w, seed + (unsigned)w);
+		pids[w] = start(w, seed + (unsigned)w, ++lives[w]);
 
 	/* Enough kills and enough work even on a slow, sanitized or quick run:
 	 * the deadline only adds more on a fast machine, and the hard limit
@@ -186,7 +241,7 @@ START_TEST(random_kills)
 				    sh->verified <= 20)) {
 		usleep(1000 + rand_r(&seed) % 15000);
 		int w = (int)(rand_r(&seed) % WORKERS);
-		kill(pids[w], SIGKILL);
+		kill_worker(w, pids[w], lives[w]);
 		ck_assert_int_eq(waitpid(pids[w], &status, 0), pids[w]);
 		ck_assert_msg(WIFSIGNALED(status), "worker %d exited by itself (%d): %s", w, status, sh->error);
 		kills++;
@@ -206,10 +261,10 @@ START_TEST(random_kills)
 				if (i != w)
 					kill(pids[i], SIGCONT);
 		}
-		pids[w] = start(w, seed + kills * 31u);
+		pids[w] = start(w, seed + kills * 31u, ++lives[w]);
 	}
 	for (int w = 0; w < WORKERS; w++) {
-		kill(pids[w], SIGKILL);
+		kill_worker(w, pids[w], lives[w]);
 		waitpid(pids[w], &status, 0);
 		adopt(p, w);
 	}
