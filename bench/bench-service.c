@@ -58,6 +58,7 @@
 #define BUSY_TARGET_NS 3000.0
 #define IDLE_TARGET 1.5
 #define PUT_TARGET 0.9
+#define PF_THREADS 4 /* the direct gets: as many threads as the service has workers */
 
 static unsigned iters = 20000, idle_iters = 1000, gap_us = 2000, reps = 3;
 static int pin;                /* --pin: the service on the second CPU, the rank on the first */
@@ -462,6 +463,7 @@ static void latency(struct l3b *b, int proc, struct peer_shm *ps)
 
 struct put_fig {
 	double one[15], many[15], direct[15];
+	double pf_one[15], pf_many[15], pf_direct[15]; /* prefetch against get */
 };
 
 /* Remove what the direct store holds under the current keys (not timed). */
@@ -534,15 +536,77 @@ static void throughput(struct l3b *b, int shared, uint64_t *seed, struct put_fig
 	}
 }
 
+/* Evict every page, prefetch them all back through the service (per_req
+ * keys a request, INFLIGHT in flight), take the hits and let them go:
+ * bytes per ns.  The pages must be in the service's L3. */
+static double svc_prefetch(struct l3b *b, unsigned per_req)
+{
+	hc_req *r[INFLIGHT];
+	unsigned at[INFLIGHT];
+	uint64_t t0;
+
+	for (unsigned i = 0; i < b->npages; i++)
+		hc_evict_key(b->p, b->keys[i]);
+	t0 = bench_now_ns();
+	for (unsigned i = 0; i < b->npages;) {
+		unsigned k = 0;
+		for (; k < INFLIGHT && i < b->npages; k++, i += per_req) {
+			unsigned m = b->npages - i < per_req ? b->npages - i : per_req;
+			struct hc_prefetch_req pr = { .keys = &b->keys[i], .nkeys = m, .first_depth = i,
+						      .policy = HC_PREFETCH_WAIT_COMPLETE };
+			at[k] = i;
+			if (hc_req_prefetch(b->p, &pr, &r[k]) < 0)
+				l3b_die("post a prefetch");
+		}
+		for (unsigned j = 0; j < k; j++) {
+			unsigned m = b->npages - at[j] < per_req ? b->npages - at[j] : per_req;
+			if (hc_req_prefetch_take(r[j], &b->pages[at[j]], NULL) != (int)m)
+				l3b_die("a prefetch through the service");
+			hc_req_free(r[j]);
+		}
+	}
+	t0 = bench_now_ns() - t0;
+	for (unsigned i = 0; i < b->npages; i++)
+		hc_page_unpin(b->p, b->pages[i]);
+	return (double)(b->env_bytes * b->npages) / (double)t0;
+}
+
+/* Prefetch (ours) against hc_store_get of the same pages into reserved
+ * pages (direct): the direct store holds them too (shared: it is the
+ * service's). */
+static void pf_throughput(struct l3b *b, int shared, uint64_t *seed, struct put_fig *f)
+{
+	l3b_rekey(b, (*seed)++);
+	l3b_resum(b);
+	svc_backup(b, b->npages);
+	if (!shared)
+		direct_put(b);
+	for (unsigned r = 0; r <= reps; r++) {
+		double one, many, direct;
+		if (r % 2)
+			direct = (double)(b->env_bytes * b->npages) / (l3b_get(b, PF_THREADS) * 1e9);
+		many = svc_prefetch(b, b->npages);
+		one = svc_prefetch(b, 1);
+		if (r % 2 == 0)
+			direct = (double)(b->env_bytes * b->npages) / (l3b_get(b, PF_THREADS) * 1e9);
+		if (r) {
+			f->pf_many[r - 1] = many;
+			f->pf_one[r - 1] = one;
+			f->pf_direct[r - 1] = direct;
+		}
+	}
+	direct_forget(b);
+}
+
 static const int tw[] = { -8, -9, -32, 9, 14, 6, -12 };
 #define TCOLS 7
 
-static void put_rows(const char *backend, int proc, struct put_fig *f)
+static void put_rows(const char *backend, int proc, struct put_fig *f, int pf)
 {
-	double d = bench_median(f->direct, reps);
+	double d = bench_median(pf ? f->pf_direct : f->direct, reps);
 
 	for (int one = 0; one < 2; one++) {
-		double o = bench_median(one ? f->one : f->many, reps);
+		double o = bench_median(one ? (pf ? f->pf_one : f->one) : (pf ? f->pf_many : f->many), reps);
 		bench_row(TCOLS, tw, backend, proc ? "forked" : "embedded",
 			  one ? "1-page requests, 32 in flight" : "1 request of every page",
 			  bench_fmt("%.2f", o), bench_fmt("%.2f", d), bench_fmt("%.2f", o / d),
@@ -641,6 +705,7 @@ int main(int argc, char **argv)
 		svc_start(&v, &b, shm_spec, proc);
 		latency(&b, proc, ps);
 		throughput(&b, 1, &seed, &put[0][proc]);
+		pf_throughput(&b, 1, &seed, &put[0][proc]);
 		svc_stop(&v);
 	}
 	bench_rule(bench_table_width(LCOLS, lw));
@@ -660,6 +725,7 @@ int main(int argc, char **argv)
 		mkdir(dir, 0700);
 		svc_start(&v, &b, svc_spec, proc);
 		throughput(&b, 0, &seed, &put[1][proc]);
+		pf_throughput(&b, 0, &seed, &put[1][proc]);
 		svc_stop(&v);
 		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	}
@@ -670,9 +736,17 @@ int main(int argc, char **argv)
 	bench_rule(bench_table_width(TCOLS, tw));
 	for (int file = 0; file < 2; file++)
 		for (int proc = 0; proc < 2; proc++)
-			put_rows(file ? "file" : "shm", proc, &put[file][proc]);
+			put_rows(file ? "file" : "shm", proc, &put[file][proc], 0);
 	bench_rule(bench_table_width(TCOLS, tw));
-	printf("direct put = hc_store_put of the same pages in one call, queue depth 256 (the service's)\n");
+	printf("direct put = hc_store_put of the same pages in one call, queue depth 256 (the service's)\n\n");
+	printf("prefetch throughput: the same pages evicted, then brought back (exists, reserve, get, check, commit)\n");
+	bench_row(TCOLS, tw, "backend", "service", "request shape", "ours GB/s", "direct get GB/s", "ratio", "target");
+	bench_rule(bench_table_width(TCOLS, tw));
+	for (int file = 0; file < 2; file++)
+		for (int proc = 0; proc < 2; proc++)
+			put_rows(file ? "file" : "shm", proc, &put[file][proc], 1);
+	bench_rule(bench_table_width(TCOLS, tw));
+	printf("direct get = hc_store_get of the same pages from %d threads (the service's workers) into pages reserved beforehand (not timed)\n", PF_THREADS);
 	l3b_done(&b);
 	munmap(ps, sizeof(*ps));
 	return 0;

@@ -223,6 +223,18 @@ static inline void l3b_rekey(struct l3b *b, uint64_t seed)
 	free(skip);
 }
 
+/* The checksum of every envelope in key order, as the pages hold them now
+ * (after l3b_rekey the keys may sit on other pages than at first). */
+static inline void l3b_resum(struct l3b *b)
+{
+	XXH3_state_t s;
+
+	XXH3_64bits_reset(&s);
+	for (unsigned i = 0; i < b->npages; i++)
+		XXH3_64bits_update(&s, hc_page_envelope(b->p, b->pages[i]), b->env_bytes);
+	b->sum = XXH3_64bits_digest(&s);
+}
+
 static inline void l3b_close(struct l3b *b)
 {
 	hc_store_close(b->st);
