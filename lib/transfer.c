@@ -145,6 +145,24 @@ static int ready_prefix(hc_service *s, const struct job *j)
 	return h;
 }
 
+/* A rank's job, by outcome (a cancel is counted where it is decided):
+ * every request it answers counts once. */
+static void count_outcome(hc_service *s, const struct job *j)
+{
+	unsigned n = 0;
+
+	for (const struct waiter *w = j->waiters; w; w = w->next)
+		n++;
+	if (j->result == -ECANCELED)
+		return;
+	if (j->result < 0)
+		hc__svc_count(s, j->result == -ETIMEDOUT || j->result == -ETIME ? HC_CTR_req_timedout : HC_CTR_req_failed, n);
+	else if (j->op != HC__OP_EXISTS && (uint32_t)j->result < j->n)
+		hc__svc_count(s, HC_CTR_req_partial, n);
+	else
+		hc__svc_count(s, HC_CTR_req_done, n);
+}
+
 /* Both halves of j are done: let its keys go, finish what waited for it,
  * and answer its requests (under mu). */
 static void job_finish(hc_service *s, struct job *j)
@@ -169,6 +187,8 @@ static void job_finish(hc_service *s, struct job *j)
 	}
 	if (j->internal)
 		hc__writer_done(s, j);
+	else
+		count_outcome(s, j);
 	hc__svc_complete(s, j);
 	job_free(j);
 }

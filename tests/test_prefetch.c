@@ -178,6 +178,8 @@ START_TEST(roundtrip)
 	}
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_reqs), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_req_done), 1);    /* the backup */
+	ck_assert_uint_eq(ctr(p, HC_CTR_req_partial), 1); /* 10 of 12 */
 	/* again: all READY, nothing read, and a backup of them skips them all */
 	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
@@ -409,6 +411,7 @@ START_TEST(no_space)
 	ck_assert_int_eq(prefetch_all(p, k, 20, pg, &res), 0);
 	ck_assert_int_eq(res, -ENOSPC);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_nospace), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_req_failed), 1);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 0);
 	/* a prefix that fits is fine */
 	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);

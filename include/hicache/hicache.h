@@ -448,6 +448,10 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(svc_bad,         "requests refused as malformed or for want of memory") \
 	X(svc_cq_dropped,  "completions dropped on a full completion ring") \
 	X(svc_cancelled,   "requests cancelled by their rank (hc_req_cancel)") \
+	X(req_done,        "backups and prefetches done whole, and existence queries answered") \
+	X(req_partial,     "backups and prefetches that did only a prefix of their pages") \
+	X(req_timedout,    "requests failed by a backend deadline") \
+	X(req_failed,      "requests failed otherwise (no backend, no memory, no space, a backend error)") \
 	X(l3_exists_keys,  "keys asked of L3 by existence queries and prefetches") \
 	X(l3_exists_hits,  "keys found in L3 by existence queries (prefix lengths summed)") \
 	X(l3_backup_pages, "pages written to L3") \
