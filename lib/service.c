@@ -258,6 +258,15 @@ static int take_lock(hc_service *s)
 	struct hc_seg_service *sv = &s->p->ctl->service;
 	int r = pthread_mutex_trylock(&sv->life);
 
+	/* Busy but no service published: a prober (hc_service_probe) holds it
+	 * for a moment, or another service is between its lock and its state
+	 * store.  Look again for a while before calling the pool served. */
+	for (int i = 0; r == EBUSY && i < 200 && atomic_load_explicit(&sv->state, memory_order_acquire) != HC_SVC_LIVE;
+	     i++) {
+		usleep(100);
+		r = pthread_mutex_trylock(&sv->life);
+	}
+
 	if (r == EOWNERDEAD) {
 		hc__log(HC_LOG_WARN, "service: pool '%s': the previous service (pid %u) died; taking over",
 			s->name, atomic_load(&sv->pid));
