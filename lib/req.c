@@ -125,11 +125,23 @@ int hc_service_probe(hc_pool *p, uint32_t *pid)
 	if (!p)
 		return hc__err(EINVAL, "service probe: pool is NULL");
 	s = &p->ctl->service;
+	/* Unlocked (glibc's lock word is 0): no service, nothing to recover.
+	 * Not taken then: a prober that holds the lock even for a moment makes
+	 * a service starting meanwhile find it busy. */
+	if (__atomic_load_n(&s->life.__data.__lock, __ATOMIC_ACQUIRE) == 0) {
+		if (pid)
+			*pid = 0;
+		return 0;
+	}
 	r = pthread_mutex_trylock(&s->life);
 	if (r == EBUSY) {
+		/* Held by a live service (a stopped one is alive), or, with no
+		 * LIVE record, for a moment by another prober or a service
+		 * starting or stopping: none serves. */
+		int live = atomic_load_explicit(&s->state, memory_order_acquire) == HC_SVC_LIVE;
 		if (pid)
-			*pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
-		return 1; /* held: a live service (a stopped one is alive) */
+			*pid = live ? atomic_load_explicit(&s->pid, memory_order_relaxed) : 0;
+		return live;
 	}
 	if (r == EOWNERDEAD) {
 		/* The service died; its rank slot's recovery undoes its holds. */

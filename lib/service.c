@@ -37,6 +37,7 @@
 #define DEFAULT_WRITEBACK_PCT 20
 #define IDLE_MS 100    /* look at the ranks' slots at least this often */
 #define RECOVER_MS 100 /* and recover the dead ones */
+#define LOCK_WAIT_MS 100 /* a prober holds the service lock for microseconds */
 
 /* Check a request's fields and copy its arguments out: the item size, or -errno. */
 static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
@@ -252,21 +253,24 @@ static int any_request(void *arg)
 
 /* ---- life */
 
-/* Take the service lock for this thread's life, and say who we are. */
+/* Take the service lock for this thread's life, and say who we are.  Not
+ * a trylock: while no service serves, each rank's hc_service_probe holds
+ * the lock for a moment, and a (re)start among probing ranks would be
+ * refused as "already served by pid 0".  A live service holds it for good,
+ * so a bounded wait tells the two apart. */
 static int take_lock(hc_service *s)
 {
 	struct hc_seg_service *sv = &s->p->ctl->service;
-	int r = pthread_mutex_trylock(&sv->life);
+	struct timespec dl;
+	int r;
 
-	/* Busy but no service published: a prober (hc_service_probe) holds it
-	 * for a moment, or another service is between its lock and its state
-	 * store.  Look again for a while before calling the pool served. */
-	for (int i = 0; r == EBUSY && i < 200 && atomic_load_explicit(&sv->state, memory_order_acquire) != HC_SVC_LIVE;
-	     i++) {
-		usleep(100);
-		r = pthread_mutex_trylock(&sv->life);
-	}
-
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += LOCK_WAIT_MS * 1000000L;
+	dl.tv_sec += dl.tv_nsec / 1000000000L;
+	dl.tv_nsec %= 1000000000L;
+	r = pthread_mutex_timedlock(&sv->life, &dl);
+	if (r == ETIMEDOUT)
+		r = EBUSY;
 	if (r == EOWNERDEAD) {
 		hc__log(HC_LOG_WARN, "service: pool '%s': the previous service (pid %u) died; taking over",
 			s->name, atomic_load(&sv->pid));

@@ -287,6 +287,61 @@ void hct_keys(hc_key_t *out, unsigned n, uint32_t seed)
 	free(tok);
 }
 
+static uint8_t key_byte(const hc_key_t key, unsigned comp, unsigned layer, unsigned group, size_t i)
+{
+	uint64_t x;
+
+	memcpy(&x, key, 8);
+	x ^= (uint64_t)comp << 56 ^ (uint64_t)layer << 48 ^ (uint64_t)group << 40 ^ i * UINT64_C(0x9E3779B97F4A7C15);
+	x ^= x >> 31;
+	return (uint8_t)(x * UINT64_C(0xff51afd7ed558ccd) >> 56);
+}
+
+int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
+{
+	struct hc_pool_info info;
+	uint32_t presence;
+
+	if (hc_pool_info(p, &info) < 0 || hc_page_presence(p, pg, &presence) < 0)
+		return -1;
+	for (unsigned c = 0; c < info.ncomp; c++) {
+		struct hc_component_info ci;
+		if (!(presence & (1u << c)) || hc_pool_component(p, c, &ci) < 0)
+			continue;
+		for (unsigned g = 0; g < (ci.sharding == HC_REPLICATED ? 1 : info.head_groups); g++)
+			for (unsigned l = 0; l < ci.layers; l++) {
+				uint8_t *a;
+				size_t len;
+				if (hc_page_addr(p, pg, c, l, g, (void **)&a, &len) < 0)
+					return -1;
+				for (size_t i = 0; i < len; i++) {
+					uint8_t want = key_byte(key, c, l, g, i);
+					if (fill)
+						a[i] = want;
+					else if (a[i] != want)
+						return -1;
+				}
+			}
+	}
+	return 0;
+}
+
+void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg)
+{
+	uint8_t *skip = calloc(n, 1);
+	struct hc_reserve_req rr = { .keys = keys, .nkeys = n, .first_depth = depth0 };
+	uint32_t pres;
+
+	ck_assert_ptr_nonnull(skip);
+	ck_assert_int_eq(hc_reserve(p, &rr, pg, skip), (int)n);
+	for (unsigned i = 0; i < n; i++) {
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], keys[i], 1), 0);
+		ck_assert_ok(hc_page_presence(p, pg[i], &pres));
+		ck_assert_int_eq(hc_page_commit(p, pg[i], hc_page_needed(p, pres)), 1);
+	}
+	free(skip);
+}
+
 int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0)
 {
 	hc_page_t *pages = calloc(n, sizeof(*pages));
@@ -302,6 +357,17 @@ int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0)
 	free(pages);
 	free(skip);
 	return m;
+}
+
+int hct_l3_exists(hc_pool *p, const hc_key_t *keys, unsigned n)
+{
+	hc_req *rq;
+	int r;
+
+	ck_assert_ok(hc_req_exists(p, keys, n, &rq));
+	r = hc_req_wait(rq, 10000);
+	ck_assert_ok(hc_req_free(rq));
+	return r;
 }
 
 int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n)
@@ -431,10 +497,9 @@ static void dump_task_files(pid_t pid)
 	usleep(200000);
 }
 
-int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg)
+pid_t hct_spawn(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg)
 {
 	pid_t pid = fork();
-	int st;
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -447,6 +512,18 @@ int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg
 		hc_pool_detach(p);
 		_exit(0);
 	}
+	return pid;
+}
+
+int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg)
+{
+	return hct_wait_child(hct_spawn(pool_name, fn, arg));
+}
+
+int hct_wait_child(pid_t pid)
+{
+	int st;
+
 	/* Bounded, below the test's timeout: a child that hangs is shown, with
 	 * this process's threads (an embedded service), not just timed out. */
 	for (int ms = 0;; ms += 10) {

@@ -59,10 +59,20 @@ void hct_board_put(struct hct_board *b, hc_page_t pg);
 void hct_board_drop(struct hct_board *b, hc_page_t pg);
 int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed);
 
+/* Fill (fill != 0) or check every byte a page holds as a function of its
+ * key, whatever page it lands in (a page read back from L3): 0, or -1 on a
+ * mismatch or a page that cannot be addressed. */
+int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill);
+/* Store keys[0..n) (all new) as READY pages filled by key; their handles in pg. */
+void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg);
+
 /* n chained keys of a pseudo-random token sequence (4-token pages), from a seed. */
 void hct_keys(hc_key_t *out, unsigned n, uint32_t seed);
 /* Reserve keys, fill and commit every page reserved: the count stored (or a negative errno). */
 int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0);
+/* The L3 existence query through the service (10 s at most): how many of
+ * the first keys are in L3. */
+int hct_l3_exists(hc_pool *p, const hc_key_t *keys, unsigned n);
 /* Plain prefix lookup (no pin): the hit length. */
 int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n);
 
@@ -94,6 +104,11 @@ void hct_rmtree(const char *dir);
  * runs fn, detaches and exits 0 (100 if it could not attach).  Returns the
  * child's wait status. */
 int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg);
+/* The same in two steps, for children that run side by side: fork one (its
+ * pid), and wait for it (HCT_CHILD_MAX_MS at most: a hung child is shown,
+ * killed and fails the test; its wait status). */
+pid_t hct_spawn(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg);
+int hct_wait_child(pid_t pid);
 
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);

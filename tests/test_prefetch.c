@@ -39,64 +39,6 @@ static void l3_teardown(void)
 	hct_rmtree(l3dir);
 }
 
-/* ---- pages whose bytes are a function of their key */
-
-static uint8_t kbyte(const hc_key_t key, unsigned comp, unsigned layer, unsigned group, size_t i)
-{
-	uint64_t x;
-
-	memcpy(&x, key, 8);
-	x ^= (uint64_t)comp << 56 ^ (uint64_t)layer << 48 ^ (uint64_t)group << 40 ^ i * UINT64_C(0x9E3779B97F4A7C15);
-	x ^= x >> 31;
-	return (uint8_t)(x * UINT64_C(0xff51afd7ed558ccd) >> 56);
-}
-
-/* Fill (or check: -1 on a mismatch) every byte the page holds. */
-static int by_key(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
-{
-	struct hc_pool_info info;
-	uint32_t presence;
-
-	hc_pool_info(p, &info);
-	ck_assert_ok(hc_page_presence(p, pg, &presence));
-	for (unsigned c = 0; c < info.ncomp; c++) {
-		struct hc_component_info ci;
-		hc_pool_component(p, c, &ci);
-		if (!(presence & (1u << c)))
-			continue;
-		for (unsigned g = 0; g < (ci.sharding == HC_REPLICATED ? 1 : info.head_groups); g++)
-			for (unsigned l = 0; l < ci.layers; l++) {
-				uint8_t *a;
-				size_t len;
-				ck_assert_ok(hc_page_addr(p, pg, c, l, g, (void **)&a, &len));
-				for (size_t i = 0; i < len; i++) {
-					uint8_t want = kbyte(key, c, l, g, i);
-					if (fill)
-						a[i] = want;
-					else if (a[i] != want)
-						return -1;
-				}
-			}
-	}
-	return 0;
-}
-
-/* Store keys[0..n) as READY pages filled by key; their handles in pg. */
-static void store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg)
-{
-	uint8_t *skip = calloc(n, 1);
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = n, .first_depth = depth0 };
-	uint32_t pres;
-
-	ck_assert_int_eq(hc_reserve(p, &rr, pg, skip), (int)n);
-	for (unsigned i = 0; i < n; i++) {
-		by_key(p, pg[i], keys[i], 1);
-		ck_assert_ok(hc_page_presence(p, pg[i], &pres));
-		ck_assert_int_eq(hc_page_commit(p, pg[i], hc_page_needed(p, pres)), 1);
-	}
-	free(skip);
-}
-
 static void backup(hc_pool *p, const hc_page_t *pg, unsigned n)
 {
 	hc_req *rq;
@@ -165,14 +107,14 @@ START_TEST(roundtrip)
 	int res;
 
 	hct_keys(k, 12, 1);
-	store(p, k, 10, 0, pg);
+	hct_store_by_key(p, k, 10, 0, pg);
 	backup(p, pg, 10);
 	evict(p, k, 10);
 	/* keys 10 and 11 are nowhere: the prefix ends there */
 	ck_assert_int_eq(prefetch_all(p, k, 12, pg, &res), 10);
 	ck_assert_int_eq(res, 10);
 	for (int i = 0; i < 10; i++) {
-		ck_assert_msg(by_key(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
+		ck_assert_msg(hct_key_bytes(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
 		ck_assert(atomic_load(&p->pages[HC_PAGE_ID(pg[i])].flags) & HC_PF_IN_L3);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
@@ -216,7 +158,7 @@ START_TEST(corrupt_ends_prefix)
 	uint8_t b;
 
 	hct_keys(k, 8, 3);
-	store(p, k, 8, 0, pg);
+	hct_store_by_key(p, k, 8, 0, pg);
 	backup(p, pg, 3);
 	files_now(before, &nb);
 	backup(p, pg + 3, 1); /* page 3 alone: its object is the one new file */
@@ -242,7 +184,7 @@ START_TEST(corrupt_ends_prefix)
 	ck_assert_int_eq(prefetch_all(p, k, 8, pg, &res), 3);
 	ck_assert_int_eq(res, 3);
 	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(by_key(p, pg[i], k[i], 0), 0);
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
 	ck_assert_int_eq(hct_hit(p, k + 3, 5), 0); /* neither the bad page nor those after it */
@@ -327,7 +269,7 @@ static void rank(hc_pool *p, void *arg)
 		return;
 	}
 	for (int i = 0; i < h; i++)
-		if (by_key(p, a->b->pages[a->me][i], pr.keys[i], 0) < 0)
+		if (hct_key_bytes(p, a->b->pages[a->me][i], pr.keys[i], 0) < 0)
 			a->b->fail[a->me] = 4;
 	hc_req_wait(rq, 10000);
 	hc_req_free(rq);
@@ -349,21 +291,12 @@ START_TEST(ranks_agree)
 	pid_t pid[NR];
 
 	hct_keys(k, NKEYS, 4);
-	store(p, k, NKEYS, 0, pg);
+	hct_store_by_key(p, k, NKEYS, 0, pg);
 	backup(p, pg, NKEYS);
 	evict(p, k, NKEYS);
 	for (int r = 0; r < NR; r++) {
 		ra[r] = (struct rank_arg){ b, r, k };
-		pid[r] = fork();
-		ck_assert_int_ge(pid[r], 0);
-		if (pid[r] == 0) {
-			hc_pool *cp;
-			if (hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &cp) < 0)
-				_exit(100);
-			rank(cp, &ra[r]);
-			hc_pool_detach(cp);
-			_exit(0);
-		}
+		pid[r] = hct_spawn(name, rank, &ra[r]);
 	}
 	for (int r = 0; r < NR; r++)
 		while (!__atomic_load_n(&b->ready[r], __ATOMIC_ACQUIRE) && !b->fail[r])
@@ -401,10 +334,10 @@ START_TEST(no_space)
 	int res;
 
 	hct_keys(k, 20, 5);
-	store(p, k, 10, 0, pg);
+	hct_store_by_key(p, k, 10, 0, pg);
 	backup(p, pg, 10);
 	evict(p, k, 10);
-	store(p, k + 10, 10, 10, pg + 10);
+	hct_store_by_key(p, k + 10, 10, 10, pg + 10);
 	backup(p, pg + 10, 10);
 	/* L3 has 20, the pool 16 pages with 10 held READY (evictable) */
 	ck_assert_int_eq(hct_hit(p, k, 20), 0);
@@ -416,7 +349,7 @@ START_TEST(no_space)
 	/* a prefix that fits is fine */
 	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
 	for (int i = 0; i < 10; i++) {
-		ck_assert_int_eq(by_key(p, pg[i], k[i], 0), 0);
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
 	ck_assert_ok(hc_service_stop(s));
@@ -501,7 +434,7 @@ START_TEST(threshold_and_bad_input)
 	int res;
 
 	hct_keys(k, 4, 6);
-	store(p, k, 4, 0, pg);
+	hct_store_by_key(p, k, 4, 0, pg);
 	backup(p, pg, 4);
 	evict(p, k, 4);
 	/* below the threshold: L3 is not asked */

@@ -72,18 +72,6 @@ static unsigned wait_in_l3(hc_pool *p, const hc_key_t *k, unsigned n, unsigned w
 	return c;
 }
 
-/* How many keys the L3 existence query says are there, as a prefix. */
-static int l3_prefix(hc_pool *p, const hc_key_t *k, unsigned n)
-{
-	hc_req *rq;
-	int r;
-
-	ck_assert_ok(hc_req_exists(p, k, n, &rq));
-	r = hc_req_wait(rq, 10000);
-	ck_assert_ok(hc_req_free(rq));
-	return r;
-}
-
 static uint64_t ctr(hc_pool *p, enum hc_counter c)
 {
 	struct hc_stats st;
@@ -109,7 +97,7 @@ START_TEST(write_through_and_catch_up)
 	hct_keys(k, 16, 7);
 	ck_assert_int_eq(hct_store(p, k, 10, 0), 10);
 	ck_assert_uint_eq(wait_in_l3(p, k, 10, 10), 10);
-	ck_assert_int_eq(l3_prefix(p, k, 16), 10);
+	ck_assert_int_eq(hct_l3_exists(p, k, 16), 10);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 10);
 	/* pages stored while no service runs: the next one catches up */
 	ck_assert_ok(hc_service_stop(s));
@@ -118,7 +106,7 @@ START_TEST(write_through_and_catch_up)
 	ck_assert_uint_eq(count_in_l3(p, k, 16), 10);
 	s = start(name, HC_WRITE_THROUGH, 0, 0);
 	ck_assert_uint_eq(wait_in_l3(p, k, 16, 16), 16);
-	ck_assert_int_eq(l3_prefix(p, k, 16), 16);
+	ck_assert_int_eq(hct_l3_exists(p, k, 16), 16);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 16);
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
