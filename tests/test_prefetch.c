@@ -379,7 +379,7 @@ START_TEST(cancel)
 	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=150000", l3dir);
 	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
 	hct_keys(k, 8, 11);
-	store(p, k, 8, 0, pg);
+	hct_store_by_key(p, k, 8, 0, pg);
 	ck_assert_ok(hc_req_backup(p, pg, 8, &r1));
 	ck_assert_ok(hc_req_exists(p, k, 8, &r2)); /* queued behind it: one worker */
 	for (int i = 0; i < 2500 && ctr(p, HC_CTR_l3_backup_pages) == 0; i++)
@@ -407,7 +407,7 @@ START_TEST(cancel)
 	h = hc_req_prefetch_take(r1, pg, NULL); /* what was read stays, and is taken */
 	ck_assert_msg(h >= 1 && h < 8, "hit %d after a cancel", h);
 	for (int i = 0; i < h; i++) {
-		ck_assert_int_eq(by_key(p, pg[i], k[i], 0), 0);
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
 	ck_assert_ok(hc_req_free(r1));
