@@ -569,6 +569,20 @@ static uint64_t name_hash(const struct hc__pf_args *a)
 }
 
 /* A job of the same ticket, keys and parameters, still queued or running. */
+/* Is every page of a backup marked in L3 already?  A hint: the backup
+ * checks each again under its pin. */
+static int all_in_l3(hc_service *s, const void *items, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		hc_page_t h;
+		memcpy(&h, (const uint8_t *)items + (size_t)i * sizeof(h), sizeof(h));
+		if (HC_PAGE_ID(h) >= s->p->g.npages ||
+		    !(atomic_load_explicit(&s->p->pages[HC_PAGE_ID(h)].flags, memory_order_relaxed) & HC_PF_IN_L3))
+			return 0;
+	}
+	return 1;
+}
+
 static struct job *same_ticket(hc_service *s, uint64_t nh, const struct hc__pf_args *a, const void *keys, uint32_t n)
 {
 	for (struct job *j = s->qhead; j; j = j->next)
@@ -603,6 +617,29 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 			nh = name_hash(&pf);
 		}
 		hc__svc_count(s, HC_CTR_l3_prefetch_reqs, 1);
+	}
+	if ((e->op == HC__OP_EXISTS || (e->op == HC__OP_BACKUP && all_in_l3(s, items, e->n))) &&
+	    e->n <= s->o.batch_pages && s->st) {
+		/* One store call of metadata, or a backup with nothing to write,
+		 * with the workers idle: do it here.  Handing it over costs a
+		 * worker's wake-up, a futex round trip (about 24 us on these VMs)
+		 * for microseconds of work. */
+		int idle;
+		pthread_mutex_lock(&s->mu);
+		idle = !s->running && !s->qhead;
+		pthread_mutex_unlock(&s->mu);
+		if (idle) {
+			struct waiter one = *w;
+			struct job x = { .op = e->op, .n = e->n, .waiters = &one, .items = (void *)items };
+			one.next = NULL;
+			if (e->op == HC__OP_EXISTS)
+				x.result = do_exists(s, (const hc_key_t *)(const void *)items, e->n, &x.where);
+			else
+				x.result = do_backup(s, &x, (const hc_page_t *)(const void *)items, e->n, 0, &x.where);
+			count_outcome(s, &x);
+			hc__svc_post(s, w, x.result, x.where);
+			return 0;
+		}
 	}
 	pthread_mutex_lock(&s->mu);
 	if (nh && (j = same_ticket(s, nh, &pf, items, e->n))) {
