@@ -689,7 +689,7 @@ START_TEST(help_and_version)
 	ck_assert_tool(0, "evict", "--help");
 	ck_assert_out_has("--count N");
 	ck_assert_tool(2, "frobnicate");
-	ck_assert_err_has("use create, info, ls, stat, check, keys, evict, clear, destroy, repair, backend or help");
+	ck_assert_err_has("use create, info, ls, stat, top, check, keys, evict, clear, destroy, repair, backend or help");
 }
 END_TEST
 
@@ -1071,6 +1071,32 @@ START_TEST(backend_attach_detach)
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
 	hc_pool_detach(p);
 	hct_rmtree(dir);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
+START_TEST(top_samples)
+{
+	const char *name = hct_name();
+	hc_key_t k[3];
+	hc_pool *p;
+
+	create_tiny(name, "16");
+	p = hct_attach(name, 0);
+	hct_keys(k, 3, 41);
+	ck_assert_int_eq(hct_store(p, k, 3, 0), 3);
+	ck_assert_int_eq(hct_hit(p, k, 3), 3);
+	hc_pool_detach(p);
+	ck_assert_tool(0, "top", name, "--interval", "100", "--count", "2");
+	ck_assert_out_has("hicache-pool top: pool '");
+	ck_assert_out_has("pages:  free 13 (81%)");
+	ck_assert_out_has("lookups");
+	ck_assert_out_has("per second");
+	ck_assert_msg(!strstr(r.out, "\033["), "not a terminal: no escape codes");
+	ck_assert_msg(strstr(strstr(r.out, "hicache-pool top") + 1, "hicache-pool top"), "two samples:\n%s", r.out);
+	ck_assert_tool(2, "top", name, "--interval", "5");
+	ck_assert_err_has("--interval");
+	ck_assert_tool(1, "top", "nosuchpool");
 	ck_assert_tool(0, "destroy", name);
 }
 END_TEST
@@ -1469,6 +1495,7 @@ int main(void)
 	tcase_add_test(ta, keys_list);
 	tcase_add_test(ta, evict_and_clear);
 	tcase_add_test(ta, backend_attach_detach);
+	tcase_add_test(ta, top_samples);
 	tcase_add_test(ta, ls_engines);
 	tcase_add_test(ta, admin_usage_errors);
 	suite_add_tcase(s, ta);

@@ -11,6 +11,9 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -120,7 +123,7 @@ static int check_dir(const char *dir)
 /* getopt_long codes of the long options, for every verb */
 enum {
 	OPT_DIR = 256, OPT_JSON, OPT_NO_RECOVER, OPT_FORCE, OPT_PROMETHEUS, OPT_QUIESCENT, OPT_LIMIT, OPT_KEY,
-	OPT_COUNT,
+	OPT_COUNT, OPT_INTERVAL,
 	OPT_POOL, /* create: OPT_POOL + enum hc_cli_pool_opt */
 };
 
@@ -134,6 +137,7 @@ struct verb_args {
 	bool json, prometheus, quiescent, no_recover, force;
 	uint32_t limit;               /* --limit; UINT32_MAX when absent */
 	uint32_t count;               /* --count; 0 when absent */
+	uint32_t interval_ms;         /* --interval; 0 when absent */
 	const char *key;              /* --key as given, NULL when absent */
 	uint8_t keyb[HC_KEY_BYTES];   /* --key as bytes */
 };
@@ -180,6 +184,9 @@ static int parse_args(int argc, char **argv, const struct option *opts, const ch
 		case OPT_COUNT:
 			/* the library returns the count as an int */
 			ret = hc_cli_parse_u32("--count", optarg, 1, INT32_MAX, &va->count);
+			break;
+		case OPT_INTERVAL:
+			ret = hc_cli_parse_u32("--interval", optarg, 100, 3600000, &va->interval_ms);
 			break;
 		case OPT_KEY:
 			va->key = optarg;
@@ -1487,6 +1494,106 @@ static int cmd_clear(int argc, char **argv)
 	return ret;
 }
 
+static const char top_usage[] =
+	"Usage: " PROG " top NAME [--dir DIR] [--interval MS] [--count N]\n"
+	"\n"
+	"Show pool NAME's pages by state, holds and counters live, with each\n"
+	"counter's rate per second over the last interval; counters that have\n"
+	"not moved since the start are left out.  On a terminal the screen is\n"
+	"redrawn; otherwise each sample is printed after the last.  Reads the\n"
+	"pool read-only, as stat does.  Ctrl-C, or q and Enter, stops it.\n"
+	"\n"
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --interval MS   between samples, 100..3600000 (default 1000)\n"
+	"  --count N       stop after N samples (default: until interrupted)\n";
+
+static volatile sig_atomic_t top_stop;
+
+static void top_signal(int sig)
+{
+	(void)sig;
+	top_stop = 1;
+}
+
+/* One screen: pages by state, gauges, and the counters that moved. */
+static void top_screen(const struct hc_pool_info *in, const struct hc_stats *st, const struct hc_stats *prev,
+		       const struct hc_stats *first, double secs, int tty)
+{
+	struct hc_cli_metric g[HC_CLI_NGAUGES], c[HC_CTR__COUNT];
+	char when[32];
+	time_t now = time(NULL);
+
+	hc_cli_metrics(st, g, c);
+	strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
+	if (tty)
+		fputs("\033[H\033[2J", stdout);
+	printf("hicache-pool top: pool '%s', %" PRIu32 " pages, %s (every %.1f s)\n", in->name, in->npages, when, secs);
+	printf("pages:");
+	for (int s = 0; s < 5; s++)
+		printf("  %s %" PRIu64 " (%.0f%%)", hc_cli_state_keys[s], st->pages[s],
+		       in->npages ? 100.0 * (double)st->pages[s] / in->npages : 0.0);
+	printf("\n");
+	for (unsigned i = 0; i < HC_CLI_NGAUGES; i++)
+		printf("%s%s %" PRIu64, i % 5 ? "  " : (i ? "\n" : ""), g[i].name, g[i].value);
+	printf("\n\n  %-24s %16s %14s\n", "counter", "total", "per second");
+	for (unsigned i = 0; i < HC_CTR__COUNT; i++) {
+		if (st->counter[i] == first->counter[i] && !st->counter[i])
+			continue;
+		printf("  %-24s %16" PRIu64 " %14.1f\n", c[i].name, st->counter[i],
+		       secs > 0 ? (double)(st->counter[i] - prev->counter[i]) / secs : 0.0);
+	}
+	fflush(stdout);
+}
+
+static int cmd_top(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		OPTION_DIR,
+		{ "interval", required_argument, NULL, OPT_INTERVAL },
+		{ "count", required_argument, NULL, OPT_COUNT },
+		OPTIONS_END,
+	};
+	struct hc_stats first, prev, st;
+	struct hc_pool_info in;
+	struct verb_args va;
+	const char *name;
+	int ret, tty = isatty(1);
+	hc_pool *p;
+
+	if ((ret = parse_args(argc, argv, opts, top_usage, &va, &name, NULL)) != ARGS_OK)
+		return ret;
+	if (!va.interval_ms)
+		va.interval_ms = 1000;
+	ret = HC_CLI_EXIT_OK;
+	if (attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
+		return failure("%s", lib_error());
+	signal(SIGINT, top_signal);
+	signal(SIGTERM, top_signal);
+	if (hc_pool_info(p, &in) < 0 || hc_pool_stats(p, &first) < 0) {
+		ret = failure("%s", lib_error());
+		goto out;
+	}
+	prev = first;
+	for (uint32_t n = 0; !top_stop && (!va.count || n < va.count); n++) {
+		struct pollfd pf = { .fd = 0, .events = POLLIN };
+		char ch;
+		/* a key press (q) on a terminal stops it; otherwise just the interval */
+		if (poll(&pf, tty && isatty(0) ? 1 : 0, (int)va.interval_ms) > 0 && read(0, &ch, 1) == 1 && ch == 'q')
+			break;
+		if (hc_pool_stats(p, &st) < 0) {
+			ret = failure("%s", lib_error());
+			goto out;
+		}
+		top_screen(&in, &st, &prev, &first, va.interval_ms / 1000.0, tty);
+		if (!tty)
+			printf("\n");
+		prev = st;
+	}
+out:
+	hc_pool_detach(p);
+	return ret;
+}
+
 static const char backend_usage[] =
 	"Usage: " PROG " backend attach NAME SPEC [--dir DIR] [--timeout-ms MS]\n"
 	"       " PROG " backend detach NAME [--dir DIR] [--timeout-ms MS]\n"
@@ -1557,6 +1664,7 @@ static const char main_usage[] =
 	"  info NAME         show a pool's geometry, page states and ranks\n"
 	"  ls                list the pools in a directory, their ranks and engines\n"
 	"  stat NAME         show a pool's counters and gauges (text, JSON, Prometheus)\n"
+	"  top NAME          show them live, with rates\n"
 	"  check NAME        check a pool's invariants; exit 1 on a violation\n"
 	"  keys NAME [PFX]   list the keyed pages, by key\n"
 	"  evict NAME        evict one key, or N pages by policy\n"
@@ -1579,6 +1687,7 @@ static const struct {
 	{ "info", cmd_info, info_usage },
 	{ "ls", cmd_ls, ls_usage },
 	{ "stat", cmd_stat, stat_usage },
+	{ "top", cmd_top, top_usage },
 	{ "check", cmd_check, check_usage },
 	{ "keys", cmd_keys, keys_usage },
 	{ "evict", cmd_evict, evict_usage },
