@@ -39,6 +39,14 @@
 #define RECOVER_MS 100 /* and recover the dead ones */
 #define LOCK_WAIT_MS 100 /* a prober holds the service lock for microseconds */
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Check a request's fields and copy its arguments out: the item size, or -errno. */
 static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
 {
@@ -78,13 +86,16 @@ static void post(hc_service *s, unsigned slot, uint32_t epoch, uint64_t user_dat
 
 void hc__svc_post(hc_service *s, const struct waiter *w, int result, uint32_t where)
 {
+	hc__svc_latency(s, w); /* first: whoever sees the answer sees it counted */
 	post(s, w->slot, w->epoch, w->user_data, result, where);
 }
 
 void hc__svc_complete(hc_service *s, struct job *j)
 {
-	for (struct waiter *w = j->waiters; w; w = w->next)
+	for (struct waiter *w = j->waiters; w; w = w->next) {
+		hc__svc_latency(s, w);
 		post(s, w->slot, w->epoch, w->user_data, j->result, j->where);
+	}
 }
 
 /* Views of a live slot's rings for its current epoch; 0 when not live. */
@@ -217,6 +228,8 @@ static int serve_slot(hc_service *s, unsigned slot)
 			continue; /* a dead owner's: nobody waits for it */
 		}
 		w.user_data = e.user_data;
+		w.op = e.op;
+		w.t0_ns = now_ns();
 		if (e.op == HC__OP_BACKEND && size > 0) {
 			r = s->args[e.arg_len - 1] ? -EINVAL : backend_change(s, (const char *)s->args, slot);
 			post(s, slot, epoch, e.user_data, r, 0);

@@ -37,6 +37,8 @@ struct waiter {
 	unsigned slot;
 	uint32_t epoch;
 	uint64_t user_data;
+	uint64_t t0_ns;          /* when the dispatcher took it off the ring */
+	uint8_t op;              /* its enum hc__op, for the latency histograms */
 };
 
 struct job {
@@ -126,6 +128,8 @@ void hc__writer_done(hc_service *s, const struct job *j);
 /* Pages in the writer's jobs now. */
 unsigned hc__writer_busy(hc_service *s);
 
+/* A request answered: its latency into the histogram of its kind. */
+void hc__svc_latency(hc_service *s, const struct waiter *w);
 /* Atomic add to a service counter: workers race on the service's row. */
 void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n);
 

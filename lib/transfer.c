@@ -35,6 +35,29 @@ struct keymap {
 	struct kent *b[KM_BUCKETS];
 };
 
+void hc__svc_latency(hc_service *s, const struct waiter *w)
+{
+	static const int kind[] = { [HC__OP_EXISTS] = HC_HIST_exists + 1, [HC__OP_BACKUP] = HC_HIST_backup + 1,
+				    [HC__OP_PREFETCH] = HC_HIST_prefetch + 1 };
+	struct timespec ts;
+	uint64_t us, bound = 16;
+	unsigned b = 0;
+	_Atomic uint64_t *row;
+
+	if (w->op >= sizeof(kind) / sizeof(kind[0]) || !kind[w->op] || !w->t0_ns)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	us = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - w->t0_ns) / 1000;
+	while (b + 1 < HC_HIST_BUCKETS && us >= bound) {
+		b++;
+		bound <<= 1;
+	}
+	row = &s->p->stats[(size_t)s->p->slot * HC_STATS_ROW_WORDS + HC_STATS_HIST_WORD +
+			   (unsigned)(kind[w->op] - 1) * HC_STATS_HIST_WORDS];
+	atomic_fetch_add_explicit(&row[b], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&row[HC_HIST_BUCKETS], us, memory_order_relaxed);
+}
+
 void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n)
 {
 	hc_pool *p = s->p;

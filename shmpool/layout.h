@@ -261,8 +261,14 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
 /* Counters: a row per rank slot (only that rank adds to it, relaxed) and a
  * last row for attachments without a slot.  Rows outlive attachments: a
  * pool's figures are the sum of every row. */
-#define HC_STATS_ROW_WORDS 64u
-static_assert(HC_CTR__COUNT <= HC_STATS_ROW_WORDS, "a row holds every counter: new counters keep the layout");
+#define HC_STATS_ROW_WORDS 128u
+/* A row: the counters from word 0, then from word HC_STATS_HIST_WORD each
+ * histogram's buckets and its sum of microseconds. */
+#define HC_STATS_HIST_WORD 64u
+#define HC_STATS_HIST_WORDS (HC_HIST_BUCKETS + 1u)
+static_assert(HC_CTR__COUNT <= HC_STATS_HIST_WORD, "a row holds every counter: new counters keep the layout");
+static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_STATS_ROW_WORDS,
+	      "a row holds every histogram");
 
 /*
  * Page entry.  'word' is the truth about the page:

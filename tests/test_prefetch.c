@@ -120,6 +120,14 @@ START_TEST(roundtrip)
 	}
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_reqs), 1);
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(p, &st));
+		ck_assert_uint_eq(st.hist[HC_HIST_backup].count, 1);
+		ck_assert_uint_eq(st.hist[HC_HIST_prefetch].count, 1);
+		ck_assert_uint_eq(st.hist[HC_HIST_exists].count, 0);
+		ck_assert_uint_ge(st.hist[HC_HIST_prefetch].sum_us, 1); /* a read from the file backend takes time */
+	}
 	ck_assert_uint_eq(ctr(p, HC_CTR_req_done), 1);    /* the backup */
 	ck_assert_uint_eq(ctr(p, HC_CTR_req_partial), 1); /* 10 of 12 */
 	/* again: all READY, nothing read, and a backup of them skips them all */

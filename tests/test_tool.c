@@ -781,6 +781,9 @@ START_TEST(stat_formats)
 		ck_assert_uint_eq(v, st.counter[i]);
 		ck_assert_msg(strstr(line, hc_counter_help(i)), "line lacks the help: %s", line);
 	}
+	ck_assert_out_has("service request latency");
+	ck_assert_ptr_nonnull(out_line("  prefetch ", line, sizeof(line)));
+	ck_assert_msg(strstr(line, "0 requests, mean      0.0, p50         -"), "line: %s", line);
 	ck_assert_ptr_nonnull(out_line("  pages_ready ", line, sizeof(line)));
 	ck_assert_ptr_nonnull(out_line("  hit_ratio ", line, sizeof(line)));
 	ck_assert_msg(strstr(line, " 0.909  hits / lookup_keys"), "line: %s", line);
@@ -795,14 +798,15 @@ START_TEST(stat_formats)
 	/* Prometheus 0.0.4: every sample "name{labels} value", HELP and TYPE first */
 	ck_assert_tool(0, "stat", name, "--prometheus");
 	{
-		char helped[64][64], typed[64][64], types[64][16];
+		char helped[128][64], typed[128][64], types[128][16];
 		unsigned nh = 0, nt = 0, samples = 0;
 		char *save = NULL, *buf = strdup(r.out);
 
 		for (char *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
 			char metric[128], labels[256], rest[64];
-			unsigned long long v;
+			double v;
 			unsigned k;
+			size_t ml;
 
 			if (!strncmp(l, "# HELP ", 7)) {
 				ck_assert_int_eq(sscanf(l, "# HELP %63s", helped[nh]), 1);
@@ -812,13 +816,14 @@ START_TEST(stat_formats)
 			}
 			if (!strncmp(l, "# TYPE ", 7)) {
 				ck_assert_int_eq(sscanf(l, "# TYPE %63s %15s", typed[nt], types[nt]), 2);
-				ck_assert_msg(!strcmp(types[nt], "gauge") || !strcmp(types[nt], "counter"), "%s", l);
+				ck_assert_msg(!strcmp(types[nt], "gauge") || !strcmp(types[nt], "counter") ||
+					      !strcmp(types[nt], "histogram"), "%s", l);
 				ck_assert_msg(nh == nt + 1 && !strcmp(helped[nt], typed[nt]), "TYPE without its HELP: %s", l);
 				nt++;
 				continue;
 			}
 			ck_assert_msg(l[0] != '#', "unknown comment: %s", l);
-			ck_assert_msg(sscanf(l, "%127[a-zA-Z0-9_:]{%255[^}]} %llu%63s", metric, labels, &v, rest) == 3,
+			ck_assert_msg(sscanf(l, "%127[a-zA-Z0-9_:]{%255[^}]} %lf%63s", metric, labels, &v, rest) == 3,
 				      "not 'name{labels} value': %s", l);
 			ck_assert_msg(isalpha((unsigned char)metric[0]) || metric[0] == '_', "bad name: %s", l);
 			/* labels: key="value" pairs, comma separated, the pool first */
@@ -835,7 +840,21 @@ START_TEST(stat_formats)
 			}
 			for (k = 0; k < nt && strcmp(typed[k], metric); k++)
 				;
+			/* a histogram's samples: its name and _bucket, _sum or _count */
+			ml = strlen(metric);
+			for (const char *const *sfx = (const char *const[]){ "_bucket", "_sum", "_count", NULL };
+			     k == nt && *sfx; sfx++)
+				if (ml > strlen(*sfx) && !strcmp(metric + ml - strlen(*sfx), *sfx))
+					for (k = 0; k < nt && (strncmp(typed[k], metric, ml - strlen(*sfx)) ||
+							       typed[k][ml - strlen(*sfx)] || strcmp(types[k], "histogram"));
+					     k++)
+						;
 			ck_assert_msg(k < nt, "sample before its HELP and TYPE: %s", l);
+			if (!strcmp(types[k], "histogram")) {
+				ck_assert_msg(strstr(labels, ",kind=\""), "a histogram sample without its kind: %s", l);
+				samples++;
+				continue;
+			}
 			ck_assert_msg(!strcmp(types[k], "counter") == (strlen(metric) > 6 &&
 								       !strcmp(metric + strlen(metric) - 6, "_total")),
 				      "counter names end in _total, gauges do not: %s", l);
@@ -843,8 +862,8 @@ START_TEST(stat_formats)
 		}
 		free(buf);
 		ck_assert_uint_eq(nh, nt);
-		ck_assert_uint_eq(nt, 1 + 9 + HC_CTR__COUNT);
-		ck_assert_uint_eq(samples, 5 + 9 + HC_CTR__COUNT);
+		ck_assert_uint_eq(nt, 1 + 9 + HC_CTR__COUNT + 1);
+		ck_assert_uint_eq(samples, 5 + 9 + HC_CTR__COUNT + HC_HIST__COUNT * (HC_HIST_BUCKETS + 2));
 	}
 	snprintf(want, sizeof(want), "\nhicache_hits_total{pool=\"%s\"} 20\n", name);
 	ck_assert_out_has(want);

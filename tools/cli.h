@@ -137,6 +137,8 @@ extern const char *const hc_cli_state_keys[5];
 /* The gauges (HC_CLI_NGAUGES) and counters (HC_CTR__COUNT) of st, named. */
 void hc_cli_metrics(const struct hc_stats *st, struct hc_cli_metric *g, struct hc_cli_metric *c);
 void hc_cli_prom_family(FILE *f, const char *name, const char *type, const char *help);
+/* The bound (us) of the bucket holding the q-quantile (0 when empty). */
+uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q);
 /* The Prometheus text exposition (format 0.0.4) of a pool's stats. */
 void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st);
 

@@ -55,6 +55,18 @@ void hc_cli_prom_family(FILE *f, const char *name, const char *type, const char 
 	fprintf(f, "\n# TYPE hicache_%s %s\n", name, type);
 }
 
+uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q)
+{
+	uint64_t want = (uint64_t)(q * (double)h->count + 0.999999), seen = 0;
+
+	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
+		seen += h->bucket[b];
+		if (h->count && seen >= want)
+			return hc_hist_bound_us(b);
+	}
+	return 0;
+}
+
 /* Pool names are [A-Za-z0-9_.-] (hc_pool_name_valid): no label escaping needed. */
 void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st)
 {
@@ -74,5 +86,25 @@ void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_s
 		snprintf(name, sizeof(name), "%s_total", c[i].name);
 		hc_cli_prom_family(f, name, "counter", c[i].help);
 		fprintf(f, "hicache_%s{pool=\"%s\"} %" PRIu64 "\n", name, in->name, c[i].value);
+	}
+	hc_cli_prom_family(f, "request_seconds", "histogram",
+			   "the service's requests by kind, from taking one off its rank's ring to posting its answer");
+	for (unsigned h = 0; h < HC_HIST__COUNT; h++) {
+		const struct hc_hist *x = &st->hist[h];
+		uint64_t cum = 0;
+		for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
+			uint64_t bound = hc_hist_bound_us(b);
+			cum += x->bucket[b];
+			if (bound == UINT64_MAX)
+				fprintf(f, "hicache_request_seconds_bucket{pool=\"%s\",kind=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+					in->name, hc_hist_name(h), cum);
+			else
+				fprintf(f, "hicache_request_seconds_bucket{pool=\"%s\",kind=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+					in->name, hc_hist_name(h), (double)bound / 1e6, cum);
+		}
+		fprintf(f, "hicache_request_seconds_sum{pool=\"%s\",kind=\"%s\"} %g\n", in->name, hc_hist_name(h),
+			(double)x->sum_us / 1e6);
+		fprintf(f, "hicache_request_seconds_count{pool=\"%s\",kind=\"%s\"} %" PRIu64 "\n", in->name,
+			hc_hist_name(h), x->count);
 	}
 }

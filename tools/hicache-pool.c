@@ -1111,6 +1111,18 @@ static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, 
 		printf("  %-*s  %*s  hits / lookup_keys (no lookups yet)\n", wn, "hit_ratio", wv, "-");
 	else
 		printf("  %-*s  %*.3f  hits / lookup_keys\n", wn, "hit_ratio", wv, hr);
+	printf("service request latency, taken off the ring to answered (us; p50 and p99 are bucket bounds):\n");
+	for (unsigned h = 0; h < HC_HIST__COUNT; h++) {
+		const struct hc_hist *x = &st->hist[h];
+		uint64_t p50 = hc_cli_hist_quantile_us(x, 0.5), p99 = hc_cli_hist_quantile_us(x, 0.99);
+		char b50[24], b99[24];
+		snprintf(b50, sizeof(b50), p50 == UINT64_MAX ? ">%" PRIu64 : "<%" PRIu64,
+			 p50 == UINT64_MAX ? hc_hist_bound_us(HC_HIST_BUCKETS - 2) : p50);
+		snprintf(b99, sizeof(b99), p99 == UINT64_MAX ? ">%" PRIu64 : "<%" PRIu64,
+			 p99 == UINT64_MAX ? hc_hist_bound_us(HC_HIST_BUCKETS - 2) : p99);
+		printf("  %-10s %8" PRIu64 " requests, mean %8.1f, p50 %9s, p99 %9s\n", hc_hist_name(h), x->count,
+		       x->count ? (double)x->sum_us / (double)x->count : 0.0, x->count ? b50 : "-", x->count ? b99 : "-");
+	}
 }
 
 static struct json_object *stat_json(const struct hc_pool_info *in, const struct hc_stats *st,
@@ -1132,6 +1144,22 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 		jadd_u64(x, c[i].name, c[i].value);
 	json_object_object_add(o, "counters", x);
 	json_object_object_add(o, "hit_ratio", hr < 0 ? NULL : json_object_new_double(hr));
+	x = json_object_new_object();
+	for (unsigned h = 0; h < HC_HIST__COUNT; h++) {
+		struct json_object *k = json_object_new_object(), *b = json_object_new_array();
+		jadd_u64(k, "count", st->hist[h].count);
+		jadd_u64(k, "sum_us", st->hist[h].sum_us);
+		for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
+			struct json_object *e = json_object_new_object();
+			uint64_t bound = hc_hist_bound_us(i);
+			json_object_object_add(e, "lt_us", bound == UINT64_MAX ? NULL : json_object_new_int64((int64_t)bound));
+			jadd_u64(e, "count", st->hist[h].bucket[i]);
+			json_object_array_add(b, e);
+		}
+		json_object_object_add(k, "buckets", b);
+		json_object_object_add(x, hc_hist_name(h), k);
+	}
+	json_object_object_add(o, "latency", x);
 	return o;
 }
 

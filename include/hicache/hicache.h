@@ -476,16 +476,44 @@ enum hc_counter {
 	HC_CTR__COUNT
 };
 
+/* Latency histograms of the service's requests by kind, from the service
+ * taking a request off its rank's ring to posting its answer: X(name, help). */
+#define HC_HISTS(X) \
+	X(exists,   "existence queries") \
+	X(backup,   "backups") \
+	X(prefetch, "prefetches")
+
+enum hc_hist_kind {
+#define HC_X_ENUM(name, help) HC_HIST_##name,
+	HC_HISTS(HC_X_ENUM)
+#undef HC_X_ENUM
+	HC_HIST__COUNT
+};
+
+/* Bucket i counts latencies below hc_hist_bound_us(i) (16 us << i) and at or
+ * above the bound before it; the last one, everything slower. */
+#define HC_HIST_BUCKETS 16
+struct hc_hist {
+	uint64_t bucket[HC_HIST_BUCKETS];
+	uint64_t count, sum_us;
+};
+
 struct hc_stats {
 	uint64_t pages[5];         /* by enum hc_page_state */
 	uint64_t keyed;            /* pages in the key index */
 	uint64_t pinned_pages, pin_count, locked_pages, lock_count, ticket_pages;
 	uint32_t live_ranks, engines, open_tickets;
 	uint64_t counter[HC_CTR__COUNT];
+	struct hc_hist hist[HC_HIST__COUNT];
 };
 HC_API int hc_pool_stats(hc_pool *pool, struct hc_stats *out);
 HC_API const char *hc_counter_name(unsigned i);
 HC_API const char *hc_counter_help(unsigned i);
+/* A histogram's name and help (NULL past HC_HIST__COUNT); bucket i's upper
+ * bound in microseconds (UINT64_MAX for the last). */
+HC_API const char *hc_hist_name(unsigned i);
+HC_API const char *hc_hist_help(unsigned i);
+HC_API uint64_t hc_hist_bound_us(unsigned bucket);
 
 /* Every invariant across structures; report() gets one line per violation.
  * Returns the count of violations, or a negative errno. */
