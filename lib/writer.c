@@ -182,10 +182,9 @@ static unsigned pick(hc_service *s, struct writer *w)
 		 * oldest dirty pages, the ones eviction would want next. */
 		uint64_t want = (uint64_t)p->g.npages * s->o.writeback_pct / 100;
 		unsigned need = clean >= want ? 0 : (unsigned)(want - clean);
-		if (need < n) {
-			qsort(w->c, n, sizeof(*w->c), by_stamp);
+		qsort(w->c, n, sizeof(*w->c), by_stamp); /* oldest first, also when room cuts it */
+		if (need < n)
 			n = need;
-		}
 	}
 	return n;
 }
