@@ -94,7 +94,10 @@ void hc__svc_complete(hc_service *s, struct job *j)
 {
 	for (struct waiter *w = j->waiters; w; w = w->next) {
 		hc__svc_latency(s, w);
-		post(s, w->slot, w->epoch, w->user_data, j->result, j->where);
+		if (w->own && j->result >= 0)
+			post(s, w->slot, w->epoch, w->user_data, w->result, w->where);
+		else
+			post(s, w->slot, w->epoch, w->user_data, j->result, j->where);
 	}
 }
 
