@@ -94,10 +94,7 @@ void hc__svc_complete(hc_service *s, struct job *j)
 {
 	for (struct waiter *w = j->waiters; w; w = w->next) {
 		hc__svc_latency(s, w);
-		if (w->own && j->result >= 0)
-			post(s, w->slot, w->epoch, w->user_data, w->result, w->where);
-		else
-			post(s, w->slot, w->epoch, w->user_data, j->result, j->where);
+		post(s, w->slot, w->epoch, w->user_data, j->result, j->where);
 	}
 }
 

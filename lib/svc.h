@@ -39,10 +39,6 @@ struct waiter {
 	uint64_t user_data;
 	uint64_t t0_ns;          /* when the dispatcher took it off the ring */
 	uint8_t op;              /* its enum hc__op, for the latency histograms */
-	/* A backup merged with others into one job (transfer.c): its pages are
-	 * items [off, off + n) of the job, and its answer is its own. */
-	int own, result;
-	uint32_t off, n, where;
 };
 
 struct job {
@@ -64,7 +60,6 @@ struct job {
 	hc_key_t *mine;          /* keys this job registered in the key map */
 	unsigned nmine;
 	int internal;            /* the writer's (writer.c): no waiter */
-	int merged;              /* backups of several requests: each waiter has its pages */
 	_Atomic int cancel;      /* its only waiter cancelled it: stop at the next batch */
 };
 

@@ -172,19 +172,18 @@ static int ready_prefix(hc_service *s, const struct job *j)
  * every request it answers counts once. */
 static void count_outcome(hc_service *s, const struct job *j)
 {
-	for (const struct waiter *w = j->waiters; w; w = w->next) {
-		int own = w->own && j->result >= 0; /* a merged backup's own answer */
-		int r = own ? w->result : j->result;
-		uint32_t n = own ? w->n : j->n;
-		if (r == -ECANCELED)
-			continue;
-		if (r < 0)
-			hc__svc_count(s, r == -ETIMEDOUT || r == -ETIME ? HC_CTR_req_timedout : HC_CTR_req_failed, 1);
-		else if (j->op != HC__OP_EXISTS && (uint32_t)r < n)
-			hc__svc_count(s, HC_CTR_req_partial, 1);
-		else
-			hc__svc_count(s, HC_CTR_req_done, 1);
-	}
+	unsigned n = 0;
+
+	for (const struct waiter *w = j->waiters; w; w = w->next)
+		n++;
+	if (j->result == -ECANCELED)
+		return;
+	if (j->result < 0)
+		hc__svc_count(s, j->result == -ETIMEDOUT || j->result == -ETIME ? HC_CTR_req_timedout : HC_CTR_req_failed, n);
+	else if (j->op != HC__OP_EXISTS && (uint32_t)j->result < j->n)
+		hc__svc_count(s, HC_CTR_req_partial, n);
+	else
+		hc__svc_count(s, HC_CTR_req_done, n);
 }
 
 /* Both halves of j are done: let its keys go, finish what waited for it,
@@ -258,53 +257,28 @@ static void page_key(const hc_pool *p, uint32_t id, hc_key_t key)
 	}
 }
 
-/* A backup request's part of a job: items [off, off + n), its first
- * failure (its index in the job, or -1) and why. */
-struct seg {
-	uint32_t off, n;
-	int64_t bad;
-	int err;
-	struct waiter *w;        /* NULL: the job's only request */
-};
-
-/*
- * Back up pages in prefix order: how many of the first pages are in L3.
+/* Back up pages in prefix order: how many of the first pages are in L3.
  * The first failure cancels the pages after it; its errno goes in *why.
- * A merged job (several requests' backups, in one store call per batch)
- * keeps that rule per request: each waiter gets its own count and errno.
  * The writer's own jobs (lenient) are pages picked from a scan, each on
  * its own: one evicted since (its pin fails) or one that fails is skipped,
- * and the rest go on.
- */
+ * and the rest go on. */
 static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint32_t n, int lenient, uint32_t *why)
 {
 	hc_pool *p = s->p;
-	unsigned bp = s->o.batch_pages, nseg = 0, cur = 0;
+	unsigned bp = s->o.batch_pages;
 	int *status = calloc(bp, sizeof(*status));
 	hc_page_t *batch = calloc(bp, sizeof(*batch));
-	uint32_t *pos = calloc(bp, sizeof(*pos)); /* each batch entry's index in the job */
-	unsigned *segi = calloc(bp, sizeof(*segi));
-	struct seg one = { 0, n, -1, 0, NULL }, *sg = &one;
+	uint32_t *pos = calloc(bp, sizeof(*pos)); /* each batch entry's index in the request */
 	uint32_t done = 0;
 	int ret = (int)n;
 
-	if (j->merged) {
-		for (struct waiter *w = j->waiters; w; w = w->next)
-			nseg++;
-		if ((sg = calloc(nseg, sizeof(*sg)))) {
-			/* in item order: waiters were added newest first */
-			unsigned i = nseg;
-			for (struct waiter *w = j->waiters; w; w = w->next)
-				sg[--i] = (struct seg){ w->off, w->n, -1, 0, w };
-		}
-	} else {
-		nseg = 1;
-	}
-	if (!status || !batch || !pos || !segi || !sg) {
+	if (!status || !batch || !pos) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	while (done < n) {
+		int64_t bad = -1; /* the request's index of the first failure */
+		int err = 0;
 		unsigned k = 0;
 		if (atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
 			*why = ECANCELED;
@@ -312,27 +286,19 @@ static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint3
 			break;
 		}
 		/* Pin this batch's pages, so the flag set afterwards is about these
-		 * very pages; one already in L3 is skipped, and so is every page
-		 * of a request past its first failure. */
+		 * very pages; one already in L3 is skipped. */
 		for (; done < n && k < bp; done++) {
 			hc_page_t h = pages[done];
 			uint32_t id = HC_PAGE_ID(h);
-			int r;
-			while (cur + 1 < nseg && done >= sg[cur].off + sg[cur].n)
-				cur++;
-			/* no request's (it was cancelled), or past its request's failure */
-			if (done < sg[cur].off || done >= sg[cur].off + sg[cur].n || sg[cur].bad >= 0)
-				continue;
-			r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
+			int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
 			if (r < 0 && lenient) {
 				hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
 				continue;
 			}
 			if (r < 0) {
-				sg[cur].bad = done;
-				sg[cur].err = r;
-				hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
-				continue;
+				bad = done;
+				err = r;
+				break;
 			}
 			if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
 				hc_page_unpin(p, h);
@@ -340,30 +306,23 @@ static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint3
 				continue;
 			}
 			batch[k] = h;
-			segi[k] = cur;
 			pos[k++] = done;
 		}
 		if (k)
 			hc_store_put(s->st, batch, k, status);
-		for (unsigned i = 0; i < k && !lenient; i++) {
-			struct seg *x = &sg[segi[i]];
-			if (status[i] != 0 && (x->bad < 0 || pos[i] < x->bad)) {
-				if (x->bad < 0)
-					hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
-				x->bad = pos[i];
-				x->err = status[i];
+		for (unsigned i = 0; i < k && !lenient; i++)
+			if (status[i] != 0 && (bad < 0 || pos[i] < bad)) {
+				bad = pos[i];
+				err = status[i];
 			}
-		}
 		for (unsigned i = 0; i < k; i++) {
 			struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(batch[i])];
-			const struct seg *x = &sg[segi[i]];
-			if (status[i] == 0 && (x->bad < 0 || pos[i] < x->bad)) {
+			if (status[i] == 0 && (bad < 0 || pos[i] < bad)) {
 				atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
 				hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
 				hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
 			} else if (status[i] != 0) {
-				if (lenient)
-					hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* this page only */
+				hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
 			} else {
 				/* Stored after the failure: a suffix nobody can reach
 				 * is waste in L3, so it goes again. */
@@ -374,28 +333,17 @@ static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint3
 			}
 			hc_page_unpin(p, batch[i]);
 		}
-	}
-	if (ret >= 0) {
-		for (unsigned i = 0; i < nseg; i++) {
-			int r = sg[i].bad >= 0 ? (int)(sg[i].bad - sg[i].off) : (int)sg[i].n;
-			uint32_t e = sg[i].bad >= 0 ? (uint32_t)(sg[i].err < 0 ? -sg[i].err : EIO) : 0;
-			if (sg[i].w) {
-				sg[i].w->result = r;
-				sg[i].w->where = e;
-			} else {
-				ret = r;
-				if (sg[i].bad >= 0)
-					*why = e;
-			}
+		if (bad >= 0) {
+			hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
+			*why = (uint32_t)(err < 0 ? -err : EIO);
+			ret = (int)bad;
+			break;
 		}
 	}
 out:
-	if (sg != &one)
-		free(sg);
 	free(status);
 	free(batch);
 	free(pos);
-	free(segi);
 	return ret;
 }
 
@@ -644,45 +592,6 @@ static uint64_t name_hash(const struct hc__pf_args *a)
 }
 
 /* A job of the same ticket, keys and parameters, still queued or running. */
-/*
- * A backup that finds the queue's last job a backup not started yet joins
- * it, up to MERGE_BATCHES batches: the backend then gets one call for many
- * small requests (io_uring a batch of many pages, not of one).  Each
- * request keeps its own prefix rule and answer (do_backup).  Under mu.
- * 1: merged; 0: not; -errno.
- */
-#define MERGE_BATCHES 4
-static int merge_backup(hc_service *s, const void *items, uint32_t n, const struct waiter *w)
-{
-	struct job *t = s->qtail;
-	hc_page_t *grown;
-
-	if (!t || t->op != HC__OP_BACKUP || t->internal || !t->waiters ||
-	    atomic_load_explicit(&t->cancel, memory_order_relaxed) ||
-	    t->n + n > MERGE_BATCHES * s->o.batch_pages)
-		return 0;
-	if (!(grown = realloc(t->items, ((size_t)t->n + n) * sizeof(hc_page_t))))
-		return 0; /* a job of its own, then */
-	t->items = grown;
-	if (add_waiter(t, w) < 0)
-		return -ENOMEM;
-	if (!t->merged) {
-		/* the first request: its pages are the job's so far */
-		struct waiter *first = t->waiters->next;
-		first->own = 1;
-		first->off = 0;
-		first->n = t->n;
-		t->merged = 1;
-	}
-	t->waiters->own = 1;
-	t->waiters->off = t->n;
-	t->waiters->n = n;
-	memcpy(grown + t->n, items, (size_t)n * sizeof(hc_page_t));
-	t->n += n;
-	hc__svc_count(s, HC_CTR_l3_backup_merged, 1);
-	return 1;
-}
-
 /* Is every page of a backup marked in L3 already?  A hint: the backup
  * checks each again under its pin. */
 static int all_in_l3(hc_service *s, const void *items, uint32_t n)
@@ -756,10 +665,6 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 		}
 	}
 	pthread_mutex_lock(&s->mu);
-	if (e->op == HC__OP_BACKUP && (r = merge_backup(s, items, e->n, w)) != 0) {
-		pthread_mutex_unlock(&s->mu);
-		return r < 0 ? r : 0;
-	}
 	if (nh && (j = same_ticket(s, nh, &pf, items, e->n))) {
 		r = add_waiter(j, w);
 		if (r == 0)

@@ -83,15 +83,6 @@ static void check_clean(hc_pool *p)
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 }
 
-/* Stop the service, check the pool is clean, and remove it. */
-static void finish(hc_pool *p, hc_service *s, const char *name)
-{
-	ck_assert_ok(hc_service_stop(s));
-	check_clean(p);
-	hc_pool_detach(p);
-	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
-}
-
 /* Prefetch keys without a ticket, wait for it, take the hit: its length. */
 static int prefetch_all(hc_pool *p, const hc_key_t *keys, unsigned n, hc_page_t *pg, int *result)
 {
@@ -150,7 +141,10 @@ START_TEST(roundtrip)
 	hct_keys(k, 3, 2);
 	ck_assert_int_eq(prefetch_all(p, k, 3, pg, &res), 0);
 	ck_assert_int_eq(res, 0);
-	finish(p, s, name);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 END_TEST
 
@@ -204,7 +198,10 @@ START_TEST(corrupt_ends_prefix)
 	ck_assert_int_eq(hct_hit(p, k + 3, 5), 0); /* neither the bad page nor those after it */
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 3);
-	finish(p, s, name);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 END_TEST
 
@@ -363,23 +360,12 @@ START_TEST(no_space)
 		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
-	finish(p, s, name);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 END_TEST
-
-/* A service of one worker over the fault backend, each op taking delay_us:
- * slow enough to catch its jobs queued or running. */
-static hc_service *start_slow(const char *name, unsigned batch, unsigned delay_us)
-{
-	static char spec[160];
-	struct hc_service_opts o = { .backend = spec, .batch_pages = batch, .workers = 1,
-				     .write_policy = HC_WRITE_NONE };
-	hc_service *s = NULL;
-
-	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=%u", l3dir, delay_us);
-	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
-	return s;
-}
 
 /* Cancel: a running backup or prefetch stops at its next batch, a queued
  * request goes at once, a finished one cannot be; nothing leaks. */
@@ -387,6 +373,9 @@ START_TEST(cancel)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 32, 100, 8);
+	char spec[160];
+	struct hc_service_opts o = { .backend = spec, .batch_pages = 2, .workers = 1,
+				     .write_policy = HC_WRITE_NONE };
 	struct hc_prefetch_req pr = { .nkeys = 8, .policy = HC_PREFETCH_BEST_EFFORT };
 	hc_service *s;
 	hc_key_t k[8];
@@ -395,7 +384,8 @@ START_TEST(cancel)
 	int h;
 
 	/* every backend op takes 150 ms: 8 pages in batches of 2, 600 ms */
-	s = start_slow(name, 2, 150000);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=150000", l3dir);
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
 	hct_keys(k, 8, 11);
 	hct_store_by_key(p, k, 8, 0, pg);
 	ck_assert_ok(hc_req_backup(p, pg, 8, &r1));
@@ -435,50 +425,6 @@ START_TEST(cancel)
 	ck_assert_int_eq(hct_hit(p, k, 8), h);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
-}
-END_TEST
-
-/* Backups queued behind a running one merge into one job, one backend
- * call per batch, and each keeps its own answer and prefix rule. */
-START_TEST(backups_merge)
-{
-	const char *name = hct_name();
-	hc_pool *p = hct_create_attach(name, 32, 100, 8);
-	hc_service *s = start_slow(name, 8, 200000);
-	hc_key_t k[10];
-	hc_page_t pg[10], bad[2];
-	hc_req *ra, *rb, *rc, *rd;
-
-	hct_keys(k, 10, 12);
-	hct_store_by_key(p, k, 10, 0, pg);
-	ck_assert_ok(hc_req_backup(p, pg, 2, &ra)); /* the one worker takes it: 200 ms */
-	for (int i = 0; i < 2500 && ctr(p, HC_CTR_svc_requests) < 1; i++)
-		usleep(2000);
-	usleep(20000);
-	bad[0] = pg[4] + (UINT64_C(1) << 32); /* another generation: the pin fails */
-	bad[1] = pg[5];
-	ck_assert_ok(hc_req_backup(p, pg + 2, 2, &rb));
-	ck_assert_ok(hc_req_backup(p, bad, 2, &rc));
-	ck_assert_ok(hc_req_backup(p, pg + 6, 4, &rd));
-	ck_assert_int_eq(hc_req_wait(ra, 10000), 2);
-	ck_assert_int_eq(hc_req_wait(rb, 10000), 2);
-	ck_assert_int_eq(hc_req_wait(rc, 10000), 0); /* its first page failed: nothing of it */
-	ck_assert_int_eq(hc_req_wait(rd, 10000), 4); /* not cut short by another request's failure */
-	/* b, c and d in one job (a too, if the worker had not taken it yet) */
-	ck_assert_uint_ge(ctr(p, HC_CTR_l3_backup_merged), 2);
-	ck_assert_uint_le(ctr(p, HC_CTR_l3_backup_merged), 3);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_pages), 8);
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_done), 3);
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_partial), 1);
-	ck_assert(!(atomic_load(&p->pages[HC_PAGE_ID(pg[5])].flags) & HC_PF_IN_L3)); /* after rc's failure */
-	for (int i = 0; i < 10; i++)
-		if (i != 4 && i != 5)
-			ck_assert(atomic_load(&p->pages[HC_PAGE_ID(pg[i])].flags) & HC_PF_IN_L3);
-	ck_assert_ok(hc_req_free(ra));
-	ck_assert_ok(hc_req_free(rb));
-	ck_assert_ok(hc_req_free(rc));
-	ck_assert_ok(hc_req_free(rd));
-	finish(p, s, name);
 }
 END_TEST
 
@@ -540,7 +486,10 @@ START_TEST(threshold_and_bad_input)
 	ck_assert_err(hc_req_prefetch_take(rq, pg, NULL), EINVAL); /* not a prefetch */
 	ck_assert_ok(hc_req_free(rq));
 	ck_assert_ok(hc_engine_leave(p));
-	finish(p, s, name);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 END_TEST
 
@@ -557,7 +506,6 @@ int main(void)
 	tcase_add_test(tc, no_space);
 	tcase_add_test(tc, threshold_and_bad_input);
 	tcase_add_test(tc, cancel);
-	tcase_add_test(tc, backups_merge);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

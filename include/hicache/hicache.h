@@ -458,7 +458,6 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_backup_bytes, "envelope bytes written to L3") \
 	X(l3_backup_skips, "pages not written: in L3 already, or evicted since the write policy picked them") \
 	X(l3_backup_fails, "backups cut short by a failed write, and write-policy pages that failed") \
-	X(l3_backup_merged, "backup requests merged into a queued backup, for fewer backend calls") \
 	X(l3_writer_pages, "pages the write policy sent to L3 on its own") \
 	X(l3_prefetch_reqs, "prefetch requests") \
 	X(l3_prefetch_merged, "prefetch requests merged into one of the same ticket") \
