@@ -157,6 +157,26 @@ int hc_service_probe(hc_pool *p, uint32_t *pid)
 	return 0;
 }
 
+int hc_service_info(hc_pool *p, struct hc_service_info *out)
+{
+	struct hc_seg_service *s;
+	uint32_t wp;
+	int r;
+
+	if (!p || !out)
+		return hc__err(EINVAL, "service info: %s is NULL", p ? "out" : "pool");
+	s = &p->ctl->service;
+	memset(out, 0, sizeof(*out));
+	if ((r = hc_service_probe(p, &out->pid)) < 0)
+		return r;
+	out->live = r;
+	out->generation = atomic_load_explicit(&s->generation, memory_order_acquire);
+	wp = atomic_load_explicit(&s->write_policy, memory_order_relaxed);
+	out->write_policy = wp >= 1 && wp <= HC_WRITE_NONE + 1 ? (int)wp - 1 : -1; /* anything else: never set (or scribbled) */
+	out->select_hits = atomic_load_explicit(&s->select_hits, memory_order_relaxed);
+	return 0;
+}
+
 static uint64_t ms_now(void)
 {
 	struct timespec ts;

@@ -1044,7 +1044,19 @@ START_TEST(backend_attach_detach)
 
 	create_tiny(name, "16");
 	p = hct_attach(name, 0);
+	ck_assert_tool(0, "info", name);
+	ck_assert_out_has("service      none (0 started so far)\n");
 	svc = hct_service_child(name, &so);
+	ck_assert_tool(0, "info", name);
+	snprintf(spec, sizeof(spec), "service      pid %d (generation 1), write policy write_none\n", (int)svc);
+	ck_assert_out_has(spec);
+	ck_assert_tool(0, "info", name, "--json");
+	{
+		json_object *o = jparse(r.out), *sv = jget(o, "service", json_type_object);
+		ck_assert(json_object_get_boolean(jget(sv, "live", json_type_boolean)));
+		ck_assert_str_eq(json_object_get_string(jget(sv, "write_policy", json_type_string)), "write_none");
+		json_object_put(o);
+	}
 	hct_keys(k, 2, 31);
 	ck_assert_tool(1, "backend", "attach", name, "mem");
 	ck_assert_err_has("attached already: detach it first");
@@ -1088,6 +1100,8 @@ START_TEST(backend_attach_detach)
 	ck_assert_out_has("Usage: hicache-pool backend attach");
 	st = hct_service_child_stop(svc);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
+	ck_assert_tool(0, "info", name);
+	ck_assert_out_has("service      none (1 started so far); the last one's write policy, write_none, still holds\n");
 	hc_pool_detach(p);
 	hct_rmtree(dir);
 	ck_assert_tool(0, "destroy", name);

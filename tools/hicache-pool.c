@@ -492,6 +492,43 @@ static const char info_usage[] =
 	"                  first, and show rank liveness as recorded, not proven\n";
 
 
+static const char *const write_policy_names[] = { "write_through", "write_through_selective", "write_back",
+						  "write_none" };
+
+static const char *write_policy_name(int wp)
+{
+	return wp >= 0 && wp <= HC_WRITE_NONE ? write_policy_names[wp] : "none set yet";
+}
+
+/* "service      pid 4242 (generation 3), write policy write_through" */
+static void service_text(const struct hc_service_info *sv)
+{
+	if (sv->live)
+		printf("service      pid %" PRIu32 " (generation %" PRIu64 "), write policy %s", sv->pid, sv->generation,
+		       write_policy_name(sv->write_policy));
+	else if (sv->write_policy < 0)
+		printf("service      none (%" PRIu64 " started so far)", sv->generation);
+	else /* it outlives the service: eviction under write_back keeps dirty pages */
+		printf("service      none (%" PRIu64 " started so far); the last one's write policy, %s, still holds",
+		       sv->generation, write_policy_name(sv->write_policy));
+	if (sv->write_policy == HC_WRITE_THROUGH_SELECTIVE)
+		printf(" after %" PRIu32 " hits", sv->select_hits);
+	printf("\n");
+}
+
+static struct json_object *service_json(const struct hc_service_info *sv)
+{
+	struct json_object *o = json_object_new_object();
+
+	jadd_bool(o, "live", sv->live);
+	jadd_u64(o, "pid", sv->live ? sv->pid : 0);
+	jadd_u64(o, "generation", sv->generation);
+	json_object_object_add(o, "write_policy", sv->write_policy < 0 ? NULL :
+							 json_object_new_string(write_policy_name(sv->write_policy)));
+	jadd_u64(o, "select_hits", sv->select_hits);
+	return o;
+}
+
 static struct json_object *info_json(const struct hc_pool_info *in, const struct hc_component_info *ci,
 				     const uint64_t counts[5], const struct hc_rank_info *ri, unsigned nri)
 {
@@ -650,6 +687,7 @@ static int cmd_info(int argc, char **argv)
 	};
 	struct hc_component_info ci[HC_MAX_COMPONENTS];
 	struct hc_rank_info ri[HC_MAX_RANKS];
+	struct hc_service_info sv;
 	struct hc_pool_info in;
 	struct verb_args va;
 	uint64_t counts[5];
@@ -683,14 +721,20 @@ static int cmd_info(int argc, char **argv)
 		if (ri[nri].live || ri[nri].pins || ri[nri].locks || ri[nri].reserved)
 			nri++;
 	}
+	if (hc_service_info(p, &sv) < 0) {
+		failure("%s", lib_error());
+		goto out;
+	}
 	if (va.json) {
 		struct json_object *o = info_json(&in, ci, counts, ri, nri);
 
+		json_object_object_add(o, "service", service_json(&sv));
 		if (print_json(o) == 0)
 			ret = HC_CLI_EXIT_OK;
 		json_object_put(o);
 	} else {
 		info_text(&in, ci, counts, ri, nri, va.no_recover);
+		service_text(&sv);
 		ret = HC_CLI_EXIT_OK;
 	}
 out:

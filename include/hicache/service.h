@@ -123,6 +123,16 @@ HC_API int hc_service_stop(hc_service *svc);
 /* Whether a service serves the pool now: 1 (and its pid), 0, or -errno. */
 HC_API int hc_service_probe(hc_pool *pool, uint32_t *pid);
 
+/* The pool's service record, for tools: read without any lock. */
+struct hc_service_info {
+	int live;                 /* a service serves the pool now (hc_service_probe) */
+	uint32_t pid;             /* its pid when live */
+	uint64_t generation;      /* services started on this pool so far */
+	int write_policy;         /* enum hc_write_policy the last service set; -1: none ever did */
+	uint32_t select_hits;     /* its write_through_selective threshold */
+};
+HC_API int hc_service_info(hc_pool *pool, struct hc_service_info *out);
+
 #ifdef __cplusplus
 }
 #endif
