@@ -40,6 +40,8 @@ struct hc_req {
 	uint64_t deadline_ms;   /* TIMEOUT: when the take stops waiting */
 	int taken;
 	int backend_attach;     /* a backend request: attach (1) or detach (0) */
+	uint8_t prio;           /* buffer_only: the priority class */
+	int acked;              /* buffer_only: the service was told we are done with it */
 };
 
 struct reqs {
@@ -174,6 +176,14 @@ int hc_service_info(hc_pool *p, struct hc_service_info *out)
 	wp = atomic_load_explicit(&s->write_policy, memory_order_relaxed);
 	out->write_policy = wp >= 1 && wp <= HC_WRITE_NONE + 1 ? (int)wp - 1 : -1; /* anything else: never set (or scribbled) */
 	out->select_hits = atomic_load_explicit(&s->select_hits, memory_order_relaxed);
+	if (out->live) { /* a dead service's gauges are stale */
+		out->jobs_queued = atomic_load_explicit(&s->jobs_queued, memory_order_relaxed);
+		out->jobs_running = atomic_load_explicit(&s->jobs_running, memory_order_relaxed);
+		out->stage_read = atomic_load_explicit(&s->stage_read, memory_order_relaxed);
+		out->stage_write = atomic_load_explicit(&s->stage_write, memory_order_relaxed);
+		out->parked_reads = atomic_load_explicit(&s->parked_reads, memory_order_relaxed);
+		out->parked_writes = atomic_load_explicit(&s->parked_writes, memory_order_relaxed);
+	}
 	return 0;
 }
 
@@ -197,7 +207,7 @@ static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const 
 		const void *items, unsigned n, size_t size, hc_req *rq)
 {
 	uint64_t len = (uint64_t)n * size + hlen;
-	struct hc__sqe e = { .op = code, .epoch = q->epoch, .n = n, .arg_len = (uint32_t)len };
+	struct hc__sqe e = { .op = code, .prio = rq->prio, .epoch = q->epoch, .n = n, .arg_len = (uint32_t)len };
 	int64_t off;
 	int r;
 
@@ -218,7 +228,8 @@ static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const 
 		return hc__err(-(int)off, "%s: %u items: %s", op, n, hc_last_error());
 	if (hlen)
 		memcpy(q->argmem + off, head, hlen);
-	memcpy(q->argmem + off + hlen, items, (size_t)n * size);
+	if (size)
+		memcpy(q->argmem + off + hlen, items, (size_t)n * size);
 	e.arg_off = (uint64_t)off;
 	e.user_data = (uint64_t)rq->idx << 32 | rq->gen;
 	memcpy(hc__ring_slot(&q->sq, 0), &e, sizeof(e));
@@ -319,6 +330,30 @@ int hc_req_backend(hc_pool *pool, const char *spec, hc_req **out)
 	return r;
 }
 
+int hc_req_stage(hc_pool *p, unsigned npages, unsigned prio, hc_req **out)
+{
+	const char *op = "write staging";
+	hc_req *rq;
+
+	if (!out)
+		return hc__err(EINVAL, "%s: out is NULL", op);
+	*out = NULL;
+	if (!p)
+		return hc__err(EINVAL, "%s: pool is NULL", op);
+	if (p->g.host_mode != HC_HOST_BUFFER_ONLY)
+		return hc__err(EOPNOTSUPP, "%s: pool '%s' is a cache pool: reserve pages directly (staging grants are for buffer_only pools)",
+			       op, p->info.name);
+	if (npages == 0 || npages > p->g.npages)
+		return hc__err(EINVAL, "%s: %u pages: ask for 1 to the pool's %u", op, npages, p->g.npages);
+	if (prio >= HC_PRIO_CLASSES)
+		return hc__err(EINVAL, "%s: priority class %u: the classes are 0 (first) to %d", op, prio,
+			       HC_PRIO_CLASSES - 1);
+	if (!(rq = calloc(1, sizeof(*rq))))
+		return hc__err(ENOMEM, "%s: no memory", op);
+	rq->prio = (uint8_t)prio;
+	return submit_req(p, op, HC__OP_STAGE, NULL, 0, NULL, npages, 0, rq, out);
+}
+
 int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
 {
 	const char *op = "L3 prefetch";
@@ -341,6 +376,9 @@ int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
 	if (req->presence >> p->g.ncomp)
 		return hc__err(EINVAL, "%s: presence mask 0x%x names a component past the pool's %u", op, req->presence,
 			       p->g.ncomp);
+	if (req->prio >= HC_PRIO_CLASSES)
+		return hc__err(EINVAL, "%s: priority class %u: the classes are 0 (first) to %d", op, req->prio,
+			       HC_PRIO_CLASSES - 1);
 	if (req->first_depth > UINT32_MAX - req->nkeys)
 		return hc__err(EINVAL, "%s: first_depth %u plus %u keys overflows", op, req->first_depth, req->nkeys);
 	if (req->name) {
@@ -365,6 +403,7 @@ int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
 	rq->presence = req->presence;
 	rq->pf = a;
 	rq->policy = req->policy;
+	rq->prio = (uint8_t)req->prio;
 	wait_ms = req->timeout_ms + ((uint64_t)req->timeout_us_per_page * req->nkeys + 999) / 1000;
 	rq->deadline_ms = ms_now() + wait_ms;
 	return submit_req(p, op, HC__OP_PREFETCH, &a, sizeof(a), req->keys, req->nkeys, sizeof(hc_key_t), rq, out);
@@ -423,6 +462,11 @@ static int result_of(hc_req *rq)
 			       rq->result == -ENOENT ? "the plugin was not found (see the service's log for where it looked)" :
 			       rq->result == -EINVAL ? "the spec or an option of it is wrong (the service's log says which)" :
 			       strerror(-rq->result));
+	if (rq->op == HC__OP_STAGE && rq->result == -ETIMEDOUT)
+		return hc__err(ETIMEDOUT, "write staging: the grant waited longer than the service's write_park_ms and was dropped: let its GPU pages go, or ask again");
+	if (rq->result == -E2BIG)
+		return hc__err(E2BIG, "%s: more staging pages than the buffer_only pool ever grants at once (the service's log says how many): split it",
+			       rq->op == HC__OP_STAGE ? "write staging" : "L3 prefetch");
 	if (rq->result == -ENODEV)
 		return hc__err(ENODEV, "L3 request: the service has no backend attached: hicache-pool backend attach");
 	if (rq->result == -ECANCELED)
@@ -434,11 +478,32 @@ static int result_of(hc_req *rq)
 	return rq->result;
 }
 
+/* Post an entry with no arguments and no completion that names rq (a
+ * cancel, an ack); the caller holds q->mu and rings the bell. */
+static int post_about(struct reqs *q, hc_req *rq, uint8_t code, const char *op)
+{
+	struct hc__sqe e = { .op = code };
+	int64_t off;
+	int r;
+
+	if ((r = hc__ring_room(&q->sq, 1)) <= 0)
+		return r < 0 ? hc__err(-r, "%s: %s", op, hc_last_error()) :
+			       hc__err(EAGAIN, "%s: this rank's request ring is full: wait for some first", op);
+	/* Every entry posted passes through the argument area's books, even
+	 * one without arguments (ring.c). */
+	if ((off = hc__argbuf_alloc(&q->arg, 0, q->sq.mine, q->sq.theirs)) < 0)
+		return hc__err(-(int)off, "%s: %s", op, hc_last_error());
+	/* It names the request by its user_data, after it on the same ring. */
+	e.epoch = q->epoch;
+	e.user_data = (uint64_t)rq->idx << 32 | rq->gen;
+	memcpy(hc__ring_slot(&q->sq, 0), &e, sizeof(e));
+	hc__ring_post(&q->sq, 1);
+	return 0;
+}
+
 int hc_req_cancel(hc_req *rq)
 {
 	struct reqs *q;
-	struct hc__sqe e = { .op = HC__OP_CANCEL };
-	int64_t off;
 	int r;
 
 	if (!rq || !rq->p)
@@ -449,25 +514,30 @@ int hc_req_cancel(hc_req *rq)
 		pthread_mutex_unlock(&q->mu);
 		return r < 0 ? r : hc__err(EALREADY, "L3 cancel: the request is done already");
 	}
-	if ((r = hc__ring_room(&q->sq, 1)) <= 0) {
-		pthread_mutex_unlock(&q->mu);
-		return r < 0 ? hc__err(-r, "L3 cancel: %s", hc_last_error()) :
-			       hc__err(EAGAIN, "L3 cancel: this rank's request ring is full: wait for some first");
-	}
-	/* Every entry posted passes through the argument area's books, even
-	 * one without arguments (ring.c). */
-	if ((off = hc__argbuf_alloc(&q->arg, 0, q->sq.mine, q->sq.theirs)) < 0) {
-		pthread_mutex_unlock(&q->mu);
-		return hc__err(-(int)off, "L3 cancel: %s", hc_last_error());
-	}
-	/* It names the request by its user_data, after it on the same ring. */
-	e.epoch = q->epoch;
-	e.user_data = (uint64_t)rq->idx << 32 | rq->gen;
-	memcpy(hc__ring_slot(&q->sq, 0), &e, sizeof(e));
-	hc__ring_post(&q->sq, 1);
+	r = post_about(q, rq, HC__OP_CANCEL, "L3 cancel");
 	pthread_mutex_unlock(&q->mu);
-	hc__bell_ring(&rq->p->ctl->service.bell);
-	return 0;
+	if (r == 0)
+		hc__bell_ring(&rq->p->ctl->service.bell);
+	return r;
+}
+
+/* buffer_only: tell the arbiter we are done with rq's staging (a prefetch
+ * taken or dropped, a grant given back).  Best effort: if the ring is
+ * full, the service lets it go after stage_hold_ms. */
+static void ack(hc_req *rq)
+{
+	struct reqs *q = rq->p->reqs;
+	int r;
+
+	if (rq->acked || rq->p->g.host_mode != HC_HOST_BUFFER_ONLY ||
+	    (rq->op != HC__OP_PREFETCH && rq->op != HC__OP_STAGE))
+		return;
+	rq->acked = 1;
+	pthread_mutex_lock(&q->mu);
+	r = post_about(q, rq, HC__OP_ACK, "staging release");
+	pthread_mutex_unlock(&q->mu);
+	if (r == 0)
+		hc__bell_ring(&rq->p->ctl->service.bell);
 }
 
 int hc_req_poll(hc_req *rq)
@@ -563,8 +633,10 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 	} else {
 		r = hc_lookup(rq->p, &lr, pages);
 	}
-	if (r >= 0)
+	if (r >= 0) {
 		rq->taken = 1;
+		ack(rq); /* pinned now: the service's part in these pages is over */
+	}
 	return r;
 }
 
@@ -585,6 +657,7 @@ int hc_req_free(hc_req *rq)
 	 * query or a prefetch is abandoned, its answer dropped when it comes. */
 	if (!rq->done && rq->op == HC__OP_BACKUP)
 		r = hc_req_wait(rq, -1);
+	ack(rq);
 	pthread_mutex_lock(&q->mu);
 	q->live[rq->idx] = NULL;
 	pthread_mutex_unlock(&q->mu);

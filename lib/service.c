@@ -35,6 +35,8 @@
 #define DEFAULT_WORKERS 4
 #define DEFAULT_SELECT_HITS 2
 #define DEFAULT_WRITEBACK_PCT 20
+#define DEFAULT_WRITE_PARK_MS 2000
+#define DEFAULT_STAGE_HOLD_MS 60000
 #define IDLE_MS 100    /* look at the ranks' slots at least this often */
 #define RECOVER_MS 100 /* and recover the dead ones */
 #define LOCK_WAIT_MS 100 /* a prober holds the service lock for microseconds */
@@ -214,6 +216,21 @@ static int serve_slot(hc_service *s, unsigned slot)
 			hc__xfer_cancel(s, &w);
 			continue;
 		}
+		if ((e.op == HC__OP_STAGE || e.op == HC__OP_ACK) && e.epoch == epoch) {
+			/* buffer_only's arbiter (stage.c): no arguments to copy */
+			hc__ring_release(&v->sq, 1);
+			done++;
+			w.user_data = e.user_data;
+			w.op = e.op;
+			w.t0_ns = now_ns();
+			if (e.op == HC__OP_STAGE)
+				hc__svc_count(s, HC_CTR_svc_requests, 1);
+			if ((r = hc__stage_request(s, &e, &w)) < 0 && e.op == HC__OP_STAGE) {
+				hc__svc_count(s, r == -EINVAL ? HC_CTR_svc_bad : HC_CTR_req_failed, 1);
+				post(s, slot, epoch, e.user_data, r, 0);
+			}
+			continue;
+		}
 		size = e.epoch == epoch ? take_args(s, v, &e) : -ESTALE;
 		/* Seqlock reader: the arguments are ours only if the slot did
 		 * not change owner while we copied them (reqwire.h). */
@@ -331,6 +348,20 @@ static uint64_t ms_now(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The transfer engine's gauges, in the service record for tools. */
+static void gauges(hc_service *s)
+{
+	struct hc_seg_service *sv = &s->p->ctl->service;
+	unsigned q, run;
+
+	pthread_mutex_lock(&s->mu);
+	q = s->queued;
+	run = s->running;
+	pthread_mutex_unlock(&s->mu);
+	atomic_store_explicit(&sv->jobs_queued, q, memory_order_relaxed);
+	atomic_store_explicit(&sv->jobs_running, run, memory_order_relaxed);
+}
+
 /* Undo what dead ranks held (DESIGN.md section 5): their lifetime locks
  * say so at once, so the pool does not wait for the next attach. */
 static void recover(hc_service *s)
@@ -363,11 +394,17 @@ static void *service_main(void *arg)
 		started(s, r);
 		return NULL;
 	}
+	if (s->p->g.host_mode == HC_HOST_BUFFER_ONLY && s->o.write_policy != HC_WRITE_THROUGH) {
+		/* Staged pages live until they are in L3: every one goes there. */
+		hc__log(HC_LOG_INFO, "service: pool '%s' is buffer_only: the write policy is write_through", s->name);
+		s->o.write_policy = HC_WRITE_THROUGH;
+	}
 	s->args = malloc(s->p->g.arg_bytes);
 	if (!s->args)
 		r = hc__err(ENOMEM, "service: no memory");
 	else if ((r = hc_store_open(s->p, s->backend, &so, &s->st)) == 0 &&
-		 ((r = hc__writer_start(s)) < 0 || (r = hc__xfer_start(s)) < 0)) {
+		 ((r = hc__writer_start(s)) < 0 || (r = hc__stage_start(s)) < 0 || (r = hc__xfer_start(s)) < 0)) {
+		hc__stage_stop(s);
 		hc__writer_stop(s);
 		hc_store_close(s->st);
 		s->st = NULL;
@@ -398,6 +435,9 @@ static void *service_main(void *arg)
 			hc__writer_scan(s);
 			did = 1;
 		}
+		if (s->stage)
+			hc__stage_pump(s, &wait_ms);
+		gauges(s);
 		if (!did)
 			hc__bell_wait(&s->p->ctl->service.bell, any_request, s, (uint64_t)s->o.spin_us * 1000, wait_ms);
 	}
@@ -408,7 +448,9 @@ static void *service_main(void *arg)
 			serve_slot(s, i);
 	}
 	hc__xfer_stop(s);
+	hc__stage_stop(s);
 	hc__writer_stop(s);
+	gauges(s);
 	pthread_mutex_lock(&s->mu);
 	s->closing = 1; /* hc_service_stop rings the bell only before this */
 	pthread_mutex_unlock(&s->mu);
@@ -460,6 +502,8 @@ int hc_service_start(const char *pool, const struct hc_service_opts *opts, hc_se
 	s->o.workers = opts->workers ? opts->workers : DEFAULT_WORKERS;
 	s->o.select_hits = opts->select_hits ? opts->select_hits : DEFAULT_SELECT_HITS;
 	s->o.writeback_pct = opts->writeback_pct ? opts->writeback_pct : DEFAULT_WRITEBACK_PCT;
+	s->o.write_park_ms = opts->write_park_ms ? opts->write_park_ms : DEFAULT_WRITE_PARK_MS;
+	s->o.stage_hold_ms = opts->stage_hold_ms ? opts->stage_hold_ms : DEFAULT_STAGE_HOLD_MS;
 	s->dir = opts->dir ? strdup(opts->dir) : NULL;
 	s->backend = strdup(opts->backend);
 	s->backend_dir = opts->backend_dir ? strdup(opts->backend_dir) : NULL;

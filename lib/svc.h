@@ -61,10 +61,19 @@ struct job {
 	unsigned nmine;
 	int internal;            /* the writer's (writer.c): no waiter */
 	_Atomic int cancel;      /* its only waiter cancelled it: stop at the next batch */
+	/* buffer_only (stage.c), under mu */
+	uint8_t prio;            /* priority class */
+	uint32_t staged;         /* read staging pages admitted to it */
+	int trimmed;             /* staged is cut to what it reserved */
+	uint64_t parked_ms;      /* when it parked first: 0 while never parked */
+	uint64_t park_seq;       /* stage releases seen when it last parked */
+	int repark;              /* its reservation found no room: park it again */
+	int pending;             /* a rank's backup, counted in the arbiter's pending */
 };
 
 struct keymap;
 struct writer;
+struct stage;
 
 struct hc_service {
 	char name[HC_NAME_MAX + 1];
@@ -92,9 +101,10 @@ struct hc_service {
 	int workers_stop;
 	struct job *qhead, *qtail;
 	struct job *active;      /* queued or running, for merging by name */
-	unsigned running;
+	unsigned running, queued;
 	struct keymap *keys;
 	struct writer *writer;   /* writer.c; NULL under write_none */
+	struct stage *stage;     /* stage.c; NULL in a cache pool */
 };
 
 /* service.c: post a job's completion to each of its waiters; post one. */
@@ -114,6 +124,11 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
  * batch; with other waiters or dependents it goes on, and this waiter is
  * answered -ECANCELED now.  Nothing found: done already, nothing to do. */
 void hc__xfer_cancel(hc_service *s, const struct waiter *w);
+/* Under mu: queue a job for the workers; free one that never ran. */
+void hc__xfer_enqueue(hc_service *s, struct job *j);
+void hc__xfer_drop(hc_service *s, struct job *j);
+/* The key of page id, from the segment. */
+void hc__svc_page_key(const hc_pool *p, uint32_t id, hc_key_t key);
 /* Queue a job of the service's own (items: malloc'd, taken). */
 int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n);
 
@@ -127,6 +142,38 @@ void hc__writer_scan(hc_service *s);
 void hc__writer_done(hc_service *s, const struct job *j);
 /* Pages in the writer's jobs now. */
 unsigned hc__writer_busy(hc_service *s);
+
+/* stage.c: buffer_only's arbiter (DESIGN.md section 7).  Everything runs
+ * under mu, save start and stop (the dispatcher's, with no worker yet or
+ * left) and pump (the dispatcher's; it takes mu).  A cache pool has none:
+ * s->stage is NULL and the transfer engine never calls in. */
+int hc__stage_start(hc_service *s);
+void hc__stage_stop(hc_service *s);
+/* The dispatcher: a prefetch is submitted (its keys name pages that stay
+ * until every rank that asked is done with them); a STAGE or ACK request. */
+int hc__stage_prefetch(hc_service *s, const struct waiter *w, const hc_key_t *keys, uint32_t n);
+int hc__stage_request(hc_service *s, const struct hc__sqe *e, const struct waiter *w);
+/* Park a new prefetch job until the read staging has room for it. */
+void hc__stage_park(hc_service *s, struct job *j);
+/* A parked prefetch job of the same ticket, for merging; NULL if none. */
+struct job *hc__stage_find(hc_service *s, int (*same)(const struct job *, const void *), const void *arg);
+/* A waiter's parked job is cancelled: 1 if found (answered and dropped). */
+int hc__stage_cancel(hc_service *s, const struct waiter *w);
+/* A prefetch reserved r of its admitted pages (r < 0: none); a job found
+ * no room (j->repark) and parks again; a page read, or written, or not, is
+ * released once nothing needs it. */
+void hc__stage_reserved(hc_service *s, struct job *j, int r);
+void hc__stage_repark(hc_service *s, struct job *j);
+void hc__stage_release(hc_service *s, hc_page_t page, int read); /* takes mu */
+/* Rank slots holding a write grant: their pages are theirs to back up
+ * (the writer leaves them alone until the grant goes).  Takes mu. */
+void hc__stage_busy(hc_service *s, uint8_t busy[HC_MAX_RANKS]);
+/* A backup names these pages: none is freed until it is done with them. */
+void hc__stage_backup(hc_service *s, const hc_page_t *pages, uint32_t n, int done);
+/* The dispatcher's turn: drop writes parked too long, release what dead
+ * or slow ranks held, free what is done, admit what fits; *wait_ms is
+ * lowered while something waits. */
+void hc__stage_pump(hc_service *s, int *wait_ms);
 
 /* A request answered: its latency into the histogram of its kind. */
 void hc__svc_latency(hc_service *s, const struct waiter *w);

@@ -111,8 +111,10 @@ static void km_del(struct keymap *m, const uint8_t *key, const struct job *j)
 
 /* ---- jobs */
 
-static void job_free(struct job *j)
+static void job_free(hc_service *s, struct job *j)
 {
+	if (j->pending)
+		hc__stage_backup(s, j->items, j->n, 1); /* under mu, as every caller is */
 	for (struct waiter *w = j->waiters, *nx; w; w = nx) {
 		nx = w->next;
 		free(w);
@@ -213,7 +215,7 @@ static void job_finish(hc_service *s, struct job *j)
 	else
 		count_outcome(s, j);
 	hc__svc_complete(s, j);
-	job_free(j);
+	job_free(s, j);
 }
 
 /* ---- the work */
@@ -249,7 +251,7 @@ static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *
 	return ret;
 }
 
-static void page_key(const hc_pool *p, uint32_t id, hc_key_t key)
+void hc__svc_page_key(const hc_pool *p, uint32_t id, hc_key_t key)
 {
 	for (int w = 0; w < 4; w++) {
 		uint64_t x = atomic_load_explicit(&p->pages[id].key[w], memory_order_relaxed);
@@ -303,6 +305,8 @@ static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint3
 			if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
 				hc_page_unpin(p, h);
 				hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
+				if (s->stage)
+					hc__stage_release(s, h, 0); /* its write is done */
 				continue;
 			}
 			batch[k] = h;
@@ -328,10 +332,12 @@ static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint3
 				 * is waste in L3, so it goes again. */
 				hc_key_t key;
 				int st;
-				page_key(p, HC_PAGE_ID(batch[i]), key);
+				hc__svc_page_key(p, HC_PAGE_ID(batch[i]), key);
 				hc_store_delete(s->st, (const hc_key_t *)&key, 1, &st);
 			}
 			hc_page_unpin(p, batch[i]);
+			if (s->stage)
+				hc__stage_release(s, batch[i], 0); /* written, or failed: its staging ends */
 		}
 		if (bad >= 0) {
 			hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
@@ -501,13 +507,20 @@ static int do_prefetch(hc_service *s, struct job *j)
 		goto out;
 	pthread_mutex_lock(&s->mu);
 	r = pf_reserve(s, j, (uint32_t)len, pages, skip);
+	if (s->stage) {
+		hc__stage_reserved(s, j, r); /* what it does not use goes back */
+		j->repark = r == -ENOSPC; /* buffer_only parks rather than fails */
+	}
 	pthread_mutex_unlock(&s->mu);
 	if (r < 0) {
-		if (r == -ENOSPC)
+		if (r == -ENOSPC && !j->repark)
 			hc__svc_count(s, HC_CTR_l3_prefetch_nospace, 1);
 		goto out;
 	}
 	r = pf_read(s, j, (uint32_t)len, pages, skip, status);
+	for (int i = 0; s->stage && i < len; i++)
+		if (!skip[i]) /* read or not, its staging ends once its ranks are done */
+			hc__stage_release(s, pages[i], 1);
 out:
 	free(status);
 	free(pages);
@@ -551,6 +564,7 @@ static void *worker(void *arg)
 		s->qhead = j->next;
 		if (!s->qhead)
 			s->qtail = NULL;
+		s->queued--;
 		/* On the active list while it runs: others may merge with it. */
 		j->next = s->active;
 		s->active = j;
@@ -559,6 +573,19 @@ static void *worker(void *arg)
 		run(s, j);
 		pthread_mutex_lock(&s->mu);
 		s->running--;
+		if (s->stage && j->op == HC__OP_PREFETCH && !j->trimmed)
+			hc__stage_reserved(s, j, 0); /* it reserved nothing: all its staging goes back */
+		if (j->repark && !atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
+			/* buffer_only: no room after all; it waits again */
+			for (struct job **pp = &s->active; *pp; pp = &(*pp)->next)
+				if (*pp == j) {
+					*pp = j->next;
+					break;
+				}
+			hc__stage_repark(s, j);
+			pthread_cond_broadcast(&s->idle);
+			continue;
+		}
 		j->worked = 1;
 		if (j->deps == 0)
 			job_finish(s, j);
@@ -570,15 +597,27 @@ static void *worker(void *arg)
 
 /* ---- the dispatcher's side */
 
-static void enqueue(hc_service *s, struct job *j)
+void hc__xfer_enqueue(hc_service *s, struct job *j)
 {
-	pthread_mutex_lock(&s->mu);
+	j->next = NULL;
 	if (s->qtail)
 		s->qtail->next = j;
 	else
 		s->qhead = j;
 	s->qtail = j;
+	s->queued++;
 	pthread_cond_signal(&s->work);
+}
+
+void hc__xfer_drop(hc_service *s, struct job *j)
+{
+	job_free(s, j);
+}
+
+static void enqueue(hc_service *s, struct job *j)
+{
+	pthread_mutex_lock(&s->mu);
+	hc__xfer_enqueue(s, j);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -606,17 +645,31 @@ static int all_in_l3(hc_service *s, const void *items, uint32_t n)
 	return 1;
 }
 
-static struct job *same_ticket(hc_service *s, uint64_t nh, const struct hc__pf_args *a, const void *keys, uint32_t n)
+struct ticket_of {
+	uint64_t nh;
+	const struct hc__pf_args *a;
+	const void *keys;
+	uint32_t n;
+};
+
+static int is_same(const struct job *j, const void *arg)
+{
+	const struct ticket_of *t = arg;
+
+	return j->name_hash == t->nh && j->n == t->n && !memcmp(&j->pf, t->a, sizeof(*t->a)) &&
+	       !memcmp(j->items, t->keys, (size_t)t->n * sizeof(hc_key_t));
+}
+
+/* A job of the same ticket, keys and parameters: parked, queued or running. */
+static struct job *same_ticket(hc_service *s, const struct ticket_of *t)
 {
 	for (struct job *j = s->qhead; j; j = j->next)
-		if (j->name_hash == nh && j->n == n && !memcmp(&j->pf, a, sizeof(*a)) &&
-		    !memcmp(j->items, keys, (size_t)n * sizeof(hc_key_t)))
+		if (is_same(j, t))
 			return j;
 	for (struct job *j = s->active; j; j = j->next)
-		if (j->name_hash == nh && j->n == n && !memcmp(&j->pf, a, sizeof(*a)) &&
-		    !memcmp(j->items, keys, (size_t)n * sizeof(hc_key_t)))
+		if (is_same(j, t))
 			return j;
-	return NULL;
+	return s->stage ? hc__stage_find(s, is_same, t) : NULL;
 }
 
 int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, const struct waiter *w)
@@ -641,6 +694,8 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 		}
 		hc__svc_count(s, HC_CTR_l3_prefetch_reqs, 1);
 	}
+	if (s->stage && e->op == HC__OP_PREFETCH && (r = hc__stage_prefetch(s, w, (const hc_key_t *)(const void *)items, e->n)) < 0)
+		return r; /* too large for the pool, or no memory */
 	if ((e->op == HC__OP_EXISTS || (e->op == HC__OP_BACKUP && all_in_l3(s, items, e->n))) &&
 	    e->n <= s->o.batch_pages && s->st) {
 		/* One store call of metadata, or a backup with nothing to write,
@@ -655,17 +710,28 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 			struct waiter one = *w;
 			struct job x = { .op = e->op, .n = e->n, .waiters = &one, .items = (void *)items };
 			one.next = NULL;
-			if (e->op == HC__OP_EXISTS)
+			if (e->op == HC__OP_EXISTS) {
 				x.result = do_exists(s, (const hc_key_t *)(const void *)items, e->n, &x.where);
-			else
+			} else {
+				if (s->stage) {
+					pthread_mutex_lock(&s->mu);
+					hc__stage_backup(s, (const hc_page_t *)(const void *)items, e->n, 0);
+					pthread_mutex_unlock(&s->mu);
+				}
 				x.result = do_backup(s, &x, (const hc_page_t *)(const void *)items, e->n, 0, &x.where);
+				if (s->stage) {
+					pthread_mutex_lock(&s->mu);
+					hc__stage_backup(s, (const hc_page_t *)(const void *)items, e->n, 1);
+					pthread_mutex_unlock(&s->mu);
+				}
+			}
 			count_outcome(s, &x);
 			hc__svc_post(s, w, x.result, x.where);
 			return 0;
 		}
 	}
 	pthread_mutex_lock(&s->mu);
-	if (nh && (j = same_ticket(s, nh, &pf, items, e->n))) {
+	if (nh && (j = same_ticket(s, &(struct ticket_of){ nh, &pf, items, e->n }))) {
 		r = add_waiter(j, w);
 		if (r == 0)
 			hc__svc_count(s, HC_CTR_l3_prefetch_merged, 1);
@@ -676,15 +742,25 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 	j = calloc(1, sizeof(*j));
 	if (!j || !(j->items = malloc((size_t)e->n * size)) || add_waiter(j, w) < 0) {
 		if (j)
-			job_free(j);
+			job_free(s, j);
 		return -ENOMEM;
 	}
 	j->op = e->op;
 	j->n = e->n;
 	j->pf = pf;
 	j->name_hash = nh;
+	j->prio = e->prio < HC_PRIO_CLASSES ? e->prio : HC_PRIO_CLASSES - 1;
 	memcpy(j->items, items, (size_t)e->n * size);
-	enqueue(s, j);
+	pthread_mutex_lock(&s->mu);
+	if (s->stage && e->op == HC__OP_BACKUP) {
+		hc__stage_backup(s, j->items, j->n, 0); /* its pages stay until it is done */
+		j->pending = 1;
+	}
+	if (s->stage && e->op == HC__OP_PREFETCH)
+		hc__stage_park(s, j); /* buffer_only: it runs once its staging is granted */
+	else
+		hc__xfer_enqueue(s, j);
+	pthread_mutex_unlock(&s->mu);
 	return 0;
 }
 
@@ -699,6 +775,10 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 	struct waiter **wp = NULL, *gone;
 
 	pthread_mutex_lock(&s->mu);
+	if (s->stage && hc__stage_cancel(s, w)) {
+		pthread_mutex_unlock(&s->mu); /* it was parked: answered already */
+		return;
+	}
 	for (struct job **pp = &s->qhead; *pp && !j; pp = &(*pp)->next)
 		for (struct waiter **x = &(*pp)->waiters; *x; x = &(*x)->next)
 			if (waiter_is(*x, w)) {
@@ -732,6 +812,7 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 	if (queued) {
 		/* not started: nothing of it to undo */
 		*queued = j->next;
+		s->queued--;
 		if (s->qtail == j) {
 			s->qtail = NULL;
 			for (struct job *q = s->qhead; q; q = q->next)
@@ -740,7 +821,7 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 		j->result = -ECANCELED;
 		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
 		hc__svc_complete(s, j);
-		job_free(j);
+		job_free(s, j);
 	}
 	pthread_mutex_unlock(&s->mu);
 }

@@ -152,7 +152,10 @@ static unsigned pick(hc_service *s, struct writer *w)
 {
 	hc_pool *p = s->p;
 	unsigned n = 0, clean = 0;
+	uint8_t busy[HC_MAX_RANKS] = { 0 };
 
+	if (s->stage)
+		hc__stage_busy(s, busy); /* buffer_only: a rank with a grant backs up its own pages */
 	for (uint32_t id = 0; id < p->g.npages; id++) {
 		struct hc_seg_page *pg = &p->pages[id];
 		uint64_t word = atomic_load_explicit(&pg->word, memory_order_acquire);
@@ -167,7 +170,7 @@ static unsigned pick(hc_service *s, struct writer *w)
 			clean++;
 			continue;
 		}
-		if (w->queued[id])
+		if (w->queued[id] || (s->stage && hc__w_owner(word) < HC_MAX_RANKS && busy[hc__w_owner(word)]))
 			continue;
 		if (s->o.write_policy == HC_WRITE_THROUGH_SELECTIVE &&
 		    atomic_load_explicit(&pg->hits, memory_order_relaxed) < s->o.select_hits)

@@ -226,14 +226,20 @@ unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_pag
 {
 	unsigned got;
 
-	if (n == 0 || p->slot < 0)
-		return 0;
+	if (n == 0 || p->slot < 0 || p->g.host_mode == HC_HOST_BUFFER_ONLY)
+		return 0; /* buffer_only: the service frees each page when its transfer ends */
 	if (n > p->g.npages) /* never more victims than pages: the LRU heap holds n */
 		n = p->g.npages;
 	hc__tickets_sweep(p); /* expired tickets may be all that holds some pages */
 	got = p->g.evict == HC_EVICT_LRU ? evict_lru(p, n, presence, out) : evict_clock(p, n, presence, out);
 	hc__count(p, HC_CTR_evictions, got);
 	return got;
+}
+
+static int buffer_only(const struct hc_pool *p)
+{
+	return hc__err(EOPNOTSUPP, "evict: pool '%s' is buffer_only: its pages only stage transfers, and the service frees each when its transfer ends",
+		       p->info.name);
 }
 
 int hc_evict(hc_pool *p, unsigned n)
@@ -244,6 +250,8 @@ int hc_evict(hc_pool *p, unsigned n)
 		return hc__err(EINVAL, "evict: pool is NULL");
 	if ((ret = hc__need_slot(p, "evict")) < 0)
 		return ret;
+	if (p->g.host_mode == HC_HOST_BUFFER_ONLY)
+		return buffer_only(p);
 	return (int)hc__evict_take(p, n, 0, NULL);
 }
 
@@ -258,6 +266,8 @@ int hc_evict_key(hc_pool *p, const uint8_t key[HC_KEY_BYTES])
 		return hc__err(EINVAL, "evict: %s is NULL", p ? "key" : "pool");
 	if ((ret = hc__need_slot(p, "evict")) < 0)
 		return ret;
+	if (p->g.host_mode == HC_HOST_BUFFER_ONLY)
+		return buffer_only(p);
 	hc__key_hash(p, key, &kh);
 	id = hc__index_find(p, &kh);
 	if (id < 0)

@@ -40,7 +40,7 @@
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
 #define HC_LAYOUT_MAJOR  4
-#define HC_LAYOUT_MINOR  0
+#define HC_LAYOUT_MINOR  1 /* 1: the service record's gauges */
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
 #define HC_SEG_ENV_ALIGN (UINT64_C(2) << 20)  /* huge-page friendly */
@@ -240,7 +240,15 @@ struct hc_seg_service {
 	_Atomic uint32_t write_policy; /* enum hc_write_policy, + 1; 0: no service ever set one */
 	_Atomic uint32_t select_hits;  /* write_through_selective: hits before a backup */
 	_Atomic uint64_t dirty_seq;
-	uint8_t pad1[48];
+	/* Gauges (minor 1), stored by the live service alone, relaxed; read
+	 * by tools while the service is live (stale after it dies). */
+	_Atomic uint32_t stage_read;   /* buffer_only: read staging pages */
+	_Atomic uint32_t stage_write;  /* buffer_only: write staging granted */
+	_Atomic uint32_t parked_reads; /* buffer_only: prefetches waiting for staging */
+	_Atomic uint32_t parked_writes;/* buffer_only: write grants waiting */
+	_Atomic uint32_t jobs_queued;  /* transfer jobs waiting for a worker */
+	_Atomic uint32_t jobs_running; /* transfer jobs a worker runs */
+	uint8_t pad1[24];
 };
 static_assert(sizeof(struct hc_seg_service) == 192, "service record size");
 

@@ -258,6 +258,9 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, 
 		return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages; under write_back pages not yet in L3 are never evicted: is hicached running?",
 			       op, n, got, p->info.name, p->g.npages);
 	}
+	if (p->g.host_mode == HC_HOST_BUFFER_ONLY)
+		return hc__err(ENOSPC, "%s: %u pages asked, only %u free in buffer_only pool '%s' of %u pages: pages come back as their transfers end; ask the service for staging first (hc_req_stage)",
+			       op, n, got, p->info.name, p->g.npages);
 	return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages",
 		       op, n, got, p->info.name, p->g.npages);
 }

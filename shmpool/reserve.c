@@ -101,13 +101,20 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 		uint32_t id;
 		int st;
 
-		if (used == have) { /* more keys went missing since the first look */
+		for (;;) {
+			hc__index_lock(p, kh[done].stripe);
+			st = key_status(p, &kh[done]);
+			if (st || used < have)
+				break;
+			/* More keys went missing since the first look: one more
+			 * page, taken with no stripe held, and look again.  Only
+			 * for a key that needs one: a pool with exactly the pages
+			 * this call needs must not fail it (nor evict for it). */
+			hc__index_unlock(p, kh[done].stripe);
 			if ((ret = hc__alloc(p, 1, presence, &pool[have], "reserve")) < 0)
 				goto fail;
 			have++;
 		}
-		hc__index_lock(p, kh[done].stripe);
-		st = key_status(p, &kh[done]);
 		if (st) {
 			hc__index_unlock(p, kh[done].stripe);
 			skip[done] = (uint8_t)st;

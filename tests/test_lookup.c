@@ -196,6 +196,29 @@ START_TEST(alloc_evicts_when_full)
 }
 END_TEST
 
+/* A reservation whose new keys need exactly the free pages left, with READY
+ * keys after them, takes those pages and evicts nothing: it used to ask for
+ * one page too many at the first READY key past its last free page. */
+START_TEST(reserve_takes_exactly_the_free_pages)
+{
+	hc_key_t k[64], fill[60];
+	hc_page_t pages[64];
+	uint8_t skip[64];
+	struct hc_reserve_req rr = { .keys = k, .nkeys = 8 };
+	struct hc_stats st;
+
+	hct_keys(k, 64, 21);
+	hct_keys(fill, 60, 22);
+	ck_assert_int_eq(hct_store(pool, k + 4, 4, 4), 4);   /* keys 4..7 READY */
+	ck_assert_int_eq(hct_store(pool, fill, 56, 0), 56);  /* 4 pages left free */
+	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 4);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(skip[i], i < 4 ? 0 : HC_SKIP_READY);
+	ck_assert_ok(hc_pool_stats(pool, &st));
+	ck_assert_uint_eq(st.counter[HC_CTR_evictions], 0);
+	ck_assert_ok(hc_page_abort(pool, pages, 4));
+}
+END_TEST
 
 /* Store keys[first..first+n) with one presence mask: the count stored. */
 static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned n, uint32_t presence)
@@ -390,6 +413,7 @@ int main(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, store_then_find);
 	tcase_add_test(tc, findable_only_when_ready);
+	tcase_add_test(tc, reserve_takes_exactly_the_free_pages);
 	tcase_add_test(tc, abort_unkeys);
 	tcase_add_test(tc, other_fingerprint_finds_nothing);
 	tcase_add_test(tc, lookup_pin_holds_against_eviction);

@@ -467,7 +467,14 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_prefetch_bytes, "envelope bytes read from L3") \
 	X(l3_prefetch_fails, "prefetches cut short by a failed or missing read") \
 	X(l3_prefetch_corrupt, "prefetches cut short by an object that failed its checks") \
-	X(l3_prefetch_nospace, "prefetches that could not reserve their pages")
+	X(l3_prefetch_nospace, "prefetches that could not reserve their pages") \
+	X(stage_grants,    "buffer_only: write grants given") \
+	X(stage_grant_pages, "buffer_only: pages granted to writes") \
+	X(stage_parked_reads, "buffer_only: prefetches that waited for read staging") \
+	X(stage_parked_writes, "buffer_only: write grants that waited for the write window") \
+	X(stage_dropped,   "buffer_only: write grants dropped after waiting past write_park_ms") \
+	X(stage_released,  "buffer_only: staging pages freed once their transfer ended") \
+	X(stage_expired,   "buffer_only: grants and prefetches released for their rank (dead, or past stage_hold_ms)")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,

@@ -63,6 +63,7 @@ struct hc_prefetch_req {
 	enum hc_prefetch_policy policy;
 	uint32_t timeout_ms;       /* TIMEOUT: the deadline after the post, ... */
 	uint32_t timeout_us_per_page; /* ... plus this much per key (the deadline grows with the prefix) */
+	unsigned prio;             /* buffer_only: priority class, 0 (first) .. HC_PRIO_CLASSES - 1 */
 };
 
 HC_API int hc_req_prefetch(hc_pool *pool, const struct hc_prefetch_req *req, hc_req **out);
@@ -70,6 +71,28 @@ HC_API int hc_req_prefetch(hc_pool *pool, const struct hc_prefetch_req *req, hc_
  * hc_ticket_release(t) with a ticket name).  Returns the hit length.  t may
  * be NULL without a ticket name. */
 HC_API int hc_req_prefetch_take(hc_req *req, hc_page_t *pages, hc_ticket *t);
+
+/*
+ * buffer_only pools (DESIGN.md section 7): the pool only stages transfers,
+ * and the service is the one arbiter of its pages.  Prefetches park until
+ * the read staging has room for all their keys; a write asks first for a
+ * grant of staging pages:
+ *
+ *   hc_req_stage(pool, n, prio, &g); hc_req_wait(g, -1) -> n granted
+ *   hc_reserve (n pages at most), fill, hc_page_commit, hc_req_backup
+ *   once the backup is done: hc_req_free(g) gives the grant back
+ *
+ * Grants are all or nothing, in FIFO order within each priority class
+ * (0 first).  A grant parked longer than the service's write_park_ms fails
+ * with -ETIMEDOUT, so the caller can let its GPU pages go; one larger than
+ * the write window can ever be, with -E2BIG.  Every page written to L3 is
+ * freed by the service once no rank holds it and no prefetch still names
+ * its key; a prefetched page, once every rank that asked has taken it (or
+ * freed its request) and let it go.  In a cache pool hc_req_stage fails
+ * with -EOPNOTSUPP.
+ */
+#define HC_PRIO_CLASSES 4
+HC_API int hc_req_stage(hc_pool *pool, unsigned npages, unsigned prio, hc_req **out);
 
 /* The result (>= 0), or the request's -errno; -EINPROGRESS from poll while
  * it runs; wait gives -ETIMEDOUT after timeout_ms (< 0: no limit) and
@@ -111,6 +134,9 @@ struct hc_service_opts {
 	                           * kept at the eviction end; 0: 20 */
 	unsigned timeout_ms;      /* a backend op not done this long is cancelled; 0: 30000 */
 	int retries;              /* transient backend failures retried per op; 0: 2; < 0: none */
+	unsigned write_park_ms;   /* buffer_only: a write grant parked this long is dropped; 0: 2000 */
+	unsigned stage_hold_ms;   /* buffer_only: staging a live rank holds this long without giving
+	                           * it back (a grant not freed, a prefetch not taken) is released; 0: 60000 */
 };
 
 /* Attach pool name (a rank slot of its own), take its service lock, open
@@ -130,6 +156,13 @@ struct hc_service_info {
 	uint64_t generation;      /* services started on this pool so far */
 	int write_policy;         /* enum hc_write_policy the last service set; -1: none ever did */
 	uint32_t select_hits;     /* its write_through_selective threshold */
+	/* Gauges of the live service (0 when none serves): */
+	uint32_t jobs_queued;     /* transfer jobs waiting for a worker */
+	uint32_t jobs_running;    /* transfer jobs the workers run */
+	uint32_t stage_read;      /* buffer_only: pages staging reads */
+	uint32_t stage_write;     /* buffer_only: pages granted to writes */
+	uint32_t parked_reads;    /* buffer_only: prefetches waiting for staging */
+	uint32_t parked_writes;   /* buffer_only: write grants waiting */
 };
 HC_API int hc_service_info(hc_pool *pool, struct hc_service_info *out);
 

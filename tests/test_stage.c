@@ -1,0 +1,523 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_stage.c - buffer_only pools and their arbiter (lib/stage.c), with
+ * the file backend: write grants, all or nothing, in FIFO order within
+ * each priority class, parked and dropped past write_park_ms; prefetches
+ * parked while the read staging is full; every page freed once its
+ * transfer has ended (written, or taken and let go); what a dead rank held
+ * given back; a restarted service freeing what its predecessor left; and
+ * many ranks at once on a pool far smaller than their data, reading back
+ * every byte.  Bad requests get clear errors.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hicache/service.h>
+
+#include "hct.h"
+
+static char l3dir[64];
+static char l3spec[128];
+
+static void l3_setup(void)
+{
+	hct_mkdtemp(l3dir, sizeof(l3dir), "stage");
+	snprintf(l3spec, sizeof(l3spec), "file:dir=%s", l3dir);
+}
+
+static void l3_teardown(void)
+{
+	hct_rmtree(l3dir);
+}
+
+static hc_pool *buffer_pool(const char *name, uint32_t npages, uint32_t max_ranks)
+{
+	struct hct_spec s;
+
+	hct_spec_init(&s, name, npages);
+	s.spec.host_mode = HC_HOST_BUFFER_ONLY;
+	s.spec.quarantine_ms = 50;
+	s.spec.max_ranks = max_ranks;
+	ck_assert_msg(hc_pool_create(&s.spec) == 0, "create %s: %s", name, hc_last_error());
+	return hct_attach(name, 0);
+}
+
+static struct hc_service_opts opts(unsigned park_ms, unsigned hold_ms)
+{
+	return (struct hc_service_opts){ .backend = l3spec, .batch_pages = 4, .write_park_ms = park_ms,
+					 .stage_hold_ms = hold_ms };
+}
+
+static hc_service *start(const char *name, unsigned park_ms, unsigned hold_ms)
+{
+	struct hc_service_opts o = opts(park_ms, hold_ms);
+	hc_service *s = NULL;
+
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	return s;
+}
+
+static uint64_t ctr(hc_pool *p, enum hc_counter c)
+{
+	struct hc_stats st;
+
+	ck_assert_ok(hc_pool_stats(p, &st));
+	return st.counter[c];
+}
+
+static uint64_t in_state(hc_pool *p, enum hc_page_state s)
+{
+	uint64_t n[5];
+
+	ck_assert_ok(hc_pool_count_states(p, n));
+	return n[s];
+}
+
+/* Wait (10 s at most) until no page is READY or RESERVED: everything staged was freed. */
+static int drained(hc_pool *p)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (in_state(p, HC_PAGE_READY) == 0 && in_state(p, HC_PAGE_RESERVED) == 0)
+			return 1;
+		usleep(10000);
+	}
+	fprintf(stderr, "not drained: %llu READY, %llu RESERVED\n", (unsigned long long)in_state(p, HC_PAGE_READY),
+		(unsigned long long)in_state(p, HC_PAGE_RESERVED));
+	return 0;
+}
+
+static struct hc_service_info info(hc_pool *p)
+{
+	struct hc_service_info si;
+
+	ck_assert_ok(hc_service_info(p, &si));
+	return si;
+}
+
+/* Wait (5 s at most) for a gauge to reach want. */
+#define WAIT_GAUGE(p, field, want)                                                                       \
+	do {                                                                                             \
+		uint32_t v__ = 0;                                                                        \
+		for (int i__ = 0; i__ < 500 && (v__ = info(p).field) != (want); i__++)                   \
+			usleep(10000);                                                                   \
+		ck_assert_msg(v__ == (want), #field " is %u, want %u", v__, (unsigned)(want));           \
+	} while (0)
+
+static hc_req *grant(hc_pool *p, unsigned n, unsigned prio)
+{
+	hc_req *g;
+
+	ck_assert_ok(hc_req_stage(p, n, prio, &g));
+	return g;
+}
+
+/* The write path of a buffer_only pool: a grant, the pages, their backup. */
+static void write_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
+{
+	hc_page_t *pg = calloc(n, sizeof(*pg));
+	hc_req *g = grant(p, n, 0), *b;
+
+	ck_assert_int_eq(hc_req_wait(g, 10000), (int)n);
+	hct_store_by_key(p, k, n, depth0, pg);
+	ck_assert_ok(hc_req_backup(p, pg, n, &b));
+	ck_assert_int_eq(hc_req_wait(b, 10000), (int)n);
+	ck_assert_ok(hc_req_free(b));
+	ck_assert_ok(hc_req_free(g)); /* the grant goes back */
+	free(pg);
+}
+
+/* Prefetch keys (waiting for all), take them, check every byte, let go. */
+static void read_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
+{
+	struct hc_prefetch_req pr = { .keys = k, .nkeys = n, .first_depth = depth0,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_page_t *pg = calloc(n, sizeof(*pg));
+	hc_req *rq;
+
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_int_eq(hc_req_prefetch_take(rq, pg, NULL), (int)n);
+	for (unsigned i = 0; i < n; i++) {
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_ok(hc_req_free(rq));
+	free(pg);
+}
+
+/* n keys from seed written to L3 through a grant, then prefetched and read
+ * whole, not taken: the request. */
+static hc_req *read_not_taken(hc_pool *p, hc_key_t *k, unsigned n, uint32_t seed)
+{
+	struct hc_prefetch_req pr = { .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_req *rq;
+
+	hct_keys(k, n, seed);
+	write_keys(p, k, n, 0);
+	ck_assert(drained(p));
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), (int)n);
+	return rq;
+}
+
+static void finish(hc_pool *p, const char *name)
+{
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+
+START_TEST(write_then_read_frees_every_page)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 4);
+	hc_service *s = start(name, 0, 0);
+	hc_page_t pg[8];
+	hc_key_t k[8];
+	hc_req *g, *b;
+
+	hct_keys(k, 8, 11);
+	g = grant(p, 8, 0);
+	ck_assert_int_eq(hc_req_wait(g, 10000), 8);
+	ck_assert_uint_eq(info(p).stage_write, 8);
+	hct_store_by_key(p, k, 8, 0, pg);
+	ck_assert_ok(hc_req_backup(p, pg, 8, &b));
+	ck_assert_int_eq(hc_req_wait(b, 10000), 8);
+	ck_assert_ok(hc_req_free(b));
+	/* written: the pages go, while the grant is still held */
+	ck_assert(drained(p));
+	ck_assert_ok(hc_req_free(g));
+	WAIT_GAUGE(p, stage_write, 0);
+	ck_assert_int_eq(hct_l3_exists(p, k, 8), 8);
+	/* read back: held until taken and let go, then freed */
+	read_keys(p, k, 8, 0);
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	ck_assert_uint_eq(ctr(p, HC_CTR_stage_grants), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_stage_grant_pages), 8);
+	ck_assert_uint_ge(ctr(p, HC_CTR_stage_released), 16);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 8);
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
+/* A prefetched page stays while its rank has not taken it, and goes once
+ * the rank frees its request without taking. */
+START_TEST(prefetch_held_until_taken_or_freed)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 4);
+	hc_service *s = start(name, 0, 0);
+	hc_key_t k[6];
+	hc_req *rq = read_not_taken(p, k, 6, 12);
+
+	usleep(100000); /* the arbiter has had many turns: nothing goes */
+	ck_assert_uint_eq(in_state(p, HC_PAGE_READY), 6);
+	ck_assert_uint_eq(info(p).stage_read, 6);
+	ck_assert_ok(hc_req_free(rq)); /* never taken */
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
+/* Write grants: the window, FIFO within a class, class 0 first, no
+ * overtaking, and the drop of one parked too long. */
+START_TEST(write_grants_fifo_by_class)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 20, 4); /* window 18 with no reads */
+	hc_service *s = start(name, 400, 0);
+	hc_req *a, *e, *f, *g, *d;
+
+	a = grant(p, 18, 1);
+	ck_assert_int_eq(hc_req_wait(a, 10000), 18);
+	e = grant(p, 2, 3);
+	f = grant(p, 2, 0);
+	g = grant(p, 17, 0);
+	WAIT_GAUGE(p, parked_writes, 3);
+	ck_assert_int_eq(hc_req_poll(e), -EINPROGRESS);
+	ck_assert_uint_eq(ctr(p, HC_CTR_stage_parked_writes), 3);
+	ck_assert_ok(hc_req_free(a));
+	/* class 0 first: f, then g does not fit (2 + 17 > 18) and holds e back */
+	ck_assert_int_eq(hc_req_wait(f, 10000), 2);
+	usleep(50000);
+	ck_assert_int_eq(hc_req_poll(g), -EINPROGRESS);
+	ck_assert_int_eq(hc_req_poll(e), -EINPROGRESS);
+	ck_assert_ok(hc_req_free(f));
+	ck_assert_int_eq(hc_req_wait(g, 10000), 17);
+	usleep(50000);
+	ck_assert_int_eq(hc_req_poll(e), -EINPROGRESS); /* 17 + 2 > 18 */
+	/* parked past write_park_ms (400 ms): dropped, with a clear error */
+	d = grant(p, 5, 0);
+	ck_assert_int_eq(hc_req_wait(d, 10000), -ETIMEDOUT);
+	ck_assert_msg_has("write_park_ms");
+	ck_assert_int_eq(hc_req_wait(e, 10000), -ETIMEDOUT);
+	ck_assert_uint_eq(ctr(p, HC_CTR_stage_dropped), 2);
+	ck_assert_ok(hc_req_free(d));
+	ck_assert_ok(hc_req_free(e));
+	ck_assert_ok(hc_req_free(g));
+	WAIT_GAUGE(p, stage_write, 0);
+	WAIT_GAUGE(p, parked_writes, 0);
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
+/* Reads park while the read staging would pass 0.9 of the pool; a read
+ * larger than that is refused. */
+START_TEST(reads_park_at_the_read_cap)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 20, 4); /* reads: 18 pages */
+	hc_service *s = start(name, 0, 0);
+	struct hc_prefetch_req pr = { .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_page_t pg[12];
+	hc_key_t k[28];
+	hc_req *r1, *r2, *big;
+
+	hct_keys(k, 28, 13);
+	for (unsigned i = 0; i < 28; i += 7)
+		write_keys(p, k + i, 7, i);
+	ck_assert(drained(p));
+	pr.keys = k;
+	pr.nkeys = 12;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &r1));
+	ck_assert_int_eq(hc_req_wait(r1, 10000), 12);
+	pr.keys = k + 12;
+	pr.first_depth = 12;
+	pr.nkeys = 8;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &r2));
+	WAIT_GAUGE(p, parked_reads, 1);
+	ck_assert_int_eq(hc_req_poll(r2), -EINPROGRESS);
+	/* taking r1 and letting go of it makes room */
+	ck_assert_int_eq(hc_req_prefetch_take(r1, pg, NULL), 12);
+	for (unsigned i = 0; i < 12; i++) {
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_int_eq(hc_req_wait(r2, 10000), 8);
+	ck_assert_int_eq(hc_req_prefetch_take(r2, pg, NULL), 8);
+	for (unsigned i = 0; i < 8; i++) {
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[12 + i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_uint_ge(ctr(p, HC_CTR_stage_parked_reads), 1);
+	/* 19 keys can never be staged at once in 20 pages (reads get 18) */
+	pr.keys = k;
+	pr.first_depth = 0;
+	pr.nkeys = 19;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &big));
+	ck_assert_int_eq(hc_req_wait(big, 10000), -E2BIG);
+	ck_assert_msg_has("split");
+	ck_assert_ok(hc_req_free(big));
+	ck_assert_ok(hc_req_free(r1));
+	ck_assert_ok(hc_req_free(r2));
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
+START_TEST(bad_requests)
+{
+	const char *name = hct_name(), *cname = hct_name();
+	hc_pool *p = buffer_pool(name, 20, 4);
+	hc_pool *c = hct_create_attach(cname, 16, 100, 4);
+	hc_service *s = start(name, 0, 0);
+	struct hc_prefetch_req pr = { .nkeys = 1, .prio = HC_PRIO_CLASSES };
+	hc_key_t k[1];
+	hc_req *r;
+
+	hct_keys(k, 1, 14);
+	pr.keys = k;
+	ck_assert_err(hc_req_stage(c, 1, 0, &r), EOPNOTSUPP);
+	ck_assert_msg_has("cache pool");
+	ck_assert_err(hc_req_stage(p, 0, 0, &r), EINVAL);
+	ck_assert_err(hc_req_stage(p, 21, 0, &r), EINVAL);
+	ck_assert_err(hc_req_stage(p, 1, HC_PRIO_CLASSES, &r), EINVAL);
+	ck_assert_msg_has("priority class");
+	ck_assert_err(hc_req_stage(p, 1, 0, NULL), EINVAL);
+	ck_assert_err(hc_req_prefetch(p, &pr, &r), EINVAL);
+	ck_assert_msg_has("priority class");
+	/* more than the widest write window (18 of 20) */
+	ck_assert_ok(hc_req_stage(p, 19, 0, &r));
+	ck_assert_int_eq(hc_req_wait(r, 10000), -E2BIG);
+	ck_assert_ok(hc_req_free(r));
+	/* nothing is evicted from a buffer_only pool */
+	ck_assert_err(hc_evict(p, 1), EOPNOTSUPP);
+	ck_assert_msg_has("buffer_only");
+	ck_assert_err(hc_evict_key(p, k[0]), EOPNOTSUPP);
+	ck_assert_ok(hc_service_stop(s));
+	hc_pool_detach(c);
+	hc_pool_destroy(cname, NULL, HC_DESTROY_FORCE);
+	finish(p, name);
+}
+END_TEST
+
+/* A restarted service frees what the one before left behind: pages read
+ * for a rank that never took them. */
+START_TEST(restart_frees_leftovers)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 4);
+	hc_service *s = start(name, 0, 0);
+	hc_key_t k[5];
+	hc_req *rq = read_not_taken(p, k, 5, 15);
+
+	ck_assert_ok(hc_service_stop(s)); /* the rank never took them */
+	ck_assert_uint_eq(in_state(p, HC_PAGE_READY), 5);
+	s = start(name, 0, 0);
+	ck_assert(drained(p));
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
+/* ---- ranks in other processes (the service in a child of its own) */
+
+struct dead_arg {
+	hc_key_t k[6];
+};
+
+static void hold_and_die(hc_pool *p, void *arg)
+{
+	struct dead_arg *a = arg;
+	struct hc_prefetch_req pr = { .keys = a->k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_req *g, *rq;
+
+	ck_assert_ok(hc_req_stage(p, 10, 0, &g));
+	ck_assert_int_eq(hc_req_wait(g, 10000), 10);
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), 6);
+	raise(SIGKILL); /* with a grant and an untaken prefetch */
+}
+
+START_TEST(dead_rank_gives_back)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 4);
+	struct hc_service_opts o = opts(0, 0);
+	struct dead_arg *a = hct_shared(sizeof(*a));
+	pid_t svc = hct_service_child(name, &o);
+	int st;
+
+	hct_keys(a->k, 6, 16);
+	write_keys(p, a->k, 6, 0);
+	ck_assert(drained(p));
+	st = hct_in_child(name, hold_and_die, a);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status 0x%x", st);
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_write, 0);
+	WAIT_GAUGE(p, stage_read, 0);
+	ck_assert_uint_ge(ctr(p, HC_CTR_stage_expired), 2);
+	ck_assert_int_eq(hct_service_child_stop(svc), 0);
+	finish(p, name);
+}
+END_TEST
+
+/* Many ranks at once on a pool far smaller than their data: each writes
+ * its own chains through grants and reads them back, and every byte read
+ * must be right.  Nothing may be left staged at the end. */
+#define PR_RANKS 3
+#define PR_ROUNDS 6
+#define PR_CHUNK 5
+
+struct pressure {
+	unsigned seed[PR_RANKS];
+	_Atomic int bad, done;
+};
+
+static void pressure_rank(hc_pool *p, void *arg)
+{
+	struct pressure *ps = arg;
+	unsigned me = (unsigned)__atomic_fetch_add(&ps->done, 1, __ATOMIC_RELAXED); /* 0.. as spawned */
+	hc_key_t k[PR_ROUNDS * PR_CHUNK];
+
+	hct_keys(k, PR_ROUNDS * PR_CHUNK, 100 + me);
+	for (unsigned r = 0; r < PR_ROUNDS; r++) {
+		const hc_key_t *c = k + r * PR_CHUNK;
+		hc_page_t pg[PR_CHUNK];
+		struct hc_prefetch_req pr = { .keys = k, .nkeys = (r + 1) * PR_CHUNK,
+					      .policy = HC_PREFETCH_WAIT_COMPLETE, .prio = r % HC_PRIO_CLASSES };
+		hc_page_t *rd = calloc(pr.nkeys, sizeof(*rd));
+		hc_req *g, *b, *rq;
+		int h;
+		/* write this round's chunk */
+		ck_assert_ok(hc_req_stage(p, PR_CHUNK, me % HC_PRIO_CLASSES, &g));
+		ck_assert_int_eq(hc_req_wait(g, 20000), PR_CHUNK);
+		hct_store_by_key(p, c, PR_CHUNK, r * PR_CHUNK, pg);
+		ck_assert_ok(hc_req_backup(p, pg, PR_CHUNK, &b));
+		ck_assert_int_eq(hc_req_wait(b, 20000), PR_CHUNK);
+		ck_assert_ok(hc_req_free(b));
+		ck_assert_ok(hc_req_free(g));
+		/* read back everything written so far; check every byte */
+		ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+		h = hc_req_prefetch_take(rq, rd, NULL);
+		ck_assert_msg(h == (int)pr.nkeys, "rank %u round %u: hit %d of %u: %s", me, r, h, pr.nkeys,
+			      hc_last_error());
+		for (int i = 0; i < h; i++) {
+			if (hct_key_bytes(p, rd[i], k[i], 0) != 0)
+				__atomic_fetch_add(&ps->bad, 1, __ATOMIC_RELAXED);
+			ck_assert_ok(hc_page_unpin(p, rd[i]));
+		}
+		ck_assert_ok(hc_req_free(rq));
+		free(rd);
+	}
+}
+
+START_TEST(many_ranks_under_pressure)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 40, 8); /* 3 ranks x 30 pages of data, 40 pages */
+	struct hc_service_opts o = opts(20000, 0);
+	struct pressure *ps = hct_shared(sizeof(*ps));
+	pid_t svc = hct_service_child(name, &o), kids[PR_RANKS];
+
+	for (unsigned i = 0; i < PR_RANKS; i++)
+		kids[i] = hct_spawn(name, pressure_rank, ps);
+	for (unsigned i = 0; i < PR_RANKS; i++) {
+		int st = hct_wait_child(kids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u status 0x%x", i, st);
+	}
+	ck_assert_int_eq(ps->bad, 0);
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	WAIT_GAUGE(p, stage_write, 0);
+	ck_assert_uint_eq(info(p).parked_reads + info(p).parked_writes, 0);
+	ck_assert_uint_eq(ctr(p, HC_CTR_stage_dropped), 0);
+	ck_assert_int_eq(hct_service_child_stop(svc), 0);
+	finish(p, name);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("stage");
+	TCase *t = tcase_create("buffer_only");
+
+	tcase_add_checked_fixture(t, l3_setup, l3_teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, write_then_read_frees_every_page);
+	tcase_add_test(t, prefetch_held_until_taken_or_freed);
+	tcase_add_test(t, write_grants_fifo_by_class);
+	tcase_add_test(t, reads_park_at_the_read_cap);
+	tcase_add_test(t, bad_requests);
+	tcase_add_test(t, restart_frees_leftovers);
+	tcase_add_test(t, dead_rank_gives_back);
+	tcase_add_test(t, many_ranks_under_pressure);
+	suite_add_tcase(s, t);
+	return s;
+}
+
+int main(void)
+{
+	return hct_run(suite());
+}
