@@ -65,6 +65,25 @@ uint64_t hc_hist_bound_us(unsigned bucket)
 	return bucket + 1 < HC_HIST_BUCKETS ? UINT64_C(16) << bucket : UINT64_MAX;
 }
 
+/* The service's gauges, while one serves.  Its lock word says so without
+ * taking it (stats never recover): held, and not by a dead owner (the
+ * kernel sets FUTEX_OWNER_DIED in a robust mutex's word when its holder
+ * dies). */
+static void service_gauges(const struct hc_pool *p, struct hc_stats *out)
+{
+	struct hc_seg_service *sv = &p->ctl->service;
+	uint32_t lock = (uint32_t)__atomic_load_n(&sv->life.__data.__lock, __ATOMIC_ACQUIRE);
+
+	if (!lock || (lock & 0x40000000u) || atomic_load_explicit(&sv->state, memory_order_acquire) != HC_SVC_LIVE)
+		return;
+	out->svc_jobs_queued = atomic_load_explicit(&sv->jobs_queued, memory_order_relaxed);
+	out->svc_jobs_running = atomic_load_explicit(&sv->jobs_running, memory_order_relaxed);
+	out->stage_read_pages = atomic_load_explicit(&sv->stage_read, memory_order_relaxed);
+	out->stage_write_pages = atomic_load_explicit(&sv->stage_write, memory_order_relaxed);
+	out->stage_parked_reads = atomic_load_explicit(&sv->parked_reads, memory_order_relaxed);
+	out->stage_parked_writes = atomic_load_explicit(&sv->parked_writes, memory_order_relaxed);
+}
+
 int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 {
 	uint32_t engines[HC_MAX_RANKS];
@@ -122,6 +141,7 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 		unsigned st = hc__tk_state(atomic_load_explicit(&p->tickets[t].word, memory_order_relaxed));
 		out->open_tickets += st == HC_TK_BUILDING || st == HC_TK_OPEN || st == HC_TK_DROPPING;
 	}
+	service_gauges(p, out);
 	return 0;
 }
 

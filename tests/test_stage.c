@@ -183,6 +183,22 @@ START_TEST(write_then_read_frees_every_page)
 	g = grant(p, 8, 0);
 	ck_assert_int_eq(hc_req_wait(g, 10000), 8);
 	ck_assert_uint_eq(info(p).stage_write, 8);
+	{
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(p, &st)); /* the same gauge, as the tools see it */
+		ck_assert_uint_eq(st.stage_write_pages, 8);
+		ck_assert_uint_eq(st.stage_read_pages, 0);
+	}
+	{
+		/* and as hicache-pool info prints it */
+		char cmd[1200], out[4096] = "";
+		FILE *f;
+		snprintf(cmd, sizeof(cmd), "%s info %s", hct_tool("hicache-pool"), name);
+		ck_assert_ptr_nonnull(f = popen(cmd, "r"));
+		fread(out, 1, sizeof(out) - 1, f);
+		ck_assert_int_eq(pclose(f), 0);
+		ck_assert_msg(strstr(out, "; staging 0 read, 8 write, 0 reads and 0 writes waiting\n"), "info: %s", out);
+	}
 	hct_store_by_key(p, k, 8, 0, pg);
 	ck_assert_ok(hc_req_backup(p, pg, 8, &b));
 	ck_assert_int_eq(hc_req_wait(b, 10000), 8);

@@ -862,8 +862,8 @@ START_TEST(stat_formats)
 		}
 		free(buf);
 		ck_assert_uint_eq(nh, nt);
-		ck_assert_uint_eq(nt, 1 + 9 + HC_CTR__COUNT + 1);
-		ck_assert_uint_eq(samples, 5 + 9 + HC_CTR__COUNT + HC_HIST__COUNT * (HC_HIST_BUCKETS + 2));
+		ck_assert_uint_eq(nt, 1 + HC_CLI_NGAUGES + HC_CTR__COUNT + 1);
+		ck_assert_uint_eq(samples, 5 + HC_CLI_NGAUGES + HC_CTR__COUNT + HC_HIST__COUNT * (HC_HIST_BUCKETS + 2));
 	}
 	snprintf(want, sizeof(want), "\nhicache_hits_total{pool=\"%s\"} 20\n", name);
 	ck_assert_out_has(want);
@@ -1048,7 +1048,7 @@ START_TEST(backend_attach_detach)
 	ck_assert_out_has("service      none (0 started so far)\n");
 	svc = hct_service_child(name, &so);
 	ck_assert_tool(0, "info", name);
-	snprintf(spec, sizeof(spec), "service      pid %d (generation 1), write policy write_none\n", (int)svc);
+	snprintf(spec, sizeof(spec), "service      pid %d (generation 1), write policy write_none; jobs 0 queued, 0 running\n", (int)svc);
 	ck_assert_out_has(spec);
 	ck_assert_tool(0, "info", name, "--json");
 	{

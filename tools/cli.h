@@ -127,7 +127,7 @@ int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool);
 
 #include <stdio.h>
 
-#define HC_CLI_NGAUGES 9
+#define HC_CLI_NGAUGES 15
 struct hc_cli_metric {
 	const char *name, *help;
 	uint64_t value;

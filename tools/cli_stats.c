@@ -20,7 +20,13 @@
 	X(ticket_pages, ticket_pages, "pages held by at least one ticket")        \
 	X(live_ranks, live_ranks, "rank slots marked live")                       \
 	X(engines, engines, "engines with a live rank")                           \
-	X(open_tickets, open_tickets, "tickets being built, open or being dropped")
+	X(open_tickets, open_tickets, "tickets being built, open or being dropped") \
+	X(service_jobs_queued, svc_jobs_queued, "transfer jobs waiting for a service worker") \
+	X(service_jobs_running, svc_jobs_running, "transfer jobs the service's workers run") \
+	X(stage_read_pages, stage_read_pages, "buffer_only: pages staging reads") \
+	X(stage_write_pages, stage_write_pages, "buffer_only: pages granted to writes") \
+	X(stage_reads_waiting, stage_parked_reads, "buffer_only: prefetches waiting for read staging now") \
+	X(stage_writes_waiting, stage_parked_writes, "buffer_only: write grants waiting for the write window now")
 
 enum {
 #define X(name, field, help) GAUGE_##name,

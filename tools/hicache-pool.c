@@ -500,8 +500,9 @@ static const char *write_policy_name(int wp)
 	return wp >= 0 && wp <= HC_WRITE_NONE ? write_policy_names[wp] : "none set yet";
 }
 
-/* "service      pid 4242 (generation 3), write policy write_through" */
-static void service_text(const struct hc_service_info *sv)
+/* "service      pid 4242 (generation 3), write policy write_through; jobs
+ * 0 queued, 1 running[; staging 4 read, 8 write, 0 reads and 1 write waiting]" */
+static void service_text(const struct hc_service_info *sv, int buffer_only)
 {
 	if (sv->live)
 		printf("service      pid %" PRIu32 " (generation %" PRIu64 "), write policy %s", sv->pid, sv->generation,
@@ -513,6 +514,11 @@ static void service_text(const struct hc_service_info *sv)
 		       sv->generation, write_policy_name(sv->write_policy));
 	if (sv->write_policy == HC_WRITE_THROUGH_SELECTIVE)
 		printf(" after %" PRIu32 " hits", sv->select_hits);
+	if (sv->live)
+		printf("; jobs %" PRIu32 " queued, %" PRIu32 " running", sv->jobs_queued, sv->jobs_running);
+	if (sv->live && buffer_only)
+		printf("; staging %" PRIu32 " read, %" PRIu32 " write, %" PRIu32 " reads and %" PRIu32 " writes waiting",
+		       sv->stage_read, sv->stage_write, sv->parked_reads, sv->parked_writes);
 	printf("\n");
 }
 
@@ -526,6 +532,12 @@ static struct json_object *service_json(const struct hc_service_info *sv)
 	json_object_object_add(o, "write_policy", sv->write_policy < 0 ? NULL :
 							 json_object_new_string(write_policy_name(sv->write_policy)));
 	jadd_u64(o, "select_hits", sv->select_hits);
+	jadd_u64(o, "jobs_queued", sv->jobs_queued);
+	jadd_u64(o, "jobs_running", sv->jobs_running);
+	jadd_u64(o, "stage_read", sv->stage_read);
+	jadd_u64(o, "stage_write", sv->stage_write);
+	jadd_u64(o, "parked_reads", sv->parked_reads);
+	jadd_u64(o, "parked_writes", sv->parked_writes);
 	return o;
 }
 
@@ -734,7 +746,7 @@ static int cmd_info(int argc, char **argv)
 		json_object_put(o);
 	} else {
 		info_text(&in, ci, counts, ri, nri, va.no_recover);
-		service_text(&sv);
+		service_text(&sv, in.host_mode == HC_HOST_BUFFER_ONLY);
 		ret = HC_CLI_EXIT_OK;
 	}
 out:

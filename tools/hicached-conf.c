@@ -100,6 +100,8 @@ static const struct opt opts[] = {
 	{ "write-policy", "service", "write_policy", T_CHOICE, F(svc.write_policy), .choices = write_policies, .arg = "POLICY", .help = "when pages go to L3 on their own: write_through, write_through_selective, write_back or write_none (default write_through)" },
 	{ "select-hits", "service", "select_hits", T_U32, F(svc.select_hits), 1, 65535, .arg = "N", .help = "write_through_selective: hits (one per ticket) before a page goes to L3 (default 2)" },
 	{ "writeback-pct", "service", "writeback_pct", T_U32, F(svc.writeback_pct), 1, 100, .arg = "PCT", .help = "write_back: the share of the pool kept free or in L3 (default 20)" },
+	{ "write-park-ms", "service", "write_park_ms", T_U32, F(svc.write_park_ms), 1, 3600000, .arg = "MS", .help = "buffer_only: a write grant waiting this long is dropped, so its GPU pages can go (default 2000)" },
+	{ "stage-hold-ms", "service", "stage_hold_ms", T_U32, F(svc.stage_hold_ms), 1, 86400000, .arg = "MS", .help = "buffer_only: staging a live rank holds this long without giving it back is released (default 60000)" },
 	{ "metrics-listen", "metrics", "listen", T_STRING, F(metrics_listen), .arg = "HOST:PORT", .help = "serve GET /metrics (Prometheus) here, e.g. 127.0.0.1:9464 (default: not served)" },
 	{ "log-level", "log", "level", T_CHOICE, F(log_level), .choices = log_levels, .arg = "LEVEL", .help = "err, warn, info or debug (default: $HICACHE_LOG, else info)" },
 	{ "log-file", "log", "file", T_STRING, F(log_file), .arg = "FILE", .help = "append the log to FILE, reopened on SIGHUP (default: stderr)" },

@@ -510,6 +510,10 @@ struct hc_stats {
 	uint64_t keyed;            /* pages in the key index */
 	uint64_t pinned_pages, pin_count, locked_pages, lock_count, ticket_pages;
 	uint32_t live_ranks, engines, open_tickets;
+	/* The service's, while one serves (else 0): transfer jobs waiting for
+	 * a worker and running; buffer_only staging, and requests parked. */
+	uint32_t svc_jobs_queued, svc_jobs_running;
+	uint32_t stage_read_pages, stage_write_pages, stage_parked_reads, stage_parked_writes;
 	uint64_t counter[HC_CTR__COUNT];
 	struct hc_hist hist[HC_HIST__COUNT];
 };
