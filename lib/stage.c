@@ -510,6 +510,7 @@ static int ack(hc_service *s, const struct waiter *w)
 			*pg = g->next;
 			st->W -= g->n;
 			free(g);
+			hc__writer_kick(s); /* what it did not back up, the writer does */
 			return 0;
 		}
 	if ((g = unpark_grant(st, w))) {
@@ -607,6 +608,7 @@ static void expire(hc_service *s, uint64_t now)
 			st->W -= g->n;
 			hc__svc_count(s, HC_CTR_stage_expired, 1);
 			free(g);
+			hc__writer_kick(s);
 			continue;
 		}
 		pg = &g->next;

@@ -140,6 +140,8 @@ void hc__writer_stop(hc_service *s);
 int hc__writer_due(hc_service *s, int *wait_ms);
 void hc__writer_scan(hc_service *s);
 void hc__writer_done(hc_service *s, const struct job *j);
+/* The dispatcher: scan at the next turn (pages left to a rank are free to write now). */
+void hc__writer_kick(hc_service *s);
 /* Pages in the writer's jobs now. */
 unsigned hc__writer_busy(hc_service *s);
 

@@ -102,6 +102,12 @@ unsigned hc__writer_busy(hc_service *s)
 	return n;
 }
 
+void hc__writer_kick(hc_service *s)
+{
+	if (s->writer) /* the next due turn scans, as after a change */
+		s->writer->seen = atomic_load_explicit(&s->p->ctl->service.dirty_seq, memory_order_relaxed) - 1;
+}
+
 int hc__writer_due(hc_service *s, int *wait_ms)
 {
 	struct writer *w = s->writer;

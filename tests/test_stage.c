@@ -242,6 +242,35 @@ START_TEST(prefetch_held_until_taken_or_freed)
 }
 END_TEST
 
+/* A rank that gives its grant back without backing its pages up loses
+ * nothing: the service writes them (it left them to the rank while the
+ * grant was held), and then frees them. */
+START_TEST(grant_given_back_unwritten)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 4);
+	hc_service *s = start(name, 0, 0);
+	hc_page_t pg[4];
+	hc_key_t k[4];
+	hc_req *g;
+
+	hct_keys(k, 4, 17);
+	g = grant(p, 4, 2);
+	ck_assert_int_eq(hc_req_wait(g, 10000), 4);
+	hct_store_by_key(p, k, 4, 0, pg);
+	usleep(50000); /* the writer's turns come and go: the pages are the rank's */
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 0);
+	ck_assert_ok(hc_req_free(g));
+	ck_assert(drained(p));
+	ck_assert_int_eq(hct_l3_exists(p, k, 4), 4);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 4);
+	read_keys(p, k, 4, 0);
+	ck_assert(drained(p));
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
 /* Write grants: the window, FIFO within a class, class 0 first, no
  * overtaking, and the drop of one parked too long. */
 START_TEST(write_grants_fifo_by_class)
@@ -523,6 +552,7 @@ static Suite *suite(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, write_then_read_frees_every_page);
 	tcase_add_test(t, prefetch_held_until_taken_or_freed);
+	tcase_add_test(t, grant_given_back_unwritten);
 	tcase_add_test(t, write_grants_fifo_by_class);
 	tcase_add_test(t, reads_park_at_the_read_cap);
 	tcase_add_test(t, bad_requests);

@@ -469,7 +469,7 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_prefetch_corrupt, "prefetches cut short by an object that failed its checks") \
 	X(l3_prefetch_nospace, "prefetches that could not reserve their pages") \
 	X(stage_grants,    "buffer_only: write grants given") \
-	X(stage_grant_pages, "buffer_only: pages granted to writes") \
+	X(stage_grant_pages, "buffer_only: pages granted to writes, summed over grants") \
 	X(stage_parked_reads, "buffer_only: prefetches that waited for read staging") \
 	X(stage_parked_writes, "buffer_only: write grants that waited for the write window") \
 	X(stage_dropped,   "buffer_only: write grants dropped after waiting past write_park_ms") \
