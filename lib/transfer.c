@@ -346,6 +346,11 @@ static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint3
 			break;
 		}
 	}
+	/* buffer_only: the pages a failure (or a cancel) cut off are dropped
+	 * with it, not left for the writer: L3 keeps prefixes only. */
+	for (uint32_t i = ret >= 0 ? (uint32_t)ret : 0; s->stage && !lenient && i < n; i++)
+		if (HC_PAGE_ID(pages[i]) < p->g.npages)
+			hc__stage_release(s, pages[i], 0);
 out:
 	free(status);
 	free(batch);

@@ -271,6 +271,51 @@ START_TEST(grant_given_back_unwritten)
 }
 END_TEST
 
+/* Failures release exactly what they took: a backup that fails at its
+ * third page drops it and the page after it (L3 keeps prefixes); a read
+ * that fails its checks gives its page back. */
+START_TEST(failures_release_their_staging)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 4);
+	struct hc_service_opts o = opts(0, 0);
+	hc_service *s = NULL;
+	struct hc_prefetch_req pr = { .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	char spec[160];
+	hc_page_t pg[4];
+	hc_key_t k[4];
+	hc_req *g, *b, *rq;
+
+	snprintf(spec, sizeof(spec), "fault:dir=%s,fail_put_at=3,corrupt_get_at=1", l3dir);
+	o.backend = spec;
+	o.retries = -1;
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	hct_keys(k, 4, 18);
+	g = grant(p, 4, 0);
+	ck_assert_int_eq(hc_req_wait(g, 10000), 4);
+	hct_store_by_key(p, k, 4, 0, pg);
+	ck_assert_ok(hc_req_backup(p, pg, 4, &b));
+	ck_assert_int_eq(hc_req_wait(b, 10000), 2);
+	ck_assert_ok(hc_req_free(b));
+	ck_assert_ok(hc_req_free(g));
+	ck_assert(drained(p));
+	ck_assert_int_eq(hct_l3_exists(p, k, 4), 2);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 0); /* the cut-off page was not written after */
+	/* the first read comes back corrupt: the prefix ends before it */
+	pr.keys = k;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), 0);
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
+	read_keys(p, k, 2, 0); /* the next read is good */
+	ck_assert(drained(p));
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
 /* Write grants: the window, FIFO within a class, class 0 first, no
  * overtaking, and the drop of one parked too long. */
 START_TEST(write_grants_fifo_by_class)
@@ -553,6 +598,7 @@ static Suite *suite(void)
 	tcase_add_test(t, write_then_read_frees_every_page);
 	tcase_add_test(t, prefetch_held_until_taken_or_freed);
 	tcase_add_test(t, grant_given_back_unwritten);
+	tcase_add_test(t, failures_release_their_staging);
 	tcase_add_test(t, write_grants_fifo_by_class);
 	tcase_add_test(t, reads_park_at_the_read_cap);
 	tcase_add_test(t, bad_requests);
