@@ -626,7 +626,7 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 		hc_req_poll(rq);
 	}
 	lr = (struct hc_lookup_req){ .keys = rq->keys, .nkeys = rq->nkeys, .comps = rq->presence,
-				     .flags = HC_LOOKUP_PIN };
+				     .flags = HC_LOOKUP_PIN | HC__LOOKUP_TAKE };
 	if (rq->pf.name[0]) {
 		struct hc_ticket_name nm = { .request_id = rq->pf.name, .step = rq->pf.step };
 		r = hc_ticket_lookup(rq->p, &nm, &lr, pages, t);

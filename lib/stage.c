@@ -448,6 +448,11 @@ void hc__stage_busy(hc_service *s, uint8_t busy[HC_MAX_RANKS])
 	pthread_mutex_unlock(&s->mu);
 }
 
+int hc__stage_listed(hc_service *s, uint32_t id)
+{
+	return id < s->p->g.npages && s->stage->at[id] != 0;
+}
+
 void hc__stage_backup(hc_service *s, const hc_page_t *pages, uint32_t n, int done)
 {
 	struct stage *st = s->stage;

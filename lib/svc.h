@@ -69,6 +69,7 @@ struct job {
 	uint64_t park_seq;       /* stage releases seen when it last parked */
 	int repark;              /* its reservation found no room: park it again */
 	int pending;             /* a rank's backup, counted in the arbiter's pending */
+	uint32_t l3_pages;       /* a prefetch's pages read from L3 and made READY (its worker's) */
 };
 
 struct keymap;
@@ -170,6 +171,8 @@ void hc__stage_release(hc_service *s, hc_page_t page, int read); /* takes mu */
 /* Rank slots holding a write grant: their pages are theirs to back up
  * (the writer leaves them alone until the grant goes).  Takes mu. */
 void hc__stage_busy(hc_service *s, uint8_t busy[HC_MAX_RANKS]);
+/* Under mu: page id is on the release list (its transfer has ended). */
+int hc__stage_listed(hc_service *s, uint32_t id);
 /* A backup names these pages: none is freed until it is done with them. */
 void hc__stage_backup(hc_service *s, const hc_page_t *pages, uint32_t n, int done);
 /* The dispatcher's turn: drop writes parked too long, release what dead

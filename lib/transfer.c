@@ -35,27 +35,27 @@ struct keymap {
 	struct kent *b[KM_BUCKETS];
 };
 
+/* One value into a histogram of the service's row: workers race on it. */
+static void svc_hist(hc_service *s, unsigned at, uint64_t v)
+{
+	_Atomic uint64_t *h = &s->p->stats[(size_t)s->p->slot * HC_STATS_ROW_WORDS + at];
+
+	atomic_fetch_add_explicit(&h[hc__hist_bucket(v)], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h[HC_HIST_BUCKETS], v, memory_order_relaxed);
+}
+
 void hc__svc_latency(hc_service *s, const struct waiter *w)
 {
 	static const int kind[] = { [HC__OP_EXISTS] = HC_HIST_exists + 1, [HC__OP_BACKUP] = HC_HIST_backup + 1,
 				    [HC__OP_PREFETCH] = HC_HIST_prefetch + 1 };
 	struct timespec ts;
-	uint64_t us, bound = 16;
-	unsigned b = 0;
-	_Atomic uint64_t *row;
+	uint64_t us;
 
 	if (w->op >= sizeof(kind) / sizeof(kind[0]) || !kind[w->op] || !w->t0_ns)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	us = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - w->t0_ns) / 1000;
-	while (b + 1 < HC_HIST_BUCKETS && us >= bound) {
-		b++;
-		bound <<= 1;
-	}
-	row = &s->p->stats[(size_t)s->p->slot * HC_STATS_ROW_WORDS + HC_STATS_HIST_WORD +
-			   (unsigned)(kind[w->op] - 1) * HC_STATS_HIST_WORDS];
-	atomic_fetch_add_explicit(&row[b], 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&row[HC_HIST_BUCKETS], us, memory_order_relaxed);
+	svc_hist(s, HC_STATS_HIST_WORD + (unsigned)(kind[w->op] - 1) * HC_STATS_HIST_WORDS, us);
 }
 
 void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n)
@@ -214,6 +214,11 @@ static void job_finish(hc_service *s, struct job *j)
 		hc__writer_done(s, j);
 	else
 		count_outcome(s, j);
+	if (j->op == HC__OP_PREFETCH && j->result >= 0)
+		for (const struct waiter *w = j->waiters; w; w = w->next) /* tokens from L3, per request */
+			svc_hist(s, HC_STATS_TOKENS_WORD + HC_TIER_l3 * HC_STATS_HIST_WORDS,
+				 (uint64_t)(j->l3_pages < (uint32_t)j->result ? j->l3_pages : (uint32_t)j->result) *
+					 s->p->g.page_tokens);
 	hc__svc_complete(s, j);
 	job_free(s, j);
 }
@@ -472,6 +477,7 @@ static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages,
 				atomic_fetch_or_explicit(&p->pages[HC_PAGE_ID(batch[x])].flags, HC_PF_IN_L3,
 							 memory_order_relaxed);
 				if (hc_page_commit(p, batch[x], hc_page_needed(p, pres)) >= 0) {
+					j->l3_pages++;
 					hc__svc_count(s, HC_CTR_l3_prefetch_pages, 1);
 					hc__svc_count(s, HC_CTR_l3_prefetch_bytes, p->g.envelope_bytes);
 					continue;

@@ -186,6 +186,17 @@ static unsigned pick(hc_service *s, struct writer *w)
 					   .id = id,
 					   .gen = hc__w_gen(word) };
 	}
+	if (s->stage) {
+		/* buffer_only: a page whose write was tried already (and failed,
+		 * or was cut off) waits to be freed, not written again. */
+		unsigned k = 0;
+		pthread_mutex_lock(&s->mu);
+		for (unsigned i = 0; i < n; i++)
+			if (!hc__stage_listed(s, w->c[i].id))
+				w->c[k++] = w->c[i];
+		pthread_mutex_unlock(&s->mu);
+		n = k;
+	}
 	if (s->o.write_policy == HC_WRITE_BACK) {
 		/* Keep writeback_pct of the pool free or clean: write the
 		 * oldest dirty pages, the ones eviction would want next. */

@@ -39,8 +39,8 @@
 #include "ring.h"
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  4
-#define HC_LAYOUT_MINOR  1 /* 1: the service record's gauges */
+#define HC_LAYOUT_MAJOR  5 /* 5: stats rows of 256 words, with token histograms */
+#define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
 #define HC_SEG_ENV_ALIGN (UINT64_C(2) << 20)  /* huge-page friendly */
@@ -269,13 +269,18 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
 /* Counters: a row per rank slot (only that rank adds to it, relaxed) and a
  * last row for attachments without a slot.  Rows outlive attachments: a
  * pool's figures are the sum of every row. */
-#define HC_STATS_ROW_WORDS 128u
+#define HC_STATS_ROW_WORDS 256u
 /* A row: the counters from word 0, then from word HC_STATS_HIST_WORD each
  * histogram's buckets and its sum of microseconds. */
 #define HC_STATS_HIST_WORD 64u
 #define HC_STATS_HIST_WORDS (HC_HIST_BUCKETS + 1u)
 static_assert(HC_CTR__COUNT <= HC_STATS_HIST_WORD, "a row holds every counter: new counters keep the layout");
-static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_STATS_ROW_WORDS,
+/* Then from word HC_STATS_TOKENS_WORD the histograms of tokens per request
+ * by tier (enum hc_tier), in the same shape. */
+#define HC_STATS_TOKENS_WORD 128u
+static_assert(HC_STATS_TOKENS_WORD + HC_TIER__COUNT * HC_STATS_HIST_WORDS <= HC_STATS_ROW_WORDS,
+	      "a row holds every token histogram");
+static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_STATS_TOKENS_WORD,
 	      "a row holds every histogram");
 
 /*

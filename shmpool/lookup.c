@@ -89,8 +89,9 @@ int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, c
 	if (req->comps >> p->g.ncomp)
 		return hc__err(EINVAL, "%s: component mask 0x%x names a component past the pool's %u", op, req->comps,
 			       p->g.ncomp);
-	if (req->flags & ~(HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH))
-		return hc__err(EINVAL, "%s: unknown flags 0x%x", op, req->flags & ~(HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH));
+	if (req->flags & ~(HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH | HC__LOOKUP_TAKE))
+		return hc__err(EINVAL, "%s: unknown flags 0x%x", op,
+			       req->flags & ~(HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH | HC__LOOKUP_TAKE));
 	return 0;
 }
 
@@ -239,6 +240,9 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 	if (!(req->flags & HC_LOOKUP_NOTOUCH) && !p->readonly) {
 		hc__touch(p, pages, best);
 		hc__count_hits(p, pages, best);
+		if (!(req->flags & HC__LOOKUP_TAKE)) /* a take's hit came from L3: the service counts it */
+			hc__hist(p, HC_STATS_TOKENS_WORD + HC_TIER_l2 * HC_STATS_HIST_WORDS,
+				 (uint64_t)best * p->g.page_tokens);
 	}
 	hc__count(p, HC_CTR_lookups, 1);
 	hc__count(p, HC_CTR_lookup_keys, n);

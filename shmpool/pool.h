@@ -179,6 +179,35 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
+/* hc_lookup's private flag: the lookup is a prefetch's take (req.c). */
+#define HC__LOOKUP_TAKE 0x80000000u
+
+/* The bucket of value v in a histogram (hc_hist_bound_us's bounds). */
+static inline unsigned hc__hist_bucket(uint64_t v)
+{
+	unsigned b = 0;
+
+	for (uint64_t bound = 16; b + 1 < HC_HIST_BUCKETS && v >= bound; bound <<= 1)
+		b++;
+	return b;
+}
+
+/* One value into this rank's row's histogram at word 'at' (one writer a
+ * row, as hc__count). */
+static inline void hc__hist(struct hc_pool *p, unsigned at, uint64_t v)
+{
+	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
+	_Atomic uint64_t *h;
+
+	if (p->readonly)
+		return;
+	h = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + at];
+	atomic_store_explicit(&h[hc__hist_bucket(v)], atomic_load_explicit(&h[hc__hist_bucket(v)], memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	atomic_store_explicit(&h[HC_HIST_BUCKETS], atomic_load_explicit(&h[HC_HIST_BUCKETS], memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
 /* A keyed page not in L3 became READY, or reached its hits: tell the
  * service, whose write policy may want it in L3 (layout.h, the service
  * record).  No syscall unless the service sleeps and wants it now. */

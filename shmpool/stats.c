@@ -60,6 +60,28 @@ const char *hc_hist_help(unsigned i)
 	return i < HC_HIST__COUNT ? hist_help[i] : NULL;
 }
 
+static const char *const tier_names[] = {
+#define X(name, help) #name,
+	HC_TIERS(X)
+#undef X
+};
+
+static const char *const tier_help[] = {
+#define X(name, help) help,
+	HC_TIERS(X)
+#undef X
+};
+
+const char *hc_tier_name(unsigned i)
+{
+	return i < HC_TIER__COUNT ? tier_names[i] : NULL;
+}
+
+const char *hc_tier_help(unsigned i)
+{
+	return i < HC_TIER__COUNT ? tier_help[i] : NULL;
+}
+
 uint64_t hc_hist_bound_us(unsigned bucket)
 {
 	return bucket + 1 < HC_HIST_BUCKETS ? UINT64_C(16) << bucket : UINT64_MAX;
@@ -84,6 +106,17 @@ static void service_gauges(const struct hc_pool *p, struct hc_stats *out)
 	out->stage_parked_writes = atomic_load_explicit(&sv->parked_writes, memory_order_relaxed);
 }
 
+/* Add a row's histogram (its buckets, then its sum) to h. */
+static void hist_add(struct hc_hist *h, const _Atomic uint64_t *w)
+{
+	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
+		uint64_t v = atomic_load_explicit(&w[b], memory_order_relaxed);
+		h->bucket[b] += v;
+		h->count += v;
+	}
+	h->sum += atomic_load_explicit(&w[HC_HIST_BUCKETS], memory_order_relaxed);
+}
+
 int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 {
 	uint32_t engines[HC_MAX_RANKS];
@@ -95,17 +128,13 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 		for (unsigned c = 0; c < HC_CTR__COUNT; c++)
 			out->counter[c] += atomic_load_explicit(&p->stats[(size_t)row * HC_STATS_ROW_WORDS + c],
 								memory_order_relaxed);
-	for (unsigned row = 0; row <= p->g.max_ranks; row++)
-		for (unsigned h = 0; h < HC_HIST__COUNT; h++) {
-			const _Atomic uint64_t *w = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + HC_STATS_HIST_WORD +
-							      h * HC_STATS_HIST_WORDS];
-			for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
-				uint64_t v = atomic_load_explicit(&w[b], memory_order_relaxed);
-				out->hist[h].bucket[b] += v;
-				out->hist[h].count += v;
-			}
-			out->hist[h].sum_us += atomic_load_explicit(&w[HC_HIST_BUCKETS], memory_order_relaxed);
-		}
+	for (unsigned row = 0; row <= p->g.max_ranks; row++) {
+		const _Atomic uint64_t *r = &p->stats[(size_t)row * HC_STATS_ROW_WORDS];
+		for (unsigned h = 0; h < HC_HIST__COUNT; h++)
+			hist_add(&out->hist[h], r + HC_STATS_HIST_WORD + h * HC_STATS_HIST_WORDS);
+		for (unsigned t = 0; t < HC_TIER__COUNT; t++)
+			hist_add(&out->tokens[t], r + HC_STATS_TOKENS_WORD + t * HC_STATS_HIST_WORDS);
+	}
 	for (uint32_t id = 0; id < p->g.npages; id++) {
 		uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
 		struct hc__holds h;

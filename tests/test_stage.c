@@ -216,6 +216,16 @@ START_TEST(write_then_read_frees_every_page)
 	ck_assert_uint_eq(ctr(p, HC_CTR_stage_grant_pages), 8);
 	ck_assert_uint_ge(ctr(p, HC_CTR_stage_released), 16);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 8);
+	{
+		/* tokens by tier: the prefetch read 8 pages of 16 tokens from
+		 * L3; its take is not an L2 hit */
+		struct hc_stats st;
+		ck_assert_ok(hc_pool_stats(p, &st));
+		ck_assert_uint_eq(st.tokens[HC_TIER_l3].count, 1);
+		ck_assert_uint_eq(st.tokens[HC_TIER_l3].sum, 8 * 16);
+		ck_assert_uint_eq(st.tokens[HC_TIER_l3].bucket[4], 1); /* 128: [128, 256) */
+		ck_assert_uint_eq(st.tokens[HC_TIER_l2].sum, 0);
+	}
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }

@@ -851,7 +851,8 @@ START_TEST(stat_formats)
 						;
 			ck_assert_msg(k < nt, "sample before its HELP and TYPE: %s", l);
 			if (!strcmp(types[k], "histogram")) {
-				ck_assert_msg(strstr(labels, ",kind=\""), "a histogram sample without its kind: %s", l);
+				ck_assert_msg(strstr(labels, ",kind=\"") || strstr(labels, ",tier=\""),
+					      "a histogram sample without its kind or tier: %s", l);
 				samples++;
 				continue;
 			}
@@ -862,8 +863,9 @@ START_TEST(stat_formats)
 		}
 		free(buf);
 		ck_assert_uint_eq(nh, nt);
-		ck_assert_uint_eq(nt, 1 + HC_CLI_NGAUGES + HC_CTR__COUNT + 1);
-		ck_assert_uint_eq(samples, 5 + HC_CLI_NGAUGES + HC_CTR__COUNT + HC_HIST__COUNT * (HC_HIST_BUCKETS + 2));
+		ck_assert_uint_eq(nt, 1 + HC_CLI_NGAUGES + HC_CTR__COUNT + 2);
+		ck_assert_uint_eq(samples, 5 + HC_CLI_NGAUGES + HC_CTR__COUNT +
+						   (HC_HIST__COUNT + HC_TIER__COUNT) * (HC_HIST_BUCKETS + 2));
 	}
 	snprintf(want, sizeof(want), "\nhicache_hits_total{pool=\"%s\"} 20\n", name);
 	ck_assert_out_has(want);

@@ -74,6 +74,27 @@ uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q)
 }
 
 /* Pool names are [A-Za-z0-9_.-] (hc_pool_name_valid): no label escaping needed. */
+/* One histogram's _bucket, _sum and _count samples, with label key=val;
+ * bounds are divided by scale (1e6: microseconds as seconds). */
+static void prom_hist(FILE *f, const char *family, const char *pool, const char *key, const char *val,
+		      const struct hc_hist *x, double scale)
+{
+	uint64_t cum = 0;
+
+	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
+		uint64_t bound = hc_hist_bound_us(b);
+		cum += x->bucket[b];
+		if (bound == UINT64_MAX)
+			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", family, pool, key, val,
+				cum);
+		else
+			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", family, pool, key, val,
+				(double)bound / scale, cum);
+	}
+	fprintf(f, "hicache_%s_sum{pool=\"%s\",%s=\"%s\"} %g\n", family, pool, key, val, (double)x->sum / scale);
+	fprintf(f, "hicache_%s_count{pool=\"%s\",%s=\"%s\"} %" PRIu64 "\n", family, pool, key, val, x->count);
+}
+
 void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st)
 {
 	struct hc_cli_metric g[HC_CLI_NGAUGES], c[HC_CTR__COUNT];
@@ -95,22 +116,10 @@ void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_s
 	}
 	hc_cli_prom_family(f, "request_seconds", "histogram",
 			   "the service's requests by kind, from taking one off its rank's ring to posting its answer");
-	for (unsigned h = 0; h < HC_HIST__COUNT; h++) {
-		const struct hc_hist *x = &st->hist[h];
-		uint64_t cum = 0;
-		for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
-			uint64_t bound = hc_hist_bound_us(b);
-			cum += x->bucket[b];
-			if (bound == UINT64_MAX)
-				fprintf(f, "hicache_request_seconds_bucket{pool=\"%s\",kind=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
-					in->name, hc_hist_name(h), cum);
-			else
-				fprintf(f, "hicache_request_seconds_bucket{pool=\"%s\",kind=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-					in->name, hc_hist_name(h), (double)bound / 1e6, cum);
-		}
-		fprintf(f, "hicache_request_seconds_sum{pool=\"%s\",kind=\"%s\"} %g\n", in->name, hc_hist_name(h),
-			(double)x->sum_us / 1e6);
-		fprintf(f, "hicache_request_seconds_count{pool=\"%s\",kind=\"%s\"} %" PRIu64 "\n", in->name,
-			hc_hist_name(h), x->count);
-	}
+	for (unsigned h = 0; h < HC_HIST__COUNT; h++)
+		prom_hist(f, "request_seconds", in->name, "kind", hc_hist_name(h), &st->hist[h], 1e6);
+	hc_cli_prom_family(f, "request_tokens", "histogram",
+			   "tokens per request by the tier that served them: l2, a lookup's hit; l3, what a prefetch read from L3");
+	for (unsigned t = 0; t < HC_TIER__COUNT; t++)
+		prom_hist(f, "request_tokens", in->name, "tier", hc_tier_name(t), &st->tokens[t], 1);
 }

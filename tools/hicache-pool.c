@@ -1179,6 +1179,30 @@ static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, 
 		printf("  %-10s %8" PRIu64 " requests, mean %8.1f, p50 %9s, p99 %9s\n", hc_hist_name(h), x->count,
 		       x->count ? (double)x->sum_us / (double)x->count : 0.0, x->count ? b50 : "-", x->count ? b99 : "-");
 	}
+	printf("tokens per request by tier (l2: per lookup, its hit; l3: per prefetch, read from L3):\n");
+	for (unsigned t = 0; t < HC_TIER__COUNT; t++) {
+		const struct hc_hist *x = &st->tokens[t];
+		printf("  %-10s %8" PRIu64 " requests, %12" PRIu64 " tokens, mean %10.1f\n", hc_tier_name(t), x->count, x->sum,
+		       x->count ? (double)x->sum / (double)x->count : 0.0);
+	}
+}
+
+/* {count, SUM, buckets: [{LT, count}...]} of one histogram. */
+static struct json_object *hist_json(const struct hc_hist *h, const char *sum, const char *lt)
+{
+	struct json_object *k = json_object_new_object(), *b = json_object_new_array();
+
+	jadd_u64(k, "count", h->count);
+	jadd_u64(k, sum, h->sum);
+	for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
+		struct json_object *e = json_object_new_object();
+		uint64_t bound = hc_hist_bound_us(i);
+		json_object_object_add(e, lt, bound == UINT64_MAX ? NULL : json_object_new_int64((int64_t)bound));
+		jadd_u64(e, "count", h->bucket[i]);
+		json_object_array_add(b, e);
+	}
+	json_object_object_add(k, "buckets", b);
+	return k;
 }
 
 static struct json_object *stat_json(const struct hc_pool_info *in, const struct hc_stats *st,
@@ -1201,21 +1225,13 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 	json_object_object_add(o, "counters", x);
 	json_object_object_add(o, "hit_ratio", hr < 0 ? NULL : json_object_new_double(hr));
 	x = json_object_new_object();
-	for (unsigned h = 0; h < HC_HIST__COUNT; h++) {
-		struct json_object *k = json_object_new_object(), *b = json_object_new_array();
-		jadd_u64(k, "count", st->hist[h].count);
-		jadd_u64(k, "sum_us", st->hist[h].sum_us);
-		for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
-			struct json_object *e = json_object_new_object();
-			uint64_t bound = hc_hist_bound_us(i);
-			json_object_object_add(e, "lt_us", bound == UINT64_MAX ? NULL : json_object_new_int64((int64_t)bound));
-			jadd_u64(e, "count", st->hist[h].bucket[i]);
-			json_object_array_add(b, e);
-		}
-		json_object_object_add(k, "buckets", b);
-		json_object_object_add(x, hc_hist_name(h), k);
-	}
+	for (unsigned h = 0; h < HC_HIST__COUNT; h++)
+		json_object_object_add(x, hc_hist_name(h), hist_json(&st->hist[h], "sum_us", "lt_us"));
 	json_object_object_add(o, "latency", x);
+	x = json_object_new_object();
+	for (unsigned t = 0; t < HC_TIER__COUNT; t++)
+		json_object_object_add(x, hc_tier_name(t), hist_json(&st->tokens[t], "sum", "lt"));
+	json_object_object_add(o, "tokens", x);
 	return o;
 }
 

@@ -502,7 +502,24 @@ enum hc_hist_kind {
 #define HC_HIST_BUCKETS 16
 struct hc_hist {
 	uint64_t bucket[HC_HIST_BUCKETS];
-	uint64_t count, sum_us;
+	uint64_t count;
+	union {
+		uint64_t sum_us;   /* latency histograms: microseconds, summed */
+		uint64_t sum;      /* token histograms: tokens, summed */
+	};
+};
+
+/* Tokens per request by the tier that served them, X(name, help); the
+ * buckets are hc_hist_bound_us's bounds, read as tokens. */
+#define HC_TIERS(X) \
+	X(l2, "tokens a prefix lookup found READY in the pool (its hit), per lookup") \
+	X(l3, "tokens a prefetch request's own reads brought from L3, per request")
+
+enum hc_tier {
+#define HC_X_ENUM(name, help) HC_TIER_##name,
+	HC_TIERS(HC_X_ENUM)
+#undef HC_X_ENUM
+	HC_TIER__COUNT
 };
 
 struct hc_stats {
@@ -516,6 +533,7 @@ struct hc_stats {
 	uint32_t stage_read_pages, stage_write_pages, stage_parked_reads, stage_parked_writes;
 	uint64_t counter[HC_CTR__COUNT];
 	struct hc_hist hist[HC_HIST__COUNT];
+	struct hc_hist tokens[HC_TIER__COUNT]; /* by enum hc_tier */
 };
 HC_API int hc_pool_stats(hc_pool *pool, struct hc_stats *out);
 HC_API const char *hc_counter_name(unsigned i);
@@ -525,6 +543,9 @@ HC_API const char *hc_counter_help(unsigned i);
 HC_API const char *hc_hist_name(unsigned i);
 HC_API const char *hc_hist_help(unsigned i);
 HC_API uint64_t hc_hist_bound_us(unsigned bucket);
+/* A tier's name and help (NULL past HC_TIER__COUNT). */
+HC_API const char *hc_tier_name(unsigned i);
+HC_API const char *hc_tier_help(unsigned i);
 
 /* Every invariant across structures; report() gets one line per violation.
  * Returns the count of violations, or a negative errno. */
