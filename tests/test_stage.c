@@ -598,6 +598,90 @@ START_TEST(many_ranks_under_pressure)
 }
 END_TEST
 
+/* SIGKILL of the service while ranks write and read through it: the ranks
+ * see their requests fail, a restarted service frees what was staged, and
+ * nothing is left behind; every byte read back is right. */
+struct churn {
+	_Atomic int stop, bad, rounds, next;
+};
+
+static void churn_rank(hc_pool *p, void *arg)
+{
+	struct churn *c = arg;
+
+	while (!atomic_load(&c->stop)) {
+		hc_key_t k[4];
+		hc_page_t pg[4], got[4];
+		uint8_t skip[4];
+		struct hc_reserve_req rr = { .keys = k, .nkeys = 4 };
+		struct hc_prefetch_req pr = { .keys = k, .nkeys = 4, .policy = HC_PREFETCH_WAIT_COMPLETE };
+		hc_req *g = NULL, *b = NULL, *rq = NULL;
+		int h;
+		hct_keys(k, 4, 5000 + (uint32_t)atomic_fetch_add(&c->next, 1));
+		if (hc_req_stage(p, 4, 0, &g) < 0 || hc_req_wait(g, 5000) != 4 ||
+		    hc_reserve(p, &rr, pg, skip) != 4) {
+			hc_req_free(g); /* no service now, or no room yet: later */
+			usleep(20000);
+			continue;
+		}
+		for (int i = 0; i < 4; i++) {
+			uint32_t pres;
+			ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 1), 0);
+			ck_assert_ok(hc_page_presence(p, pg[i], &pres));
+			ck_assert_int_eq(hc_page_commit(p, pg[i], hc_page_needed(p, pres)), 1);
+		}
+		if (hc_req_backup(p, pg, 4, &b) == 0)
+			hc_req_wait(b, 5000);
+		hc_req_free(b);
+		hc_req_free(g);
+		if (hc_req_prefetch(p, &pr, &rq) < 0)
+			continue;
+		h = hc_req_prefetch_take(rq, got, NULL);
+		for (int i = 0; i < h; i++) {
+			if (hct_key_bytes(p, got[i], k[i], 0) != 0)
+				atomic_fetch_add(&c->bad, 1);
+			ck_assert_ok(hc_page_unpin(p, got[i]));
+		}
+		hc_req_free(rq);
+		atomic_fetch_add(&c->rounds, 1);
+	}
+}
+
+START_TEST(service_killed_mid_transfer)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 32, 8);
+	struct hc_service_opts o = opts(0, 0);
+	struct churn *c = hct_shared(sizeof(*c));
+	pid_t svc = hct_service_child(name, &o), kids[2];
+	int st;
+
+	for (int i = 0; i < 2; i++)
+		kids[i] = hct_spawn(name, churn_rank, c);
+	for (int i = 0; i < 200 && atomic_load(&c->rounds) < 10; i++)
+		usleep(10000);
+	kill(svc, SIGKILL);
+	ck_assert_int_eq(waitpid(svc, &st, 0), svc);
+	usleep(100000);
+	svc = hct_service_child(name, &o);
+	int before = atomic_load(&c->rounds);
+	for (int i = 0; i < 500 && atomic_load(&c->rounds) < before + 10; i++)
+		usleep(10000);
+	ck_assert_int_ge(atomic_load(&c->rounds), before + 10); /* the restarted service serves */
+	atomic_store(&c->stop, 1);
+	for (int i = 0; i < 2; i++) {
+		st = hct_wait_child(kids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d status 0x%x", i, st);
+	}
+	ck_assert_int_eq(c->bad, 0);
+	ck_assert(drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	WAIT_GAUGE(p, stage_write, 0);
+	ck_assert_int_eq(hct_service_child_stop(svc), 0);
+	finish(p, name);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("stage");
@@ -615,6 +699,7 @@ static Suite *suite(void)
 	tcase_add_test(t, restart_frees_leftovers);
 	tcase_add_test(t, dead_rank_gives_back);
 	tcase_add_test(t, many_ranks_under_pressure);
+	tcase_add_test(t, service_killed_mid_transfer);
 	suite_add_tcase(s, t);
 	return s;
 }
