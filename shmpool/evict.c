@@ -83,7 +83,7 @@ static int candidate(const struct hc_pool *p, uint32_t id, uint64_t *w)
 	*w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
 	return hc__w_state(*w) == HC_PAGE_READY &&
 	       (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & need) == need &&
-	       !hc__held_anywhere(p, id);
+	       !hc__held_anywhere(p, id) && !(hc__spare.n && hc__spared(id));
 }
 
 /* Retire one victim: to us (out) or to FREE (out NULL). */

@@ -179,6 +179,15 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
+/* reserve.c: the pages the reservation running on this thread found READY
+ * (sorted ids): evict.c never picks them to make room for it. */
+struct hc__spare {
+	const uint32_t *ids;
+	unsigned n;
+};
+extern _Thread_local struct hc__spare hc__spare;
+int hc__spared(uint32_t id);
+
 /* hc_lookup's private flag: the lookup is a prefetch's take (req.c). */
 #define HC__LOOKUP_TAKE 0x80000000u
 

@@ -18,14 +18,16 @@
 
 #include "pool.h"
 
-/* What the index says about a key right now: 0 absent, or HC_SKIP_*. */
-static int key_status(struct hc_pool *p, const struct hc__khash *kh)
+/* What the index says about a key right now: 0 absent, or HC_SKIP_*; the
+ * page in *idp when there is one. */
+static int key_status_id(struct hc_pool *p, const struct hc__khash *kh, uint32_t *idp)
 {
 	int64_t id = hc__index_find(p, kh);
 	uint64_t w;
 
 	if (id < 0)
 		return 0;
+	*idp = (uint32_t)id;
 	w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
 	if (!hc__page_key_is(p, (uint32_t)id, kh))
 		return 0;
@@ -39,6 +41,27 @@ static int key_status(struct hc_pool *p, const struct hc__khash *kh)
 	default:
 		return 0;
 	}
+}
+
+static int key_status(struct hc_pool *p, const struct hc__khash *kh)
+{
+	uint32_t id;
+
+	return key_status_id(p, kh, &id);
+}
+
+_Thread_local struct hc__spare hc__spare;
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+int hc__spared(uint32_t id)
+{
+	return bsearch(&id, hc__spare.ids, hc__spare.n, sizeof(id), cmp_u32) != NULL;
 }
 
 int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
@@ -80,19 +103,30 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 	const uint32_t presence = req->presence ? req->presence : (1u << p->g.ncomp) - 1;
 	struct hc__khash *kh = malloc((size_t)n * sizeof(*kh));
 	hc_page_t *pool = malloc((size_t)n * sizeof(*pool));
-	unsigned want = 0, have = 0, used = 0, done = 0;
+	uint32_t *ready = malloc((size_t)n * sizeof(*ready));
+	unsigned want = 0, have = 0, used = 0, done = 0, nready = 0;
 	int ret = 0;
 
-	if (!kh || !pool) {
+	if (!kh || !pool || !ready) {
 		ret = hc__err(ENOMEM, "reserve: no memory for %u keys", n);
 		goto out;
 	}
 	for (unsigned i = 0; i < n; i++) {
+		uint32_t id;
+		int st;
 		hc__key_hash(p, req->keys[i], &kh[i]);
 		pages[i] = HC_PAGE_NONE;
 		skip[i] = 0;
-		want += key_status(p, &kh[i]) == 0;
+		st = key_status_id(p, &kh[i], &id);
+		want += st == 0;
+		if (st == HC_SKIP_READY)
+			ready[nready++] = id;
 	}
+	/* Room for this call is never made by evicting the pages it found
+	 * READY: it would reserve their keys again, or fail for want of the
+	 * very pages it took. */
+	qsort(ready, nready, sizeof(*ready), cmp_u32);
+	hc__spare = (struct hc__spare){ ready, nready };
 	if (want && (ret = hc__alloc(p, want, presence, pool, "reserve")) < 0)
 		goto out;
 	have = want;
@@ -146,8 +180,10 @@ fail:
 	undo(p, pages, skip, done);
 	hc__alloc_undo(p, pool + used, have - used);
 out:
+	hc__spare = (struct hc__spare){ NULL, 0 };
 	free(kh);
 	free(pool);
+	free(ready);
 	return ret;
 }
 

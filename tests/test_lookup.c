@@ -220,6 +220,26 @@ START_TEST(reserve_takes_exactly_the_free_pages)
 }
 END_TEST
 
+/* Room for a reservation is never made by evicting the pages it found
+ * READY, even when they are the oldest in the pool. */
+START_TEST(reserve_spares_its_own_ready_pages)
+{
+	hc_key_t k[8], fill[62];
+	hc_page_t pages[8];
+	uint8_t skip[8];
+	struct hc_reserve_req rr = { .keys = k, .nkeys = 8 };
+
+	hct_keys(k, 8, 23);
+	hct_keys(fill, 62, 24);
+	ck_assert_int_eq(hct_store(pool, k + 4, 4, 4), 4);   /* keys 4..7: the oldest */
+	ck_assert_int_eq(hct_store(pool, fill, 58, 0), 58);  /* 2 pages left free */
+	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 4); /* 2 free, 2 evicted */
+	ck_assert_int_eq(hct_hit(pool, k + 4, 4), 4);
+	ck_assert_int_eq(hct_hit(pool, fill, 58), 0); /* the victims were others' */
+	ck_assert_ok(hc_page_abort(pool, pages, 4));
+}
+END_TEST
+
 /* Store keys[first..first+n) with one presence mask: the count stored. */
 static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned n, uint32_t presence)
 {
@@ -414,6 +434,7 @@ int main(void)
 	tcase_add_test(tc, store_then_find);
 	tcase_add_test(tc, findable_only_when_ready);
 	tcase_add_test(tc, reserve_takes_exactly_the_free_pages);
+	tcase_add_test(tc, reserve_spares_its_own_ready_pages);
 	tcase_add_test(tc, abort_unkeys);
 	tcase_add_test(tc, other_fingerprint_finds_nothing);
 	tcase_add_test(tc, lookup_pin_holds_against_eviction);
