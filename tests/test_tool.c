@@ -1127,6 +1127,7 @@ START_TEST(top_samples)
 	ck_assert_out_has("pages:  free 13 (81%)");
 	ck_assert_out_has("lookups");
 	ck_assert_out_has("per second");
+	ck_assert_out_has("L3 bandwidth: backup 0.0 MB/s, prefetch 0.0 MB/s; tokens/s: ");
 	ck_assert_msg(!strstr(r.out, "\033["), "not a terminal: no escape codes");
 	ck_assert_msg(strstr(strstr(r.out, "hicache-pool top") + 1, "hicache-pool top"), "two samples:\n%s", r.out);
 	ck_assert_tool(2, "top", name, "--interval", "5");

@@ -1616,6 +1616,12 @@ static void top_signal(int sig)
 }
 
 /* One screen: pages by state, gauges, and the counters that moved. */
+/* Counter c's rate between two samples secs apart. */
+static double rate(const struct hc_stats *st, const struct hc_stats *prev, unsigned c, double secs)
+{
+	return secs > 0 ? (double)(st->counter[c] - prev->counter[c]) / secs : 0.0;
+}
+
 static void top_screen(const struct hc_pool_info *in, const struct hc_stats *st, const struct hc_stats *prev,
 		       const struct hc_stats *first, double secs, int tty)
 {
@@ -1635,12 +1641,15 @@ static void top_screen(const struct hc_pool_info *in, const struct hc_stats *st,
 	printf("\n");
 	for (unsigned i = 0; i < HC_CLI_NGAUGES; i++)
 		printf("%s%s %" PRIu64, i % 5 ? "  " : (i ? "\n" : ""), g[i].name, g[i].value);
-	printf("\n\n  %-24s %16s %14s\n", "counter", "total", "per second");
+	printf("\nL3 bandwidth: backup %.1f MB/s, prefetch %.1f MB/s; tokens/s: %.0f from L2 hits, %.0f from L3\n",
+	       rate(st, prev, HC_CTR_l3_backup_bytes, secs) / 1e6, rate(st, prev, HC_CTR_l3_prefetch_bytes, secs) / 1e6,
+	       secs > 0 ? (double)(st->tokens[HC_TIER_l2].sum - prev->tokens[HC_TIER_l2].sum) / secs : 0.0,
+	       secs > 0 ? (double)(st->tokens[HC_TIER_l3].sum - prev->tokens[HC_TIER_l3].sum) / secs : 0.0);
+	printf("\n  %-24s %16s %14s\n", "counter", "total", "per second");
 	for (unsigned i = 0; i < HC_CTR__COUNT; i++) {
 		if (st->counter[i] == first->counter[i] && !st->counter[i])
 			continue;
-		printf("  %-24s %16" PRIu64 " %14.1f\n", c[i].name, st->counter[i],
-		       secs > 0 ? (double)(st->counter[i] - prev->counter[i]) / secs : 0.0);
+		printf("  %-24s %16" PRIu64 " %14.1f\n", c[i].name, st->counter[i], rate(st, prev, i, secs));
 	}
 	fflush(stdout);
 }
