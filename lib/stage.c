@@ -39,7 +39,8 @@
 
 #define NEED_BUCKETS 4096    /* keys of prefetches in flight: thousands */
 #define REPARK_RETRY_MS 100  /* a job that found no room tries again after a release, or this */
-#define PUMP_MS 1            /* while something waits: look again this often */
+#define PUMP_MS 1            /* while a request waits for room: look again this often */
+#define SWEEP_IDLE_MS 10     /* else free what has ended at least this often */
 #define EXPIRE_EVERY_MS 100  /* dead ranks and overdue holds, looked for this often */
 
 /* A key named by prefetches a rank may still take: how many. */
@@ -87,7 +88,7 @@ struct stage {
 	uint32_t *at;            /* per page: its index in rel, + 1; 0: not there */
 	uint16_t *pending;       /* per page: backups naming it, not done with it */
 	uint64_t seq;            /* pages freed so far */
-	uint64_t last_expire_ms;
+	uint64_t last_expire_ms, last_sweep_ms;
 };
 
 static uint64_t ms_now(void)
@@ -675,14 +676,21 @@ void hc__stage_pump(hc_service *s, int *wait_ms)
 {
 	struct stage *st = s->stage;
 	uint64_t now = ms_now();
+	int waiting;
 
 	pthread_mutex_lock(&s->mu);
 	expire(s, now);
-	if (st->nrel)
+	/* Pages come back when ranks let go of them, which the service is not
+	 * told: look often while a request waits for room, seldom otherwise
+	 * (a sweep walks every page still to be freed). */
+	waiting = st->parked_r || st->parked_w;
+	if (st->nrel && (waiting || now - st->last_sweep_ms >= SWEEP_IDLE_MS)) {
 		sweep(s);
+		st->last_sweep_ms = now;
+	}
 	admit(s);
-	if (wait_ms && (st->parked_r || st->parked_w || st->nrel) && *wait_ms > PUMP_MS)
-		*wait_ms = PUMP_MS;
+	if (wait_ms && (waiting || st->nrel))
+		*wait_ms = *wait_ms < (waiting ? PUMP_MS : SWEEP_IDLE_MS) ? *wait_ms : (waiting ? PUMP_MS : SWEEP_IDLE_MS);
 	pthread_mutex_unlock(&s->mu);
 }
 
