@@ -395,9 +395,10 @@ int hc__stage_cancel(hc_service *s, const struct waiter *w)
 void hc__stage_release(hc_service *s, hc_page_t page, int read)
 {
 	struct stage *st = s->stage;
-
 	uint32_t id = HC_PAGE_ID(page);
 
+	if (id >= s->p->g.npages)
+		return; /* a rank's bad handle: nothing of ours */
 	pthread_mutex_lock(&s->mu);
 	if (st->at[id]) {
 		/* Listed already (the writer and a rank's backup both wrote it,
