@@ -450,6 +450,14 @@ START_TEST(bad_requests)
 	ck_assert_ok(hc_req_stage(p, 19, 0, &r));
 	ck_assert_int_eq(hc_req_wait(r, 10000), -E2BIG);
 	ck_assert_ok(hc_req_free(r));
+	/* a backup of a page the pool does not have stops before it, and the
+	 * arbiter keeps nothing of it */
+	{
+		hc_page_t bogus = HC_PAGE_MAKE(1000000, 1);
+		ck_assert_ok(hc_req_backup(p, &bogus, 1, &r));
+		ck_assert_int_eq(hc_req_wait(r, 10000), 0); /* none of the first pages is in L3 */
+		ck_assert_ok(hc_req_free(r));
+	}
 	/* nothing is evicted from a buffer_only pool */
 	ck_assert_err(hc_evict(p, 1), EOPNOTSUPP);
 	ck_assert_msg_has("buffer_only");
