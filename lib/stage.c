@@ -257,6 +257,7 @@ static void admit(hc_service *s)
 			hc__svc_count(s, HC_CTR_stage_grants, 1);
 			hc__svc_count(s, HC_CTR_stage_grant_pages, g->n);
 			hc__svc_count(s, HC_CTR_req_done, 1);
+			gauges(s); /* first: whoever sees the grant sees it counted */
 			hc__svc_post(s, &g->w, (int)g->n, 0);
 		}
 	gauges(s);
