@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <hicache/service.h>
 
@@ -185,14 +184,6 @@ int hc_service_info(hc_pool *p, struct hc_service_info *out)
 		out->parked_writes = atomic_load_explicit(&s->parked_writes, memory_order_relaxed);
 	}
 	return 0;
-}
-
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static int no_service(hc_pool *p, const char *op)
@@ -405,7 +396,7 @@ int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
 	rq->policy = req->policy;
 	rq->prio = (uint8_t)req->prio;
 	wait_ms = req->timeout_ms + ((uint64_t)req->timeout_us_per_page * req->nkeys + 999) / 1000;
-	rq->deadline_ms = ms_now() + wait_ms;
+	rq->deadline_ms = hc__mono_ms() + wait_ms;
 	return submit_req(p, op, HC__OP_PREFETCH, &a, sizeof(a), req->keys, req->nkeys, sizeof(hc_key_t), rq, out);
 }
 
@@ -577,7 +568,7 @@ int hc_req_wait(hc_req *rq, int timeout_ms)
 
 	if (!rq || !rq->p)
 		return hc__err(EINVAL, "L3 request: %s", rq ? "its pool was detached" : "the request is NULL");
-	deadline = timeout_ms < 0 ? UINT64_MAX : ms_now() + (uint64_t)timeout_ms;
+	deadline = timeout_ms < 0 ? UINT64_MAX : hc__mono_ms() + (uint64_t)timeout_ms;
 	w = (struct waitarg){ rq->p->reqs, rq };
 	for (;;) {
 		uint64_t now;
@@ -589,7 +580,7 @@ int hc_req_wait(hc_req *rq, int timeout_ms)
 			return r;
 		if (r)
 			return result_of(rq);
-		now = ms_now();
+		now = hc__mono_ms();
 		if (now >= deadline)
 			return hc__err(ETIMEDOUT, "L3 request: not done after %d ms; it goes on", timeout_ms);
 		/* Sleep in slices, to notice a service that died. */
@@ -617,7 +608,7 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 	if (rq->policy == HC_PREFETCH_WAIT_COMPLETE) {
 		hc_req_wait(rq, -1);
 	} else if (rq->policy == HC_PREFETCH_TIMEOUT) {
-		uint64_t now = ms_now();
+		uint64_t now = hc__mono_ms();
 		if (now < rq->deadline_ms)
 			hc_req_wait(rq, (int)(rq->deadline_ms - now < INT32_MAX ? rq->deadline_ms - now : INT32_MAX));
 		else

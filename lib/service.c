@@ -41,14 +41,6 @@
 #define RECOVER_MS 100 /* and recover the dead ones */
 #define LOCK_WAIT_MS 100 /* a prober holds the service lock for microseconds */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Check a request's fields and copy its arguments out: the item size, or -errno. */
 static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
 {
@@ -222,7 +214,7 @@ static int serve_slot(hc_service *s, unsigned slot)
 			done++;
 			w.user_data = e.user_data;
 			w.op = e.op;
-			w.t0_ns = now_ns();
+			w.t0_ns = hc__mono_ns();
 			if (e.op == HC__OP_STAGE)
 				hc__svc_count(s, HC_CTR_svc_requests, 1);
 			if ((r = hc__stage_request(s, &e, &w)) < 0 && e.op == HC__OP_STAGE) {
@@ -246,7 +238,7 @@ static int serve_slot(hc_service *s, unsigned slot)
 		}
 		w.user_data = e.user_data;
 		w.op = e.op;
-		w.t0_ns = now_ns();
+		w.t0_ns = hc__mono_ns();
 		if (e.op == HC__OP_BACKEND && size > 0) {
 			r = s->args[e.arg_len - 1] ? -EINVAL : backend_change(s, (const char *)s->args, slot);
 			post(s, slot, epoch, e.user_data, r, 0);
@@ -340,14 +332,6 @@ static void started(hc_service *s, int r)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* The transfer engine's gauges, in the service record for tools. */
 static void gauges(hc_service *s)
 {
@@ -418,14 +402,14 @@ static void *service_main(void *arg)
 	}
 	started(s, 0);
 	recover(s);
-	last_recover = ms_now();
+	last_recover = hc__mono_ms();
 	while (!atomic_load(&s->stop)) {
 		uint32_t hwm = atomic_load_explicit(&s->p->hdr->slots_hwm, memory_order_acquire);
 		uint64_t now;
 		int did = 0, wait_ms = IDLE_MS;
 		for (unsigned i = 0; i < hwm && i < s->p->g.max_ranks; i++)
 			did += serve_slot(s, i);
-		if ((now = ms_now()) - last_recover >= RECOVER_MS) {
+		if ((now = hc__mono_ms()) - last_recover >= RECOVER_MS) {
 			recover(s);
 			if (s->st)
 				hc__store_poll(s->st); /* late completions of ops given up on */

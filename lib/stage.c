@@ -33,7 +33,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "svc.h"
 
@@ -90,14 +89,6 @@ struct stage {
 	uint64_t seq;            /* pages freed so far */
 	uint64_t last_expire_ms, last_sweep_ms;
 };
-
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- keys still wanted by a rank */
 
@@ -218,7 +209,7 @@ static void admit(hc_service *s)
 			struct job *j = st->rh[c];
 			if (j->park_seq == st->seq + 1) { /* it found no room: wait for a release */
 				if (!now)
-					now = ms_now();
+					now = hc__mono_ms();
 				if (now - j->parked_ms < REPARK_RETRY_MS) {
 					blocked = 1;
 					break;
@@ -251,7 +242,7 @@ static void admit(hc_service *s)
 				st->wt[c] = NULL;
 			st->parked_w--;
 			st->W += g->n;
-			g->t_ms = now ? now : (now = ms_now());
+			g->t_ms = now ? now : (now = hc__mono_ms());
 			g->next = st->given;
 			st->given = g;
 			hc__svc_count(s, HC_CTR_stage_grants, 1);
@@ -278,7 +269,7 @@ void hc__stage_park(hc_service *s, struct job *j)
 	st->rt[c] = j;
 	st->parked_r++;
 	if (!j->parked_ms)
-		j->parked_ms = ms_now();
+		j->parked_ms = hc__mono_ms();
 	admit(s);
 	if (j->staged == 0 && !j->repark) /* still parked: it waits */
 		hc__svc_count(s, HC_CTR_stage_parked_reads, 1);
@@ -291,7 +282,7 @@ void hc__stage_repark(hc_service *s, struct job *j)
 
 	/* At the head of its class: it was first, and stays first. */
 	j->repark = 0;
-	j->parked_ms = ms_now();
+	j->parked_ms = hc__mono_ms();
 	j->park_seq = st->seq + 1;
 	j->next = st->rh[c];
 	st->rh[c] = j;
@@ -490,7 +481,7 @@ int hc__stage_prefetch(hc_service *s, const struct waiter *w, const hc_key_t *ke
 	}
 	memcpy(a->keys, keys, (size_t)n * sizeof(hc_key_t));
 	a->w = *w;
-	a->t_ms = ms_now();
+	a->t_ms = hc__mono_ms();
 	pthread_mutex_lock(&s->mu);
 	for (uint32_t i = 0; i < n && r == 0; i++)
 		if ((r = need_add(st, keys[i], +1)) < 0)
@@ -559,7 +550,7 @@ int hc__stage_request(hc_service *s, const struct hc__sqe *e, const struct waite
 		return -ENOMEM;
 	g->w = *w;
 	g->n = e->n;
-	g->t_ms = ms_now();
+	g->t_ms = hc__mono_ms();
 	pthread_mutex_lock(&s->mu);
 	if (st->wt[e->prio])
 		st->wt[e->prio]->next = g;
@@ -677,7 +668,7 @@ static void sweep(hc_service *s)
 void hc__stage_pump(hc_service *s, int *wait_ms)
 {
 	struct stage *st = s->stage;
-	uint64_t now = ms_now();
+	uint64_t now = hc__mono_ms();
 	int waiting;
 
 	pthread_mutex_lock(&s->mu);

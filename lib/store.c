@@ -164,14 +164,6 @@ struct call {
 	unsigned ndelayed;       /* waiting to be retried */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* For messages, by enum hc_be_opcode. */
 static const char *const op_name[] = { "", "get", "put", "exists", "delete" };
 
@@ -537,7 +529,7 @@ static void submit_pending(struct call *c)
 	for (unsigned i = 0; i < c->npend; i++) {
 		struct op *o = c->pend[i];
 		o->be.user_data = (uint64_t)++st->use[o->block] << 32 | o->block;
-		o->deadline_ns = now_ns() + (uint64_t)st->timeout_ms * 1000000u;
+		o->deadline_ns = hc__mono_ns() + (uint64_t)st->timeout_ms * 1000000u;
 		o->state = OP_FLIGHT;
 		st->owner[o->block] = o;
 		c->subq[i] = o->be;
@@ -636,7 +628,7 @@ static void orphan(struct call *c, struct op *o)
 static uint64_t watch(struct call *c, unsigned cap)
 {
 	hc_store *st = c->st;
-	uint64_t now = now_ns(), next = UINT64_MAX;
+	uint64_t now = hc__mono_ns(), next = UINT64_MAX;
 	uint64_t grace = (uint64_t)(st->timeout_ms / 4 > 100 ? st->timeout_ms / 4 : 100) * 1000000u;
 
 	for (unsigned i = 0; i < cap; i++) {
@@ -665,7 +657,7 @@ static uint64_t watch(struct call *c, unsigned cap)
 
 static int wait_ms_until(uint64_t t)
 {
-	uint64_t now = now_ns();
+	uint64_t now = hc__mono_ns();
 
 	if (t == UINT64_MAX || t <= now)
 		return t == UINT64_MAX ? REAP_WAIT_MS : 1;
@@ -695,7 +687,7 @@ static void run(struct call *c, unsigned cap)
 		list = c->done;
 		c->done = NULL;
 		if (c->ndelayed) {
-			uint64_t now = now_ns();
+			uint64_t now = hc__mono_ns();
 			for (unsigned i = 0; i < cap; i++)
 				if (c->ops[i].state == OP_DELAYED && c->ops[i].retry_at_ns <= now) {
 					c->ops[i].state = OP_PEND;
@@ -721,7 +713,7 @@ static void run(struct call *c, unsigned cap)
 			if (transient(o->result) && !o->cancelled && o->tries < st->retries) {
 				unsigned ms = BACKOFF_MS << (o->tries < 16 ? o->tries : 16);
 				o->tries++;
-				o->retry_at_ns = now_ns() + (uint64_t)(ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS) * 1000000u;
+				o->retry_at_ns = hc__mono_ns() + (uint64_t)(ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS) * 1000000u;
 				o->state = OP_DELAYED; /* it keeps its block, and a put its pin */
 				c->ndelayed++;
 				count(st, SC_retries, 1);

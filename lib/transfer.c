@@ -48,13 +48,11 @@ void hc__svc_latency(hc_service *s, const struct waiter *w)
 {
 	static const int kind[] = { [HC__OP_EXISTS] = HC_HIST_exists + 1, [HC__OP_BACKUP] = HC_HIST_backup + 1,
 				    [HC__OP_PREFETCH] = HC_HIST_prefetch + 1 };
-	struct timespec ts;
 	uint64_t us;
 
 	if (w->op >= sizeof(kind) / sizeof(kind[0]) || !kind[w->op] || !w->t0_ns)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	us = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec - w->t0_ns) / 1000;
+	us = (hc__mono_ns() - w->t0_ns) / 1000;
 	svc_hist(s, HC_STATS_HIST_WORD + (unsigned)(kind[w->op] - 1) * HC_STATS_HIST_WORDS, us);
 }
 

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../shmpool/pool.h"
 #include "svc.h"
@@ -36,14 +35,6 @@ struct writer {
 		uint32_t depth, id, gen;
 	} *c;
 };
-
-static uint64_t ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 int hc__writer_start(hc_service *s)
 {
@@ -115,7 +106,7 @@ int hc__writer_due(hc_service *s, int *wait_ms)
 
 	if (!w || !s->st) /* no backend attached: nothing to write to */
 		return 0;
-	now = ms_now();
+	now = hc__mono_ms();
 	seq = atomic_load_explicit(&s->p->ctl->service.dirty_seq, memory_order_relaxed);
 	if (now - w->last_ms < SCAN_MIN_MS) {
 		if (wait_ms && seq != w->seen)
@@ -215,7 +206,7 @@ void hc__writer_scan(hc_service *s)
 	unsigned n, room, bp = s->o.batch_pages;
 
 	w->seen = atomic_load_explicit(&s->p->ctl->service.dirty_seq, memory_order_relaxed);
-	w->last_ms = ms_now();
+	w->last_ms = hc__mono_ms();
 	w->again = 0;
 	pthread_mutex_lock(&s->mu);
 	room = w->inflight < w->max_inflight ? w->max_inflight - w->inflight : 0;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
+#include <time.h>
 
 #include "layout.h"
 
@@ -84,6 +85,19 @@ void hc__fork_watch(void);
 
 /* pages.c */
 uint32_t hc__now_ms(void);
+/* CLOCK_MONOTONIC in ns and ms: deadlines and ages within one process. */
+static inline uint64_t hc__mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t hc__mono_ms(void)
+{
+	return hc__mono_ns() / 1000000u;
+}
 void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep);
 void hc__pins_drop_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
