@@ -200,21 +200,19 @@ static int serve_slot(hc_service *s, unsigned slot)
 		struct waiter w = { .slot = slot, .epoch = epoch };
 		int size, r;
 		memcpy(&e, hc__ring_peek(&v->sq, 0), sizeof(e));
-		if (e.op == HC__OP_CANCEL && e.epoch == epoch) {
-			/* after the request it names, on the same ring: that one is ours already */
-			hc__ring_release(&v->sq, 1);
-			done++;
-			w.user_data = e.user_data;
-			hc__xfer_cancel(s, &w);
-			continue;
-		}
-		if ((e.op == HC__OP_STAGE || e.op == HC__OP_ACK) && e.epoch == epoch) {
-			/* buffer_only's arbiter (stage.c): no arguments to copy */
+		if ((e.op == HC__OP_CANCEL || e.op == HC__OP_STAGE || e.op == HC__OP_ACK) && e.epoch == epoch) {
+			/* No arguments to copy.  A cancel or an ack comes after the
+			 * request it names, on the same ring: that one is ours
+			 * already.  A grant goes to buffer_only's arbiter (stage.c). */
 			hc__ring_release(&v->sq, 1);
 			done++;
 			w.user_data = e.user_data;
 			w.op = e.op;
 			w.t0_ns = hc__mono_ns();
+			if (e.op == HC__OP_CANCEL) {
+				hc__xfer_cancel(s, &w);
+				continue;
+			}
 			if (e.op == HC__OP_STAGE)
 				hc__svc_count(s, HC_CTR_svc_requests, 1);
 			if ((r = hc__stage_request(s, &e, &w)) < 0 && e.op == HC__OP_STAGE) {
@@ -332,20 +330,6 @@ static void started(hc_service *s, int r)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* The transfer engine's gauges, in the service record for tools. */
-static void gauges(hc_service *s)
-{
-	struct hc_seg_service *sv = &s->p->ctl->service;
-	unsigned q, run;
-
-	pthread_mutex_lock(&s->mu);
-	q = s->queued;
-	run = s->running;
-	pthread_mutex_unlock(&s->mu);
-	atomic_store_explicit(&sv->jobs_queued, q, memory_order_relaxed);
-	atomic_store_explicit(&sv->jobs_running, run, memory_order_relaxed);
-}
-
 /* Undo what dead ranks held (DESIGN.md section 5): their lifetime locks
  * say so at once, so the pool does not wait for the next attach. */
 static void recover(hc_service *s)
@@ -421,7 +405,6 @@ static void *service_main(void *arg)
 		}
 		if (s->stage)
 			hc__stage_pump(s, &wait_ms);
-		gauges(s);
 		if (!did)
 			hc__bell_wait(&s->p->ctl->service.bell, any_request, s, (uint64_t)s->o.spin_us * 1000, wait_ms);
 	}
@@ -434,7 +417,6 @@ static void *service_main(void *arg)
 	hc__xfer_stop(s);
 	hc__stage_stop(s);
 	hc__writer_stop(s);
-	gauges(s);
 	pthread_mutex_lock(&s->mu);
 	s->closing = 1; /* hc_service_stop rings the bell only before this */
 	pthread_mutex_unlock(&s->mu);

@@ -107,6 +107,16 @@ static void km_del(struct keymap *m, const uint8_t *key, const struct job *j)
 	}
 }
 
+/* The queue depths, in the service record for tools, where they change
+ * (under mu). */
+static void gauges(hc_service *s)
+{
+	struct hc_seg_service *sv = &s->p->ctl->service;
+
+	atomic_store_explicit(&sv->jobs_queued, s->queued, memory_order_relaxed);
+	atomic_store_explicit(&sv->jobs_running, s->running, memory_order_relaxed);
+}
+
 /* ---- jobs */
 
 static void job_free(hc_service *s, struct job *j)
@@ -578,10 +588,12 @@ static void *worker(void *arg)
 		j->next = s->active;
 		s->active = j;
 		s->running++;
+		gauges(s);
 		pthread_mutex_unlock(&s->mu);
 		run(s, j);
 		pthread_mutex_lock(&s->mu);
 		s->running--;
+		gauges(s);
 		if (s->stage && j->op == HC__OP_PREFETCH && !j->trimmed)
 			hc__stage_reserved(s, j, 0); /* it reserved nothing: all its staging goes back */
 		if (j->repark && !atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
@@ -615,6 +627,7 @@ void hc__xfer_enqueue(hc_service *s, struct job *j)
 		s->qhead = j;
 	s->qtail = j;
 	s->queued++;
+	gauges(s);
 	pthread_cond_signal(&s->work);
 }
 
@@ -822,6 +835,7 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 		/* not started: nothing of it to undo */
 		*queued = j->next;
 		s->queued--;
+		gauges(s);
 		if (s->qtail == j) {
 			s->qtail = NULL;
 			for (struct job *q = s->qhead; q; q = q->next)
