@@ -271,7 +271,7 @@ void hc__stage_park(hc_service *s, struct job *j)
 	if (!j->parked_ms)
 		j->parked_ms = hc__mono_ms();
 	admit(s);
-	if (j->staged == 0 && !j->repark) /* still parked: it waits */
+	if (st->rt[c] == j) /* still the last of its class, so not admitted: it waits */
 		hc__svc_count(s, HC_CTR_stage_parked_reads, 1);
 }
 
@@ -559,10 +559,8 @@ int hc__stage_request(hc_service *s, const struct hc__sqe *e, const struct waite
 	st->wt[e->prio] = g;
 	st->parked_w++;
 	admit(s);
-	for (unsigned c = 0; c < HC_PRIO_CLASSES; c++)
-		for (struct grant *x = st->wh[c]; x; x = x->next)
-			if (x == g)
-				hc__svc_count(s, HC_CTR_stage_parked_writes, 1); /* it waits */
+	if (st->wt[e->prio] == g) /* still the last of its class, so not given: it waits */
+		hc__svc_count(s, HC_CTR_stage_parked_writes, 1);
 	pthread_mutex_unlock(&s->mu);
 	return 0;
 }

@@ -255,6 +255,15 @@ START_TEST(prefetch_held_until_taken_or_freed)
 	usleep(100000); /* the arbiter has had many turns: nothing goes */
 	ck_assert_uint_eq(in_state(p, HC_PAGE_READY), 6);
 	ck_assert_uint_eq(info(p).stage_read, 6);
+	{
+		/* the same keys again need no staging: admitted at once, never parked */
+		struct hc_prefetch_req pr = { .keys = k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
+		hc_req *again;
+		ck_assert_ok(hc_req_prefetch(p, &pr, &again));
+		ck_assert_int_eq(hc_req_wait(again, 10000), 6);
+		ck_assert_ok(hc_req_free(again));
+		ck_assert_uint_eq(ctr(p, HC_CTR_stage_parked_reads), 0);
+	}
 	ck_assert_ok(hc_req_free(rq)); /* never taken */
 	ck_assert(drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
