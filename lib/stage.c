@@ -472,8 +472,9 @@ int hc__stage_prefetch(hc_service *s, const struct waiter *w, const hc_key_t *ke
 
 	if (n > st->read_cap) {
 		free(a);
-		return hc__err(E2BIG, "prefetch of %u keys: buffer_only pool '%s' stages reads on at most %u of its %u pages: split the request",
-			       n, s->name, st->read_cap, st->pool);
+		hc__log(HC_LOG_WARN, "service: rank slot %u: a prefetch of %u keys: buffer_only pool '%s' stages reads on at most %u of its %u pages; refused (E2BIG)",
+			w->slot, n, s->name, st->read_cap, st->pool);
+		return -E2BIG;
 	}
 	if (!a || !(a->keys = malloc((size_t)n * sizeof(hc_key_t)))) {
 		free(a);
@@ -544,8 +545,11 @@ int hc__stage_request(hc_service *s, const struct hc__sqe *e, const struct waite
 	}
 	if (e->n == 0 || e->prio >= HC_PRIO_CLASSES || e->arg_len)
 		return -EINVAL;
-	if (e->n > st->write_max)
+	if (e->n > st->write_max) {
+		hc__log(HC_LOG_WARN, "service: rank slot %u: a write grant of %u pages: buffer_only pool '%s' grants at most %u of its %u pages at once; refused (E2BIG)",
+			w->slot, e->n, s->name, st->write_max, st->pool);
 		return -E2BIG;
+	}
 	if (!(g = calloc(1, sizeof(*g))))
 		return -ENOMEM;
 	g->w = *w;
