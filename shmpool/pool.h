@@ -179,18 +179,24 @@ static inline _Atomic uint64_t *hc__tmask_row(const struct hc_pool *p, uint32_t 
 	return p->tmask + (size_t)id * p->tmask_words;
 }
 
-/* Counters: this rank's row, or the last row without a slot. */
-/* A plain load and store, no locked instruction: only this rank writes its
- * row, and two of its threads racing can lose a count, never tear one. */
-static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
+/* Counters and histograms: add n to a word of this rank's row, or of the
+ * last row without a slot.  A plain load and store, no locked instruction:
+ * only this rank writes its row, and two of its threads racing can lose a
+ * count, never tear one. */
+static inline void hc__row_add(struct hc_pool *p, unsigned word, uint64_t n)
 {
 	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
 	_Atomic uint64_t *v;
 
 	if (p->readonly)
 		return;
-	v = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + c];
+	v = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + word];
 	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
+static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
+{
+	hc__row_add(p, c, n);
 }
 
 /* reserve.c: the pages the reservation running on this thread found READY
@@ -219,16 +225,8 @@ static inline unsigned hc__hist_bucket(uint64_t v)
  * row, as hc__count). */
 static inline void hc__hist(struct hc_pool *p, unsigned at, uint64_t v)
 {
-	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
-	_Atomic uint64_t *h;
-
-	if (p->readonly)
-		return;
-	h = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + at];
-	atomic_store_explicit(&h[hc__hist_bucket(v)], atomic_load_explicit(&h[hc__hist_bucket(v)], memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-	atomic_store_explicit(&h[HC_HIST_BUCKETS], atomic_load_explicit(&h[HC_HIST_BUCKETS], memory_order_relaxed) + v,
-			      memory_order_relaxed);
+	hc__row_add(p, at + hc__hist_bucket(v), 1);
+	hc__row_add(p, at + HC_HIST_BUCKETS, v);
 }
 
 /* A keyed page not in L3 became READY, or reached its hits: tell the
