@@ -200,10 +200,12 @@ static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
 }
 
 /* reserve.c: the pages the reservation running on this thread found READY
- * (sorted ids): evict.c never picks them to make room for it. */
+ * (their ids, sorted by the first hc__spared): evict.c never picks them to
+ * make room for it. */
 struct hc__spare {
-	const uint32_t *ids;
+	uint32_t *ids;
 	unsigned n;
+	int sorted;
 };
 extern _Thread_local struct hc__spare hc__spare;
 int hc__spared(uint32_t id);

@@ -61,6 +61,10 @@ static int cmp_u32(const void *a, const void *b)
 
 int hc__spared(uint32_t id)
 {
+	if (!hc__spare.sorted) { /* sorted only once an eviction asks */
+		qsort(hc__spare.ids, hc__spare.n, sizeof(*hc__spare.ids), cmp_u32);
+		hc__spare.sorted = 1;
+	}
 	return bsearch(&id, hc__spare.ids, hc__spare.n, sizeof(id), cmp_u32) != NULL;
 }
 
@@ -102,12 +106,13 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 	const unsigned n = req->nkeys;
 	const uint32_t presence = req->presence ? req->presence : (1u << p->g.ncomp) - 1;
 	struct hc__khash *kh = malloc((size_t)n * sizeof(*kh));
-	hc_page_t *pool = malloc((size_t)n * sizeof(*pool));
-	uint32_t *ready = malloc((size_t)n * sizeof(*ready));
+	/* the pages taken, then the ids of those found READY */
+	hc_page_t *pool = malloc((size_t)n * (sizeof(*pool) + sizeof(uint32_t)));
+	uint32_t *ready = pool ? (uint32_t *)(void *)(pool + n) : NULL;
 	unsigned want = 0, have = 0, used = 0, done = 0, nready = 0;
 	int ret = 0;
 
-	if (!kh || !pool || !ready) {
+	if (!kh || !pool) {
 		ret = hc__err(ENOMEM, "reserve: no memory for %u keys", n);
 		goto out;
 	}
@@ -125,8 +130,7 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 	/* Room for this call is never made by evicting the pages it found
 	 * READY: it would reserve their keys again, or fail for want of the
 	 * very pages it took. */
-	qsort(ready, nready, sizeof(*ready), cmp_u32);
-	hc__spare = (struct hc__spare){ ready, nready };
+	hc__spare = (struct hc__spare){ ready, nready, 0 };
 	if (want && (ret = hc__alloc(p, want, presence, pool, "reserve")) < 0)
 		goto out;
 	have = want;
@@ -180,10 +184,9 @@ fail:
 	undo(p, pages, skip, done);
 	hc__alloc_undo(p, pool + used, have - used);
 out:
-	hc__spare = (struct hc__spare){ NULL, 0 };
+	hc__spare = (struct hc__spare){ NULL, 0, 0 };
 	free(kh);
 	free(pool);
-	free(ready);
 	return ret;
 }
 
