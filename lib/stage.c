@@ -196,6 +196,18 @@ static uint32_t read_need(const hc_service *s, const struct job *j)
 	return need;
 }
 
+/* Take the head grant of class c off its queue. */
+static struct grant *grant_pop(struct stage *st, unsigned c)
+{
+	struct grant *g = st->wh[c];
+
+	st->wh[c] = g->next;
+	if (!st->wh[c])
+		st->wt[c] = NULL;
+	st->parked_w--;
+	return g;
+}
+
 /* Admit what fits, in order: reads first (they are what a GPU waits on),
  * then writes; in each, class 0 first, FIFO, no overtaking. */
 static void admit(hc_service *s)
@@ -237,10 +249,7 @@ static void admit(hc_service *s)
 				blocked = 1;
 				break;
 			}
-			st->wh[c] = g->next;
-			if (!st->wh[c])
-				st->wt[c] = NULL;
-			st->parked_w--;
+			grant_pop(st, c);
 			st->W += g->n;
 			g->t_ms = now ? now : (now = hc__mono_ms());
 			g->next = st->given;
@@ -589,7 +598,7 @@ static void expire(hc_service *s, uint64_t now)
 		struct grant *g;
 		while ((g = st->wh[c]) && (now - g->t_ms >= s->o.write_park_ms || gone(s, &g->w))) {
 			/* FIFO: the head is the oldest of its class */
-			unpark_grant(st, &g->w);
+			grant_pop(st, c);
 			if (!gone(s, &g->w)) {
 				hc__svc_count(s, HC_CTR_stage_dropped, 1);
 				hc__svc_count(s, HC_CTR_req_timedout, 1);
@@ -602,9 +611,10 @@ static void expire(hc_service *s, uint64_t now)
 		return;
 	st->last_expire_ms = now;
 	for (struct grant **pg = &st->given, *g; (g = *pg);) {
-		if (gone(s, &g->w) || now - g->t_ms >= hold) {
+		int dead = gone(s, &g->w);
+		if (dead || now - g->t_ms >= hold) {
 			hc__log(HC_LOG_WARN, "service: pool '%s': rank slot %u %s a write grant of %u pages: released",
-				s->name, g->w.slot, gone(s, &g->w) ? "died holding" : "held past stage_hold_ms", g->n);
+				s->name, g->w.slot, dead ? "died holding" : "held past stage_hold_ms", g->n);
 			*pg = g->next;
 			st->W -= g->n;
 			hc__svc_count(s, HC_CTR_stage_expired, 1);
@@ -615,9 +625,10 @@ static void expire(hc_service *s, uint64_t now)
 		pg = &g->next;
 	}
 	for (struct asked **pa = &st->asked, *a; (a = *pa);) {
-		if (gone(s, &a->w) || now - a->t_ms >= hold) {
+		int dead = gone(s, &a->w);
+		if (dead || now - a->t_ms >= hold) {
 			*pa = a->next;
-			if (!gone(s, &a->w))
+			if (!dead)
 				hc__log(HC_LOG_WARN, "service: pool '%s': rank slot %u did not take a prefetch of %u keys within stage_hold_ms: its pages go",
 					s->name, a->w.slot, a->n);
 			hc__svc_count(s, HC_CTR_stage_expired, 1);
@@ -684,8 +695,11 @@ void hc__stage_pump(hc_service *s, int *wait_ms)
 		st->last_sweep_ms = now;
 	}
 	admit(s);
-	if (wait_ms && (waiting || st->nrel))
-		*wait_ms = *wait_ms < (waiting ? PUMP_MS : SWEEP_IDLE_MS) ? *wait_ms : (waiting ? PUMP_MS : SWEEP_IDLE_MS);
+	if (wait_ms && (waiting || st->nrel)) {
+		int want = waiting ? PUMP_MS : SWEEP_IDLE_MS;
+		if (*wait_ms > want)
+			*wait_ms = want;
+	}
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -739,8 +753,7 @@ void hc__stage_stop(hc_service *s)
 			hc__xfer_drop(s, j);
 		}
 		while (st->wh[c]) {
-			struct grant *g = st->wh[c];
-			st->wh[c] = g->next;
+			struct grant *g = grant_pop(st, c);
 			hc__svc_post(s, &g->w, -ECANCELED, 0);
 			free(g);
 		}
