@@ -196,17 +196,23 @@ static void count_outcome(hc_service *s, const struct job *j)
 		hc__svc_count(s, HC_CTR_req_done, n);
 }
 
+/* j leaves the active list (under mu). */
+static void active_remove(hc_service *s, struct job *j)
+{
+	for (struct job **pp = &s->active; *pp; pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			return;
+		}
+}
+
 /* Both halves of j are done: let its keys go, finish what waited for it,
  * and answer its requests (under mu). */
 static void job_finish(hc_service *s, struct job *j)
 {
 	for (unsigned i = 0; i < j->nmine; i++)
 		km_del(s->keys, j->mine[i], j);
-	for (struct job **pp = &s->active; *pp; pp = &(*pp)->next)
-		if (*pp == j) {
-			*pp = j->next;
-			break;
-		}
+	active_remove(s, j);
 	for (unsigned i = 0; i < j->ndependents; i++) {
 		struct job *d = j->dependents[i];
 		if (--d->deps == 0 && d->worked)
@@ -598,11 +604,7 @@ static void *worker(void *arg)
 			hc__stage_reserved(s, j, 0); /* it reserved nothing: all its staging goes back */
 		if (j->repark && !atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
 			/* buffer_only: no room after all; it waits again */
-			for (struct job **pp = &s->active; *pp; pp = &(*pp)->next)
-				if (*pp == j) {
-					*pp = j->next;
-					break;
-				}
+			active_remove(s, j);
 			hc__stage_repark(s, j);
 			pthread_cond_broadcast(&s->idle);
 			continue;
