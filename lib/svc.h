@@ -6,7 +6,8 @@
  *
  * Notes on synchronization (process-private):
  * - The dispatcher thread (service.c) alone reads the request rings and
- *   makes jobs.  Workers (transfer.c) run them.  mu guards the job queue,
+ *   makes jobs.  Workers (transfer.c) run them, and help read each other's
+ *   long prefetches (struct pf_help).  mu guards the job queue, the helps,
  *   the job table, the key map and each job's waiters and dependencies.
  * - Completion rings are written under cq_mu: every thread of the service
  *   posts on them, and the ring in the segment has one producer, the
@@ -73,6 +74,7 @@ struct job {
 };
 
 struct keymap;
+struct pf_help;
 struct writer;
 struct stage;
 
@@ -102,6 +104,8 @@ struct hc_service {
 	int workers_stop;
 	struct job *qhead, *qtail;
 	struct job *active;      /* queued or running, for merging by name */
+	struct pf_help *helps;   /* long prefetch reads idle workers help with */
+	pthread_cond_t helped;   /* a part of one is done */
 	unsigned running, queued;
 	struct keymap *keys;
 	struct writer *writer;   /* writer.c; NULL under write_none */

@@ -448,68 +448,186 @@ static int pf_reserve(hc_service *s, struct job *j, uint32_t len, hc_page_t *pag
 	return r;
 }
 
-/* Step 3: read the reserved pages in prefix order and commit them; the
+/* Step 3: read the reserved pages and commit them in prefix order; the
  * first that fails ends the prefix, and every reserved page from it on is
- * given back unread or unused.  Returns the reads that failed (0 or 1). */
-static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, const uint8_t *skip, int *status)
+ * given back unread or unused.
+ *
+ * A long read is cut into parts that idle workers help with: one worker
+ * reading a 1000-page prefetch alone leaves the others idle, and with a
+ * backend that copies on the caller's thread (shm) that halves the
+ * bandwidth.  Parts may end in any order; they are settled (committed or
+ * given back) in order, by one thread at a time, so the ranks only ever
+ * see a prefix. */
+struct pf_help {
+	struct pf_help *next;    /* on s->helps while parts are left (under mu) */
+	struct job *j;
+	const hc_page_t *pages;  /* the reservation */
+	const uint32_t *at;      /* the indices in pages of those to read, nread */
+	int *status;             /* one per entry of at */
+	uint8_t *done;           /* one per part */
+	uint32_t nread, part;    /* entries; entries per part */
+	/* under mu */
+	uint32_t claimed;        /* entries before it are claimed */
+	uint32_t fail;           /* the first entry that failed; nread: none */
+	uint32_t settled;        /* entries before it are committed or given back */
+	unsigned inflight;       /* parts claimed and not settled */
+	int settling;            /* a thread settles parts (with mu let go) */
+	/* the settling thread's */
+	int failed;              /* the prefix has ended */
+};
+
+/* Under mu: claim the next part of h, or take h off the list: none is
+ * left, the prefix ended before it, or the job is cancelled. */
+static int pf_claim(hc_service *s, struct pf_help *h, uint32_t *first)
+{
+	if (h->claimed < h->nread && h->claimed <= h->fail &&
+	    !atomic_load_explicit(&h->j->cancel, memory_order_relaxed)) {
+		*first = h->claimed;
+		h->claimed += h->nread - h->claimed < h->part ? h->nread - h->claimed : h->part;
+		h->inflight++;
+		return 1;
+	}
+	for (struct pf_help **pp = &s->helps; *pp; pp = &(*pp)->next)
+		if (*pp == h) {
+			*pp = h->next;
+			break;
+		}
+	return 0;
+}
+
+/* Commit entry x, or give its page back once the prefix has ended (the
+ * settling thread's; read: it was read, not skipped by a cancel or a
+ * failure before it). */
+static void pf_settle(hc_service *s, struct pf_help *h, uint32_t x, int read)
 {
 	hc_pool *p = s->p;
-	unsigned bp = s->o.batch_pages;
-	hc_page_t *batch = malloc((size_t)bp * sizeof(*batch));
-	uint32_t *at = malloc((size_t)bp * sizeof(*at)); /* each batch entry's index in the job */
-	uint32_t i = 0, failed = 0;
+	hc_page_t pg = h->pages[h->at[x]];
+	uint32_t pres;
 
-	if (!batch || !at) {
-		for (uint32_t x = 0; x < len; x++)
-			if (!skip[x])
-				hc_page_abort(p, &pages[x], 1);
-		free(batch);
-		free(at);
-		return hc__err(ENOMEM, "prefetch: no memory");
+	if (!h->failed && read && h->status[x] == 0 && hc_page_presence(p, pg, &pres) == 0) {
+		/* From L3: a backup of it has nothing to do.  Set while the page
+		 * is still our reservation. */
+		atomic_fetch_or_explicit(&p->pages[HC_PAGE_ID(pg)].flags, HC_PF_IN_L3, memory_order_relaxed);
+		if (hc_page_commit(p, pg, hc_page_needed(p, pres)) >= 0) {
+			h->j->l3_pages++;
+			hc__svc_count(s, HC_CTR_l3_prefetch_pages, 1);
+			hc__svc_count(s, HC_CTR_l3_prefetch_bytes, p->g.envelope_bytes);
+			return;
+		}
 	}
-	while (i < len) {
-		unsigned k = 0;
-		if (!failed && atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
-			failed = 1; /* the prefix ends here; the rest is let go below */
-			j->where = i;
+	if (!h->failed) {
+		h->failed = 1;
+		h->j->where = h->at[x];
+		if (read)
+			hc__svc_count(s, h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails, 1);
+	}
+	if (!read || h->status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */
+		hc_page_abort(p, &pg, 1);
+}
+
+/* Under mu, let go while it reads and settles: read parts of h until none
+ * is left.  The owner and its helpers alike; h is the owner's, and stays
+ * until no part is in flight. */
+static void pf_read_parts(hc_service *s, struct pf_help *h, int helper)
+{
+	hc_page_t *batch = malloc((size_t)h->part * sizeof(*batch));
+	uint32_t first;
+
+	while (pf_claim(s, h, &first)) {
+		uint32_t k = h->nread - first < h->part ? h->nread - first : h->part, bad = h->nread;
+		int *status = h->status + first;
+		pthread_mutex_unlock(&s->mu);
+		for (uint32_t x = 0; x < k; x++)
+			if (batch)
+				batch[x] = h->pages[h->at[first + x]];
+			else
+				status[x] = -ENOMEM; /* not read: the prefix ends here */
+		if (batch)
+			hc_store_get(s->st, batch, k, status);
+		if (helper)
+			hc__svc_count(s, HC_CTR_l3_prefetch_helped, 1);
+		for (uint32_t x = 0; x < k && bad == h->nread; x++)
+			if (status[x] != 0)
+				bad = first + x;
+		pthread_mutex_lock(&s->mu);
+		if (bad < h->fail)
+			h->fail = bad;
+		h->done[first / h->part] = 1;
+		/* Settle the parts done from the first unsettled on, unless a
+		 * thread is at it: it will find this one done too. */
+		if (!h->settling) {
+			h->settling = 1;
+			while (h->settled < h->claimed && h->done[h->settled / h->part]) {
+				uint32_t from = h->settled, to = h->nread - from < h->part ? h->nread : from + h->part;
+				pthread_mutex_unlock(&s->mu);
+				for (uint32_t x = from; x < to; x++)
+					pf_settle(s, h, x, 1);
+				pthread_mutex_lock(&s->mu);
+				h->settled = to;
+			}
+			h->settling = 0;
 		}
-		for (; i < len && k < bp; i++)
-			if (!skip[i] && !failed) {
-				at[k] = i;
-				batch[k++] = pages[i];
-			} else if (!skip[i]) {
-				hc_page_abort(p, &pages[i], 1); /* past the failure: not read */
-			}
-		if (!k)
-			continue;
-		hc_store_get(s->st, batch, k, status);
-		for (unsigned x = 0; x < k; x++) {
-			uint32_t pres;
-			if (!failed && status[x] == 0 && hc_page_presence(p, batch[x], &pres) == 0) {
-				/* From L3: a backup of it has nothing to do.  Set while
-				 * the page is still our reservation. */
-				atomic_fetch_or_explicit(&p->pages[HC_PAGE_ID(batch[x])].flags, HC_PF_IN_L3,
-							 memory_order_relaxed);
-				if (hc_page_commit(p, batch[x], hc_page_needed(p, pres)) >= 0) {
-					j->l3_pages++;
-					hc__svc_count(s, HC_CTR_l3_prefetch_pages, 1);
-					hc__svc_count(s, HC_CTR_l3_prefetch_bytes, p->g.envelope_bytes);
-					continue;
-				}
-			}
-			if (!failed) {
-				failed = 1;
-				j->where = at[x];
-				hc__svc_count(s, status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails,
-					      1);
-			}
-			if (status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */
-				hc_page_abort(p, &batch[x], 1);
-		}
+		if (--h->inflight == 0)
+			pthread_cond_broadcast(&s->helped);
 	}
 	free(batch);
+}
+
+/* Returns the reads that failed (0 or 1). */
+static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, const uint8_t *skip)
+{
+	struct pf_help h = { .j = j, .pages = pages };
+	uint32_t *at = malloc((size_t)len * sizeof(*at));
+	int *status = malloc((size_t)len * sizeof(*status));
+	uint8_t *done = NULL;
+
+	for (uint32_t i = 0; at && i < len; i++)
+		if (!skip[i])
+			at[h.nread++] = i;
+	/* A part per worker, at least 16 pages (below that, handing a part
+	 * over costs more than reading it), at most a backend call's batch. */
+	h.part = (h.nread + s->nworkers - 1) / s->nworkers;
+	h.part = h.part < 16 ? 16 : h.part;
+	h.part = h.part > s->o.batch_pages ? s->o.batch_pages : h.part;
+	if (at && status)
+		done = calloc(h.nread / h.part + 1, 1);
+	if (!done) {
+		for (uint32_t i = 0; i < len; i++)
+			if (!skip[i])
+				hc_page_abort(s->p, &pages[i], 1);
+		free(at);
+		free(status);
+		return hc__err(ENOMEM, "prefetch: no memory");
+	}
+	h.at = at;
+	h.status = status;
+	h.done = done;
+	h.fail = h.nread;
+	pthread_mutex_lock(&s->mu);
+	if (h.nread > h.part) {
+		struct pf_help **pp = &s->helps;
+		while (*pp)
+			pp = &(*pp)->next;
+		*pp = &h; /* last: the oldest read is helped first */
+		pthread_cond_broadcast(&s->work);
+	}
+	pf_read_parts(s, &h, 0);
+	while (h.inflight)
+		pthread_cond_wait(&s->helped, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	/* Every part claimed is settled; the rest was never read. */
+	for (uint32_t x = h.settled; x < h.nread; x++)
+		pf_settle(s, &h, x, 0);
 	free(at);
-	return (int)failed;
+	free(status);
+	free(done);
+	return h.failed;
+}
+
+/* A worker with no job to start: help the oldest long read (under mu). */
+static void pf_help(hc_service *s)
+{
+	pf_read_parts(s, s->helps, 1);
 }
 
 static int do_prefetch(hc_service *s, struct job *j)
@@ -542,7 +660,7 @@ static int do_prefetch(hc_service *s, struct job *j)
 			hc__svc_count(s, HC_CTR_l3_prefetch_nospace, 1);
 		goto out;
 	}
-	r = pf_read(s, j, (uint32_t)len, pages, skip, status);
+	r = pf_read(s, j, (uint32_t)len, pages, skip);
 	for (int i = 0; s->stage && i < len; i++)
 		if (!skip[i]) /* read or not, its staging ends once its ranks are done */
 			hc__stage_release(s, pages[i], 1);
@@ -581,8 +699,12 @@ static void *worker(void *arg)
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		struct job *j;
-		while (!s->qhead && !s->workers_stop)
+		while (!s->qhead && !s->helps && !s->workers_stop)
 			pthread_cond_wait(&s->work, &s->mu);
+		if (!s->qhead && s->helps) {
+			pf_help(s);
+			continue;
+		}
 		if (!s->qhead)
 			break; /* stopping, and nothing is left */
 		j = s->qhead;
@@ -877,6 +999,7 @@ int hc__xfer_start(hc_service *s)
 		return hc__err(ENOMEM, "service: no memory");
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->idle, NULL);
+	pthread_cond_init(&s->helped, NULL);
 	for (s->nworkers = 0; s->nworkers < s->o.workers; s->nworkers++)
 		if ((r = pthread_create(&s->workers[s->nworkers], NULL, worker, s)) != 0)
 			break;
@@ -904,4 +1027,5 @@ void hc__xfer_stop(hc_service *s)
 	s->keys = NULL;
 	pthread_cond_destroy(&s->work);
 	pthread_cond_destroy(&s->idle);
+	pthread_cond_destroy(&s->helped);
 }

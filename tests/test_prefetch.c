@@ -3,7 +3,8 @@
  * test_prefetch.c - prefetch from L3 through the service, end to end with
  * the file backend: pages stored and backed up, evicted from the pool,
  * then read back and checked byte for byte; the prefix ends at a missing
- * or corrupt object; ranks of one engine with different timing take the
+ * or corrupt object, also when idle workers help read a long prefetch in
+ * parts; ranks of one engine with different timing take the
  * same hit; overlapping prefetches read each key once; all or nothing
  * when the pool is too small; a service killed in the middle.
  */
@@ -435,6 +436,60 @@ START_TEST(cancel)
 }
 END_TEST
 
+/* A long prefetch is read in parts that idle workers help with, and is
+ * still settled in prefix order: a corrupt object in a middle part ends
+ * the prefix there whichever part finishes first, nothing past it is
+ * READY or leaked, and a second prefetch reads the rest. */
+START_TEST(parts_settle_in_order)
+{
+	enum { N = 40 };
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 64, 100, 8);
+	char spec[200];
+	/* batches of 4: 10 parts for 4 workers; each get takes 20 ms, so the
+	 * workers idle when the prefetch starts are sure to help */
+	struct hc_service_opts o = { .backend = spec, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
+	hc_service *s;
+	hc_key_t k[N];
+	hc_page_t pg[N];
+	int h, res;
+
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=20000,corrupt_get_at=26", l3dir);
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	hct_keys(k, N, 12);
+	hct_store_by_key(p, k, N, 0, pg);
+	backup(p, pg, N);
+	evict(p, k, N);
+	h = prefetch_all(p, k, N, pg, &res);
+	ck_assert_int_eq(res, h);
+	/* the 26th get submitted was corrupted: which key that was depends
+	 * on the parts' timing, but the prefix ends at it */
+	ck_assert_msg(h >= 0 && h < N, "hit %d of %d with a corrupt object", h, N);
+	for (int i = 0; i < h; i++) {
+		ck_assert_msg(hct_key_bytes(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	for (int i = h; i < N; i++) /* each alone: a later part read first is not kept either */
+		ck_assert_msg(hct_hit(p, k + i, 1) == 0, "key %d of %d is READY past the prefix's end at %d", i, N, h);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), (uint64_t)h);
+	ck_assert_uint_ge(ctr(p, HC_CTR_l3_prefetch_helped), 1);
+	ck_assert_uint_le(ctr(p, HC_CTR_l3_prefetch_helped), N / 4 - 1); /* the owner reads one at least */
+	/* the pages reserved past the corrupt one went back: the rest fits */
+	ck_assert_int_eq(prefetch_all(p, k, N, pg, &res), N);
+	ck_assert_int_eq(res, N);
+	for (int i = 0; i < N; i++) {
+		ck_assert_msg(hct_key_bytes(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), N);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 START_TEST(threshold_and_bad_input)
 {
 	const char *name = hct_name();
@@ -513,6 +568,7 @@ int main(void)
 	tcase_add_test(tc, no_space);
 	tcase_add_test(tc, threshold_and_bad_input);
 	tcase_add_test(tc, cancel);
+	tcase_add_test(tc, parts_settle_in_order);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -474,7 +474,8 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(stage_parked_writes, "buffer_only: write grants that waited for the write window") \
 	X(stage_dropped,   "buffer_only: write grants dropped after waiting past write_park_ms") \
 	X(stage_released,  "buffer_only: staging pages freed once their transfer ended") \
-	X(stage_expired,   "buffer_only: grants and prefetches released for their rank (dead, or past stage_hold_ms)")
+	X(stage_expired,   "buffer_only: grants and prefetches released for their rank (dead, or past stage_hold_ms)") \
+	X(l3_prefetch_helped, "parts of long prefetches read by an idle worker helping the one that runs it")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,
