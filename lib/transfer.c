@@ -239,6 +239,29 @@ static void job_finish(hc_service *s, struct job *j)
 
 /* ---- the work */
 
+/* L3 says it has no object of key.  A READY page of it that is marked in
+ * L3 is not in L3 after all (L3 evicted or lost the object): the mark
+ * goes, under a pin as it was set, so the write policy writes the page
+ * again and write_back stops counting it clean.  (A backup of it ending
+ * meanwhile may have its mark cleared: the page is written once more.)
+ * Returns whether key is READY in the pool. */
+static int l3_absent(hc_service *s, const hc_key_t *key)
+{
+	struct hc_lookup_req lr = { .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH | HC_LOOKUP_PIN };
+	struct hc_seg_page *pg;
+	hc_page_t h;
+
+	if (hc_lookup(s->p, &lr, &h) != 1)
+		return 0;
+	pg = &s->p->pages[HC_PAGE_ID(h)];
+	if (atomic_fetch_and_explicit(&pg->flags, ~HC_PF_IN_L3, memory_order_relaxed) & HC_PF_IN_L3) {
+		hc__svc_count(s, HC_CTR_l3_forgotten, 1);
+		hc__dirty(s->p, pg);
+	}
+	hc_page_unpin(s->p, h);
+	return 1;
+}
+
 /* The longest prefix of keys present in L3. */
 static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *where)
 {
@@ -258,8 +281,11 @@ static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *
 			break;
 		}
 		for (unsigned i = 0; i < k && ret < 0; i++)
-			if (status[i] != 1)
+			if (status[i] != 1) {
 				ret = (int)(done + i); /* absent, or unreadable: the prefix ends */
+				if (status[i] == 0)
+					l3_absent(s, &keys[ret]);
+			}
 		done += k;
 	}
 	if (ret < 0 && done == n)
@@ -408,7 +434,7 @@ static int pf_prefix(hc_service *s, struct job *j, int *status)
 			pthread_mutex_lock(&s->mu);
 			busy = km_find(s->keys, keys[done + i]) != NULL;
 			pthread_mutex_unlock(&s->mu);
-			if (!busy && !in_l2(s, &keys[done + i]))
+			if (!busy && !(status[i] == 0 ? l3_absent(s, &keys[done + i]) : in_l2(s, &keys[done + i])))
 				return (int)(done + i);
 		}
 		done += k;

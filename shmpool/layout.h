@@ -316,8 +316,9 @@ static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_ST
  */
 #define HC_PF_KEYED 0x1u /* key and depth are set and the page is (or is being put) in the index */
 /* The page's object is in L3: set (fetch_or) by the service once a backup
- * of the READY page it pins is done, or by the prefetcher that read it; a
- * fresh reservation clears flags.  A restarted service backs up the READY
+ * of the READY page it pins is done, or by the prefetcher that read it;
+ * cleared (fetch_and) by the service under a pin when L3 says it has no
+ * such object (it evicted or lost it); a fresh reservation clears flags.  A restarted service backs up the READY
  * pages without it that its write policy wants in L3. */
 #define HC_PF_IN_L3 0x2u
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_writer.c - the write policies, with the file backend: write_through
- * backs up every page once it is READY and a restarted service catches up
- * on what it missed; write_through_selective waits for N hits; write_back
+ * backs up every page once it is READY, a restarted service catches up
+ * on what it missed, and pages whose objects L3 lost are written again; write_through_selective waits for N hits; write_back
  * keeps a clean share of the pool by writing the oldest dirty pages,
  * and while no service runs dirty pages are not evicted and allocation
  * fails cleanly; write_none writes nothing unasked; bad options are refused.
@@ -113,6 +113,61 @@ START_TEST(write_through_and_catch_up)
 }
 END_TEST
 
+/* L3 loses objects behind the pool's back (evicted, deleted): the pages
+ * marked in L3 lose the mark when the service hears of it, from an
+ * existence query or a prefetch, and the write policy writes them again. */
+START_TEST(l3_forgets)
+{
+	enum { N = 8 };
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 32, 100, 4);
+	hc_service *s = start(name, HC_WRITE_THROUGH, 0, 0);
+	struct hc_prefetch_req pr = { .nkeys = N, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_key_t k[N];
+	hc_page_t pg[N];
+	hc_store *st;
+	hc_req *rq;
+	int status[N];
+
+	hct_keys(k, N, 9);
+	ck_assert_int_eq(hct_store(p, k, N, 0), N);
+	ck_assert_uint_eq(wait_in_l3(p, k, N, N), N);
+	/* the objects go while no service runs; the marks stay */
+	ck_assert_ok(hc_service_stop(s));
+	ck_assert_msg(hc_store_open(p, l3spec, NULL, &st) == 0, "store: %s", hc_last_error());
+	ck_assert_int_eq(hc_store_delete(st, (const hc_key_t *)k, N, status), N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(status[i], 0);
+	ck_assert_ok(hc_store_close(st));
+	s = start(name, HC_WRITE_THROUGH, 0, 0);
+	usleep(50000); /* its catch-up scan finds every page marked: nothing to write */
+	ck_assert_uint_eq(count_in_l3(p, k, N), N);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), N);
+	/* an existence query stops at the first key: that page is written again */
+	ck_assert_int_eq(hct_l3_exists(p, k, N), 0);
+	ck_assert_int_eq(in_l3(p, k[0]) == 0 || ctr(p, HC_CTR_l3_writer_pages) > N, 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_forgotten), 1);
+	for (int i = 0; i < 1000 && hct_l3_exists(p, k, 1) != 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(in_l3(p, k[0]), 1);
+	/* a prefetch of keys READY here and gone from L3 clears the rest */
+	pr.keys = k;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_int_eq(hc_req_prefetch_take(rq, pg, NULL), N);
+	ck_assert_int_eq(hc_req_wait(rq, 10000), N);
+	ck_assert_ok(hc_req_free(rq));
+	for (int i = 0; i < N; i++)
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_forgotten), N);
+	ck_assert_uint_eq(wait_in_l3(p, k, N, N), N);
+	ck_assert_int_eq(hct_l3_exists(p, k, N), N);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 2 * N);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_forgotten), N); /* once each */
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+END_TEST
+
 START_TEST(selective_after_hits)
 {
 	const char *name = hct_name();
@@ -215,6 +270,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, l3_setup, l3_teardown);
 	tcase_add_test(tc, write_through_and_catch_up);
+	tcase_add_test(tc, l3_forgets);
 	tcase_add_test(tc, selective_after_hits);
 	tcase_add_test(tc, write_back_keeps_dirty_pages);
 	tcase_add_test(tc, write_none_and_bad_options);
