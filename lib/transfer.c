@@ -304,103 +304,171 @@ void hc__svc_page_key(const hc_pool *p, uint32_t id, hc_key_t key)
 	}
 }
 
-/* Back up pages in prefix order: how many of the first pages are in L3.
- * The first failure cancels the pages after it; its errno goes in *why.
- * The writer's own jobs (lenient) are pages picked from a scan, each on
- * its own: one evicted since (its pin fails) or one that fails is skipped,
- * and the rest go on. */
-static int do_backup(hc_service *s, struct job *j, const hc_page_t *pages, uint32_t n, int lenient, uint32_t *why)
+/* ---- backups: pages in prefix order, several small backups in one put
+ *
+ * A backup's result is how many of its first pages are in L3.  The first
+ * failure cancels the pages after it; its errno goes in where.  The
+ * writer's own jobs (lenient) are pages picked from a scan, each on its
+ * own: one evicted since (its pin fails) or one that fails is skipped, and
+ * the rest go on.  Small backups queued together share puts: a rank that
+ * backs up each request's few new pages would otherwise get one worker,
+ * and a queue depth of one put, per request. */
+
+struct bput {                /* a put being gathered */
+	hc_page_t *batch;
+	uint32_t *pos;           /* each entry's index in its backup */
+	int *status;
+	unsigned k;
+};
+
+struct bstate {              /* one backup's way through its pages */
+	uint32_t done;           /* pages looked at */
+	int64_t bad;             /* the index of the first failure; -1: none */
+	int err;
+	unsigned k0, k1;         /* its entries in this round's put */
+	int live;
+};
+
+/* Pin j's next pages for the put, up to room entries: the flag set
+ * afterwards is about these very pages.  One already in L3 is skipped. */
+static void bk_pin(hc_service *s, const struct job *j, struct bstate *st, struct bput *b, unsigned room)
 {
 	hc_pool *p = s->p;
-	unsigned bp = s->o.batch_pages;
-	int *status = calloc(bp, sizeof(*status));
-	hc_page_t *batch = calloc(bp, sizeof(*batch));
-	uint32_t *pos = calloc(bp, sizeof(*pos)); /* each batch entry's index in the request */
-	uint32_t done = 0;
-	int ret = (int)n;
+	const hc_page_t *pages = j->items;
 
-	if (!status || !batch || !pos) {
-		ret = -ENOMEM;
+	st->k0 = b->k;
+	for (; st->done < j->n && b->k < room; st->done++) {
+		hc_page_t h = pages[st->done];
+		uint32_t id = HC_PAGE_ID(h);
+		int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
+		if (r < 0 && j->internal) {
+			hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
+			continue;
+		}
+		if (r < 0) {
+			st->bad = st->done;
+			st->err = r;
+			break;
+		}
+		if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
+			hc_page_unpin(p, h);
+			hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
+			if (s->stage)
+				hc__stage_release(s, h, 0); /* its write is done */
+			continue;
+		}
+		b->batch[b->k] = h;
+		b->pos[b->k++] = st->done;
+	}
+	st->k1 = b->k;
+}
+
+/* After the put: mark what is in L3, take back what was written past a
+ * failure, and let the pins go. */
+static void bk_settle(hc_service *s, const struct job *j, struct bstate *st, const struct bput *b)
+{
+	hc_pool *p = s->p;
+
+	for (unsigned i = st->k0; i < st->k1 && !j->internal; i++)
+		if (b->status[i] != 0 && (st->bad < 0 || b->pos[i] < st->bad)) {
+			st->bad = b->pos[i];
+			st->err = b->status[i];
+		}
+	for (unsigned i = st->k0; i < st->k1; i++) {
+		struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(b->batch[i])];
+		if (b->status[i] == 0 && (st->bad < 0 || b->pos[i] < st->bad)) {
+			atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
+			hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
+			hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
+		} else if (b->status[i] != 0) {
+			hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
+		} else {
+			/* Stored after the failure: a suffix nobody can reach
+			 * is waste in L3, so it goes again. */
+			hc_key_t key;
+			int stt;
+			hc__svc_page_key(p, HC_PAGE_ID(b->batch[i]), key);
+			hc_store_delete(s->st, (const hc_key_t *)&key, 1, &stt);
+		}
+		hc_page_unpin(p, b->batch[i]);
+		if (s->stage)
+			hc__stage_release(s, b->batch[i], 0); /* written, or failed: its staging ends */
+	}
+}
+
+/* j is done with its pages: its result.  buffer_only: the pages a failure
+ * (or a cancel) cut off are dropped with it, not left for the writer: L3
+ * keeps prefixes only. */
+static void bk_end(hc_service *s, struct job *j, const struct bstate *st)
+{
+	const hc_page_t *pages = j->items;
+
+	if (st->bad >= 0) {
+		hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
+		j->where = (uint32_t)(st->err < 0 ? -st->err : EIO);
+		j->result = (int)st->bad;
+	} else if (!atomic_load_explicit(&j->cancel, memory_order_relaxed) || st->done == j->n) {
+		j->result = (int)j->n;
+	} else {
+		j->where = ECANCELED;
+		j->result = -ECANCELED;
+	}
+	for (uint32_t i = j->result >= 0 ? (uint32_t)j->result : 0; s->stage && !j->internal && i < j->n; i++)
+		if (HC_PAGE_ID(pages[i]) < s->p->g.npages)
+			hc__stage_release(s, pages[i], 0);
+}
+
+/* Back up m jobs: in rounds of one put of at most a batch, each job
+ * adding its next pages in order until the batch is full.  A job stops at
+ * its first failure, or when cancelled (at its next round). */
+static void do_backups(hc_service *s, struct job **js, unsigned m)
+{
+	unsigned bp = s->o.batch_pages, live = m;
+	struct bput b = { .batch = calloc(bp, sizeof(*b.batch)), .pos = calloc(bp, sizeof(*b.pos)),
+			  .status = calloc(bp, sizeof(*b.status)) };
+	struct bstate *st = calloc(m, sizeof(*st));
+
+	if (!b.batch || !b.pos || !b.status || !st) {
+		for (unsigned i = 0; i < m; i++)
+			js[i]->result = -ENOMEM;
 		goto out;
 	}
-	while (done < n) {
-		int64_t bad = -1; /* the request's index of the first failure */
-		int err = 0;
-		unsigned k = 0;
-		if (atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
-			*why = ECANCELED;
-			ret = -ECANCELED;
-			break;
-		}
-		/* Pin this batch's pages, so the flag set afterwards is about these
-		 * very pages; one already in L3 is skipped. */
-		for (; done < n && k < bp; done++) {
-			hc_page_t h = pages[done];
-			uint32_t id = HC_PAGE_ID(h);
-			int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
-			if (r < 0 && lenient) {
-				hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
+	for (unsigned i = 0; i < m; i++)
+		st[i] = (struct bstate){ .bad = -1, .live = 1 };
+	while (live) {
+		b.k = 0;
+		for (unsigned i = 0; i < m; i++) {
+			st[i].k0 = st[i].k1 = b.k;
+			if (!st[i].live || b.k == bp)
+				continue;
+			if (atomic_load_explicit(&js[i]->cancel, memory_order_relaxed) && st[i].done < js[i]->n) {
+				st[i].live = 0;
+				live--;
+				bk_end(s, js[i], &st[i]);
 				continue;
 			}
-			if (r < 0) {
-				bad = done;
-				err = r;
-				break;
-			}
-			if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
-				hc_page_unpin(p, h);
-				hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
-				if (s->stage)
-					hc__stage_release(s, h, 0); /* its write is done */
+			bk_pin(s, js[i], &st[i], &b, bp);
+		}
+		if (b.k) {
+			hc_store_put(s->st, b.batch, b.k, b.status);
+			hc__svc_count(s, HC_CTR_l3_backup_puts, 1);
+		}
+		for (unsigned i = 0; i < m; i++) {
+			if (!st[i].live)
 				continue;
+			bk_settle(s, js[i], &st[i], &b);
+			if (st[i].bad >= 0 || st[i].done == js[i]->n) {
+				st[i].live = 0;
+				live--;
+				bk_end(s, js[i], &st[i]);
 			}
-			batch[k] = h;
-			pos[k++] = done;
-		}
-		if (k)
-			hc_store_put(s->st, batch, k, status);
-		for (unsigned i = 0; i < k && !lenient; i++)
-			if (status[i] != 0 && (bad < 0 || pos[i] < bad)) {
-				bad = pos[i];
-				err = status[i];
-			}
-		for (unsigned i = 0; i < k; i++) {
-			struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(batch[i])];
-			if (status[i] == 0 && (bad < 0 || pos[i] < bad)) {
-				atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
-				hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
-				hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
-			} else if (status[i] != 0) {
-				hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
-			} else {
-				/* Stored after the failure: a suffix nobody can reach
-				 * is waste in L3, so it goes again. */
-				hc_key_t key;
-				int st;
-				hc__svc_page_key(p, HC_PAGE_ID(batch[i]), key);
-				hc_store_delete(s->st, (const hc_key_t *)&key, 1, &st);
-			}
-			hc_page_unpin(p, batch[i]);
-			if (s->stage)
-				hc__stage_release(s, batch[i], 0); /* written, or failed: its staging ends */
-		}
-		if (bad >= 0) {
-			hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
-			*why = (uint32_t)(err < 0 ? -err : EIO);
-			ret = (int)bad;
-			break;
 		}
 	}
-	/* buffer_only: the pages a failure (or a cancel) cut off are dropped
-	 * with it, not left for the writer: L3 keeps prefixes only. */
-	for (uint32_t i = ret >= 0 ? (uint32_t)ret : 0; s->stage && !lenient && i < n; i++)
-		if (HC_PAGE_ID(pages[i]) < p->g.npages)
-			hc__stage_release(s, pages[i], 0);
 out:
-	free(status);
-	free(batch);
-	free(pos);
-	return ret;
+	free(b.batch);
+	free(b.pos);
+	free(b.status);
+	free(st);
 }
 
 /* Is key READY in the pool now? */
@@ -697,10 +765,14 @@ out:
 	return r < 0 ? r : 0;
 }
 
-static void run(hc_service *s, struct job *j)
+/* Run m jobs: one, or backups that share puts. */
+static void run(hc_service *s, struct job **js, unsigned m)
 {
+	struct job *j = js[0];
+
 	if (!s->st) { /* detached (hicache-pool backend detach) */
-		j->result = -ENODEV; /* the rank says so (req.c) */
+		for (unsigned i = 0; i < m; i++)
+			js[i]->result = -ENODEV; /* the rank says so (req.c) */
 		return;
 	}
 	switch (j->op) {
@@ -708,7 +780,7 @@ static void run(hc_service *s, struct job *j)
 		j->result = do_exists(s, j->items, j->n, &j->where);
 		break;
 	case HC__OP_BACKUP:
-		j->result = do_backup(s, j, j->items, j->n, j->internal, &j->where);
+		do_backups(s, js, m);
 		break;
 	case HC__OP_PREFETCH:
 		j->result = do_prefetch(s, j);
@@ -718,13 +790,41 @@ static void run(hc_service *s, struct job *j)
 	}
 }
 
+#define GROUP_MAX 64 /* backups that share puts */
+
+/* Under mu: take the job at the head of the queue, and if it is a backup
+ * of less than a batch, the backups right behind it that fit in one batch
+ * with it.  They go on the active list while they run: others may merge. */
+static unsigned take_jobs(hc_service *s, struct job **js)
+{
+	/* A share of the queue, so that the other workers get some too. */
+	unsigned m = 0, pages = 0, cap = (s->queued + s->nworkers - 1) / s->nworkers;
+
+	do {
+		struct job *j = s->qhead;
+		s->qhead = j->next;
+		if (!s->qhead)
+			s->qtail = NULL;
+		s->queued--;
+		j->next = s->active;
+		s->active = j;
+		s->running++;
+		pages += j->n;
+		js[m++] = j;
+	} while (js[0]->op == HC__OP_BACKUP && m < cap && m < GROUP_MAX && s->qhead && s->qhead->op == HC__OP_BACKUP &&
+		 pages + s->qhead->n <= s->o.batch_pages);
+	gauges(s);
+	return m;
+}
+
 static void *worker(void *arg)
 {
 	hc_service *s = arg;
+	struct job *js[GROUP_MAX];
 
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		struct job *j;
+		unsigned m;
 		while (!s->qhead && !s->helps && !s->workers_stop)
 			pthread_cond_wait(&s->work, &s->mu);
 		if (!s->qhead && s->helps) {
@@ -733,33 +833,26 @@ static void *worker(void *arg)
 		}
 		if (!s->qhead)
 			break; /* stopping, and nothing is left */
-		j = s->qhead;
-		s->qhead = j->next;
-		if (!s->qhead)
-			s->qtail = NULL;
-		s->queued--;
-		/* On the active list while it runs: others may merge with it. */
-		j->next = s->active;
-		s->active = j;
-		s->running++;
-		gauges(s);
+		m = take_jobs(s, js);
 		pthread_mutex_unlock(&s->mu);
-		run(s, j);
+		run(s, js, m);
 		pthread_mutex_lock(&s->mu);
-		s->running--;
+		s->running -= m;
 		gauges(s);
-		if (s->stage && j->op == HC__OP_PREFETCH && !j->trimmed)
-			hc__stage_reserved(s, j, 0); /* it reserved nothing: all its staging goes back */
-		if (j->repark && !atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
-			/* buffer_only: no room after all; it waits again */
-			active_remove(s, j);
-			hc__stage_repark(s, j);
-			pthread_cond_broadcast(&s->idle);
-			continue;
+		for (unsigned i = 0; i < m; i++) {
+			struct job *j = js[i];
+			if (s->stage && j->op == HC__OP_PREFETCH && !j->trimmed)
+				hc__stage_reserved(s, j, 0); /* it reserved nothing: all its staging goes back */
+			if (j->repark && !atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
+				/* buffer_only: no room after all; it waits again */
+				active_remove(s, j);
+				hc__stage_repark(s, j);
+				continue;
+			}
+			j->worked = 1;
+			if (j->deps == 0)
+				job_finish(s, j);
 		}
-		j->worked = 1;
-		if (j->deps == 0)
-			job_finish(s, j);
 		pthread_cond_broadcast(&s->idle);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -890,7 +983,8 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 					hc__stage_backup(s, (const hc_page_t *)(const void *)items, e->n, 0);
 					pthread_mutex_unlock(&s->mu);
 				}
-				x.result = do_backup(s, &x, (const hc_page_t *)(const void *)items, e->n, 0, &x.where);
+				struct job *xp = &x;
+				do_backups(s, &xp, 1);
 				if (s->stage) {
 					pthread_mutex_lock(&s->mu);
 					hc__stage_backup(s, (const hc_page_t *)(const void *)items, e->n, 1);

@@ -5,7 +5,8 @@
  * then read back and checked byte for byte; the prefix ends at a missing
  * or corrupt object, also when idle workers help read a long prefetch in
  * parts; ranks of one engine with different timing take the
- * same hit; overlapping prefetches read each key once; all or nothing
+ * same hit; overlapping prefetches read each key once; small backups
+ * queued together share puts, each with its own result; all or nothing
  * when the pool is too small; a service killed in the middle.
  */
 #include <dirent.h>
@@ -490,6 +491,50 @@ START_TEST(parts_settle_in_order)
 }
 END_TEST
 
+/* Small backups queued together share puts, and each keeps its own
+ * result: a failed write ends only its own backup's prefix. */
+START_TEST(backups_share_puts)
+{
+	enum { R = 8, PER = 2 };
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 32, 100, 8);
+	char spec[200];
+	/* one worker, and every op takes 100 ms: the requests posted while
+	 * the first runs queue up behind it */
+	struct hc_service_opts o = { .backend = spec, .batch_pages = 16, .workers = 1, .write_policy = HC_WRITE_NONE };
+	hc_service *s;
+	hc_key_t k[R * PER];
+	hc_page_t pg[R * PER];
+	hc_req *rq[R];
+	uint64_t puts;
+
+	/* the 8th page written (request 3's second) fails */
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=100000,fail_put_at=8", l3dir);
+	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	hct_keys(k, R * PER, 13);
+	hct_store_by_key(p, k, R * PER, 0, pg);
+	for (int r = 0; r < R; r++)
+		ck_assert_ok(hc_req_backup(p, pg + r * PER, PER, &rq[r]));
+	for (int r = 0; r < R; r++) {
+		int res = hc_req_wait(rq[r], 10000);
+		ck_assert_msg(res == (r == 3 ? 1 : PER), "request %d: %d of %d pages", r, res, PER);
+		ck_assert_ok(hc_req_free(rq[r]));
+	}
+	puts = ctr(p, HC_CTR_l3_backup_puts);
+	ck_assert_msg(puts >= 1 && puts < R, "%llu puts for %d queued backups", (unsigned long long)puts, R);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_pages), R * PER - 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_fails), 2); /* the page, and its request cut short */
+	ck_assert_uint_eq(ctr(p, HC_CTR_req_partial), 1);
+	ck_assert_uint_eq(ctr(p, HC_CTR_req_done), R - 1);
+	for (int i = 0; i < R * PER; i++)
+		ck_assert_int_eq(!!(atomic_load(&p->pages[HC_PAGE_ID(pg[i])].flags) & HC_PF_IN_L3), i != 7);
+	ck_assert_ok(hc_service_stop(s));
+	check_clean(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 START_TEST(threshold_and_bad_input)
 {
 	const char *name = hct_name();
@@ -569,6 +614,7 @@ int main(void)
 	tcase_add_test(tc, threshold_and_bad_input);
 	tcase_add_test(tc, cancel);
 	tcase_add_test(tc, parts_settle_in_order);
+	tcase_add_test(tc, backups_share_puts);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
