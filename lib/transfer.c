@@ -407,9 +407,9 @@ static void bk_end(hc_service *s, struct job *j, const struct bstate *st)
 		hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
 		j->where = (uint32_t)(st->err < 0 ? -st->err : EIO);
 		j->result = (int)st->bad;
-	} else if (!atomic_load_explicit(&j->cancel, memory_order_relaxed) || st->done == j->n) {
+	} else if (st->done == j->n) {
 		j->result = (int)j->n;
-	} else {
+	} else { /* cancelled before its last round */
 		j->where = ECANCELED;
 		j->result = -ECANCELED;
 	}
