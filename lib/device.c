@@ -418,7 +418,9 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 		return hc__err(ENOMEM, "%s: no memory for %u pages", what, rq->n);
 	}
 	/* A load reads READY pages the caller holds; a store writes pages this
-	 * process reserved.  Checked now, so a mistake fails the call. */
+	 * process reserved, or a rank of its engine did (a reservation ticket:
+	 * each rank writes its own shards).  Checked now, so a mistake fails
+	 * the call. */
 	for (unsigned i = 0; i < rq->n; i++) {
 		hc_page_t h = rq->pages[i];
 		uint32_t id = HC_PAGE_ID(h);
@@ -426,7 +428,7 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 		if (id >= p->g.npages) {
 			r = hc__err(EINVAL, "%s: page %u (item %u) is out of the pool's %u", what, id, i, p->g.npages);
 		} else if (store) {
-			r = hc__check_reserved(p, h, what);
+			r = hc__check_reserved_engine(p, h, what);
 		} else {
 			uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
 			if (hc__w_gen(w) != HC_PAGE_GEN(h) || hc__w_state(w) != HC_PAGE_READY)

@@ -102,7 +102,18 @@ int hc__need_slot(const struct hc_pool *p, const char *op)
 	return need_slot(p, op);
 }
 
-int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op)
+/* Is slot s a rank of the engine this process's slot has joined? */
+static int same_engine(const struct hc_pool *p, unsigned s)
+{
+	uint32_t mine;
+
+	if (p->slot < 0 || s >= p->g.max_ranks)
+		return 0;
+	mine = atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed);
+	return mine && atomic_load_explicit(&p->ranks[s].engine, memory_order_relaxed) == mine;
+}
+
+static int check_reserved(const struct hc_pool *p, hc_page_t page, const char *op, int engine_ok)
 {
 	uint32_t id = HC_PAGE_ID(page);
 	uint64_t w;
@@ -114,10 +125,20 @@ int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op)
 	if (hc__w_gen(w) != HC_PAGE_GEN(page) || hc__w_state(w) != HC_PAGE_RESERVED)
 		return hc__err(ESTALE, "%s: page %u generation %u is not reserved (now %s, generation %u)", op, id,
 			       HC_PAGE_GEN(page), hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
-	if (p->slot < 0 || hc__w_owner(w) != (unsigned)p->slot)
-		return hc__err(EPERM, "%s: page %u is reserved by rank slot %u, not this one (%d)", op, id,
-			       hc__w_owner(w), p->slot);
+	if (p->slot < 0 || (hc__w_owner(w) != (unsigned)p->slot && !(engine_ok && same_engine(p, hc__w_owner(w)))))
+		return hc__err(EPERM, "%s: page %u is reserved by rank slot %u, not this one (%d)%s", op, id,
+			       hc__w_owner(w), p->slot, engine_ok ? " nor one of its engine" : "");
 	return 0;
+}
+
+int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op)
+{
+	return check_reserved(p, page, op, 0);
+}
+
+int hc__check_reserved_engine(const struct hc_pool *p, hc_page_t page, const char *op)
+{
+	return check_reserved(p, page, op, 1);
 }
 
 /*

@@ -108,6 +108,9 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 int hc__need_slot(const struct hc_pool *p, const char *op);
 /* 0 if page is this rank's reservation at its generation; else -ESTALE or -EPERM, with the line. */
 int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op);
+/* The same, or a reservation of another rank of the engine this rank joined
+ * (a reservation ticket's pages, whose shards every rank fills). */
+int hc__check_reserved_engine(const struct hc_pool *p, hc_page_t page, const char *op);
 #define HC_HOLD_WAIT_FREEING 0x1u
 #define HC_HOLD_RESERVED     0x2u
 int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op);

@@ -31,6 +31,7 @@
 #include <hicache/hicache.h>
 
 #include "../bench/bench.h" /* pipe helpers shared with the benchmarks */
+#include "replay/replay.h"
 
 #define PROG          "hicache-bench"
 #define MAX_RANKS     64
@@ -840,6 +841,9 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };
 	char *end;
 	int c;
+
+	if (argc > 1 && !strcmp(argv[1], "replay"))
+		return hc_rp_main(argc - 1, argv + 1);
 
 	while ((c = getopt_long(argc, argv, "r:s:p:khV", lo, NULL)) != -1) {
 		switch (c) {

@@ -57,7 +57,7 @@ static uint64_t expo(uint64_t *s, uint32_t mean)
 void hc_rp_gen_defaults(struct hc_rp_gen_opts *o)
 {
 	if (!o->sessions)
-		o->sessions = 96;
+		o->sessions = 64;
 	if (!o->max_turns)
 		o->max_turns = 6;
 	if (!o->system_prompts)
@@ -71,9 +71,9 @@ void hc_rp_gen_defaults(struct hc_rp_gen_opts *o)
 	if (!o->max_input)
 		o->max_input = 32768;
 	if (!o->session_gap_ms)
-		o->session_gap_ms = 500;
+		o->session_gap_ms = 100;
 	if (!o->turn_gap_ms)
-		o->turn_gap_ms = 2000;
+		o->turn_gap_ms = 3000;
 }
 
 static int by_time(const void *a, const void *b)
