@@ -105,3 +105,35 @@ int hc_rp_model_preset(const char *name, uint32_t page_tokens, double scale, str
 	}
 	return 0;
 }
+
+int hc_rp_model_custom(const struct hc_component_spec *comps, unsigned n, uint32_t page_tokens, struct hc_rp_model *m)
+{
+	if (n == 0 || n > HC_RP_MAX_COMPS)
+		return hc_cli_fail(EINVAL, "--kv/--state: %u components: give 1 to %d", n, HC_RP_MAX_COMPS);
+	memset(m, 0, sizeof(*m));
+	snprintf(m->preset, sizeof(m->preset), "custom");
+	snprintf(m->model_id, sizeof(m->model_id), "hicache-bench/custom");
+	m->page_tokens = page_tokens;
+	m->scale = 1;
+	m->state = m->swa = -1;
+	for (unsigned i = 0; i < n; i++) {
+		m->comps[i] = comps[i];
+		snprintf(m->names[i], sizeof(m->names[i]), "%s", comps[i].name);
+		m->comps[i].name = m->names[i];
+		m->full_layers[i] = comps[i].layers;
+		if (comps[i].kind == HC_COMP_STATE) {
+			if (m->state >= 0)
+				return hc_cli_fail(EINVAL, "--state: one state snapshot component at most");
+			m->state = (int)i;
+			if (!m->comps[i].window_pages)
+				m->comps[i].window_pages = 1; /* a snapshot is on a prompt's last page only */
+		} else if (comps[i].window_pages) {
+			if (m->swa >= 0)
+				return hc_cli_fail(EINVAL, "--kv: one sliding-window component at most");
+			m->swa = (int)i;
+			m->window_tokens = comps[i].window_pages * page_tokens;
+		}
+		m->ncomp++;
+	}
+	return 0;
+}

@@ -37,6 +37,11 @@ const char *hc_rp_presets(void);
  * to each component's layers, at least 1 each). */
 int hc_rp_model_preset(const char *name, uint32_t page_tokens, double scale, struct hc_rp_model *m);
 
+/* Explicit components (--kv, --state, as hicache-pool create takes them):
+ * a KV component with window=W is the sliding-window one, a state one is
+ * snapshotted on a prompt's last page (window 1 unless given). */
+int hc_rp_model_custom(const struct hc_component_spec *comps, unsigned n, uint32_t page_tokens, struct hc_rp_model *m);
+
 /* content.c: the bytes of one row that a device holds for a page: one
  * head group's run of one (layer, K/V, token) of a KV component, or of one
  * layer of a state (kv 0, token 0).  Rows are whole 8-byte words. */

@@ -42,6 +42,8 @@ static void usage(FILE *f)
 		"  workload:  --trace FILE (Mooncake JSONL; default: the built-in generator)\n"
 		"             --requests N, --seed S, --sessions N (built-in)\n"
 		"  model:     --model PRESET (%s; default llama3-8b)\n"
+		"             or --kv NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated][,window=W] and\n"
+		"                --state NAME,DTYPE,BYTES_PER_LAYER,LAYERS[,replicated] (repeatable)\n"
 		"             --page-tokens P (divides 512; default 64), --scale F (layers x F; default 0.125)\n"
 		"  engines:   --tp N (default 2), --engines M (default 1), --l1-pages N (each rank's GPU cache; 0: off)\n"
 		"  pool:      --pool-pages N (default: a quarter of the workload's distinct pages)\n"
@@ -87,7 +89,7 @@ static int parse_double(const char *what, const char *s, double lo, double hi, d
 enum {
 	O_TRACE = 256, O_REQUESTS, O_SEED, O_SESSIONS, O_MODEL, O_PAGE_TOKENS, O_SCALE, O_TP, O_ENGINES, O_L1,
 	O_POOL_PAGES, O_EVICT, O_BACKEND, O_DIR, O_WRITE_POLICY, O_PREFETCH, O_PF_TIMEOUT, O_PF_THRESHOLD, O_SERIAL,
-	O_SPEEDUP, O_REFERENCE, O_JSON, O_CSV, O_SVG, O_PROGRESS, O_NO_PROGRESS, O_KEEP, O_HELP
+	O_SPEEDUP, O_REFERENCE, O_JSON, O_CSV, O_SVG, O_PROGRESS, O_NO_PROGRESS, O_KEEP, O_HELP, O_KV, O_STATE
 };
 
 static int parse(int argc, char **argv, struct hc_rp_opts *o)
@@ -98,6 +100,8 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "sessions", required_argument, NULL, O_SESSIONS },
 		{ "model", required_argument, NULL, O_MODEL },
+		{ "kv", required_argument, NULL, O_KV },
+		{ "state", required_argument, NULL, O_STATE },
 		{ "page-tokens", required_argument, NULL, O_PAGE_TOKENS },
 		{ "scale", required_argument, NULL, O_SCALE },
 		{ "tp", required_argument, NULL, O_TP },
@@ -128,7 +132,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 	static const char *const pfs[] = { "best_effort", "wait_complete", "timeout" };
 	uint64_t u;
 	unsigned e;
-	int c, r = 0, evict_set = 0;
+	int c, r = 0, evict_set = 0, model_set = 0, backend_set = 0;
 
 	optind = 1;
 	while (r == 0 && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -148,7 +152,24 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		case O_MODEL:
 			o->model = optarg;
+			model_set = 1;
 			break;
+		case O_KV:
+		case O_STATE: {
+			struct hc_cli_comp cc;
+			if (o->ncomp == HC_RP_MAX_COMPS) {
+				r = hc_cli_fail(EINVAL, "--kv/--state: at most %d components", HC_RP_MAX_COMPS);
+				break;
+			}
+			r = hc_cli_parse_comp(c == O_KV ? "--kv" : "--state", optarg, c == O_KV ? HC_COMP_KV : HC_COMP_STATE, &cc);
+			if (r == 0) {
+				snprintf(o->comp_names[o->ncomp], sizeof(o->comp_names[0]), "%s", cc.name);
+				o->comps[o->ncomp] = cc.spec;
+				o->comps[o->ncomp].name = o->comp_names[o->ncomp];
+				o->ncomp++;
+			}
+			break;
+		}
 		case O_PAGE_TOKENS:
 			r = hc_cli_parse_u32("--page-tokens", optarg, 1, 512, &o->page_tokens);
 			if (r == 0 && !hc_rp_page_tokens_ok(o->page_tokens))
@@ -177,6 +198,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		case O_BACKEND:
 			o->backend = optarg;
+			backend_set = 1;
 			break;
 		case O_DIR:
 			o->dir = optarg;
@@ -229,6 +251,8 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			return hc_cli_fail(EINVAL, "unknown option (see --help)");
 		}
 	}
+	if (r == 0 && model_set && o->ncomp)
+		r = hc_cli_fail(EINVAL, "--model and --kv/--state both describe the model: give one");
 	if (r == 0 && optind < argc)
 		r = hc_cli_fail(EINVAL, "unexpected argument '%s'", argv[optind]);
 	if (r == 0 && o->trace && o->gen.sessions)
@@ -237,7 +261,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 		r = hc_cli_fail(EINVAL, "--tp %u x --engines %u is %u ranks: at most %d", o->tp, o->engines,
 				o->tp * o->engines, HC_RP_MAX_RANKS);
 	if (r == 0 && o->reference &&
-	    (o->l1_pages || (o->backend && strcmp(o->backend, "none")) || (evict_set && o->evict != HC_EVICT_LRU)))
+	    (o->l1_pages || (backend_set && strcmp(o->backend, "none")) || (evict_set && o->evict != HC_EVICT_LRU)))
 		r = hc_cli_fail(EINVAL, "--reference runs with L1 off, no L3 and exact LRU eviction: drop %s",
 				o->l1_pages ? "--l1-pages" : evict_set && o->evict != HC_EVICT_LRU ? "--evict" : "--backend");
 	if (r == 0 && o->reference) {
@@ -291,6 +315,32 @@ static int plan_workload(const struct hc_rp_workload *w, uint32_t T, struct plan
 }
 
 /* ---- the run */
+
+/* Run from the build tree (./tools/hicache-bench is libtool's wrapper of
+ * tools/.libs/lt-hicache-bench), the plugins are built beside it and not
+ * installed: the directory of spec's plugin there, or NULL. */
+static const char *build_tree_plugins(const char *spec, char *buf, size_t len)
+{
+	char exe[2048], name[64], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	size_t k = strcspn(spec, ":");
+
+	if (n <= 0 || k == 0 || k >= sizeof(name))
+		return NULL;
+	exe[n] = '\0';
+	memcpy(name, spec, k);
+	name[k] = '\0';
+	for (int up = 0; up < 3 && (slash = strrchr(exe, '/')); up++) {
+		*slash = '\0';
+		if ((size_t)snprintf(buf, len, "%s/backends/%s/.libs/%s.so", exe, name, name) >= len)
+			return NULL;
+		if (access(buf, R_OK) == 0) {
+			snprintf(buf, len, "%s/backends/%s/.libs", exe, name);
+			return buf;
+		}
+	}
+	return NULL;
+}
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -363,7 +413,8 @@ int hc_rp_main(int argc, char **argv)
 	}
 	if (o.progress < 0)
 		o.progress = isatty(STDERR_FILENO);
-	if ((r = hc_rp_model_preset(o.model, o.page_tokens, o.scale, &m)) < 0) {
+	if ((r = o.ncomp ? hc_rp_model_custom(o.comps, o.ncomp, o.page_tokens, &m)
+			 : hc_rp_model_preset(o.model, o.page_tokens, o.scale, &m)) < 0) {
 		fprintf(stderr, PROG ": %s\n", hc_cli_error());
 		return HC_CLI_EXIT_USAGE;
 	}
@@ -453,7 +504,9 @@ int hc_rp_main(int argc, char **argv)
 		pids[i] = pid;
 	}
 	if (!failed && cx.l3) {
-		struct hc_service_opts so = { .backend = spec, .write_policy = o.write_policy };
+		char bdir[4200];
+		struct hc_service_opts so = { .backend = spec, .write_policy = o.write_policy,
+					      .backend_dir = build_tree_plugins(spec, bdir, sizeof(bdir)) };
 		if (hc_service_start(pool, &so, &svc) < 0) {
 			fprintf(stderr, PROG ": service: %s\n", hc_last_error());
 			atomic_store(&sh->go, -1);

@@ -31,6 +31,9 @@ struct hc_rp_opts {
 	size_t max_requests;         /* 0: all */
 	struct hc_rp_gen_opts gen;
 	const char *model;           /* a preset */
+	struct hc_component_spec comps[HC_RP_MAX_COMPS]; /* --kv, --state: instead of a preset */
+	char comp_names[HC_RP_MAX_COMPS][HC_COMP_NAME_MAX + 1];
+	unsigned ncomp;
 	uint32_t page_tokens;
 	double scale;
 	uint32_t tp, engines;
