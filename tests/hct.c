@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <execinfo.h>
 #include <ftw.h>
 #include <string.h>
@@ -249,6 +250,44 @@ const char *hct_tool(const char *name)
 
 	snprintf(path, sizeof(path), "%s/tools/%s", b && *b ? b : ".", name);
 	return path;
+}
+
+static void slurp(int fd, char *buf, size_t len)
+{
+	ssize_t n = pread(fd, buf, len - 1, 0);
+
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+}
+
+int hct_tool_run(const char *name, const char *const *args, char *out, size_t outlen, char *err, size_t errlen)
+{
+	const char *argv[128] = { name };
+	const char *path = hct_tool(name);
+	int argc = 1, fo, fe, st;
+	pid_t pid;
+
+	for (; args && args[argc - 1] && argc < 127; argc++)
+		argv[argc] = args[argc - 1];
+	argv[argc] = NULL;
+	fo = memfd_create("tool-out", MFD_CLOEXEC);
+	fe = memfd_create("tool-err", MFD_CLOEXEC);
+	ck_assert_msg(fo >= 0 && fe >= 0, "memfd_create: %s", strerror(errno));
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fo, 1);
+		dup2(fe, 2);
+		execv(path, (char *const *)argv);
+		fprintf(stderr, "cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	slurp(fo, out, outlen);
+	slurp(fe, err, errlen);
+	st = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	ck_assert_msg(st != 127, "%s did not run: %s", path, err);
+	return st;
 }
 
 static void quiet_log(int level, const char *msg, void *arg)

@@ -119,6 +119,11 @@ void hct_perm(uint64_t *v, unsigned n, uint64_t range);
 int hct_cuda_devices(void);
 /* Path of a built tool: $HC_BUILDDIR/tools/<name>. */
 const char *hct_tool(const char *name);
+/* Run tools/<name> with args (NULL-terminated, after argv[0]): its exit
+ * status (128 + the signal that killed it), stdout into out and stderr into
+ * err, NUL-terminated and cut to their sizes.  Fails the test if it could
+ * not run at all. */
+int hct_tool_run(const char *name, const char *const *args, char *out, size_t outlen, char *err, size_t errlen);
 
 /* Run a suite in fork mode, sweeping before and after; returns the exit status. */
 int hct_run(Suite *s);

@@ -5,13 +5,19 @@
  * bad line (each named with its line number), the pages of a request and
  * their keys, the built-in generator (deterministic, Mooncake-shaped,
  * sharing prefixes), and the reference simulation of L2, by hand and
- * against a second, naive LRU.
+ * against a second, naive LRU.  Then hicache-bench replay itself: the
+ * reference check against the simulation, every backend, hybrid models'
+ * hit policies, the reports, and bad options.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "../tools/cli.h"
 #include "../tools/replay/workload.h"
@@ -351,10 +357,233 @@ START_TEST(refsim_against_naive)
 }
 END_TEST
 
+/* ---- the replay itself (tools/hicache-bench replay) */
+
+static char out[256 * 1024], err[64 * 1024];
+
+/* Run hicache-bench replay with the NULL-terminated arguments: its exit status. */
+static int replay(const char *arg, ...)
+{
+	const char *args[64] = { "replay" };
+	int n = 1;
+	va_list ap;
+
+	va_start(ap, arg);
+	for (; arg && n < 62; arg = va_arg(ap, const char *))
+		args[n++] = arg;
+	va_end(ap);
+	args[n++] = "--no-progress";
+	args[n] = NULL;
+	return hct_tool_run("hicache-bench", args, out, sizeof(out), err, sizeof(err));
+}
+#define REPLAY(...) replay(__VA_ARGS__, (const char *)NULL)
+#define ck_assert_replay(want, ...)                                                                       \
+	do {                                                                                              \
+		int got_ = REPLAY(__VA_ARGS__);                                                           \
+		ck_assert_msg(got_ == (want), "exit %d, want %d\nstdout:\n%s\nstderr:\n%s", got_, (want), out, \
+			      err);                                                                       \
+	} while (0)
+
+static const char *slice(void)
+{
+	static char path[4096];
+
+	snprintf(path, sizeof(path), "%s/tests/data/mooncake-200.jsonl", HCT_SRCDIR);
+	return path;
+}
+
+static const char *in_dir(const char *name)
+{
+	static char path[4][160];
+	static int k;
+
+	k = (k + 1) % 4;
+	snprintf(path[k], sizeof(path[k]), "%s/%s", dir, name);
+	return path[k];
+}
+
+/* Directories the file backend left in the test's directory. */
+static int leftovers(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += !strncmp(e->d_name, "hicache-replay-", 15);
+	closedir(d);
+	return n;
+}
+
+/* A field of the --json report, by a dotted path ("tokens.l3"). */
+static int64_t jget(json_object *root, const char *dotted)
+{
+	char buf[128], *save = NULL;
+	json_object *o = root;
+
+	snprintf(buf, sizeof(buf), "%s", dotted);
+	for (char *k = strtok_r(buf, ".", &save); k; k = strtok_r(NULL, ".", &save))
+		ck_assert_msg(json_object_object_get_ex(o, k, &o), "the JSON report has no %s", dotted);
+	return json_object_get_int64(o);
+}
+
+/* The reference check: L1 off, no L3, serial, exact LRU; the pool's L2 hit
+ * must be the simulation's, here and in the tool's own comparison. */
+START_TEST(reference_check)
+{
+	struct hc_rp_workload w;
+	struct hc_rp_refsim rs;
+	struct hc_rp_gen_opts go = { 0 };
+	json_object *j;
+
+	/* a slice of the public trace, one rank, 128-token pages */
+	ck_assert_replay(0, "--reference", "--trace", slice(), "--requests", "80", "--kv", "kv,bf16,2,16,1",
+			 "--page-tokens", "128", "--pool-pages", "700", "--tp", "1", "--json", in_dir("a.json"));
+	ck_assert_msg(strstr(out, "exact match"), "%s", out);
+	ck_assert_int_eq(hc_rp_trace_load(slice(), 80, &w), 0);
+	ck_assert_int_eq(hc_rp_refsim(&w, 128, 700, &rs), 0);
+	hc_rp_workload_free(&w);
+	j = json_object_from_file(in_dir("a.json"));
+	ck_assert_ptr_nonnull(j);
+	ck_assert_int_eq(jget(j, "reference.measured_hit_pages"), (int64_t)rs.hit_pages);
+	ck_assert_int_eq(jget(j, "reference.pages"), (int64_t)rs.pages);
+	ck_assert_int_gt(jget(j, "outcomes.evictions"), 0); /* a full pool: the order mattered */
+	ck_assert_int_gt((int64_t)rs.hit_pages, 0);
+	json_object_put(j);
+	/* the built-in workload, two engines of TP 2 */
+	ck_assert_replay(0, "--reference", "--seed", "3", "--kv", "kv,bf16,4,16,1", "--pool-pages", "400", "--tp", "2",
+			 "--engines", "2", "--json", in_dir("b.json"));
+	go.seed = 3;
+	ck_assert_int_eq(hc_rp_gen(&go, &w), 0);
+	ck_assert_int_eq(hc_rp_refsim(&w, 64, 400, &rs), 0);
+	hc_rp_workload_free(&w);
+	j = json_object_from_file(in_dir("b.json"));
+	ck_assert_int_eq(jget(j, "reference.measured_hit_pages"), (int64_t)rs.hit_pages);
+	ck_assert_int_gt((int64_t)rs.evictions, 0);
+	json_object_put(j);
+}
+END_TEST
+
+/* Every backend the suite has: L3 serves hits, every byte checks out. */
+START_TEST(backends)
+{
+	static const char *const be[] = { "file", "shm", "mem" };
+
+	for (unsigned i = 0; i < 3; i++) {
+		json_object *j;
+		ck_assert_replay(0, "--sessions", "12", "--seed", "1", "--kv", "kv,bf16,2,16,1", "--pool-pages", "150",
+				 "--backend", be[i], "--dir", dir, "--json", in_dir("c.json"));
+		j = json_object_from_file(in_dir("c.json"));
+		ck_assert_ptr_nonnull(j);
+		ck_assert_msg(jget(j, "tokens.l3") > 0, "%s: no L3 hit\n%s", be[i], out);
+		ck_assert_int_gt(jget(j, "bytes.prefetch"), 0);
+		ck_assert_int_gt(jget(j, "bytes.backup"), 0);
+		ck_assert_int_gt(jget(j, "bytes.checked"), 0);
+		ck_assert_int_eq(jget(j, "bytes.bad"), 0);
+		ck_assert_int_eq(jget(j, "tokens.total"),
+				 jget(j, "tokens.l1") + jget(j, "tokens.l2") + jget(j, "tokens.l3") + jget(j, "tokens.miss"));
+		json_object_put(j);
+	}
+	/* L1 on: the GPU cache serves some, and L2 the rest */
+	ck_assert_replay(0, "--sessions", "12", "--kv", "kv,bf16,2,16,1", "--pool-pages", "150", "--l1-pages", "200",
+			 "--backend", "none", "--json", in_dir("d.json"));
+	{
+		json_object *j = json_object_from_file(in_dir("d.json"));
+		ck_assert_int_gt(jget(j, "tokens.l1"), 0);
+		ck_assert_int_eq(jget(j, "tokens.l3"), 0);
+		json_object_put(j);
+	}
+	ck_assert_int_eq(leftovers(), 0); /* the file backend's directories went */
+}
+END_TEST
+
+/* Hybrid models: a sliding-window component is stored on a prompt's
+ * trailing pages only, a state snapshot on its last page only; hits must
+ * come from the hit policies (a lookup that wanted them on every page
+ * would stop at the first page). */
+START_TEST(hybrids)
+{
+	json_object *j;
+
+	ck_assert_replay(0, "--sessions", "12", "--kv", "full,bf16,2,16,1", "--kv", "swa,bf16,2,16,1,window=2",
+			 "--pool-pages", "600", "--backend", "file", "--dir", dir, "--json", in_dir("e.json"));
+	j = json_object_from_file(in_dir("e.json"));
+	ck_assert_int_gt(jget(j, "tokens.l2") + jget(j, "tokens.l3"), jget(j, "tokens.total") / 10);
+	ck_assert_int_eq(jget(j, "bytes.bad"), 0);
+	json_object_put(j);
+	ck_assert_replay(0, "--sessions", "12", "--kv", "full,bf16,2,16,1", "--state", "st,f32,8192,1", "--pool-pages",
+			 "600", "--backend", "file", "--dir", dir, "--json", in_dir("f.json"));
+	j = json_object_from_file(in_dir("f.json"));
+	ck_assert_int_gt(jget(j, "tokens.l2") + jget(j, "tokens.l3"), jget(j, "tokens.total") / 10);
+	ck_assert_int_eq(jget(j, "bytes.bad"), 0);
+	json_object_put(j);
+	/* the presets run too (scaled down) */
+	ck_assert_replay(0, "--model", "hybrid-swa", "--scale", "0.05", "--sessions", "4", "--backend", "none");
+	ck_assert_replay(0, "--model", "deepseek-v3", "--scale", "0.02", "--sessions", "4", "--backend", "none");
+	ck_assert_msg(strstr(out, "mla 1 of 61 layers"), "%s", out);
+}
+END_TEST
+
+START_TEST(outputs)
+{
+	json_object *j;
+	char line[512];
+	FILE *f;
+	int rows = 0;
+
+	ck_assert_replay(0, "--sessions", "16", "--kv", "kv,bf16,2,16,1", "--pool-pages", "200", "--backend", "file",
+			 "--dir", dir, "--json", in_dir("g.json"), "--csv", in_dir("g.csv"), "--svg", in_dir("g.svg"));
+	ck_assert_msg(strstr(out, "hit tokens") && strstr(out, "L2 -> GPU (loads)") && strstr(out, "prefill saved"),
+		      "%s", out);
+	j = json_object_from_file(in_dir("g.json"));
+	ck_assert_int_eq(jget(j, "workload.served"), jget(j, "workload.requests"));
+	ck_assert_int_eq(jget(j, "setup.tp"), 2);
+	json_object_put(j);
+	f = fopen(in_dir("g.csv"), "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	ck_assert_msg(!strncmp(line, "t_s,requests,tokens,", 20), "%s", line);
+	while (fgets(line, sizeof(line), f))
+		rows++;
+	fclose(f);
+	ck_assert_int_ge(rows, 1);
+	f = fopen(in_dir("g.svg"), "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_gt(fread(out, 1, sizeof(out) - 1, f), 100);
+	fclose(f);
+	ck_assert_msg(!strncmp(out, "<svg", 4) && strstr(out, "<polyline") && strstr(out, "</svg>"), "not an SVG chart");
+}
+END_TEST
+
+START_TEST(bad_options)
+{
+	ck_assert_replay(2, "--page-tokens", "100");
+	ck_assert_msg(strstr(err, "does not divide 512"), "%s", err);
+	ck_assert_replay(2, "--model", "gpt-5");
+	ck_assert_msg(strstr(err, "no such preset") && strstr(err, "llama3-8b"), "%s", err);
+	ck_assert_replay(2, "--tp", "0");
+	ck_assert_replay(2, "--reference", "--backend", "file");
+	ck_assert_msg(strstr(err, "--reference runs with"), "%s", err);
+	ck_assert_replay(2, "--model", "llama3-8b", "--kv", "kv,bf16,2,16,1");
+	ck_assert_replay(2, "--kv", "kv,bf16,2,16");
+	ck_assert_replay(2, "--pool-pages", "10", "--kv", "kv,bf16,2,16,1");
+	ck_assert_msg(strstr(err, "cannot hold the longest request"), "%s", err);
+	ck_assert_replay(2, "--bogus");
+	ck_assert_replay(2, "--trace", trace_of("bad.jsonl", REQ(0, 10, "[1]") "{\"timestamp\": 1}\n"));
+	ck_assert_msg(strstr(err, "bad.jsonl:2:") && strstr(err, "no \"input_length\" field"), "%s", err);
+	ck_assert_replay(2, "--trace", in_dir("missing.jsonl"));
+	ck_assert_msg(strstr(err, "missing.jsonl"), "%s", err);
+	ck_assert_replay(0, "--help");
+	ck_assert_msg(strstr(out, "--reference"), "%s", out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
 	TCase *tc = tcase_create("workload");
+	TCase *tr = tcase_create("run");
 
 	tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
 	tcase_set_timeout(tc, 30);
@@ -366,5 +595,14 @@ int main(void)
 	tcase_add_test(tc, refsim_by_hand);
 	tcase_add_test(tc, refsim_against_naive);
 	suite_add_tcase(s, tc);
+	/* each test runs the replay up to ~12 times, processes and all */
+	tcase_add_checked_fixture(tr, dir_setup, dir_teardown);
+	tcase_set_timeout(tr, 120);
+	tcase_add_test(tr, reference_check);
+	tcase_add_test(tr, backends);
+	tcase_add_test(tr, hybrids);
+	tcase_add_test(tr, outputs);
+	tcase_add_test(tr, bad_options);
+	suite_add_tcase(s, tr);
 	return hct_run(s);
 }

@@ -36,46 +36,19 @@ struct run {
 
 static struct run r;  /* one per forked test: too big for the stack */
 
-static void slurp(int fd, char *buf, size_t len)
-{
-	ssize_t n = pread(fd, buf, len - 1, 0);
-
-	buf[n > 0 ? n : 0] = 0;
-	close(fd);
-}
-
 /* Run hicache-pool with the NULL-terminated arguments; fills r. */
 static int tool(const char *arg, ...)
 {
-	const char *argv[64] = { "hicache-pool" };
-	const char *path = hct_tool("hicache-pool");
-	int argc = 1, fo, fe, st;
+	const char *args[64];
+	int n = 0;
 	va_list ap;
-	pid_t pid;
 
 	va_start(ap, arg);
-	for (; arg && argc < 63; arg = va_arg(ap, const char *))
-		argv[argc++] = arg;
+	for (; arg && n < 63; arg = va_arg(ap, const char *))
+		args[n++] = arg;
 	va_end(ap);
-	argv[argc] = NULL;
-
-	fo = memfd_create("tool-out", MFD_CLOEXEC);
-	fe = memfd_create("tool-err", MFD_CLOEXEC);
-	ck_assert_msg(fo >= 0 && fe >= 0, "memfd_create: %s", strerror(errno));
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		dup2(fo, 1);
-		dup2(fe, 2);
-		execv(path, (char *const *)argv);
-		fprintf(stderr, "cannot run %s: %s\n", path, strerror(errno));
-		_exit(127);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	slurp(fo, r.out, sizeof(r.out));
-	slurp(fe, r.err, sizeof(r.err));
-	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	ck_assert_msg(r.status != 127, "%s did not run: %s", path, r.err);
+	args[n] = NULL;
+	r.status = hct_tool_run("hicache-pool", args, r.out, sizeof(r.out), r.err, sizeof(r.err));
 	return r.status;
 }
 #define TOOL(...) tool(__VA_ARGS__, (const char *)NULL)

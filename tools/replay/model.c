@@ -10,13 +10,13 @@
  *                 whose K and V halves hold those 576 dims (1152 bytes).
  *   hybrid-swa    gpt-oss-20b's shape: 24 layers alternating full and
  *                 sliding-window (128 tokens) attention, 8 KV heads of 64
- *                 dims; only the window's trailing pages must hold the
- *                 sliding-window KV for a hit.
+ *                 dims; a hit needs the sliding-window KV on its trailing
+ *                 window pages only, and the replay keeps it only where a
+ *                 hit can end (serve.c).
  *   hybrid-state  Qwen3-Next's shape: 12 full-attention layers (2 KV heads
  *                 of 256 dims) and 36 linear-attention layers whose state
  *                 (32 heads of 128x128, f32, 2 MiB a layer) is snapshotted
- *                 on the last page of a stored prompt; a hit needs the
- *                 snapshot on its last page only.
+ *                 where a hit can end; a hit needs it on its last page.
  *
  * The scale factor multiplies every component's layer count (at least one
  * layer each), which scales a page's bytes and leaves the per-token layout

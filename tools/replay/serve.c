@@ -13,7 +13,9 @@
  *      stand in for the GPU's KV pools), and every byte checked;
  *   5. the missing pages "computed": their rows filled with the content of
  *      content.c, reserved by key under a ticket, stored and committed
- *      through the device API; the service's write policy backs them up;
+ *      through the device API; the service's write policy backs them up
+ *      (a hybrid's sliding-window KV and state snapshots only where a hit
+ *      can end: presence_of);
  *   6. the request's pages touched (a lookup, last to first) and put in L1.
  *
  * Request page i uses device slots i * page_tokens .. and state slot i.
@@ -232,16 +234,22 @@ static int load_hits(struct rank *r, unsigned n, size_t q)
 	return 0;
 }
 
-/* Components page i of n stores: a sliding window's KV only on the
- * trailing window pages, a state snapshot only on the last page. */
+/* Components page i of n stores.  A later prompt's hit can end only at a
+ * block boundary (its hash ids match whole 512-token blocks) or at this
+ * prompt's end, so a sliding window's KV is kept for the window before
+ * each (the trailing window pages of each block and of the prompt), and a
+ * state snapshot on the last page of each block and of the prompt. */
 static uint32_t presence_of(const struct rank *r, uint32_t i, uint32_t n)
 {
 	const struct hc_rp_model *m = r->cx->m;
-	uint32_t pres = r->all;
+	uint32_t per = HC_RP_BLOCK_TOKENS / r->T, pres = r->all;
 
-	if (m->swa >= 0 && i + m->comps[m->swa].window_pages < n)
-		pres &= ~(1u << m->swa);
-	if (m->state >= 0 && i + 1 != n)
+	if (m->swa >= 0) {
+		uint32_t w = m->comps[m->swa].window_pages;
+		if (i % per + w < per && i + w < n)
+			pres &= ~(1u << m->swa);
+	}
+	if (m->state >= 0 && i % per != per - 1 && i + 1 != n)
 		pres &= ~(1u << m->state);
 	return pres;
 }
