@@ -387,6 +387,7 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 	const char *what = store ? "device store" : "device load";
 	hc_pool *p;
 	uint32_t T;
+	unsigned k = 0; /* the pages kept: a store skips those its engine completed */
 	hc_xfer *x;
 
 	if (!out)
@@ -427,6 +428,8 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 		int r = 0;
 		if (id >= p->g.npages) {
 			r = hc__err(EINVAL, "%s: page %u (item %u) is out of the pool's %u", what, id, i, p->g.npages);
+		} else if (store && hc__engine_done(p, h)) {
+			continue; /* e.g. all replicated, and rank 0 wrote it: nothing is ours to write */
 		} else if (store) {
 			r = hc__check_reserved_engine(p, h, what);
 		} else {
@@ -439,27 +442,28 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 			xfer_free_arrays(x);
 			return r;
 		}
-		x->pages[i] = h;
-		x->ids[i] = id;
-		x->presence[i] = atomic_load_explicit(&p->pages[id].presence, memory_order_relaxed);
+		x->pages[k] = h;
+		x->ids[k] = id;
+		x->presence[k] = atomic_load_explicit(&p->pages[id].presence, memory_order_relaxed);
+		if (rq->slots)
+			memcpy(x->slots + (size_t)k * T, rq->slots + (size_t)i * T, T * sizeof(*x->slots));
+		if (rq->state_slots)
+			x->state_slots[k] = rq->state_slots[i];
+		k++;
 	}
 	/* Every slot in bounds now: the copies (and a kernel) cannot fail later. */
 	{
-		int r = hc__dev_check_slots(&p->g, store ? &d->pl_store : &d->pl, rq->n, x->presence, rq->slots,
-					    rq->state_slots);
+		int r = hc__dev_check_slots(&p->g, store ? &d->pl_store : &d->pl, k, x->presence, x->slots,
+					    x->state_slots);
 		if (r < 0) {
 			xfer_free_arrays(x);
 			return hc__err(-r, "%s: %s", what, hc_last_error());
 		}
 	}
-	if (rq->slots)
-		memcpy(x->slots, rq->slots, (size_t)rq->n * T * sizeof(*x->slots));
-	if (rq->state_slots)
-		memcpy(x->state_slots, rq->state_slots, rq->n * sizeof(*x->state_slots));
 	x->dev = d;
 	x->store = store;
 	x->flags = rq->flags;
-	x->n = rq->n;
+	x->n = k;
 	x->after = rq->after;
 	x->layers = d->layers;
 	pthread_mutex_lock(&d->mu);

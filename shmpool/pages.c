@@ -141,6 +141,17 @@ int hc__check_reserved_engine(const struct hc_pool *p, hc_page_t page, const cha
 	return check_reserved(p, page, op, 1);
 }
 
+int hc__engine_done(const struct hc_pool *p, hc_page_t page)
+{
+	uint64_t w;
+
+	if (HC_PAGE_ID(page) >= p->g.npages)
+		return 0;
+	w = atomic_load_explicit(&p->pages[HC_PAGE_ID(page)].word, memory_order_acquire);
+	return hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_READY &&
+	       hc__w_owner(w) != (unsigned)p->slot && same_engine(p, hc__w_owner(w));
+}
+
 /*
  * The quota (engine.c sets it): pages this rank holds pinned or host-locked,
  * plus pages it reserved (owns in RESERVED).  A held page counts once, when

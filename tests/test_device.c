@@ -415,6 +415,83 @@ START_TEST(store_into_another_ranks_reservation)
 }
 END_TEST
 
+/* The pages of an engine's reservation (a reservation ticket builds it in
+ * one rank's name): every rank of the engine stores its own shards into
+ * them, and a rank with nothing left to write (the page is READY: the
+ * others wrote every shard it needs) skips it. */
+START_TEST(store_into_the_engines_reservation)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 100, 4);
+	struct hc_engine_spec es = { .engine_id = 7, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_reserve_req rq = { .keys = NULL, .nkeys = 1 };
+	struct rank_dev a;
+	hc_key_t k[1];
+	hc_page_t *pg = hct_shared(4096);
+	uint64_t sl[16], ss[1] = { 0 };
+	uint8_t skip[1];
+	int up[2], down[2], status;
+	pid_t child;
+	char c = 0;
+	hc_xfer *x;
+
+	for (unsigned i = 0; i < 16; i++)
+		sl[i] = i;
+	hct_keys(k, 1, 45);
+	rq.keys = k;
+	ck_assert_ok(hc_engine_join(p, &es));
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 1); /* this rank's reservation */
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(down), 0);
+	child = fork();
+	if (child == 0) {
+		struct hc_engine_spec e1 = es;
+		struct hc_xfer_req xr = { .pages = pg, .n = 1, .slots = sl, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		struct rank_dev b;
+		hc_pool *q;
+		hc_xfer *y;
+		int ok = 1;
+		e1.tp_rank = 1;
+		if (hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &q) < 0 ||
+		    hc_engine_join(q, &e1) < 0)
+			_exit(1);
+		rank_open(&b, q, 2, 1, 16, 1);
+		/* rank 1 writes its head group into rank 0's reservation */
+		ok &= hc_dev_store(b.dev, &xr, &y) == 0 && hc_xfer_free(y) == 0;
+		if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
+			_exit(2);
+		/* READY now: nothing left of it to write, so nothing is */
+		ok &= hc_dev_store(b.dev, &xr, &y) == 0 && hc_xfer_free(y) == 0;
+		rank_close(&b);
+		hc_engine_leave(q);
+		hc_pool_detach(q);
+		_exit(ok ? 0 : 3);
+	}
+	ck_assert_int_eq(read(up[0], &c, 1), 1);
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_RESERVED); /* rank 0's part is missing */
+	rank_open(&a, p, 2, 0, 16, 1);
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 1, .slots = sl, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+		ck_assert_ok(hc_xfer_free(x));
+	}
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_READY);
+	ck_assert_int_eq(write(down[1], &c, 1), 1);
+	ck_assert_int_eq(waitpid(child, &status, 0), child);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1: status 0x%x", status);
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_READY);
+	/* this rank's own READY page is no reservation to store into */
+	{
+		struct hc_xfer_req xr = { .pages = pg, .n = 1, .slots = sl, .state_slots = ss };
+		ck_assert_err(hc_dev_store(a.dev, &xr, &x), ESTALE);
+	}
+	rank_close(&a);
+	hc_engine_leave(p);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("device");
@@ -427,6 +504,7 @@ int main(void)
 	tcase_add_loop_test(tc, layer_marks_in_order, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, store_into_another_ranks_reservation);
+	tcase_add_test(tc, store_into_the_engines_reservation);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -15,9 +15,10 @@
  * when its bytes have arrived, so a model can compute layer l as soon as
  * layer l is in.  A load copies READY pages (the caller holds them, e.g.
  * pinned by hc_lookup(HC_LOOKUP_PIN)) to the device; a store copies the
- * device to pages this process reserved, and with HC_XFER_COMMIT commits
- * this rank's shards of each page when every layer is in (the replicated
- * part is rank 0's to write).  The page handles and slot maps are copied:
+ * device to pages this process reserved, or a rank of its engine did (a
+ * reservation ticket's: a page already READY is skipped), and with
+ * HC_XFER_COMMIT commits this rank's shards of each page when every layer
+ * is in (the replicated part is rank 0's to write).  The page handles and slot maps are copied:
  * the caller's arrays are free again when the call returns; the pages are
  * not, until the transfer is done.
  *
