@@ -377,7 +377,7 @@ static unsigned wait_ranks(pid_t *pids, unsigned n, struct hc_rp_shared *sh, hc_
 			hc_rp_sample(res, sh, admin, hc_rp_now() - t0);
 			if (progress)
 				hc_rp_progress(stderr, atomic_load(&sh->served), total, hc_rp_now() - t0);
-			next += 0.5;
+			next += 0.25;
 		}
 		usleep(2000);
 	}

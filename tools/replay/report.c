@@ -193,15 +193,15 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 	fprintf(f, "checked: every byte loaded, %s, %" PRIu64 " bad\n\n", size(a, sizeof(a), t.checked), t.bad);
 
 	if (strcmp(r->l3, "none")) {
-		fprintf(f, "service latency |  count |    mean |  p50 <= |  p99 <=\n");
-		fprintf(f, "----------------+--------+---------+---------+--------\n");
+		fprintf(f, "service latency |  count |       mean |     p50 <= |     p99 <=\n");
+		fprintf(f, "----------------+--------+------------+------------+-----------\n");
 		for (unsigned k = HC_HIST_backup; k <= HC_HIST_prefetch; k++) {
 			const struct hc_hist *h = &r->st.hist[k];
 			if (!h->count) {
-				fprintf(f, "%-15s | %6d |       - |       - |       -\n", hc_hist_name(k), 0);
+				fprintf(f, "%-15s | %6d |          - |          - |          -\n", hc_hist_name(k), 0);
 				continue;
 			}
-			fprintf(f, "%-15s | %6" PRIu64 " | %5.0f us | %5" PRIu64 " us | %5" PRIu64 " us\n", hc_hist_name(k),
+			fprintf(f, "%-15s | %6" PRIu64 " | %7.0f us | %7" PRIu64 " us | %7" PRIu64 " us\n", hc_hist_name(k),
 				h->count, (double)h->sum_us / (double)h->count, quantile_us(h, 0.5), quantile_us(h, 0.99));
 		}
 		fprintf(f, "\n");
