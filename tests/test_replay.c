@@ -15,9 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
+
+#include <hicache/service.h>
 
 #include "../tools/cli.h"
 #include "../tools/replay/workload.h"
@@ -556,6 +559,53 @@ START_TEST(outputs)
 }
 END_TEST
 
+/* --pool: a pool made beforehand and served by a service of its own (here
+ * in a child process, as hicached would be): the replay takes the model
+ * from the pool, leaves it there, and leaves nothing held in it. */
+START_TEST(existing_pool)
+{
+	const char *name = hct_name();
+	struct hc_component_spec kv = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
+					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
+	struct hc_pool_spec ps = { .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
+				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
+	char spec[128];
+	struct hc_service_opts so = { .backend = spec };
+	json_object *j;
+	hc_pool *p;
+	pid_t svc;
+	int st;
+
+	ck_assert_ok(hc_pool_create(&ps));
+	p = hct_attach(name, HC_ATTACH_ADMIN);
+	snprintf(spec, sizeof(spec), "file:dir=%s", dir);
+	svc = hct_service_child(name, &so);
+	ck_assert_replay(0, "--pool", name, "--sessions", "12", "--json", in_dir("h.json"));
+	ck_assert_msg(strstr(out, "L3 hicached (pid"), "%s", out);
+	j = json_object_from_file(in_dir("h.json"));
+	ck_assert_int_eq(jget(j, "model.page_bytes"), 4096);
+	ck_assert_int_eq(jget(j, "setup.tp"), 2);
+	ck_assert_int_gt(jget(j, "bytes.backup"), 0);
+	ck_assert_int_eq(jget(j, "bytes.bad"), 0);
+	json_object_put(j);
+	st = hct_service_child_stop(svc);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	/* a second run finds the first's pages in the pool */
+	ck_assert_replay(0, "--pool", name, "--sessions", "12", "--json", in_dir("i.json"));
+	ck_assert_msg(strstr(out, "L3 none"), "%s", out);
+	j = json_object_from_file(in_dir("i.json"));
+	ck_assert_int_gt(jget(j, "tokens.l2"), 0);
+	json_object_put(j);
+	ck_assert_replay(2, "--pool", name, "--page-tokens", "128");
+	ck_assert_msg(strstr(err, "made already: drop --page-tokens"), "%s", err);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+	ck_assert_replay(2, "--pool", name);
+	ck_assert_msg(strstr(err, name), "%s", err);
+}
+END_TEST
+
 START_TEST(bad_options)
 {
 	ck_assert_replay(2, "--page-tokens", "100");
@@ -602,6 +652,7 @@ int main(void)
 	tcase_add_test(tr, backends);
 	tcase_add_test(tr, hybrids);
 	tcase_add_test(tr, outputs);
+	tcase_add_test(tr, existing_pool);
 	tcase_add_test(tr, bad_options);
 	suite_add_tcase(s, tr);
 	return hct_run(s);

@@ -47,6 +47,7 @@ static void usage(FILE *f)
 		"             --page-tokens P (divides 512; default 64), --scale F (layers x F; default 0.125)\n"
 		"  engines:   --tp N (default 2), --engines M (default 1), --l1-pages N (each rank's GPU cache; 0: off)\n"
 		"  pool:      --pool-pages N (default: a quarter of the workload's distinct pages)\n"
+		"             or --pool NAME: an existing pool, served by a running hicached (its geometry is the model)\n"
 		"             --evict clock|lru (default clock)\n"
 		"  L3:        --backend file|shm|none|SPEC (default file, in a temporary directory under --dir, default /tmp)\n"
 		"             --write-policy write_through|write_through_selective|write_back|write_none\n"
@@ -89,7 +90,7 @@ static int parse_double(const char *what, const char *s, double lo, double hi, d
 enum {
 	O_TRACE = 256, O_REQUESTS, O_SEED, O_SESSIONS, O_MODEL, O_PAGE_TOKENS, O_SCALE, O_TP, O_ENGINES, O_L1,
 	O_POOL_PAGES, O_EVICT, O_BACKEND, O_DIR, O_WRITE_POLICY, O_PREFETCH, O_PF_TIMEOUT, O_PF_THRESHOLD, O_SERIAL,
-	O_SPEEDUP, O_REFERENCE, O_JSON, O_CSV, O_SVG, O_PROGRESS, O_NO_PROGRESS, O_KEEP, O_HELP, O_KV, O_STATE
+	O_SPEEDUP, O_REFERENCE, O_JSON, O_CSV, O_SVG, O_PROGRESS, O_NO_PROGRESS, O_KEEP, O_HELP, O_KV, O_STATE, O_POOL
 };
 
 static int parse(int argc, char **argv, struct hc_rp_opts *o)
@@ -108,6 +109,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 		{ "engines", required_argument, NULL, O_ENGINES },
 		{ "l1-pages", required_argument, NULL, O_L1 },
 		{ "pool-pages", required_argument, NULL, O_POOL_PAGES },
+		{ "pool", required_argument, NULL, O_POOL },
 		{ "evict", required_argument, NULL, O_EVICT },
 		{ "backend", required_argument, NULL, O_BACKEND },
 		{ "dir", required_argument, NULL, O_DIR },
@@ -133,6 +135,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 	uint64_t u;
 	unsigned e;
 	int c, r = 0, evict_set = 0, model_set = 0, backend_set = 0;
+	const char *makes = NULL; /* an option about the pool and service the replay makes */
 
 	optind = 1;
 	while (r == 0 && (c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -151,12 +154,14 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			r = hc_cli_parse_u32("--sessions", optarg, 1, 1000000, &o->gen.sessions);
 			break;
 		case O_MODEL:
+			makes = "--model";
 			o->model = optarg;
 			model_set = 1;
 			break;
 		case O_KV:
 		case O_STATE: {
 			struct hc_cli_comp cc;
+			makes = c == O_KV ? "--kv" : "--state";
 			if (o->ncomp == HC_RP_MAX_COMPS) {
 				r = hc_cli_fail(EINVAL, "--kv/--state: at most %d components", HC_RP_MAX_COMPS);
 				break;
@@ -171,16 +176,19 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		}
 		case O_PAGE_TOKENS:
+			makes = "--page-tokens";
 			r = hc_cli_parse_u32("--page-tokens", optarg, 1, 512, &o->page_tokens);
 			if (r == 0 && !hc_rp_page_tokens_ok(o->page_tokens))
 				r = hc_cli_fail(EINVAL, "--page-tokens %u does not divide 512, the tokens of a trace's hash id: give 16, 32, 64, 128, 256 or 512",
 						o->page_tokens);
 			break;
 		case O_SCALE:
+			makes = "--scale";
 			r = parse_double("--scale", optarg, 1e-6, 1, &o->scale);
 			break;
 		case O_TP:
 			r = hc_cli_parse_u32("--tp", optarg, 1, HC_TP_MAX, &o->tp);
+			o->tp_set = 1;
 			break;
 		case O_ENGINES:
 			r = hc_cli_parse_u32("--engines", optarg, 1, HC_RP_MAX_RANKS, &o->engines);
@@ -190,13 +198,19 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		case O_POOL_PAGES:
 			r = hc_cli_parse_u64("--pool-pages", optarg, 1, 1u << 30, &o->pool_pages);
+			makes = "--pool-pages";
+			break;
+		case O_POOL:
+			o->pool = optarg;
 			break;
 		case O_EVICT:
+			makes = "--evict";
 			r = parse_enum("--evict", optarg, evicts, 2, &e);
 			o->evict = (enum hc_evict_policy)e;
 			evict_set = 1;
 			break;
 		case O_BACKEND:
+			makes = "--backend";
 			o->backend = optarg;
 			backend_set = 1;
 			break;
@@ -204,6 +218,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			o->dir = optarg;
 			break;
 		case O_WRITE_POLICY:
+			makes = "--write-policy";
 			r = parse_enum("--write-policy", optarg, wps, 4, &e);
 			o->write_policy = (enum hc_write_policy)e;
 			break;
@@ -251,6 +266,9 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			return hc_cli_fail(EINVAL, "unknown option (see --help)");
 		}
 	}
+	if (r == 0 && o->pool && (makes || o->reference))
+		r = hc_cli_fail(EINVAL, "--pool %s: the pool and its service are made already: drop %s", o->pool,
+				makes ? makes : "--reference (it needs a fresh pool)");
 	if (r == 0 && model_set && o->ncomp)
 		r = hc_cli_fail(EINVAL, "--model and --kv/--state both describe the model: give one");
 	if (r == 0 && optind < argc)
@@ -311,6 +329,74 @@ static int plan_workload(const struct hc_rp_workload *w, uint32_t T, struct plan
 	}
 	free(keys);
 	hc_rp_lru_free(&set);
+	return 0;
+}
+
+/* ---- an existing pool (--pool), served by hicached */
+
+/* Attach to it as an administrator, and take the model from it. */
+static int use_pool(struct hc_rp_opts *o, struct hc_rp_model *m, hc_pool **admin)
+{
+	struct hc_component_spec comps[HC_RP_MAX_COMPS];
+	struct hc_component_info ci[HC_RP_MAX_COMPS];
+	struct hc_pool_info pi;
+	int r;
+
+	if ((r = hc_pool_attach(o->pool, &(struct hc_attach_opts){ .flags = HC_ATTACH_ADMIN }, admin)) < 0)
+		return hc_cli_fail(-r, "--pool %s: %s", o->pool, hc_last_error());
+	hc_pool_info(*admin, &pi);
+	if (pi.ncomp > HC_RP_MAX_COMPS || !hc_rp_page_tokens_ok(pi.page_tokens) || pi.host_mode != HC_HOST_CACHE) {
+		r = hc_cli_fail(EINVAL, "--pool %s: %s", o->pool,
+				pi.host_mode != HC_HOST_CACHE ? "a buffer_only pool keeps no pages for a replay to hit: give a cache pool"
+				: pi.ncomp > HC_RP_MAX_COMPS ? "more components than the replay models (4)"
+							     : "its page size does not divide 512, the tokens of a trace's hash id");
+		goto fail;
+	}
+	for (unsigned i = 0; i < pi.ncomp; i++) {
+		hc_pool_component(*admin, i, &ci[i]);
+		comps[i] = (struct hc_component_spec){ .name = ci[i].name, .dtype = ci[i].dtype, .kind = ci[i].kind,
+						       .sharding = ci[i].sharding, .kv_heads = ci[i].kv_heads,
+						       .head_bytes = ci[i].head_bytes,
+						       .bytes_per_layer = ci[i].bytes_per_layer, .layers = ci[i].layers,
+						       .window_pages = ci[i].window_pages };
+	}
+	if ((r = hc_rp_model_custom(comps, pi.ncomp, pi.page_tokens, m)) < 0)
+		goto fail;
+	snprintf(m->preset, sizeof(m->preset), "pool %s", o->pool);
+	snprintf(m->model_id, sizeof(m->model_id), "%s", pi.model_id);
+	o->page_tokens = pi.page_tokens;
+	o->evict = pi.evict;
+	{
+		struct hc_service_info si;
+		if (hc_service_info(*admin, &si) == 0 && si.write_policy >= 0)
+			o->write_policy = (enum hc_write_policy)si.write_policy; /* for the report */
+	}
+	if (!o->tp_set)
+		o->tp = pi.tp_size;
+	return 0;
+fail:
+	hc_pool_detach(*admin);
+	*admin = NULL;
+	return r;
+}
+
+/* Whether the pool's tickets and argument areas take the longest request. */
+static int pool_fits(hc_pool *admin, const struct hc_rp_opts *o, const struct plan *pl)
+{
+	struct hc_pool_info pi;
+
+	hc_pool_info(admin, &pi);
+	if (!o->pool)
+		return 0;
+	if (pi.ticket_keys < pl->max_pages)
+		return hc_cli_fail(EINVAL, "--pool %s: its tickets name at most %u keys, and the longest request has %u pages: create it with --ticket-keys %u or more",
+				   o->pool, pi.ticket_keys, pl->max_pages, pl->max_pages);
+	if (pi.arg_bytes < (uint64_t)pl->max_pages * HC_KEY_BYTES + 4096)
+		return hc_cli_fail(EINVAL, "--pool %s: its argument areas (%" PRIu64 " bytes) cannot hold the keys of the longest request (%u pages): create it with a larger --arg-bytes",
+				   o->pool, pi.arg_bytes, pl->max_pages);
+	if (pi.npages <= pl->max_pages)
+		return hc_cli_fail(EINVAL, "--pool %s: %u pages cannot hold the longest request (%u pages)", o->pool,
+				   pi.npages, pl->max_pages);
 	return 0;
 }
 
@@ -413,18 +499,29 @@ int hc_rp_main(int argc, char **argv)
 	}
 	if (o.progress < 0)
 		o.progress = isatty(STDERR_FILENO);
-	if ((r = o.ncomp ? hc_rp_model_custom(o.comps, o.ncomp, o.page_tokens, &m)
-			 : hc_rp_model_preset(o.model, o.page_tokens, o.scale, &m)) < 0) {
+	if (o.pool) {
+		if ((r = use_pool(&o, &m, &admin)) < 0) {
+			fprintf(stderr, PROG ": %s\n", hc_cli_error());
+			return r == -ENOENT || r == -EINVAL ? HC_CLI_EXIT_USAGE : HC_CLI_EXIT_FAIL;
+		}
+	} else if ((r = o.ncomp ? hc_rp_model_custom(o.comps, o.ncomp, o.page_tokens, &m)
+				: hc_rp_model_preset(o.model, o.page_tokens, o.scale, &m)) < 0) {
 		fprintf(stderr, PROG ": %s\n", hc_cli_error());
 		return HC_CLI_EXIT_USAGE;
 	}
 	r = o.trace ? hc_rp_trace_load(o.trace, o.max_requests, &w) : hc_rp_gen(&o.gen, &w);
 	if (r == 0 && !o.trace && o.max_requests && w.n > o.max_requests)
 		w.n = o.max_requests;
-	if (r < 0 || (r = plan_workload(&w, o.page_tokens, &pl)) < 0) {
+	if (r < 0 || (r = plan_workload(&w, o.page_tokens, &pl)) < 0 || (admin && (r = pool_fits(admin, &o, &pl)) < 0)) {
 		fprintf(stderr, PROG ": %s\n", hc_cli_error());
 		hc_rp_workload_free(&w);
-		return o.trace ? HC_CLI_EXIT_USAGE : HC_CLI_EXIT_FAIL;
+		if (admin)
+			hc_pool_detach(admin);
+		return o.trace || admin ? HC_CLI_EXIT_USAGE : HC_CLI_EXIT_FAIL;
+	}
+	if (o.pool) {
+		snprintf(pool, sizeof(pool), "%s", o.pool);
+		goto made;
 	}
 	if (!o.pool_pages)
 		o.pool_pages = pl.distinct / 4 > 2ull * pl.max_pages * o.engines + 16 ? pl.distinct / 4
@@ -456,7 +553,12 @@ int hc_rp_main(int argc, char **argv)
 		fprintf(stderr, PROG ": pool: %s\n", hc_last_error());
 		goto out;
 	}
-	if (strcmp(o.backend, "none")) {
+made:
+	if (o.pool) {
+		uint32_t pid = 0;
+		if (hc_service_probe(admin, &pid) == 1)
+			snprintf(spec, sizeof(spec), "hicached (pid %u)", pid); /* the L3 is the running service's */
+	} else if (strcmp(o.backend, "none")) {
 		if (!strcmp(o.backend, "file")) {
 			snprintf(l3dir, sizeof(l3dir), "%s/hicache-replay-XXXXXX", o.dir);
 			if (!mkdtemp(l3dir)) {
@@ -503,7 +605,7 @@ int hc_rp_main(int argc, char **argv)
 		}
 		pids[i] = pid;
 	}
-	if (!failed && cx.l3) {
+	if (!failed && cx.l3 && !o.pool) {
 		char bdir[4200];
 		struct hc_service_opts so = { .backend = spec, .write_policy = o.write_policy,
 					      .backend_dir = build_tree_plugins(spec, bdir, sizeof(bdir)) };
@@ -520,6 +622,11 @@ int hc_rp_main(int argc, char **argv)
 	res.distinct_pages = pl.distinct;
 	res.max_pages = pl.max_pages;
 	res.pool_pages = o.pool_pages;
+	if (o.pool) {
+		struct hc_pool_info pi;
+		hc_pool_info(admin, &pi);
+		res.pool_pages = pi.npages;
+	}
 	snprintf(res.l3, sizeof(res.l3), "%s", cx.l3 ? (l3dir[0] ? l3dir : spec) : "none");
 	if (!failed)
 		atomic_store(&sh->go, 1);

@@ -38,6 +38,8 @@ struct hc_rp_opts {
 	double scale;
 	uint32_t tp, engines;
 	uint64_t pool_pages;         /* L2; 0: a quarter of the workload's distinct pages */
+	const char *pool;            /* an existing pool (and its hicached) instead of one made here */
+	int tp_set;
 	uint32_t l1_pages;           /* each rank's GPU cache; 0: none */
 	const char *backend;         /* "file", "shm", "none", or a backend spec */
 	const char *dir;             /* where the file backend's directory goes */
