@@ -606,6 +606,22 @@ START_TEST(existing_pool)
 }
 END_TEST
 
+/* --speedup paces requests by their timestamps: the 40th request of the
+ * slice arrives at 12.075 s, so at 20 times the pace the run takes 0.6 s at
+ * least (a lower bound: only a replay that ignored the pace is faster). */
+START_TEST(paced)
+{
+	json_object *j;
+
+	ck_assert_replay(0, "--trace", slice(), "--requests", "40", "--speedup", "20", "--kv", "kv,bf16,2,16,1",
+			 "--page-tokens", "128", "--pool-pages", "700", "--backend", "none", "--json", in_dir("p.json"));
+	j = json_object_from_file(in_dir("p.json"));
+	ck_assert_msg(json_object_get_double(json_object_object_get(j, "seconds")) >= 12.075 / 20,
+		      "served in %.3f s", json_object_get_double(json_object_object_get(j, "seconds")));
+	json_object_put(j);
+}
+END_TEST
+
 START_TEST(bad_options)
 {
 	ck_assert_replay(2, "--page-tokens", "100");
@@ -653,6 +669,7 @@ int main(void)
 	tcase_add_test(tr, hybrids);
 	tcase_add_test(tr, outputs);
 	tcase_add_test(tr, existing_pool);
+	tcase_add_test(tr, paced);
 	tcase_add_test(tr, bad_options);
 	suite_add_tcase(s, tr);
 	return hct_run(s);
