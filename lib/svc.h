@@ -61,6 +61,7 @@ struct job {
 	hc_key_t *mine;          /* keys this job registered in the key map */
 	unsigned nmine;
 	int internal;            /* the writer's (writer.c): no waiter */
+	uint64_t t0_ns;          /* an internal job's: when it was queued (its latency) */
 	_Atomic int cancel;      /* its only waiter cancelled it: stop at the next batch */
 	/* buffer_only (stage.c), under mu */
 	uint8_t prio;            /* priority class */

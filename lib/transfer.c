@@ -44,6 +44,14 @@ static void svc_hist(hc_service *s, unsigned at, uint64_t v)
 	atomic_fetch_add_explicit(&h[HC_HIST_BUCKETS], v, memory_order_relaxed);
 }
 
+/* A write-policy backup, from its queueing to its end, into the backup
+ * histogram with the ranks' own backups. */
+static void internal_latency(hc_service *s, const struct job *j)
+{
+	if (j->op == HC__OP_BACKUP && j->t0_ns)
+		svc_hist(s, HC_STATS_HIST_WORD + HC_HIST_backup * HC_STATS_HIST_WORDS, (hc__mono_ns() - j->t0_ns) / 1000);
+}
+
 void hc__svc_latency(hc_service *s, const struct waiter *w)
 {
 	static const int kind[] = { [HC__OP_EXISTS] = HC_HIST_exists + 1, [HC__OP_BACKUP] = HC_HIST_backup + 1,
@@ -224,10 +232,12 @@ static void job_finish(hc_service *s, struct job *j)
 		j->result = -ECANCELED;
 		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
 	}
-	if (j->internal)
+	if (j->internal) {
 		hc__writer_done(s, j);
-	else
+		internal_latency(s, j);
+	} else {
 		count_outcome(s, j);
+	}
 	if (j->op == HC__OP_PREFETCH && j->result >= 0)
 		for (const struct waiter *w = j->waiters; w; w = w->next) /* tokens from L3, per request */
 			svc_hist(s, HC_STATS_TOKENS_WORD + HC_TIER_l3 * HC_STATS_HIST_WORDS,
@@ -1105,6 +1115,7 @@ int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n)
 	j->n = n;
 	j->items = items;
 	j->internal = 1;
+	j->t0_ns = hc__mono_ns();
 	enqueue(s, j);
 	return 0;
 }

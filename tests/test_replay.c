@@ -468,13 +468,24 @@ START_TEST(reference_check)
 }
 END_TEST
 
-/* Every backend the suite has: L3 serves hits, every byte checks out. */
+/* Every backend the suite has, on a slice of the trace and on the built-in
+ * workload: pages go to L3 and come back as hits, every byte checks out. */
 START_TEST(backends)
 {
 	static const char *const be[] = { "file", "shm", "mem" };
 
 	for (unsigned i = 0; i < 3; i++) {
 		json_object *j;
+		ck_assert_replay(0, "--trace", slice(), "--requests", "60", "--page-tokens", "128", "--kv", "kv,bf16,2,16,1",
+				 "--pool-pages", "700", "--backend", be[i], "--dir", dir, "--json", in_dir("c.json"));
+		j = json_object_from_file(in_dir("c.json"));
+		ck_assert_ptr_nonnull(j);
+		ck_assert_int_eq(jget(j, "workload.served"), 60);
+		ck_assert_int_gt(jget(j, "outcomes.prefetches"), 0);
+		ck_assert_int_gt(jget(j, "bytes.backup"), 0);
+		ck_assert_int_gt(jget(j, "outcomes.evictions"), 0);
+		ck_assert_int_eq(jget(j, "bytes.bad"), 0);
+		json_object_put(j);
 		ck_assert_replay(0, "--sessions", "12", "--seed", "1", "--kv", "kv,bf16,2,16,1", "--pool-pages", "150",
 				 "--backend", be[i], "--dir", dir, "--json", in_dir("c.json"));
 		j = json_object_from_file(in_dir("c.json"));

@@ -99,6 +99,14 @@ START_TEST(write_through_and_catch_up)
 	ck_assert_uint_eq(wait_in_l3(p, k, 10, 10), 10);
 	ck_assert_int_eq(hct_l3_exists(p, k, 16), 10);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 10);
+	{
+		/* the writer's backups are timed with the ranks' (none here) */
+		struct hc_stats st;
+		for (int i = 0; i < 100 && (hc_pool_stats(p, &st), st.hist[HC_HIST_backup].count) == 0; i++)
+			usleep(10000);
+		ck_assert_uint_ge(st.hist[HC_HIST_backup].count, 1);
+		ck_assert_uint_le(st.hist[HC_HIST_backup].count, 10);
+	}
 	/* pages stored while no service runs: the next one catches up */
 	ck_assert_ok(hc_service_stop(s));
 	ck_assert_int_eq(hct_store(p, k + 10, 6, 10), 6);
