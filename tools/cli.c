@@ -23,6 +23,13 @@ const char *hc_cli_error(void)
 	return cli_error[0] ? cli_error : "no error";
 }
 
+const char *const hc_cli_write_policies[HC_WRITE_NONE + 1] = {
+	[HC_WRITE_THROUGH] = "write_through",
+	[HC_WRITE_THROUGH_SELECTIVE] = "write_through_selective",
+	[HC_WRITE_BACK] = "write_back",
+	[HC_WRITE_NONE] = "write_none",
+};
+
 int hc_cli_fail(int err, const char *fmt, ...)
 {
 	char msg[sizeof(cli_error)];

@@ -23,6 +23,9 @@
 #define HC_CLI_EXIT_FAIL  1 /* the operation failed */
 #define HC_CLI_EXIT_USAGE 2 /* the command line is wrong */
 
+/* The write policies' names, as options take them, by enum hc_write_policy. */
+extern const char *const hc_cli_write_policies[HC_WRITE_NONE + 1];
+
 /* The calling thread's last parse error (one line, no newline). */
 const char *hc_cli_error(void);
 /* Record a message for hc_cli_error() and return -err. */

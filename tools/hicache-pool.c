@@ -492,12 +492,9 @@ static const char info_usage[] =
 	"                  first, and show rank liveness as recorded, not proven\n";
 
 
-static const char *const write_policy_names[] = { "write_through", "write_through_selective", "write_back",
-						  "write_none" };
-
 static const char *write_policy_name(int wp)
 {
-	return wp >= 0 && wp <= HC_WRITE_NONE ? write_policy_names[wp] : "none set yet";
+	return wp >= 0 && wp <= HC_WRITE_NONE ? hc_cli_write_policies[wp] : "none set yet";
 }
 
 /* "service      pid 4242 (generation 3), write policy write_through; jobs

@@ -130,7 +130,6 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 		{ NULL, 0, NULL, 0 },
 	};
 	static const char *const evicts[] = { "clock", "lru" };
-	static const char *const wps[] = { "write_through", "write_through_selective", "write_back", "write_none" };
 	static const char *const pfs[] = { "best_effort", "wait_complete", "timeout" };
 	uint64_t u;
 	unsigned e;
@@ -219,7 +218,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		case O_WRITE_POLICY:
 			makes = "--write-policy";
-			r = parse_enum("--write-policy", optarg, wps, 4, &e);
+			r = parse_enum("--write-policy", optarg, hc_cli_write_policies, HC_WRITE_NONE + 1, &e);
 			o->write_policy = (enum hc_write_policy)e;
 			break;
 		case O_PREFETCH:

@@ -142,7 +142,6 @@ static double gbps(uint64_t bytes, double s)
 }
 
 static const char *const evict_names[] = { "clock", "lru" };
-static const char *const wp_names[] = { "write_through", "write_through_selective", "write_back", "write_none" };
 static const char *const pf_names[] = { "best_effort", "wait_complete", "timeout" };
 
 void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
@@ -167,7 +166,7 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 		o->engines, o->engines > 1 ? "s" : "", o->tp, o->l1_pages ? "on" : "off", r->pool_pages,
 		size(b, sizeof(b), r->pool_pages * r->envelope_bytes), evict_names[o->evict], r->l3);
 	if (strcmp(r->l3, "none"))
-		fprintf(f, ", %s, prefetch %s", wp_names[o->write_policy], pf_names[o->prefetch]);
+		fprintf(f, ", %s, prefetch %s", hc_cli_write_policies[o->write_policy], pf_names[o->prefetch]);
 	fprintf(f, "%s\n\n", o->serial ? "; serial" : "");
 	if (o->l1_pages)
 		fprintf(f, "(L1: %u pages a rank)\n", o->l1_pages);
@@ -294,7 +293,7 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 	put_u64(x, "pool_pages", r->pool_pages);
 	put_str(x, "eviction", evict_names[o->evict]);
 	put_str(x, "l3", r->l3);
-	put_str(x, "write_policy", wp_names[o->write_policy]);
+	put_str(x, "write_policy", hc_cli_write_policies[o->write_policy]);
 	put_str(x, "prefetch", pf_names[o->prefetch]);
 	json_object_object_add(x, "serial", json_object_new_boolean(o->serial));
 	put_dbl(x, "speedup", o->speedup);
