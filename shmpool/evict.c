@@ -55,10 +55,20 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		return;
 	if (p->g.evict == HC_EVICT_LRU) {
 		uint64_t base = atomic_fetch_add_explicit(&p->ctl->lru_clock, n, memory_order_relaxed);
-		for (unsigned i = n; i-- > 0;)
-			if (pages[i] != HC_PAGE_NONE && HC_PAGE_ID(pages[i]) < p->g.npages)
-				atomic_store_explicit(&p->pages[HC_PAGE_ID(pages[i])].stamp, base + (n - i),
-						      memory_order_relaxed);
+		for (unsigned i = n; i-- > 0;) {
+			_Atomic uint64_t *st;
+			uint64_t want = base + (n - i), cur;
+			if (pages[i] == HC_PAGE_NONE || HC_PAGE_ID(pages[i]) >= p->g.npages)
+				continue;
+			/* Raise only: a touch whose stores land after a later
+			 * touch's (its process was preempted between taking the
+			 * clock and storing) must not make pages look older. */
+			st = &p->pages[HC_PAGE_ID(pages[i])].stamp;
+			cur = atomic_load_explicit(st, memory_order_relaxed);
+			while (cur < want &&
+			       !atomic_compare_exchange_weak_explicit(st, &cur, want, memory_order_relaxed, memory_order_relaxed))
+				;
+		}
 		return;
 	}
 	for (unsigned i = n; i-- > 0;) {
