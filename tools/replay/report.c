@@ -123,17 +123,37 @@ static const char *size(char *b, size_t n, uint64_t bytes)
 	return hc_cli_format_size(bytes, b, n);
 }
 
-/* The bucket bound at or under which share of a histogram's counts fall. */
-static uint64_t quantile_us(const struct hc_hist *h, double share)
+/* The bucket in which share of a histogram's counts is reached. */
+static unsigned quantile(const struct hc_hist *h, double share)
 {
 	uint64_t seen = 0;
 
 	for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
 		seen += h->bucket[i];
 		if (h->count && (double)seen >= share * (double)h->count)
-			return hc_hist_bound_us(i);
+			return i;
 	}
-	return hc_hist_bound_us(HC_HIST_BUCKETS - 1);
+	return HC_HIST_BUCKETS - 1;
+}
+
+/* "<= 1024 us", or "> 262144 us" for the last bucket, which has no bound. */
+static const char *quantile_text(char *b, size_t n, const struct hc_hist *h, double share)
+{
+	unsigned i = quantile(h, share);
+
+	if (i == HC_HIST_BUCKETS - 1)
+		snprintf(b, n, "> %" PRIu64 " us", hc_hist_bound_us(i - 1));
+	else
+		snprintf(b, n, "%" PRIu64 " us", hc_hist_bound_us(i));
+	return b;
+}
+
+/* JSON: the bound, or null past the last one. */
+static json_object *quantile_json(const struct hc_hist *h, double share)
+{
+	unsigned i = quantile(h, share);
+
+	return i == HC_HIST_BUCKETS - 1 ? NULL : json_object_new_int64((int64_t)hc_hist_bound_us(i));
 }
 
 static double gbps(uint64_t bytes, double s)
@@ -200,8 +220,9 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 				fprintf(f, "%-15s | %6d |          - |          - |          -\n", hc_hist_name(k), 0);
 				continue;
 			}
-			fprintf(f, "%-15s | %6" PRIu64 " | %7.0f us | %7" PRIu64 " us | %7" PRIu64 " us\n", hc_hist_name(k),
-				h->count, (double)h->sum_us / (double)h->count, quantile_us(h, 0.5), quantile_us(h, 0.99));
+			fprintf(f, "%-15s | %6" PRIu64 " | %7.0f us | %10s | %10s\n", hc_hist_name(k), h->count,
+				(double)h->sum_us / (double)h->count, quantile_text(a, sizeof(a), h, 0.5),
+				quantile_text(b, sizeof(b), h, 0.99));
 		}
 		fprintf(f, "\n");
 	}
@@ -321,8 +342,8 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 		json_object *l = json_object_new_object();
 		put_u64(l, "count", h->count);
 		put_dbl(l, "mean", h->count ? (double)h->sum_us / (double)h->count : 0.0);
-		put_u64(l, "p50_le", quantile_us(h, 0.5));
-		put_u64(l, "p99_le", quantile_us(h, 0.99));
+		json_object_object_add(l, "p50_le", quantile_json(h, 0.5));
+		json_object_object_add(l, "p99_le", quantile_json(h, 0.99));
 		json_object_object_add(x, hc_hist_name(k), l);
 	}
 	json_object_object_add(root, "latency_us", x);
