@@ -428,8 +428,12 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 		int r = 0;
 		if (id >= p->g.npages) {
 			r = hc__err(EINVAL, "%s: page %u (item %u) is out of the pool's %u", what, id, i, p->g.npages);
-		} else if (store && hc__engine_done(p, h)) {
-			continue; /* e.g. all replicated, and rank 0 wrote it: nothing is ours to write */
+		} else if (store && hc__engine_done(p, h, !(d->shards & hc_page_needed(p, atomic_load_explicit(
+									   &p->pages[id].presence, memory_order_relaxed))))) {
+			/* Completed by the engine: none of this rank's shards is
+			 * needed (e.g. replicated only, rank 0's), or another rank
+			 * that shares its head group wrote them. */
+			continue;
 		} else if (store) {
 			r = hc__check_reserved_engine(p, h, what);
 		} else {

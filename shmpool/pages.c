@@ -141,7 +141,7 @@ int hc__check_reserved_engine(const struct hc_pool *p, hc_page_t page, const cha
 	return check_reserved(p, page, op, 1);
 }
 
-int hc__engine_done(const struct hc_pool *p, hc_page_t page)
+int hc__engine_done(const struct hc_pool *p, hc_page_t page, int mine_too)
 {
 	uint64_t w;
 
@@ -149,7 +149,7 @@ int hc__engine_done(const struct hc_pool *p, hc_page_t page)
 		return 0;
 	w = atomic_load_explicit(&p->pages[HC_PAGE_ID(page)].word, memory_order_acquire);
 	return hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_READY &&
-	       hc__w_owner(w) != (unsigned)p->slot && same_engine(p, hc__w_owner(w));
+	       (hc__w_owner(w) != (unsigned)p->slot || mine_too) && same_engine(p, hc__w_owner(w));
 }
 
 /*

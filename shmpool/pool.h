@@ -111,10 +111,10 @@ int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op);
 /* The same, or a reservation of another rank of the engine this rank joined
  * (a reservation ticket's pages, whose shards every rank fills). */
 int hc__check_reserved_engine(const struct hc_pool *p, hc_page_t page, const char *op);
-/* 1 if page, another rank of this engine's reservation, is READY at its
- * generation already: the engine's other ranks completed it, and a store
- * of this rank has nothing of it left to write. */
-int hc__engine_done(const struct hc_pool *p, hc_page_t page);
+/* 1 if page, a reservation of this rank's engine, is READY at its
+ * generation already: another rank of the engine reserved it (or this one
+ * did, with mine_too) and the ranks completed it. */
+int hc__engine_done(const struct hc_pool *p, hc_page_t page, int mine_too);
 #define HC_HOLD_WAIT_FREEING 0x1u
 #define HC_HOLD_RESERVED     0x2u
 int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op);

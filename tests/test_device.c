@@ -426,18 +426,18 @@ START_TEST(store_into_the_engines_reservation)
 	struct hc_engine_spec es = { .engine_id = 7, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
 	struct hc_reserve_req rq = { .keys = NULL, .nkeys = 1 };
 	struct rank_dev a;
-	hc_key_t k[1];
+	hc_key_t k[2];
 	hc_page_t *pg = hct_shared(4096);
-	uint64_t sl[16], ss[1] = { 0 };
+	uint64_t sl[32], ss[2] = { 0, 1 };
 	uint8_t skip[1];
 	int up[2], down[2], status;
 	pid_t child;
 	char c = 0;
 	hc_xfer *x;
 
-	for (unsigned i = 0; i < 16; i++)
+	for (unsigned i = 0; i < 32; i++)
 		sl[i] = i;
-	hct_keys(k, 1, 45);
+	hct_keys(k, 2, 45);
 	rq.keys = k;
 	ck_assert_ok(hc_engine_join(p, &es));
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 1); /* this rank's reservation */
@@ -458,9 +458,14 @@ START_TEST(store_into_the_engines_reservation)
 		rank_open(&b, q, 2, 1, 16, 1);
 		/* rank 1 writes its head group into rank 0's reservation */
 		ok &= hc_dev_store(b.dev, &xr, &y) == 0 && hc_xfer_free(y) == 0;
+		/* and reserves a page of the replicated state only: rank 0 writes it */
+		ok &= hc_reserve(q, &(struct hc_reserve_req){ .keys = k + 1, .nkeys = 1, .first_depth = 1,
+							      .presence = 1u << 1 }, pg + 1, skip) == 1;
 		if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
 			_exit(2);
-		/* READY now: nothing left of it to write, so nothing is */
+		/* READY now, both: nothing left of them to write, so nothing is
+		 * (page 1 is this rank's own reservation, with no shard of it) */
+		xr.n = 2;
 		ok &= hc_dev_store(b.dev, &xr, &y) == 0 && hc_xfer_free(y) == 0;
 		rank_close(&b);
 		hc_engine_leave(q);
@@ -471,11 +476,12 @@ START_TEST(store_into_the_engines_reservation)
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_RESERVED); /* rank 0's part is missing */
 	rank_open(&a, p, 2, 0, 16, 1);
 	{
-		struct hc_xfer_req xr = { .pages = pg, .n = 1, .slots = sl, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .pages = pg, .n = 2, .slots = sl, .state_slots = ss, .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 		ck_assert_ok(hc_xfer_free(x));
 	}
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_READY);
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[1]), NULL, NULL, NULL), HC_PAGE_READY);
 	ck_assert_int_eq(write(down[1], &c, 1), 1);
 	ck_assert_int_eq(waitpid(child, &status, 0), child);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1: status 0x%x", status);
