@@ -99,6 +99,15 @@ static int prefetch_all(hc_pool *p, const hc_key_t *keys, unsigned n, hc_page_t 
 	return h;
 }
 
+/* Every byte of the n pages taken for keys k is right; then unpin them. */
+static void check_unpin(hc_pool *p, const hc_page_t *pg, const hc_key_t *k, int n)
+{
+	for (int i = 0; i < n; i++) {
+		ck_assert_msg(hct_key_bytes(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+}
+
 START_TEST(roundtrip)
 {
 	const char *name = hct_name();
@@ -193,10 +202,7 @@ START_TEST(corrupt_ends_prefix)
 	evict(p, k, 8);
 	ck_assert_int_eq(prefetch_all(p, k, 8, pg, &res), 3);
 	ck_assert_int_eq(res, 3);
-	for (int i = 0; i < 3; i++) {
-		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	check_unpin(p, pg, k, 3);
 	ck_assert_int_eq(hct_hit(p, k + 3, 5), 0); /* neither the bad page nor those after it */
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 3);
@@ -365,10 +371,7 @@ START_TEST(no_space)
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 0);
 	/* a prefix that fits is fine */
 	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
-	for (int i = 0; i < 10; i++) {
-		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	check_unpin(p, pg, k, 10);
 	ck_assert_ok(hc_service_stop(s));
 	check_clean(p);
 	hc_pool_detach(p);
@@ -423,10 +426,7 @@ START_TEST(cancel)
 	ck_assert_err(hc_req_wait(r1, 5000), ECANCELED);
 	h = hc_req_prefetch_take(r1, pg, NULL); /* what was read stays, and is taken */
 	ck_assert_msg(h >= 1 && h < 8, "hit %d after a cancel", h);
-	for (int i = 0; i < h; i++) {
-		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	check_unpin(p, pg, k, h);
 	ck_assert_ok(hc_req_free(r1));
 	ck_assert_err(hc_req_cancel(NULL), EINVAL);
 	ck_assert_ok(hc_service_stop(s));
@@ -466,10 +466,7 @@ START_TEST(parts_settle_in_order)
 	/* the 26th get submitted was corrupted: which key that was depends
 	 * on the parts' timing, but the prefix ends at it */
 	ck_assert_msg(h >= 0 && h < N, "hit %d of %d with a corrupt object", h, N);
-	for (int i = 0; i < h; i++) {
-		ck_assert_msg(hct_key_bytes(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	check_unpin(p, pg, k, h);
 	for (int i = h; i < N; i++) /* each alone: a later part read first is not kept either */
 		ck_assert_msg(hct_hit(p, k + i, 1) == 0, "key %d of %d is READY past the prefix's end at %d", i, N, h);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
@@ -479,10 +476,7 @@ START_TEST(parts_settle_in_order)
 	/* the pages reserved past the corrupt one went back: the rest fits */
 	ck_assert_int_eq(prefetch_all(p, k, N, pg, &res), N);
 	ck_assert_int_eq(res, N);
-	for (int i = 0; i < N; i++) {
-		ck_assert_msg(hct_key_bytes(p, pg[i], k[i], 0) == 0, "page %d has wrong bytes", i);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	check_unpin(p, pg, k, N);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), N);
 	ck_assert_ok(hc_service_stop(s));
 	check_clean(p);
