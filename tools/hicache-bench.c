@@ -31,6 +31,7 @@
 #include <hicache/hicache.h>
 
 #include "../bench/bench.h" /* pipe helpers shared with the benchmarks */
+#include "replay/model.h" /* the words pages hold */
 #include "replay/replay.h"
 
 #define PROG          "hicache-bench"
@@ -106,35 +107,10 @@ static void sleep_until(double until)
 
 /* ---- page contents: a function of (page id, generation, component, group) */
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= UINT64_C(0xbf58476d1ce4e5b9);
-	x ^= x >> 27;
-	x *= UINT64_C(0x94d049bb133111eb);
-	return x ^ (x >> 31);
-}
-
 static uint64_t shard_seed(hc_page_t h, unsigned comp, unsigned group)
 {
-	return mix64(((uint64_t)HC_PAGE_ID(h) << 32) ^ ((uint64_t)HC_PAGE_GEN(h) << 8) ^ ((uint64_t)comp << 5) ^ group);
-}
-
-#define STEP UINT64_C(0x9e3779b97f4a7c15)
-
-static void fill(uint64_t *w, size_t words, uint64_t seed)
-{
-	for (size_t i = 0; i < words; i++)
-		w[i] = seed + i * STEP;
-}
-
-/* Index of the first word that does not match, or -1. */
-static long check(const uint64_t *w, size_t words, uint64_t seed)
-{
-	for (size_t i = 0; i < words; i++)
-		if (w[i] != seed + i * STEP)
-			return (long)i;
-	return -1;
+	return hc_rp_mix64(((uint64_t)HC_PAGE_ID(h) << 32) ^ ((uint64_t)HC_PAGE_GEN(h) << 8) ^ ((uint64_t)comp << 5) ^
+			   group);
 }
 
 /* ---- the rank's view of the layout */
@@ -197,7 +173,7 @@ static int write_shard(struct rank *r, hc_page_t h, uint32_t presence, uint32_t 
 			continue;
 		if ((ret = shard_addr(r, h, c, repl ? 0 : (unsigned)__builtin_ctz(bit), &w, &words)) < 0)
 			return ret;
-		fill(w, words, shard_seed(h, c, repl ? 0 : (unsigned)__builtin_ctz(bit)));
+		hc_rp_fill_words(w, words, shard_seed(h, c, repl ? 0 : (unsigned)__builtin_ctz(bit)));
 		r->st.bytes_written += words * sizeof(uint64_t);
 	}
 	ret = hc_page_commit(r->pool, h, bit);
@@ -260,7 +236,7 @@ static int verify_page(struct rank *r, hc_page_t h)
 
 			if ((ret = shard_addr(r, h, c, g, &w, &words)) < 0)
 				goto unpin;
-			at = check(w, words, shard_seed(h, c, g));
+			at = hc_rp_check_words(w, words, shard_seed(h, c, g));
 			r->st.bytes_verified += words * sizeof(uint64_t);
 			if (at >= 0) {
 				if (!r->st.failures)
@@ -353,7 +329,7 @@ static int rank_attach(struct rank *r, const char *name)
 		hc_pool_component(r->pool, c, &r->comp[c]);
 	r->st.slot = r->info.self_slot;
 	r->st.pid = (uint32_t)getpid();
-	r->rng = mix64((uint64_t)getpid() << 20 | (uint64_t)r->info.self_slot) | 1;
+	r->rng = hc_rp_mix64((uint64_t)getpid() << 20 | (uint64_t)r->info.self_slot) | 1;
 	return 0;
 }
 

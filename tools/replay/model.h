@@ -52,5 +52,10 @@ struct hc_rp_row {
 void hc_rp_fill(const struct hc_rp_row *row, void *buf, size_t bytes);
 /* The first byte offset in buf that differs from hc_rp_fill's, or -1. */
 long hc_rp_check(const struct hc_rp_row *row, const void *buf, size_t bytes);
+/* The words under both: a stream from a seed, and the index of the first
+ * word that differs from it (-1: none); and the mixer seeds come from. */
+void hc_rp_fill_words(uint64_t *w, size_t words, uint64_t seed);
+long hc_rp_check_words(const uint64_t *w, size_t words, uint64_t seed);
+uint64_t hc_rp_mix64(uint64_t x);
 
 #endif /* HC_TOOLS_REPLAY_MODEL_H */
