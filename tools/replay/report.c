@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -376,6 +377,47 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 
 /* ---- the timeline */
 
+/* A figure of each interval between samples: a counter's growth as a share
+ * of another's (a hit ratio), or per second (a bandwidth, GB/s).  The CSV
+ * writes them in this order; the chart draws each in its panel. */
+struct series {
+	const char *name, *color;
+	size_t field, of;       /* offsetof in struct hc_rp_sample; of 0: per second */
+	int panel;              /* 0: hit ratios, 1: bandwidths */
+};
+
+#define S(f) offsetof(struct hc_rp_sample, f)
+static const struct series lines[] = {
+	{ "L1 hit", "#2ca02c", S(tok_l1), S(tok_total), 0 },
+	{ "L2 hit", "#1f77b4", S(tok_l2), S(tok_total), 0 },
+	{ "L3 hit", "#ff7f0e", S(tok_l3), S(tok_total), 0 },
+	{ "L2->GPU load", "#1f77b4", S(load_bytes), 0, 1 },
+	{ "GPU->L2 store", "#9467bd", S(store_bytes), 0, 1 },
+	{ "L3->L2 prefetch", "#ff7f0e", S(l3_read), 0, 1 },
+	{ "L2->L3 backup", "#d62728", S(l3_write), 0, 1 },
+};
+#undef S
+#define NLINES (sizeof(lines) / sizeof(lines[0]))
+
+static uint64_t grew(const struct hc_rp_sample *a, const struct hc_rp_sample *b, size_t field)
+{
+	uint64_t x, y;
+
+	memcpy(&x, (const char *)a + field, sizeof(x));
+	memcpy(&y, (const char *)b + field, sizeof(y));
+	return y - x;
+}
+
+static double value(const struct series *s, const struct hc_rp_sample *a, const struct hc_rp_sample *b)
+{
+	uint64_t d = grew(a, b, s->field), whole;
+
+	if (!s->of)
+		return gbps(d, b->t - a->t);
+	whole = grew(a, b, s->of);
+	return whole ? (double)d / (double)whole : 0;
+}
+
 int hc_rp_report_csv(const char *path, const struct hc_rp_result *r)
 {
 	FILE *f = fopen(path, "w");
@@ -386,88 +428,36 @@ int hc_rp_report_csv(const char *path, const struct hc_rp_result *r)
 		   "load_gbps,store_gbps,l3_read_gbps,l3_write_gbps\n");
 	for (size_t i = 1; i < r->nsamples; i++) {
 		const struct hc_rp_sample *a = &r->samples[i - 1], *b = &r->samples[i];
-		double dt = b->t - a->t;
 		uint64_t tok = b->tok_total - a->tok_total, l1 = b->tok_l1 - a->tok_l1, l2 = b->tok_l2 - a->tok_l2,
 			 l3 = b->tok_l3 - a->tok_l3;
-		fprintf(f, "%.2f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64
-			   ",%.4f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f\n",
-			b->t, b->served - a->served, tok, l1, l2, l3, tok - l1 - l2 - l3, tok ? (double)l1 / (double)tok : 0,
-			tok ? (double)l2 / (double)tok : 0, tok ? (double)l3 / (double)tok : 0,
-			gbps(b->load_bytes - a->load_bytes, dt), gbps(b->store_bytes - a->store_bytes, dt),
-			gbps(b->l3_read - a->l3_read, dt), gbps(b->l3_write - a->l3_write, dt));
+		fprintf(f, "%.2f,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64, b->t,
+			b->served - a->served, tok, l1, l2, l3, tok - l1 - l2 - l3);
+		for (size_t k = 0; k < NLINES; k++)
+			fprintf(f, lines[k].of ? ",%.4f" : ",%.3f", value(&lines[k], a, b));
+		fprintf(f, "\n");
 	}
 	if (fclose(f) != 0)
 		return hc_cli_fail(EIO, "cannot write it");
 	return 0;
 }
 
-/* One polyline of a panel: y(i) over the samples, in [0, ymax]. */
+/* One polyline of a panel: s over the samples, in [0, ymax]. */
 static void svg_line(FILE *f, const struct hc_rp_result *r, double x0, double y0, double w, double h, double ymax,
-		     double (*y)(const struct hc_rp_sample *, const struct hc_rp_sample *), const char *color)
+		     const struct series *s)
 {
 	double tmax = r->nsamples ? r->samples[r->nsamples - 1].t : 1;
 
-	fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+	fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", s->color);
 	for (size_t i = 1; i < r->nsamples; i++) {
-		double v = y(&r->samples[i - 1], &r->samples[i]);
+		double v = value(s, &r->samples[i - 1], &r->samples[i]);
 		v = v > ymax ? ymax : v;
 		fprintf(f, "%.1f,%.1f ", x0 + w * r->samples[i].t / (tmax > 0 ? tmax : 1), y0 + h - h * v / ymax);
 	}
 	fprintf(f, "\"/>\n");
 }
 
-static double share(uint64_t part, uint64_t whole)
-{
-	return whole ? (double)part / (double)whole : 0;
-}
-
-static double y_l1(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return share(b->tok_l1 - a->tok_l1, b->tok_total - a->tok_total);
-}
-
-static double y_l2(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return share(b->tok_l2 - a->tok_l2, b->tok_total - a->tok_total);
-}
-
-static double y_l3(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return share(b->tok_l3 - a->tok_l3, b->tok_total - a->tok_total);
-}
-
-static double y_load(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return gbps(b->load_bytes - a->load_bytes, b->t - a->t);
-}
-
-static double y_store(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return gbps(b->store_bytes - a->store_bytes, b->t - a->t);
-}
-
-static double y_l3r(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return gbps(b->l3_read - a->l3_read, b->t - a->t);
-}
-
-static double y_l3w(const struct hc_rp_sample *a, const struct hc_rp_sample *b)
-{
-	return gbps(b->l3_write - a->l3_write, b->t - a->t);
-}
-
 int hc_rp_report_svg(const char *path, const struct hc_rp_result *r)
 {
-	static const struct {
-		const char *name, *color;
-		double (*y)(const struct hc_rp_sample *, const struct hc_rp_sample *);
-		int panel;
-	} lines[] = {
-		{ "L1 hit", "#2ca02c", y_l1, 0 },       { "L2 hit", "#1f77b4", y_l2, 0 },
-		{ "L3 hit", "#ff7f0e", y_l3, 0 },       { "L2->GPU load", "#1f77b4", y_load, 1 },
-		{ "GPU->L2 store", "#9467bd", y_store, 1 }, { "L3->L2 prefetch", "#ff7f0e", y_l3r, 1 },
-		{ "L2->L3 backup", "#d62728", y_l3w, 1 },
-	};
 	const double W = 900, PW = 760, PH = 200, X0 = 70, Y0[2] = { 40, 310 };
 	double tmax = r->nsamples ? r->samples[r->nsamples - 1].t : 0, bmax = 0.1;
 	FILE *f = fopen(path, "w");
@@ -475,8 +465,8 @@ int hc_rp_report_svg(const char *path, const struct hc_rp_result *r)
 	if (!f)
 		return hc_cli_fail(errno, "cannot write it: %s", strerror(errno));
 	for (size_t i = 1; i < r->nsamples; i++)
-		for (size_t k = 3; k < sizeof(lines) / sizeof(lines[0]); k++) {
-			double v = lines[k].y(&r->samples[i - 1], &r->samples[i]);
+		for (size_t k = 0; k < NLINES; k++) {
+			double v = lines[k].panel ? value(&lines[k], &r->samples[i - 1], &r->samples[i]) : 0;
 			bmax = v > bmax ? v : bmax;
 		}
 	bmax *= 1.1;
@@ -498,10 +488,10 @@ int hc_rp_report_svg(const char *path, const struct hc_rp_result *r)
 		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", X0, Y0[p] - 6,
 			p ? "bandwidth, GB/s (per interval)" : "hit ratio by tier, share of prompt tokens (per interval)");
 		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%.1f s</text>\n", X0 + PW, Y0[p] + PH + 16, tmax);
-		for (size_t k = 0, n = 0; k < sizeof(lines) / sizeof(lines[0]); k++) {
+		for (size_t k = 0, n = 0; k < NLINES; k++) {
 			if (lines[k].panel != p)
 				continue;
-			svg_line(f, r, X0, Y0[p], PW, PH, ymax, lines[k].y, lines[k].color);
+			svg_line(f, r, X0, Y0[p], PW, PH, ymax, &lines[k]);
 			fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", X0 + 10 + 150.0 * (double)n,
 				Y0[p] + PH + 32, lines[k].color, lines[k].name);
 			n++;
