@@ -104,6 +104,7 @@ struct hc_service {
 	unsigned nworkers;
 	int workers_stop;
 	struct job *qhead, *qtail;
+	unsigned put_pages;      /* pages a write-policy put writes (and pins) at most */
 	struct job *active;      /* queued or running, for merging by name */
 	struct pf_help *helps;   /* long prefetch reads idle workers help with */
 	pthread_cond_t helped;   /* a part of one is done */

@@ -433,7 +433,7 @@ static void bk_end(hc_service *s, struct job *j, const struct bstate *st)
  * its first failure, or when cancelled (at its next round). */
 static void do_backups(hc_service *s, struct job **js, unsigned m)
 {
-	unsigned bp = s->o.batch_pages, live = m;
+	unsigned bp = js[0]->internal ? s->put_pages : s->o.batch_pages, live = m;
 	struct bput b = { .batch = calloc(bp, sizeof(*b.batch)), .pos = calloc(bp, sizeof(*b.pos)),
 			  .status = calloc(bp, sizeof(*b.status)) };
 	struct bstate *st = calloc(m, sizeof(*st));
@@ -822,7 +822,8 @@ static unsigned take_jobs(hc_service *s, struct job **js)
 		pages += j->n;
 		js[m++] = j;
 	} while (js[0]->op == HC__OP_BACKUP && m < cap && m < GROUP_MAX && s->qhead && s->qhead->op == HC__OP_BACKUP &&
-		 pages + s->qhead->n <= s->o.batch_pages);
+		 s->qhead->internal == js[0]->internal &&
+		 pages + s->qhead->n <= (js[0]->internal ? s->put_pages : s->o.batch_pages));
 	gauges(s);
 	return m;
 }
@@ -1123,6 +1124,15 @@ int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n)
 int hc__xfer_start(hc_service *s)
 {
 	int r = 0;
+
+	/* A page is pinned while a put writes it.  In a cache pool the write
+	 * policy's puts, which run behind the ranks' backs, pin a quarter of
+	 * it at most when they all run at once, so that allocations still
+	 * find pages to evict behind a slow backend.  A backup a rank asks
+	 * for, and any put in a buffer_only pool, writes a whole batch. */
+	s->put_pages = s->o.batch_pages;
+	if (s->p->g.host_mode == HC_HOST_CACHE && s->put_pages > s->p->g.npages / (4 * s->o.workers))
+		s->put_pages = s->p->g.npages / (4 * s->o.workers) ? s->p->g.npages / (4 * s->o.workers) : 1;
 
 	s->keys = calloc(1, sizeof(*s->keys));
 	s->workers = calloc(s->o.workers, sizeof(*s->workers));

@@ -54,12 +54,9 @@ int hc__writer_start(hc_service *s)
 		return hc__err(ENOMEM, "service: no memory for the writer's page map");
 	}
 	/* Enough to keep every worker's store queue full, not the whole pool
-	 * queued behind rank requests; and in a cache pool, at most a quarter
-	 * of it, since a page is pinned while its write runs and a pool whose
-	 * every page is pinned by writes makes each allocation fail. */
+	 * queued behind rank requests.  (Queued pages are not pinned; those a
+	 * put is writing are, and transfer.c bounds those: put_pages.) */
 	w->max_inflight = 2 * s->o.workers * s->o.batch_pages;
-	if (s->p->g.host_mode == HC_HOST_CACHE && w->max_inflight > s->p->g.npages / 4)
-		w->max_inflight = s->p->g.npages / 4 ? s->p->g.npages / 4 : 1;
 	w->seen = atomic_load_explicit(&s->p->ctl->service.dirty_seq, memory_order_relaxed) - 1; /* catch up at once */
 	s->writer = w;
 	return 0;
