@@ -65,6 +65,17 @@ int hc_cli_parse_u64(const char *what, const char *s, uint64_t min, uint64_t max
 	return 0;
 }
 
+int hc_cli_parse_double(const char *what, const char *s, double min, double max, double *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || *end || !(v >= min && v <= max))
+		return hc_cli_fail(EINVAL, "%s '%s': give a number from %g to %g", what, s, min, max);
+	*out = v;
+	return 0;
+}
+
 int hc_cli_parse_u32(const char *what, const char *s, uint32_t min, uint32_t max, uint32_t *out)
 {
 	uint64_t v;

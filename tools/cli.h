@@ -37,6 +37,8 @@ int hc_cli_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 
  */
 int hc_cli_parse_u64(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int hc_cli_parse_u32(const char *what, const char *s, uint32_t min, uint32_t max, uint32_t *out);
+/* A number (as strtod reads it, nothing after it) in [min, max]. */
+int hc_cli_parse_double(const char *what, const char *s, double min, double max, double *out);
 
 /*
  * A byte size: a decimal number with an optional suffix K, M, G or T (either

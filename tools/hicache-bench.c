@@ -30,6 +30,7 @@
 
 #include <hicache/hicache.h>
 
+#include "cli.h"
 #include "../bench/bench.h" /* pipe helpers shared with the benchmarks */
 #include "replay/model.h" /* the words pages hold */
 #include "replay/replay.h"
@@ -815,7 +816,6 @@ int main(int argc, char **argv)
 	};
 	struct opts o = { .ranks = 4, .seconds = 2.0, .pages = 256 };
 	struct sigaction sa = { .sa_handler = on_signal };
-	char *end;
 	int c;
 
 	if (argc > 1 && !strcmp(argv[1], "replay"))
@@ -830,9 +830,8 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 's':
-			o.seconds = strtod(optarg, &end);
-			if (end == optarg || *end || !(o.seconds >= 0.1 && o.seconds <= 3600)) {
-				fprintf(stderr, PROG ": --seconds '%s': give a number from 0.1 to 3600\n", optarg);
+			if (hc_cli_parse_double("--seconds", optarg, 0.1, 3600, &o.seconds) < 0) {
+				fprintf(stderr, PROG ": %s\n", hc_cli_error());
 				return 2;
 			}
 			break;

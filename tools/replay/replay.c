@@ -76,17 +76,6 @@ static int parse_enum(const char *what, const char *s, const char *const *names,
 	}
 }
 
-static int parse_double(const char *what, const char *s, double lo, double hi, double *out)
-{
-	char *end;
-	double v = strtod(s, &end);
-
-	if (end == s || *end || !(v >= lo && v <= hi))
-		return hc_cli_fail(EINVAL, "%s '%s': give a number from %g to %g", what, s, lo, hi);
-	*out = v;
-	return 0;
-}
-
 enum {
 	O_TRACE = 256, O_REQUESTS, O_SEED, O_SESSIONS, O_MODEL, O_PAGE_TOKENS, O_SCALE, O_TP, O_ENGINES, O_L1,
 	O_POOL_PAGES, O_EVICT, O_BACKEND, O_DIR, O_WRITE_POLICY, O_PREFETCH, O_PF_TIMEOUT, O_PF_THRESHOLD, O_SERIAL,
@@ -183,7 +172,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		case O_SCALE:
 			makes = "--scale";
-			r = parse_double("--scale", optarg, 1e-6, 1, &o->scale);
+			r = hc_cli_parse_double("--scale", optarg, 1e-6, 1, &o->scale);
 			break;
 		case O_TP:
 			r = hc_cli_parse_u32("--tp", optarg, 1, HC_TP_MAX, &o->tp);
@@ -235,7 +224,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			o->serial = 1;
 			break;
 		case O_SPEEDUP:
-			r = parse_double("--speedup", optarg, 1e-3, 1e6, &o->speedup);
+			r = hc_cli_parse_double("--speedup", optarg, 1e-3, 1e6, &o->speedup);
 			break;
 		case O_REFERENCE:
 			o->reference = 1;
