@@ -17,6 +17,7 @@
 
 #include "../lib/store.h"
 #include "hct.h"
+#include "mcd.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -106,11 +107,41 @@ static void fault_setup(char *spec, size_t len)
 	snprintf(spec, len, "fault:dir=%s", tmpdir);
 }
 
+/* memcached: real servers on free loopback ports, started by the test's
+ * process and dying with it */
+static struct hct_mcd mcd;
+
+static void mcd_setup(char *spec, size_t len, unsigned n)
+{
+	char err[256], servers[256];
+
+	ck_assert_msg(hct_mcd_start(&mcd, n, "-m 64", err, sizeof(err)) == 0, "%s", err);
+	hct_mcd_servers(&mcd, servers, sizeof(servers));
+	snprintf(spec, len, "memcached:servers=%s", servers);
+}
+
+static void mcd1_setup(char *spec, size_t len)
+{
+	mcd_setup(spec, len, 1);
+}
+
+static void mcd3_setup(char *spec, size_t len)
+{
+	mcd_setup(spec, len, 3);
+}
+
+static void mcd_cleanup(void)
+{
+	hct_mcd_stop(&mcd);
+}
+
 static const struct backend backends[] = {
 	{ "mem", mem_setup, NULL },
 	{ "shm", shm_setup, shm_cleanup },
 	{ "file", file_setup, rm_tmpdir },
 	{ "fault", fault_setup, rm_tmpdir },
+	{ "memcached (1 server)", mcd1_setup, mcd_cleanup },
+	{ "memcached (3 servers)", mcd3_setup, mcd_cleanup },
 };
 #define NBACKENDS (int)(sizeof(backends) / sizeof(backends[0]))
 

@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * batch.c - a batch of ops of one opcode on one worker's handle.
+ *
+ * EXISTS and GET are one multi-get each: libmemcached writes every key to
+ * its server, then reads the answers as they come, so the servers of a
+ * batch work at once.  A GET asks for the manifest and, behind it, the
+ * chunks its buffers can hold; one server answers a connection's requests
+ * in order, so an object's manifest arrives before its chunks, and a chunk
+ * is copied only once the manifest says it belongs (right tag, right
+ * length, inside the object): nothing lands past the object's end, and a
+ * missing manifest copies nothing.  An object whose manifest names another
+ * chunk size (another node's chunk_size=) gets a second round.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "mc.h"
+
+/* ---- key index: which request a fetched key answers */
+
+struct kidx {
+	uint32_t *slot; /* request index + 1, or 0 */
+	uint32_t mask;
+};
+
+static int kidx_build(struct kidx *t, struct hc_mc_worker *w, unsigned n)
+{
+	uint32_t size = 16;
+
+	while (size < 2 * n)
+		size *= 2;
+	if (!(t->slot = calloc(size, sizeof(*t->slot))))
+		return -ENOMEM;
+	t->mask = size - 1;
+	for (unsigned i = 0; i < n; i++) {
+		uint32_t h = (uint32_t)XXH3_64bits(w->keyp[i], w->keylen[i]) & t->mask;
+		while (t->slot[h])
+			h = (h + 1) & t->mask;
+		t->slot[h] = i + 1;
+	}
+	return 0;
+}
+
+static int kidx_find(const struct kidx *t, struct hc_mc_worker *w, const char *key, size_t len)
+{
+	uint32_t h = (uint32_t)XXH3_64bits(key, len) & t->mask;
+
+	for (; t->slot[h]; h = (h + 1) & t->mask) {
+		uint32_t i = t->slot[h] - 1;
+		if (w->keylen[i] == len && !memcmp(w->keyp[i], key, len))
+			return (int)i;
+	}
+	return -1;
+}
+
+/* Set request k to the key of name (chunk -1: the manifest). */
+static void key_set(struct hc_mc_worker *w, unsigned k, const uint8_t *name, int chunk)
+{
+	w->keylen[k] = hc__mc_key(w->be, name, chunk, w->keys[k]);
+	w->keyp[k] = w->keys[k];
+}
+
+/*
+ * Multi-get keys[0..n): on() for each item found, in the order the servers
+ * answer.  Returns 0, or a negative errno when the batch could not be
+ * asked at all (every item then counts as absent).  A server that fails
+ * mid-way is counted and logged; its items are simply not found.
+ */
+typedef void (*found_fn)(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags);
+
+static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn on, void *ctx)
+{
+	struct hc_mc *be = w->be;
+	struct kidx t;
+	memcached_return_t rc;
+	memcached_result_st *r;
+	int ret;
+
+	if (!n)
+		return 0;
+	if ((ret = kidx_build(&t, w, n)) < 0)
+		return ret;
+	HC_MC_COUNT(be, round_trips, 1);
+	rc = memcached_mget(w->mc, w->keyp, w->keylen, n);
+	if (rc != MEMCACHED_SUCCESS && rc != MEMCACHED_SOME_ERRORS) {
+		hc__mc_server_failed(be, w->mc, rc, what);
+		free(t.slot);
+		return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
+	}
+	if (rc == MEMCACHED_SOME_ERRORS)
+		hc__mc_server_failed(be, w->mc, rc, what);
+	while ((r = memcached_fetch_result(w->mc, &w->result, &rc))) {
+		int k = kidx_find(&t, w, memcached_result_key_value(r), memcached_result_key_length(r));
+		if (k < 0)
+			continue; /* not ours: a server bug; nothing is taken from it */
+		HC_MC_COUNT(be, items_read, 1);
+		on(ctx, (unsigned)k, memcached_result_value(r), memcached_result_length(r), memcached_result_flags(r));
+	}
+	if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND)
+		hc__mc_server_failed(be, w->mc, rc, what);
+	free(t.slot);
+	return 0;
+}
+
+/* ---- EXISTS: the manifests */
+
+struct ex_ctx {
+	struct hc_mc_job **jobs;
+};
+
+static void ex_found(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags)
+{
+	struct ex_ctx *c = ctx;
+	struct hc_mc_manifest m;
+
+	(void)flags;
+	if (hc__mc_manifest_decode(val, len, c->jobs[k]->name, &m) == 0)
+		c->jobs[k]->result = 1;
+}
+
+void hc__mc_run_exists(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
+{
+	struct hc_mc *be = w->be;
+	struct ex_ctx c = { jobs };
+	int ret;
+
+	HC_MC_COUNT(be, exists, n);
+	for (unsigned i = 0; i < n; i++)
+		jobs[i]->result = 0;
+	if ((ret = hc__mc_keys_reserve(w, n)) < 0) {
+		for (unsigned i = 0; i < n; i++)
+			jobs[i]->result = ret;
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		key_set(w, i, jobs[i]->name, -1);
+	if ((ret = mget(w, n, "multi-get of manifests", ex_found, &c)) == -ENOMEM)
+		for (unsigned i = 0; i < n; i++)
+			jobs[i]->result = ret;
+	/* a failed server's objects are absent, as a miss is (the ejection's rule) */
+}
+
+/* ---- GET: manifests and chunks */
+
+struct gj {
+	struct hc_mc_job *job;
+	uint64_t room;        /* bytes the buffers hold */
+	uint32_t plan_chunk;  /* the chunk size the request was planned with */
+	uint32_t need;        /* chunks wanted: set once the manifest is in */
+	uint32_t good;        /* of those, copied and consistent */
+	bool have_m, bad;
+	struct hc_mc_manifest m;
+};
+
+struct get_ctx {
+	struct hc_mc *be;
+	struct gj *g;
+	uint32_t *kjob;
+	int32_t *kchunk;
+};
+
+static uint64_t iov_room(const struct hc_mc_job *j)
+{
+	uint64_t room = 0;
+
+	for (unsigned v = 0; v < j->iovcnt; v++)
+		room += j->iov[v].iov_len;
+	return room;
+}
+
+/* Copy len bytes to object offset off of the job's buffers. */
+static void copy_out(struct hc_mc_job *j, uint64_t off, const char *src, uint64_t len)
+{
+	for (unsigned v = 0; v < j->iovcnt && len; v++) {
+		uint64_t n = j->iov[v].iov_len;
+		if (off >= n) {
+			off -= n;
+			continue;
+		}
+		n -= off;
+		n = n < len ? n : len;
+		memcpy((uint8_t *)j->iov[v].iov_base + off, src, (size_t)n);
+		src += n;
+		len -= n;
+		off = 0;
+	}
+}
+
+static void set_need(struct gj *g)
+{
+	uint64_t want = g->room < g->m.length ? g->room : g->m.length;
+
+	g->need = (uint32_t)((want + g->m.chunk_bytes - 1) / g->m.chunk_bytes);
+}
+
+static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags)
+{
+	struct get_ctx *c = ctx;
+	struct gj *g = &c->g[c->kjob[k]];
+	int32_t i = c->kchunk[k];
+	uint64_t off, want, end;
+
+	if (i < 0) {
+		if (hc__mc_manifest_decode(val, len, g->job->name, &g->m) < 0) {
+			HC_MC_COUNT(c->be, bad_manifests, 1);
+			hc__mc_warn_once(c->be, HC_MC_WARN_MANIF,
+					 "a manifest item that is not one of ours, or damaged: its object reads as a miss");
+			return;
+		}
+		g->have_m = true;
+		set_need(g);
+		return;
+	}
+	/* a chunk: only behind its manifest, and only if it is the manifest's */
+	if (!g->have_m || g->m.chunk_bytes != g->plan_chunk || (uint32_t)i >= g->need)
+		return;
+	off = (uint64_t)i * g->m.chunk_bytes;
+	end = off + g->m.chunk_bytes < g->m.length ? off + g->m.chunk_bytes : g->m.length;
+	if (flags != hc__mc_chunk_tag(g->m.nonce, (uint32_t)i) || len != end - off) {
+		g->bad = true;
+		HC_MC_COUNT(c->be, inconsistent, 1);
+		return;
+	}
+	want = end < g->room ? end : g->room;
+	copy_out(g->job, off, val, want - off);
+	g->good++;
+}
+
+void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
+{
+	struct hc_mc *be = w->be;
+	struct gj *g = calloc(n, sizeof(*g));
+	struct get_ctx c = { .be = be, .g = g };
+	unsigned nk = 0, cap = 0;
+	int ret = g ? 0 : -ENOMEM;
+
+	HC_MC_COUNT(be, gets, n);
+	for (int round = 0; round < 2 && ret == 0; round++) {
+		nk = 0;
+		/* plan: round 0 everything with our chunk size; round 1 only what
+		 * the manifest said was chunked otherwise */
+		for (unsigned j = 0; j < n; j++) {
+			uint64_t cnt;
+			if (round == 0) {
+				g[j] = (struct gj){ .job = jobs[j], .room = iov_room(jobs[j]), .plan_chunk = be->chunk_bytes };
+				cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
+				cnt = cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS;
+				nk += 1 + (unsigned)cnt;
+			} else if (g[j].have_m && g[j].m.chunk_bytes != g[j].plan_chunk && !g[j].bad) {
+				g[j].plan_chunk = g[j].m.chunk_bytes;
+				nk += g[j].need;
+			}
+		}
+		if (!nk)
+			break;
+		if (round == 1)
+			hc__mc_warn_once(be, HC_MC_WARN_CHUNKSZ,
+					 "objects written with another chunk size than ours (%" PRIu32 "): each takes a second round trip; give every node the same chunk_size=",
+					 be->chunk_bytes);
+		if (nk > cap) {
+			free(c.kjob);
+			free(c.kchunk);
+			c.kjob = malloc(nk * sizeof(*c.kjob));
+			c.kchunk = malloc(nk * sizeof(*c.kchunk));
+			cap = nk;
+		}
+		if (!c.kjob || !c.kchunk || (ret = hc__mc_keys_reserve(w, nk)) < 0) {
+			ret = -ENOMEM;
+			break;
+		}
+		nk = 0;
+		for (unsigned j = 0; j < n; j++) {
+			uint32_t cnt;
+			if (round == 0) {
+				c.kjob[nk] = j;
+				c.kchunk[nk] = -1;
+				key_set(w, nk++, jobs[j]->name, -1);
+				cnt = (uint32_t)((g[j].room + be->chunk_bytes - 1) / be->chunk_bytes);
+				cnt = cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS;
+			} else if (g[j].plan_chunk == g[j].m.chunk_bytes && g[j].have_m && !g[j].bad &&
+				   g[j].plan_chunk != be->chunk_bytes) {
+				cnt = g[j].need;
+			} else {
+				continue;
+			}
+			for (uint32_t i = 0; i < cnt; i++) {
+				c.kjob[nk] = j;
+				c.kchunk[nk] = (int32_t)i;
+				key_set(w, nk++, jobs[j]->name, (int)i);
+			}
+		}
+		ret = mget(w, nk, "multi-get of objects", get_found, &c);
+		if (ret == -ENOMEM)
+			break;
+		ret = 0;
+	}
+	for (unsigned j = 0; j < n; j++) {
+		struct gj *x = g ? &g[j] : NULL;
+		if (ret < 0) {
+			jobs[j]->result = ret;
+		} else if (!x->have_m) {
+			jobs[j]->result = -ENOENT;
+			HC_MC_COUNT(be, misses, 1);
+		} else if (x->bad || x->good != x->need) {
+			if (!x->bad)
+				HC_MC_COUNT(be, missing_chunks, 1);
+			jobs[j]->result = -ENOENT;
+			HC_MC_COUNT(be, misses, 1);
+		} else {
+			jobs[j]->result = (int64_t)x->m.length;
+			HC_MC_COUNT(be, hits, 1);
+			HC_MC_COUNT(be, get_bytes, x->room < x->m.length ? x->room : x->m.length);
+		}
+	}
+	free(c.kjob);
+	free(c.kchunk);
+	free(g);
+}
+
+/* ---- DELETE: the manifest (the object is gone), then its chunks */
+
+void hc__mc_run_delete(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
+{
+	struct hc_mc *be = w->be;
+	char key[HC_MC_KEY_MAX];
+
+	HC_MC_COUNT(be, deletes, n);
+	for (unsigned j = 0; j < n; j++) {
+		struct hc_mc_manifest m = { 0 };
+		size_t klen = hc__mc_key(be, jobs[j]->name, -1, key), vlen = 0;
+		uint32_t flags;
+		memcached_return_t rc;
+		char *v = memcached_get(w->mc, key, klen, &vlen, &flags, &rc);
+		bool have = v && hc__mc_manifest_decode(v, vlen, jobs[j]->name, &m) == 0;
+
+		free(v);
+		rc = memcached_delete(w->mc, key, klen, 0);
+		if (rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND && rc != MEMCACHED_DELETED)
+			hc__mc_server_failed(be, w->mc, rc, "delete");
+		jobs[j]->result = hc__mc_errno(rc);
+		/* chunks of an object whose manifest is gone are dead weight: best effort */
+		for (uint32_t i = 0; have && i < m.nchunks; i++) {
+			klen = hc__mc_key(be, jobs[j]->name, (int)i, key);
+			memcached_delete(w->mc, key, klen, 0);
+		}
+	}
+}
+
+/* ---- PUT: the chunks, then the manifest */
+
+/* Bytes [off, off+len) of the job's object: a pointer into its buffers when
+ * they are contiguous there, else a copy in the worker's bounce buffer. */
+static const char *span(struct hc_mc_worker *w, const struct hc_mc_job *j, uint64_t off, uint64_t len)
+{
+	uint64_t done = 0;
+
+	for (unsigned v = 0; v < j->iovcnt; v++) {
+		uint64_t n = j->iov[v].iov_len;
+		if (off >= n) {
+			off -= n;
+			continue;
+		}
+		if (n - off >= len && done == 0)
+			return (const char *)j->iov[v].iov_base + off;
+		n -= off;
+		n = n < len - done ? n : len - done;
+		memcpy(w->bounce + done, (const uint8_t *)j->iov[v].iov_base + off, (size_t)n);
+		done += n;
+		off = 0;
+		if (done == len)
+			break;
+	}
+	return (const char *)w->bounce;
+}
+
+static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
+{
+	struct hc_mc *be = w->be;
+	struct hc_mc_manifest m = { .chunk_bytes = be->chunk_bytes };
+	uint8_t man[HC_MC_MANIFEST_BYTES];
+	char key[HC_MC_KEY_MAX];
+	memcached_return_t rc;
+	size_t klen;
+
+	m.length = iov_room(j);
+	m.nchunks = (uint32_t)((m.length + m.chunk_bytes - 1) / m.chunk_bytes);
+	if ((m.length + m.chunk_bytes - 1) / m.chunk_bytes > HC_MC_MAX_CHUNKS)
+		return -EFBIG;
+	m.nonce = hc__mc_nonce(j->name, j->iov, j->iovcnt, m.length);
+	for (uint32_t i = 0; i < m.nchunks; i++) {
+		uint64_t off = (uint64_t)i * m.chunk_bytes;
+		uint64_t len = m.length - off < m.chunk_bytes ? m.length - off : m.chunk_bytes;
+		klen = hc__mc_key(be, j->name, (int)i, key);
+		rc = memcached_set(w->mc, key, klen, span(w, j, off, len), (size_t)len, (time_t)be->o.ttl_s,
+				   hc__mc_chunk_tag(m.nonce, i));
+		if (rc != MEMCACHED_SUCCESS) {
+			hc__mc_server_failed(be, w->mc, rc, "set of a chunk");
+			return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
+		}
+		HC_MC_COUNT(be, items_written, 1);
+	}
+	hc__mc_manifest_encode(&m, j->name, man);
+	klen = hc__mc_key(be, j->name, -1, key);
+	rc = memcached_set(w->mc, key, klen, (const char *)man, sizeof(man), (time_t)be->o.ttl_s, 0);
+	if (rc != MEMCACHED_SUCCESS) {
+		hc__mc_server_failed(be, w->mc, rc, "set of a manifest");
+		return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
+	}
+	HC_MC_COUNT(be, items_written, 1);
+	HC_MC_COUNT(be, put_bytes, m.length);
+	return 0;
+}
+
+void hc__mc_run_put(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
+{
+	HC_MC_COUNT(w->be, puts, n);
+	HC_MC_COUNT(w->be, round_trips, 1);
+	for (unsigned j = 0; j < n; j++)
+		jobs[j]->result = put_one(w, jobs[j]);
+}

@@ -1,0 +1,644 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * memcached.c - the "memcached" L3 backend: the plugin table, the job queue
+ * and its workers, stats and ctl.
+ *
+ * NAME
+ *     memcached - a distributed L3 on a cluster of memcached servers
+ *
+ * DESCRIPTION
+ *     Objects are spread over a list of memcached servers by consistent
+ *     hashing (ketama), through libmemcached and the binary protocol, so
+ *     the hicache services of many nodes share one L3 on servers that are
+ *     already deployed.  An object larger than the servers' item size is
+ *     split into chunk items under derived keys, with a small manifest item
+ *     written last; every item of an object lives on one server (names.c).
+ *     A missing or inconsistent chunk, such as one that memcached evicted,
+ *     makes the whole object a miss, never a mix.
+ *
+ *     The backend is asynchronous: submit copies the ops and queues them;
+ *     worker threads, each with its own connection to every server, take a
+ *     share of the queue at a time and run it as one batch: a multi-get of
+ *     the manifests (EXISTS), a multi-get of manifests and chunks (GET), or
+ *     the chunks' and manifests' sets, pipelined per worker (PUT).
+ *
+ *     A server that fails eject_after times in a row is ejected for eject_s
+ *     seconds: its objects count as misses, and its share of the key space
+ *     goes to the other servers meanwhile.  Then it is tried again, and
+ *     rejoins by itself when it answers.  Nothing a failed or misbehaving
+ *     server returns reaches a rank unchecked: the host verifies every
+ *     object.
+ *
+ * OPTIONS
+ *     servers=LIST          required.  HOST:PORT (or HOST, port 11211;
+ *                           [IPV6]:PORT; /path/to/unix/socket), several
+ *                           separated by ';'.  Every node sharing the L3
+ *                           must list the same servers (in any order).
+ *     connect_timeout_ms=MS default 1000.
+ *     io_timeout_ms=MS      default 2000: how long a read or write to a
+ *                           server may make no progress.
+ *     eject_after=N         default 2: failures in a row that eject a
+ *                           server; 0 never ejects (a dead server's ops fail
+ *                           after the timeouts, again and again).
+ *     eject_s=S             default 10: how long an ejected server stays out.
+ *     chunk_size=SIZE|auto  object bytes per chunk item (1K to 1G, suffix
+ *                           K, M, G); auto (default): the smallest item size
+ *                           the servers report (memcached -I) less 1 KiB,
+ *                           or 1 MiB less 1 KiB when none answers at open.
+ *     ttl=S                 items expire after S seconds; default 0: never
+ *                           (memcached's LRU evicts them).  At most 30 days.
+ *     workers=N             threads (and connections to each server);
+ *                           default 4.
+ *     batch=N               ops in one batch; default 64.
+ *     prefix=STR            the start of every key; default "hicache:".
+ *     username=, password= or password_file=PATH
+ *                           SASL credentials (PLAIN), for servers run with
+ *                           memcached -S.
+ *
+ * OPS
+ *     GET reads the manifest and the chunks the buffers can hold in one
+ *     multi-get; result: the object's length, or -ENOENT (absent, a chunk
+ *     missing or inconsistent, its server ejected or failing).  PUT writes
+ *     the chunks, then the manifest; result 0 or a negative errno
+ *     (-EHOSTDOWN: the server is ejected; -EMSGSIZE: an item larger than
+ *     the server takes; -ENOSPC: the server is out of memory and may not
+ *     evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
+ *     the manifest, then the chunks.  A get racing a replace of the same
+ *     object may miss.  cancel ends queued ops (-ECANCELED); an op already
+ *     running ends within the timeouts.
+ *
+ * STATS
+ *     This instance's: gets, hits, misses, puts, deletes, exists, errors,
+ *     canceled, get_bytes, put_bytes, items_read, items_written,
+ *     round_trips (multi-gets and put pipelines), missing_chunks,
+ *     inconsistent (chunks of another version, or of a wrong length),
+ *     bad_manifests, server_errors, timeouts; and queued, running.
+ *     Of the servers (summed over those that answer): objects and bytes
+ *     (their items and bytes, manifests and chunks and other clients'
+ *     items counted), capacity_bytes, evictions, servers, servers_up.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mc.h"
+
+static const struct hc_backend_host *_Atomic g_host;
+
+void hc__mc_log(int level, const char *fmt, ...)
+{
+	const struct hc_backend_host *host = atomic_load_explicit(&g_host, memory_order_acquire);
+	char line[512];
+	va_list ap;
+
+	if (!host || !host->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	host->log(host, level, "%s", line);
+}
+
+void hc__mc_warn_once(struct hc_mc *be, unsigned cause, const char *fmt, ...)
+{
+	const struct hc_backend_host *host = atomic_load_explicit(&g_host, memory_order_acquire);
+	char line[512];
+	va_list ap;
+
+	if ((atomic_fetch_or(&be->warned, cause) & cause) || !host || !host->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	host->log(host, HC_BE_LOG_WARN, "%s", line);
+}
+
+int hc__mc_fail(char *err, size_t errlen, int errnum, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return errnum > 0 ? -errnum : -EINVAL;
+}
+
+/* ---- the queue (under be->mu) */
+
+static void push_done_locked(struct hc_mc *be, struct hc_mc_job *j)
+{
+	j->next = NULL;
+	if (be->dtail)
+		be->dtail->next = j;
+	else
+		be->dhead = j;
+	be->dtail = j;
+	be->ndone++;
+}
+
+/*
+ * Take a worker's share of the queue: the head's opcode, and the queued
+ * jobs of that opcode behind it, up to batch and to an equal share of what
+ * is queued among the workers that are idle (so one worker does not take
+ * what three others could run at the same time).
+ */
+static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
+{
+	uint32_t opcode = be->qhead->opcode;
+	unsigned share = (be->nqueued + be->idle) / (be->idle + 1), n = 0;
+	struct hc_mc_job **pp = &be->qhead, *prev = NULL;
+
+	if (opcode == HC_BE_OP_EXISTS || opcode == HC_BE_OP_DELETE)
+		share = be->nqueued; /* small ops: one round trip for all */
+	share = share < be->o.batch ? share : be->o.batch;
+	share = share ? share : 1;
+	while (*pp && n < share) {
+		struct hc_mc_job *j = *pp;
+		if (j->opcode != opcode) {
+			prev = j;
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		if (be->qtail == j)
+			be->qtail = prev;
+		j->next = NULL;
+		out[n++] = j;
+	}
+	be->nqueued -= n;
+	be->nrunning += n;
+	return n;
+}
+
+static void run_batch(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
+{
+	switch (jobs[0]->opcode) {
+	case HC_BE_OP_EXISTS:
+		hc__mc_run_exists(w, jobs, n);
+		break;
+	case HC_BE_OP_GET:
+		hc__mc_run_get(w, jobs, n);
+		break;
+	case HC_BE_OP_PUT:
+		hc__mc_run_put(w, jobs, n);
+		break;
+	case HC_BE_OP_DELETE:
+		hc__mc_run_delete(w, jobs, n);
+		break;
+	default:
+		for (unsigned i = 0; i < n; i++)
+			jobs[i]->result = -EINVAL;
+		break;
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct hc_mc_worker *w = arg;
+	struct hc_mc *be = w->be;
+	struct hc_mc_job **jobs = calloc(be->o.batch > 0 ? be->o.batch : 1, sizeof(*jobs));
+
+	pthread_mutex_lock(&be->mu);
+	while (!be->stop) {
+		unsigned n;
+
+		if (!be->qhead || !jobs) {
+			be->idle++;
+			pthread_cond_wait(&be->work, &be->mu);
+			be->idle--;
+			continue;
+		}
+		n = take_locked(be, jobs);
+		pthread_mutex_unlock(&be->mu);
+		run_batch(w, jobs, n);
+		pthread_mutex_lock(&be->mu);
+		for (unsigned i = 0; i < n; i++) {
+			if (jobs[i]->result < 0 && jobs[i]->result != -ENOENT)
+				HC_MC_COUNT(be, errors, 1);
+			push_done_locked(be, jobs[i]);
+		}
+		be->nrunning -= n;
+		pthread_cond_broadcast(&be->done);
+	}
+	pthread_mutex_unlock(&be->mu);
+	free(jobs);
+	return NULL;
+}
+
+/* ---- the ABI */
+
+static int64_t iov_check(const struct hc_be_op *op)
+{
+	uint64_t total = 0;
+
+	if (op->opcode != HC_BE_OP_GET && op->opcode != HC_BE_OP_PUT)
+		return op->opcode == HC_BE_OP_EXISTS || op->opcode == HC_BE_OP_DELETE ? (op->iovcnt ? -EINVAL : 0)
+										     : -EINVAL;
+	if (op->iovcnt == 0 || op->iovcnt > HC_BE_IOV_MAX || !op->iov)
+		return -EINVAL;
+	for (unsigned v = 0; v < op->iovcnt; v++) {
+		if (!op->iov[v].iov_base && op->iov[v].iov_len)
+			return -EINVAL;
+		if (op->iov[v].iov_len > (uint64_t)INT64_MAX - total)
+			return -EINVAL;
+		total += op->iov[v].iov_len;
+	}
+	if (op->opcode == HC_BE_OP_PUT && total == 0)
+		return -EINVAL;
+	return (int64_t)total;
+}
+
+static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
+{
+	struct hc_mc *be = p;
+	struct hc_mc_job *first = NULL, **tail = &first, *last = NULL;
+	unsigned k, nbad = 0, nq = 0;
+
+	if (!be || !ops || n == 0)
+		return -EINVAL;
+	pthread_mutex_lock(&be->mu);
+	k = be->accepted >= HC_MC_QUEUE_MAX ? 0 : HC_MC_QUEUE_MAX - be->accepted;
+	k = k < n ? k : n;
+	be->accepted += k;
+	pthread_mutex_unlock(&be->mu);
+	if (!k)
+		return -EAGAIN;
+	/* Copies outside the lock; a bad op completes with -EINVAL at once. */
+	for (unsigned i = 0; i < k; i++) {
+		const struct hc_be_op *op = &ops[i];
+		int64_t chk = iov_check(op);
+		unsigned iovcnt = chk < 0 ? 0 : op->iovcnt;
+		struct hc_mc_job *j = malloc(sizeof(*j) + iovcnt * sizeof(struct iovec));
+
+		if (!j) {
+			if (i == 0) {
+				pthread_mutex_lock(&be->mu);
+				be->accepted -= k;
+				pthread_mutex_unlock(&be->mu);
+				return -ENOMEM;
+			}
+			pthread_mutex_lock(&be->mu);
+			be->accepted -= k - i;
+			pthread_mutex_unlock(&be->mu);
+			k = i;
+			break;
+		}
+		j->next = NULL;
+		j->user_data = op->user_data;
+		j->opcode = chk < 0 ? 0 : op->opcode;
+		j->iovcnt = iovcnt;
+		j->result = chk < 0 ? chk : 0;
+		memcpy(j->name, op->name, HC_BE_NAME_BYTES);
+		if (iovcnt)
+			memcpy(j->iov, op->iov, iovcnt * sizeof(struct iovec));
+		*tail = j;
+		tail = &j->next;
+		last = j;
+		if (chk < 0)
+			nbad++;
+		else
+			nq++;
+	}
+	pthread_mutex_lock(&be->mu);
+	for (struct hc_mc_job *j = first, *nx; j; j = nx) {
+		nx = j->next;
+		j->next = NULL;
+		if (j->result < 0) {
+			push_done_locked(be, j);
+			HC_MC_COUNT(be, errors, 1);
+			continue;
+		}
+		if (be->qtail)
+			be->qtail->next = j;
+		else
+			be->qhead = j;
+		be->qtail = j;
+		be->nqueued++;
+	}
+	(void)last;
+	if (nq)
+		pthread_cond_broadcast(&be->work);
+	if (nbad)
+		pthread_cond_broadcast(&be->done);
+	pthread_mutex_unlock(&be->mu);
+	return (int)k;
+}
+
+static int mc_reap(void *p, struct hc_be_cqe *cqes, unsigned max, int timeout_ms)
+{
+	struct hc_mc *be = p;
+	struct timespec deadline;
+	unsigned n = 0;
+
+	if (!be || (!cqes && max) || timeout_ms < -1)
+		return -EINVAL;
+	if (max == 0)
+		return 0;
+	if (timeout_ms > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&be->mu);
+	/* Nothing completed: wait only while something is queued or running. */
+	while (!be->dhead && (be->nqueued || be->nrunning) && timeout_ms != 0) {
+		if (timeout_ms < 0)
+			pthread_cond_wait(&be->done, &be->mu);
+		else if (pthread_cond_timedwait(&be->done, &be->mu, &deadline) == ETIMEDOUT)
+			break;
+	}
+	while (be->dhead && n < max) {
+		struct hc_mc_job *j = be->dhead;
+		be->dhead = j->next;
+		if (!be->dhead)
+			be->dtail = NULL;
+		cqes[n++] = (struct hc_be_cqe){ .user_data = j->user_data, .result = j->result };
+		be->ndone--;
+		be->accepted--;
+		free(j);
+	}
+	pthread_mutex_unlock(&be->mu);
+	return (int)n;
+}
+
+/* A queued op ends now; a running one ends within the timeouts. */
+static int mc_cancel(void *p, uint64_t user_data)
+{
+	struct hc_mc *be = p;
+	struct hc_mc_job **pp, *prev = NULL;
+	int ret = -ENOENT;
+
+	if (!be)
+		return -EINVAL;
+	pthread_mutex_lock(&be->mu);
+	for (pp = &be->qhead; *pp; prev = *pp, pp = &(*pp)->next) {
+		struct hc_mc_job *j = *pp;
+		if (j->user_data != user_data)
+			continue;
+		*pp = j->next;
+		if (be->qtail == j)
+			be->qtail = prev;
+		be->nqueued--;
+		j->result = -ECANCELED;
+		push_done_locked(be, j);
+		HC_MC_COUNT(be, canceled, 1);
+		pthread_cond_broadcast(&be->done);
+		ret = 0;
+		break;
+	}
+	if (ret == -ENOENT && be->nrunning)
+		ret = 0; /* it may be running: it completes by itself, soon */
+	pthread_mutex_unlock(&be->mu);
+	return ret;
+}
+
+/* Bytes go through libmemcached's buffers: registration helps nothing. */
+static int mc_reg_mem(void *p, void *addr, size_t len)
+{
+	return p && addr && len ? 0 : -EINVAL;
+}
+
+static int mc_unreg_mem(void *p, void *addr)
+{
+	return p && addr ? 0 : -EINVAL;
+}
+
+struct srv_sum {
+	uint64_t items, bytes, limit, evictions, up;
+};
+
+static memcached_return_t stat_cb(const memcached_instance_st *inst, const char *key, size_t klen,
+				  const char *value, size_t vlen, void *ctx)
+{
+	struct srv_sum *s = ctx;
+	char v[32];
+	uint64_t x;
+
+	(void)inst;
+	if (vlen >= sizeof(v))
+		return MEMCACHED_SUCCESS;
+	memcpy(v, value, vlen);
+	v[vlen] = '\0';
+	x = strtoull(v, NULL, 10);
+	if (klen == 10 && !memcmp(key, "curr_items", 10))
+		s->items += x, s->up++;
+	else if (klen == 5 && !memcmp(key, "bytes", 5))
+		s->bytes += x;
+	else if (klen == 14 && !memcmp(key, "limit_maxbytes", 14))
+		s->limit += x;
+	else if (klen == 9 && !memcmp(key, "evictions", 9))
+		s->evictions += x;
+	return MEMCACHED_SUCCESS;
+}
+
+static int mc_stats(void *p, void (*emit)(void *arg, const char *name, uint64_t value), void *arg)
+{
+	static const char *const names[] = {
+#define X(n) #n,
+		HC_MC_COUNTERS(X)
+#undef X
+	};
+	const _Atomic uint64_t *c = (const _Atomic uint64_t *)&((struct hc_mc *)p)->cnt;
+	struct hc_mc *be = p;
+	struct srv_sum s = { 0 };
+	unsigned queued, running;
+
+	if (!be || !emit)
+		return -EINVAL;
+	/* the servers' own figures, over the template handle (short timeouts) */
+	pthread_mutex_lock(&be->mu);
+	memcached_stat_execute(be->tmpl, NULL, stat_cb, &s);
+	queued = be->nqueued;
+	running = be->nrunning;
+	pthread_mutex_unlock(&be->mu);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		emit(arg, names[i], atomic_load_explicit(&c[i], memory_order_relaxed));
+	emit(arg, "queued", queued);
+	emit(arg, "running", running);
+	emit(arg, "objects", s.items);
+	emit(arg, "bytes", s.bytes);
+	emit(arg, "capacity_bytes", s.limit);
+	emit(arg, "evictions", s.evictions);
+	emit(arg, "servers", be->o.nservers);
+	emit(arg, "servers_up", s.up);
+	emit(arg, "chunk_bytes", be->chunk_bytes);
+	return 0;
+}
+
+static int ctl_out(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int ctl_out(char *out, size_t outlen, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!out || !outlen)
+		return -EINVAL;
+	va_start(ap, fmt);
+	n = vsnprintf(out, outlen, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	return (size_t)n < outlen ? n : -ERANGE;
+}
+
+static const char *const ctl_keys[] = {
+	"servers", "chunk_size", "ttl", "prefix", "workers", "batch", "connect_timeout_ms", "io_timeout_ms",
+	"eject_after", "eject_s",
+};
+
+static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t outlen)
+{
+	struct hc_mc *be = p;
+	size_t i;
+
+	if (!be || !key)
+		return -EINVAL;
+	for (i = 0; i < sizeof(ctl_keys) / sizeof(ctl_keys[0]) && strcmp(key, ctl_keys[i]); i++)
+		;
+	if (i == sizeof(ctl_keys) / sizeof(ctl_keys[0]))
+		return -ENOENT;
+	if (value)
+		return -EINVAL; /* all read-only: reopen with other options */
+	switch (i) {
+	case 0: {
+		char buf[HC_MC_HOST_MAX + 16];
+		size_t off = 0;
+		if (!out || !outlen)
+			return -EINVAL;
+		out[0] = '\0';
+		for (unsigned s = 0; s < be->o.nservers; s++) {
+			int k = snprintf(out + off, outlen - off, "%s%s", s ? ";" : "",
+					 hc__mc_server_str(&be->o.servers[s], buf, sizeof(buf)));
+			if (k < 0 || (size_t)k >= outlen - off)
+				return -ERANGE;
+			off += (size_t)k;
+		}
+		return (int)off;
+	}
+	case 1: return ctl_out(out, outlen, "%" PRIu32, be->chunk_bytes);
+	case 2: return ctl_out(out, outlen, "%" PRIu32, be->o.ttl_s);
+	case 3: return ctl_out(out, outlen, "%s", be->o.prefix);
+	case 4: return ctl_out(out, outlen, "%u", be->o.workers);
+	case 5: return ctl_out(out, outlen, "%u", be->o.batch);
+	case 6: return ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
+	case 7: return ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
+	case 8: return ctl_out(out, outlen, "%u", be->o.eject_after);
+	default: return ctl_out(out, outlen, "%u", be->o.eject_s);
+	}
+}
+
+/* ---- open and close */
+
+static void mc_close(void *p)
+{
+	struct hc_mc *be = p;
+
+	if (!be)
+		return;
+	pthread_mutex_lock(&be->mu);
+	be->stop = true;
+	pthread_cond_broadcast(&be->work);
+	pthread_mutex_unlock(&be->mu);
+	for (unsigned i = 0; i < be->nworkers; i++) {
+		if (be->workers[i].started)
+			pthread_join(be->workers[i].thread, NULL);
+		hc__mc_worker_fini(&be->workers[i]);
+	}
+	/* every op was reaped (the ABI's rule); free what a broken host left */
+	for (struct hc_mc_job *j = be->qhead, *nx; j; j = nx) {
+		nx = j->next;
+		free(j);
+	}
+	for (struct hc_mc_job *j = be->dhead, *nx; j; j = nx) {
+		nx = j->next;
+		free(j);
+	}
+	if (be->tmpl)
+		memcached_free(be->tmpl);
+	free(be->workers);
+	pthread_cond_destroy(&be->done);
+	pthread_cond_destroy(&be->work);
+	pthread_mutex_destroy(&be->mu);
+	memset(be->o.password, 0, sizeof(be->o.password));
+	free(be);
+}
+
+static int mc_open(const struct hc_be_option *opts, unsigned nopts, void **out, char *err, size_t errlen)
+{
+	struct hc_mc *be;
+	pthread_condattr_t ca;
+	int ret;
+
+	if (!out)
+		return hc__mc_fail(err, errlen, EINVAL, "open: the instance pointer is NULL");
+	*out = NULL;
+	if (!(be = calloc(1, sizeof(*be))))
+		return hc__mc_fail(err, errlen, ENOMEM, "open: out of memory");
+	pthread_mutex_init(&be->mu, NULL);
+	pthread_cond_init(&be->work, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&be->done, &ca);
+	pthread_condattr_destroy(&ca);
+	if ((ret = hc__mc_opts_parse(opts, nopts, &be->o, err, errlen)) < 0 ||
+	    (ret = hc__mc_tmpl_new(be, err, errlen)) < 0 || (ret = hc__mc_probe(be, err, errlen)) < 0)
+		goto fail;
+	if (!(be->workers = calloc(be->o.workers, sizeof(*be->workers)))) {
+		ret = hc__mc_fail(err, errlen, ENOMEM, "open: out of memory");
+		goto fail;
+	}
+	be->nworkers = be->o.workers;
+	for (unsigned i = 0; i < be->nworkers; i++) {
+		struct hc_mc_worker *w = &be->workers[i];
+		w->be = be;
+		if ((ret = hc__mc_worker_init(w, be)) < 0) {
+			ret = hc__mc_fail(err, errlen, -ret, "open: a worker's connection: %s", strerror(-ret));
+			goto fail;
+		}
+		if ((ret = pthread_create(&w->thread, NULL, worker_main, w)) != 0) {
+			ret = hc__mc_fail(err, errlen, ret, "open: cannot start a worker thread: %s", strerror(ret));
+			goto fail;
+		}
+		w->started = true;
+	}
+	*out = be;
+	return 0;
+
+fail:
+	mc_close(be);
+	return ret;
+}
+
+static const struct hc_backend mc_backend = {
+	.abi_version = HC_BACKEND_ABI_VERSION,
+	.size = sizeof(struct hc_backend),
+	.name = "memcached",
+	.description = "distributed L3 on memcached servers (libmemcached, ketama, chunked objects)",
+	.caps = HC_BE_CAP_ASYNC | HC_BE_CAP_BATCH_EXISTS | HC_BE_CAP_DELETE | HC_BE_CAP_PERSISTENT,
+	.open = mc_open,
+	.close = mc_close,
+	.reg_mem = mc_reg_mem,
+	.unreg_mem = mc_unreg_mem,
+	.submit = mc_submit,
+	.reap = mc_reap,
+	.cancel = mc_cancel,
+	.stats = mc_stats,
+	.ctl = mc_ctl,
+};
+
+HC_BACKEND_EXPORT const struct hc_backend *hc_backend_entry(const struct hc_backend_host *host)
+{
+	if (host && host->abi_version >= 1 && host->size >= offsetof(struct hc_backend_host, log) + sizeof(host->log))
+		atomic_store_explicit(&g_host, host, memory_order_release);
+	return &mc_backend;
+}
