@@ -4,10 +4,12 @@
  *
  * A port is found by binding port 0 and closing; the server may lose it to
  * another process before it binds, so a server that exits at start is
- * tried again on a new port.  memcached refuses to run as root without -u,
- * so it is given -u nobody (ignored when not root).
+ * tried again on a new port.  Run as root, the child becomes nobody before
+ * it runs memcached (which refuses root without -u).
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -70,6 +72,9 @@ static pid_t spawn(const struct hct_mcd *m, int port)
 	char portbuf[16], args[sizeof(m->args)], *argv[64], *save = NULL;
 	int argc = 0;
 	pid_t parent = getpid(), pid;
+	struct passwd *pw;
+	uid_t uid;
+	gid_t gid;
 
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
 	snprintf(args, sizeof(args), "%s", m->args);
@@ -80,20 +85,27 @@ static pid_t spawn(const struct hct_mcd *m, int port)
 	argv[argc++] = (char *)"127.0.0.1";
 	argv[argc++] = (char *)"-U";
 	argv[argc++] = (char *)"0";
-	argv[argc++] = (char *)"-u";
-	argv[argc++] = (char *)"nobody";
 	argv[argc++] = (char *)"-t";
 	argv[argc++] = (char *)"2";
 	for (char *t = strtok_r(args, " ", &save); t && argc < 62; t = strtok_r(NULL, " ", &save))
 		argv[argc++] = t;
 	argv[argc] = NULL;
+	/* looked up before the fork: the child of a threaded process may
+	 * only make async-signal-safe calls */
+	pw = geteuid() == 0 ? getpwnam("nobody") : NULL;
+	uid = pw ? pw->pw_uid : 0;
+	gid = pw ? pw->pw_gid : 0;
 	pid = fork();
 	if (pid != 0)
 		return pid;
+	/* memcached refuses root without -u, and its own setuid would clear
+	 * the parent-death signal: become nobody first, then ask for it */
+	if (geteuid() == 0 && (!uid || setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0))
+		_exit(126);
 	/* the server dies with whoever started it, whatever way that ends */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
-		_exit(127);
+		_exit(125);
 	execv(argv[0], argv);
 	_exit(127);
 }
@@ -130,6 +142,10 @@ static int start_one(struct hct_mcd *m, unsigned i, int keep_port, char *err, si
 		}
 		if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
 			snprintf(err, errlen, "%s could not be run: apt-get install memcached", HCT_MEMCACHED);
+			return -1;
+		}
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 126) {
+			snprintf(err, errlen, "cannot become user nobody to run memcached");
 			return -1;
 		}
 		if (keep_port)

@@ -95,15 +95,24 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 	}
 	if (rc == MEMCACHED_SOME_ERRORS)
 		hc__mc_server_failed(be, w->mc, rc, what);
-	while ((r = memcached_fetch_result(w->mc, &w->result, &rc))) {
-		int k = kidx_find(&t, w, memcached_result_key_value(r), memcached_result_key_length(r));
+	/* A server failing mid-way ends a fetch with its error; asking again
+	 * goes on with the others, until the end (or one error per server). */
+	for (unsigned errs = 0;;) {
+		int k;
+		if (!(r = memcached_fetch_result(w->mc, &w->result, &rc))) {
+			if (rc == MEMCACHED_END || rc == MEMCACHED_NOTFOUND || rc == MEMCACHED_SUCCESS)
+				break;
+			hc__mc_server_failed(be, w->mc, rc, what);
+			if (++errs > be->o.nservers)
+				break;
+			continue;
+		}
+		k = kidx_find(&t, w, memcached_result_key_value(r), memcached_result_key_length(r));
 		if (k < 0)
 			continue; /* not ours: a server bug; nothing is taken from it */
 		HC_MC_COUNT(be, items_read, 1);
 		on(ctx, (unsigned)k, memcached_result_value(r), memcached_result_length(r), memcached_result_flags(r));
 	}
-	if (rc != MEMCACHED_END && rc != MEMCACHED_SUCCESS && rc != MEMCACHED_NOTFOUND)
-		hc__mc_server_failed(be, w->mc, rc, what);
 	free(t.slot);
 	return 0;
 }
@@ -149,7 +158,8 @@ void hc__mc_run_exists(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned
 /* ---- GET: manifests and chunks */
 
 struct gj {
-	struct hc_mc_job *job;
+	struct hc_mc_job *job; /* NULL once completed */
+	struct hc_mc_job **slot; /* its place in the batch */
 	uint64_t room;        /* bytes the buffers hold */
 	uint32_t plan_chunk;  /* the chunk size the request was planned with */
 	uint32_t need;        /* chunks wanted: set once the manifest is in */
@@ -196,7 +206,20 @@ static void set_need(struct gj *g)
 {
 	uint64_t want = g->room < g->m.length ? g->room : g->m.length;
 
+	want = want > g->m.head_bytes ? want - g->m.head_bytes : 0;
 	g->need = (uint32_t)((want + g->m.chunk_bytes - 1) / g->m.chunk_bytes);
+}
+
+/* A whole object read: complete it now, so the host checks it while the
+ * rest of the batch arrives. */
+static void get_done(struct get_ctx *c, struct gj *g)
+{
+	g->job->result = (int64_t)g->m.length;
+	HC_MC_COUNT(c->be, hits, 1);
+	HC_MC_COUNT(c->be, get_bytes, g->room < g->m.length ? g->room : g->m.length);
+	hc__mc_complete(c->be, g->job);
+	*g->slot = NULL;
+	g->job = NULL;
 }
 
 static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags)
@@ -206,6 +229,8 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 	int32_t i = c->kchunk[k];
 	uint64_t off, want, end;
 
+	if (!g->job)
+		return; /* completed: an extra key of the plan */
 	if (i < 0) {
 		if (hc__mc_manifest_decode(val, len, g->job->name, &g->m) < 0) {
 			HC_MC_COUNT(c->be, bad_manifests, 1);
@@ -215,12 +240,15 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 		}
 		g->have_m = true;
 		set_need(g);
+		copy_out(g->job, 0, val + HC_MC_MANIFEST_BYTES, g->room < g->m.head_bytes ? g->room : g->m.head_bytes);
+		if (g->need == 0 && g->m.chunk_bytes == g->plan_chunk)
+			get_done(c, g);
 		return;
 	}
 	/* a chunk: only behind its manifest, and only if it is the manifest's */
 	if (!g->have_m || g->m.chunk_bytes != g->plan_chunk || (uint32_t)i >= g->need)
 		return;
-	off = (uint64_t)i * g->m.chunk_bytes;
+	off = hc__mc_chunk_off(&g->m, (uint32_t)i);
 	end = off + g->m.chunk_bytes < g->m.length ? off + g->m.chunk_bytes : g->m.length;
 	if (flags != hc__mc_chunk_tag(g->m.nonce, (uint32_t)i) || len != end - off) {
 		g->bad = true;
@@ -229,7 +257,8 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 	}
 	want = end < g->room ? end : g->room;
 	copy_out(g->job, off, val, want - off);
-	g->good++;
+	if (++g->good == g->need)
+		get_done(c, g);
 }
 
 void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
@@ -248,11 +277,12 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 		for (unsigned j = 0; j < n; j++) {
 			uint64_t cnt;
 			if (round == 0) {
-				g[j] = (struct gj){ .job = jobs[j], .room = iov_room(jobs[j]), .plan_chunk = be->chunk_bytes };
+				g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = iov_room(jobs[j]),
+						    .plan_chunk = be->chunk_bytes };
 				cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
 				cnt = cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS;
 				nk += 1 + (unsigned)cnt;
-			} else if (g[j].have_m && g[j].m.chunk_bytes != g[j].plan_chunk && !g[j].bad) {
+			} else if (g[j].job && g[j].have_m && g[j].m.chunk_bytes != g[j].plan_chunk && !g[j].bad) {
 				g[j].plan_chunk = g[j].m.chunk_bytes;
 				nk += g[j].need;
 			}
@@ -283,7 +313,7 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 				key_set(w, nk++, jobs[j]->name, -1);
 				cnt = (uint32_t)((g[j].room + be->chunk_bytes - 1) / be->chunk_bytes);
 				cnt = cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS;
-			} else if (g[j].plan_chunk == g[j].m.chunk_bytes && g[j].have_m && !g[j].bad &&
+			} else if (g[j].job && g[j].plan_chunk == g[j].m.chunk_bytes && g[j].have_m && !g[j].bad &&
 				   g[j].plan_chunk != be->chunk_bytes) {
 				cnt = g[j].need;
 			} else {
@@ -302,6 +332,8 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 	}
 	for (unsigned j = 0; j < n; j++) {
 		struct gj *x = g ? &g[j] : NULL;
+		if (!jobs[j])
+			continue; /* completed whole */
 		if (ret < 0) {
 			jobs[j]->result = ret;
 		} else if (!x->have_m) {
@@ -313,9 +345,7 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 			jobs[j]->result = -ENOENT;
 			HC_MC_COUNT(be, misses, 1);
 		} else {
-			jobs[j]->result = (int64_t)x->m.length;
-			HC_MC_COUNT(be, hits, 1);
-			HC_MC_COUNT(be, get_bytes, x->room < x->m.length ? x->room : x->m.length);
+			jobs[j]->result = -EIO; /* every consistent chunk in, yet not complete: cannot be */
 		}
 	}
 	free(c.kjob);
@@ -379,36 +409,42 @@ static const char *span(struct hc_mc_worker *w, const struct hc_mc_job *j, uint6
 	return (const char *)w->bounce;
 }
 
-static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
+static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return_t *last)
 {
 	struct hc_mc *be = w->be;
 	struct hc_mc_manifest m = { .chunk_bytes = be->chunk_bytes };
-	uint8_t man[HC_MC_MANIFEST_BYTES];
 	char key[HC_MC_KEY_MAX];
 	memcached_return_t rc;
 	size_t klen;
 
 	m.length = iov_room(j);
-	m.nchunks = (uint32_t)((m.length + m.chunk_bytes - 1) / m.chunk_bytes);
-	if ((m.length + m.chunk_bytes - 1) / m.chunk_bytes > HC_MC_MAX_CHUNKS)
+	/* a short first iovec (the host's header block) rides in the manifest,
+	 * so that every chunk is one iovec's bytes, set without a copy */
+	if (j->iovcnt > 1 && j->iov[0].iov_len <= HC_MC_HEAD_MAX && j->iov[0].iov_len < m.length)
+		m.head_bytes = (uint32_t)j->iov[0].iov_len;
+	if ((m.length - m.head_bytes + m.chunk_bytes - 1) / m.chunk_bytes > HC_MC_MAX_CHUNKS)
 		return -EFBIG;
+	m.nchunks = (uint32_t)((m.length - m.head_bytes + m.chunk_bytes - 1) / m.chunk_bytes);
 	m.nonce = hc__mc_nonce(j->name, j->iov, j->iovcnt, m.length);
 	for (uint32_t i = 0; i < m.nchunks; i++) {
-		uint64_t off = (uint64_t)i * m.chunk_bytes;
+		uint64_t off = hc__mc_chunk_off(&m, i);
 		uint64_t len = m.length - off < m.chunk_bytes ? m.length - off : m.chunk_bytes;
 		klen = hc__mc_key(be, j->name, (int)i, key);
 		rc = memcached_set(w->mc, key, klen, span(w, j, off, len), (size_t)len, (time_t)be->o.ttl_s,
 				   hc__mc_chunk_tag(m.nonce, i));
-		if (rc != MEMCACHED_SUCCESS) {
+		if ((*last = rc) != MEMCACHED_SUCCESS) {
 			hc__mc_server_failed(be, w->mc, rc, "set of a chunk");
 			return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
 		}
 		HC_MC_COUNT(be, items_written, 1);
 	}
-	hc__mc_manifest_encode(&m, j->name, man);
+	hc__mc_manifest_encode(&m, j->name, w->man);
+	if (m.head_bytes)
+		memcpy(w->man + HC_MC_MANIFEST_BYTES, span(w, j, 0, m.head_bytes), m.head_bytes);
 	klen = hc__mc_key(be, j->name, -1, key);
-	rc = memcached_set(w->mc, key, klen, (const char *)man, sizeof(man), (time_t)be->o.ttl_s, 0);
-	if (rc != MEMCACHED_SUCCESS) {
+	rc = memcached_set(w->mc, key, klen, (const char *)w->man, HC_MC_MANIFEST_BYTES + m.head_bytes,
+			   (time_t)be->o.ttl_s, 0);
+	if ((*last = rc) != MEMCACHED_SUCCESS) {
 		hc__mc_server_failed(be, w->mc, rc, "set of a manifest");
 		return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
 	}
@@ -417,10 +453,24 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 	return 0;
 }
 
+/* The set that ejects a server fails with MARKED_DEAD; the ring is rebuilt
+ * then, and the object goes whole to its new server. */
+static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
+{
+	memcached_return_t last = MEMCACHED_SUCCESS;
+	int ret = put_try(w, j, &last);
+
+	if (ret < 0 && last == MEMCACHED_SERVER_MARKED_DEAD)
+		ret = put_try(w, j, &last);
+	return ret;
+}
+
 void hc__mc_run_put(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 {
 	HC_MC_COUNT(w->be, puts, n);
-	HC_MC_COUNT(w->be, round_trips, 1);
-	for (unsigned j = 0; j < n; j++)
+	for (unsigned j = 0; j < n; j++) {
 		jobs[j]->result = put_one(w, jobs[j]);
+		hc__mc_complete(w->be, jobs[j]);
+		jobs[j] = NULL;
+	}
 }

@@ -24,7 +24,8 @@ static int set_behavior(memcached_st *mc, memcached_behavior_t b, uint64_t v, co
 	return 0;
 }
 
-int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen)
+/* A handle with our behaviors and the given servers (all: first -1). */
+static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err, size_t errlen)
 {
 	const struct hc_mc_opts *o = &be->o;
 	memcached_st *mc = memcached_create(NULL);
@@ -32,24 +33,27 @@ int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen)
 	char sbuf[HC_MC_HOST_MAX + 16];
 	int ret;
 
-	if (!mc)
+	if (!(*out = mc))
 		return hc__mc_fail(err, errlen, ENOMEM, "open: out of memory");
-	be->tmpl = mc;
 	if ((ret = set_behavior(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1, "binary protocol", err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_DISTRIBUTION, MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA,
 				"ketama distribution", err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_KETAMA_HASH, MEMCACHED_HASH_MD5, "ketama hash", err, errlen)) < 0 ||
+	    /* without it, Nagle and delayed ACKs stall every set (40 ms) */
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1, "tcp_nodelay", err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, o->connect_timeout_ms, "connect_timeout_ms",
 				err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, o->io_timeout_ms, "io_timeout_ms", err, errlen)) < 0 ||
-	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, (uint64_t)o->io_timeout_ms * 1000, "io_timeout_ms",
-				err, errlen)) < 0 ||
-	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_SND_TIMEOUT, (uint64_t)o->io_timeout_ms * 1000, "io_timeout_ms",
-				err, errlen)) < 0 ||
-	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, o->eject_s, "eject_s", err, errlen)) < 0)
+	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, o->retry_s, "retry_s", err, errlen)) < 0)
 		return ret;
-	if (o->eject_after &&
+	/*
+	 * libmemcached counts failed connects only (not timeouts, not resets),
+	 * and after one it leaves the server alone for retry_s (its ops fail
+	 * at once meanwhile).  After eject_after of them the server leaves the
+	 * ketama ring, and is tried again every eject_s (DEAD_TIMEOUT; 0 would
+	 * leave it out for good).
+	 */
+	if (only < 0 && o->eject_after &&
 	    ((ret = set_behavior(mc, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, o->eject_after, "eject_after", err, errlen)) < 0 ||
 	     (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1, "eject_after", err, errlen)) < 0 ||
 	     (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_DEAD_TIMEOUT, o->eject_s, "eject_s", err, errlen)) < 0))
@@ -64,12 +68,15 @@ int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen)
 	}
 	hashkit_free(hk);
 	for (unsigned i = 0; i < o->nservers; i++) {
-		const struct hc_mc_server *s = &o->servers[i];
-		memcached_return_t rc = s->port ? memcached_server_add(mc, s->host, (in_port_t)s->port)
-						: memcached_server_add_unix_socket(mc, s->host);
+		const struct hc_mc_server *sv = &o->servers[i];
+		memcached_return_t rc;
+		if (only >= 0 && (unsigned)only != i)
+			continue;
+		rc = sv->port ? memcached_server_add(mc, sv->host, (in_port_t)sv->port)
+			      : memcached_server_add_unix_socket(mc, sv->host);
 		if (rc != MEMCACHED_SUCCESS)
 			return hc__mc_fail(err, errlen, EINVAL, "servers=: %s: %s",
-					   hc__mc_server_str(s, sbuf, sizeof(sbuf)), memcached_strerror(mc, rc));
+					   hc__mc_server_str(sv, sbuf, sizeof(sbuf)), memcached_strerror(mc, rc));
 	}
 	if (o->sasl) {
 		memcached_return_t rc = memcached_set_sasl_auth_data(mc, o->username, o->password);
@@ -80,8 +87,35 @@ int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen)
 	return 0;
 }
 
+int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen)
+{
+	int ret;
+
+	if ((ret = handle_new(be, -1, &be->tmpl, err, errlen)) < 0)
+		return ret;
+	if (!(be->solo = calloc(be->o.nservers, sizeof(*be->solo))))
+		return hc__mc_fail(err, errlen, ENOMEM, "open: out of memory");
+	/* one handle per server, for probes and stats: libmemcached's stats
+	 * over several servers give nothing at all when one is down */
+	for (unsigned i = 0; i < be->o.nservers; i++)
+		if ((ret = handle_new(be, (int)i, &be->solo[i], err, errlen)) < 0)
+			return ret;
+	return 0;
+}
+
+void hc__mc_tmpl_free(struct hc_mc *be)
+{
+	for (unsigned i = 0; be->solo && i < be->o.nservers; i++)
+		if (be->solo[i])
+			memcached_free(be->solo[i]);
+	free(be->solo);
+	be->solo = NULL;
+	if (be->tmpl)
+		memcached_free(be->tmpl);
+	be->tmpl = NULL;
+}
+
 struct probe {
-	struct hc_mc *be;
 	unsigned answered;
 	uint64_t item_min;
 	char item_min_server[HC_MC_HOST_MAX + 16];
@@ -115,23 +149,26 @@ static memcached_return_t probe_cb(const memcached_instance_st *inst, const char
  */
 int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 {
-	struct probe pr = { .be = be };
-	memcached_return_t rc = memcached_stat_execute(be->tmpl, "settings", probe_cb, &pr);
-	char sbuf[HC_MC_HOST_MAX + 16];
+	struct probe pr = { 0 };
+	char sbuf[HC_MC_HOST_MAX + 16], why[256] = "";
 
-	if (!pr.answered) {
+	for (unsigned i = 0; i < be->o.nservers; i++) {
+		unsigned before = pr.answered;
+		memcached_return_t rc = memcached_stat_execute(be->solo[i], "settings", probe_cb, &pr);
+		if (pr.answered > before)
+			continue;
 		if (rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM)
 			return hc__mc_fail(err, errlen, EACCES,
 					   "SASL authentication failed on %s: check username= and password=",
-					   hc__mc_server_str(&be->o.servers[0], sbuf, sizeof(sbuf)));
-		return hc__mc_fail(err, errlen, EHOSTDOWN,
-				   "none of the %u servers answered (%s, first %s): start them, or correct servers=",
-				   be->o.nservers, memcached_last_error_message(be->tmpl),
-				   hc__mc_server_str(&be->o.servers[0], sbuf, sizeof(sbuf)));
+					   hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
+		snprintf(why, sizeof(why), "%s: %s", hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)),
+			 memcached_last_error_message(be->solo[i]));
+		hc__mc_log(HC_BE_LOG_WARN, "server %s did not answer at open: its objects are misses until it does", why);
 	}
-	if (pr.answered < be->o.nservers)
-		hc__mc_log(HC_BE_LOG_WARN, "%u of %u servers did not answer at open: their objects are misses until they do",
-			   be->o.nservers - pr.answered, be->o.nservers);
+	if (!pr.answered)
+		return hc__mc_fail(err, errlen, EHOSTDOWN,
+				   "none of the %u servers answered (last %s): start them, or correct servers=",
+				   be->o.nservers, why);
 	if (be->o.chunk_bytes) {
 		if (pr.item_min && be->o.chunk_bytes + HC_MC_ITEM_SLACK > pr.item_min)
 			return hc__mc_fail(err, errlen, EINVAL,
@@ -179,7 +216,7 @@ int hc__mc_worker_init(struct hc_mc_worker *w, struct hc_mc *be)
 		return -ENOMEM;
 	if (!memcached_result_create(w->mc, &w->result))
 		return -ENOMEM;
-	if (!(w->bounce = malloc(be->chunk_bytes)))
+	if (!(w->bounce = malloc(be->chunk_bytes)) || !(w->man = malloc(HC_MC_MANIFEST_BYTES + HC_MC_HEAD_MAX)))
 		return -ENOMEM;
 	return hc__mc_keys_reserve(w, 2 * be->o.batch + 16);
 }
@@ -191,6 +228,7 @@ void hc__mc_worker_fini(struct hc_mc_worker *w)
 		memcached_free(w->mc);
 	}
 	free(w->bounce);
+	free(w->man);
 	free(w->keys);
 	free(w->keyp);
 	free(w->keylen);

@@ -41,6 +41,7 @@
 #define HC_MC_ITEM_SLACK   1024u  /* of a server's item size: its item header and our key */
 #define HC_MC_DEFAULT_ITEM (1u << 20) /* memcached's default -I */
 #define HC_MC_QUEUE_MAX    65536u /* ops accepted and not yet reaped */
+#define HC_MC_MGET_KEYS    4096u  /* keys of one multi-get, at most (beyond one object's) */
 #define HC_MC_TTL_MAX      2592000u /* 30 days: memcached reads larger values as a date */
 
 struct hc_mc_server {
@@ -53,7 +54,8 @@ struct hc_mc_opts {
 	unsigned nservers;
 	unsigned connect_timeout_ms;
 	unsigned io_timeout_ms;
-	unsigned eject_after;   /* failures in a row before a server is ejected; 0: never eject */
+	unsigned retry_s;       /* seconds a server that failed a connect is left alone */
+	unsigned eject_after;   /* failed connects (retry_s apart) that eject a server; 0: never */
 	unsigned eject_s;       /* seconds an ejected server stays out before it is tried again */
 	uint32_t chunk_bytes;   /* object bytes per chunk item; 0: from the servers' item size */
 	uint32_t ttl_s;         /* items expire after this; 0: never (LRU only) */
@@ -95,7 +97,9 @@ struct hc_mc_worker;
 struct hc_mc {
 	struct hc_mc_opts o;
 	uint32_t chunk_bytes;    /* in use: o.chunk_bytes, or what the servers allow */
-	memcached_st *tmpl;      /* the handle every worker's is cloned from (under mu) */
+	memcached_st *tmpl;      /* the handle every worker's is cloned from */
+	memcached_st **solo;     /* one handle per server: probes and stats (under stat_mu) */
+	pthread_mutex_t stat_mu;
 
 	pthread_mutex_t mu;
 	pthread_cond_t work;     /* a job was queued, or stop */
@@ -131,6 +135,7 @@ struct hc_mc_worker {
 	memcached_st *mc;
 	memcached_result_st result; /* reused by every fetch */
 	uint8_t *bounce;            /* one chunk, for a chunk that spans iovecs */
+	uint8_t *man;               /* a manifest and its head */
 	char (*keys)[HC_MC_KEY_MAX];
 	const char **keyp;
 	size_t *keylen;
@@ -155,11 +160,19 @@ struct hc_mc_manifest {
 	uint64_t length;      /* the object's bytes */
 	uint64_t nonce;       /* ties the chunks to this version of the object */
 	uint32_t chunk_bytes;
-	uint32_t nchunks;
+	uint32_t nchunks;     /* chunk items after the head */
+	uint32_t head_bytes;  /* object bytes [0, head_bytes) carried by the manifest itself */
 };
-#define HC_MC_MANIFEST_BYTES 128
+#define HC_MC_MANIFEST_BYTES 128      /* the manifest's own fields; the head follows them */
+#define HC_MC_HEAD_MAX      (64u << 10)
+/* out has room for HC_MC_MANIFEST_BYTES; the head is the caller's to append. */
 void hc__mc_manifest_encode(const struct hc_mc_manifest *m, const uint8_t name[HC_BE_NAME_BYTES],
 			    uint8_t out[HC_MC_MANIFEST_BYTES]);
+/* Where chunk i starts in the object. */
+static inline uint64_t hc__mc_chunk_off(const struct hc_mc_manifest *m, uint32_t i)
+{
+	return m->head_bytes + (uint64_t)i * m->chunk_bytes;
+}
 int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE_NAME_BYTES],
 			   struct hc_mc_manifest *m);
 uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *iov, unsigned iovcnt,
@@ -168,6 +181,7 @@ uint32_t hc__mc_chunk_tag(uint64_t nonce, uint32_t chunk);
 
 /* conn.c */
 int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen);
+void hc__mc_tmpl_free(struct hc_mc *be);
 int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen);
 int hc__mc_worker_init(struct hc_mc_worker *w, struct hc_mc *be);
 void hc__mc_worker_fini(struct hc_mc_worker *w);
@@ -175,7 +189,12 @@ int hc__mc_errno(memcached_return_t rc);
 void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t rc, const char *what);
 int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n);
 
-/* batch.c: run jobs[0..n) (one opcode) on w's handle; each job's result set. */
+/* memcached.c: a job of a running batch is done (its result set); the
+ * batch then sets its slot to NULL and never touches it again. */
+void hc__mc_complete(struct hc_mc *be, struct hc_mc_job *j);
+
+/* batch.c: run jobs[0..n) (one opcode) on w's handle; each job's result set,
+ * or the job completed early (hc__mc_complete) and its slot NULL. */
 void hc__mc_run_exists(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n);
 void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n);
 void hc__mc_run_put(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n);

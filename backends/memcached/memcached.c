@@ -153,9 +153,12 @@ static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
 	uint32_t opcode = be->qhead->opcode;
 	unsigned share = (be->nqueued + be->idle) / (be->idle + 1), n = 0;
 	struct hc_mc_job **pp = &be->qhead, *prev = NULL;
+	uint64_t keys = 0;
 
 	if (opcode == HC_BE_OP_EXISTS || opcode == HC_BE_OP_DELETE)
 		share = be->nqueued; /* small ops: one round trip for all */
+	else if (opcode == HC_BE_OP_PUT)
+		share = 1; /* sets are synchronous: one object each, workers side by side */
 	share = share < be->o.batch ? share : be->o.batch;
 	share = share ? share : 1;
 	while (*pp && n < share) {
@@ -164,6 +167,16 @@ static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
 			prev = j;
 			pp = &j->next;
 			continue;
+		}
+		if (opcode == HC_BE_OP_GET) {
+			/* a multi-get's requests must not pile up behind the answers
+			 * (libmemcached reads little while it writes): a few thousand keys */
+			uint64_t room = 0;
+			for (unsigned v = 0; v < j->iovcnt; v++)
+				room += j->iov[v].iov_len;
+			keys += 1 + (room + be->chunk_bytes - 1) / be->chunk_bytes;
+			if (n && keys > HC_MC_MGET_KEYS)
+				break;
 		}
 		*pp = j->next;
 		if (be->qtail == j)
@@ -174,6 +187,18 @@ static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
 	be->nqueued -= n;
 	be->nrunning += n;
 	return n;
+}
+
+/* A job of a running batch is done: hand it to the reapers now. */
+void hc__mc_complete(struct hc_mc *be, struct hc_mc_job *j)
+{
+	pthread_mutex_lock(&be->mu);
+	if (j->result < 0 && j->result != -ENOENT)
+		HC_MC_COUNT(be, errors, 1);
+	push_done_locked(be, j);
+	be->nrunning--;
+	pthread_cond_broadcast(&be->done);
+	pthread_mutex_unlock(&be->mu);
 }
 
 static void run_batch(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
@@ -219,11 +244,13 @@ static void *worker_main(void *arg)
 		run_batch(w, jobs, n);
 		pthread_mutex_lock(&be->mu);
 		for (unsigned i = 0; i < n; i++) {
+			if (!jobs[i])
+				continue; /* completed already */
 			if (jobs[i]->result < 0 && jobs[i]->result != -ENOENT)
 				HC_MC_COUNT(be, errors, 1);
 			push_done_locked(be, jobs[i]);
+			be->nrunning--;
 		}
-		be->nrunning -= n;
 		pthread_cond_broadcast(&be->done);
 	}
 	pthread_mutex_unlock(&be->mu);
@@ -455,9 +482,13 @@ static int mc_stats(void *p, void (*emit)(void *arg, const char *name, uint64_t 
 
 	if (!be || !emit)
 		return -EINVAL;
-	/* the servers' own figures, over the template handle (short timeouts) */
+	/* the servers' own figures, one server at a time (a dead one answers
+	 * nothing, and costs at most connect_timeout_ms) */
+	pthread_mutex_lock(&be->stat_mu);
+	for (unsigned i = 0; i < be->o.nservers; i++)
+		memcached_stat_execute(be->solo[i], NULL, stat_cb, &s);
+	pthread_mutex_unlock(&be->stat_mu);
 	pthread_mutex_lock(&be->mu);
-	memcached_stat_execute(be->tmpl, NULL, stat_cb, &s);
 	queued = be->nqueued;
 	running = be->nrunning;
 	pthread_mutex_unlock(&be->mu);
@@ -493,7 +524,7 @@ static int ctl_out(char *out, size_t outlen, const char *fmt, ...)
 
 static const char *const ctl_keys[] = {
 	"servers", "chunk_size", "ttl", "prefix", "workers", "batch", "connect_timeout_ms", "io_timeout_ms",
-	"eject_after", "eject_s",
+	"eject_after", "eject_s", "retry_s",
 };
 
 static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t outlen)
@@ -533,7 +564,8 @@ static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t
 	case 6: return ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
 	case 7: return ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
 	case 8: return ctl_out(out, outlen, "%u", be->o.eject_after);
-	default: return ctl_out(out, outlen, "%u", be->o.eject_s);
+	case 9: return ctl_out(out, outlen, "%u", be->o.eject_s);
+	default: return ctl_out(out, outlen, "%u", be->o.retry_s);
 	}
 }
 
@@ -563,12 +595,12 @@ static void mc_close(void *p)
 		nx = j->next;
 		free(j);
 	}
-	if (be->tmpl)
-		memcached_free(be->tmpl);
+	hc__mc_tmpl_free(be);
 	free(be->workers);
 	pthread_cond_destroy(&be->done);
 	pthread_cond_destroy(&be->work);
 	pthread_mutex_destroy(&be->mu);
+	pthread_mutex_destroy(&be->stat_mu);
 	memset(be->o.password, 0, sizeof(be->o.password));
 	free(be);
 }
@@ -585,6 +617,7 @@ static int mc_open(const struct hc_be_option *opts, unsigned nopts, void **out, 
 	if (!(be = calloc(1, sizeof(*be))))
 		return hc__mc_fail(err, errlen, ENOMEM, "open: out of memory");
 	pthread_mutex_init(&be->mu, NULL);
+	pthread_mutex_init(&be->stat_mu, NULL);
 	pthread_cond_init(&be->work, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

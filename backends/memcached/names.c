@@ -4,11 +4,16 @@
  *
  * An object of L bytes named N (fingerprint, then key) is
  *
- *   PREFIX + hex(N)            its manifest: 128 bytes (below)
- *   PREFIX + hex(N) + ".i"     chunk i, 0 <= i < ceil(L / C): object bytes
- *                              [i*C, min((i+1)*C, L)), as they are
+ *   PREFIX + hex(N)            its manifest: 128 bytes (below), then the
+ *                              object's first H bytes (its head)
+ *   PREFIX + hex(N) + ".i"     chunk i, 0 <= i < ceil((L - H) / C): object
+ *                              bytes [H + i*C, min(H + (i+1)*C, L)), as
+ *                              they are
  *
- * where C is the chunk size.  A chunk item's 32-bit flags are its tag: a
+ * where C is the chunk size.  H is the length of the put's first iovec when
+ * that is short (up to 64 KiB) and more follow: the host's header block.
+ * So every chunk lies within one iovec and is set straight from the
+ * envelope; only the head is copied, behind the manifest.  A chunk item's 32-bit flags are its tag: a
  * hash of the version's nonce and i.  The nonce is a hash of N, L and the
  * object's first and last 4 KiB, so two nodes putting the same bytes write
  * interchangeable chunks, and chunks of different versions (a replace, a
@@ -77,7 +82,7 @@ uint32_t hc__mc_place(const char *key, size_t len, void *ctx)
  *   12  chunk_bytes (u32)
  *   16  length (u64)
  *   24  nonce (u64)
- *   32  nchunks (u32), 0 (u32)
+ *   32  nchunks (u32), head_bytes (u32)
  *   40  the object's name       64
  *  104  zeros                   16
  *  120  XXH3-64 of bytes 0..120
@@ -122,25 +127,30 @@ void hc__mc_manifest_encode(const struct hc_mc_manifest *m, const uint8_t name[H
 	put64(out + 16, m->length);
 	put64(out + 24, m->nonce);
 	put32(out + 32, m->nchunks);
+	put32(out + 36, m->head_bytes);
 	memcpy(out + 40, name, HC_BE_NAME_BYTES);
 	put64(out + 120, XXH3_64bits(out, 120));
 }
 
-/* 0, or -EBADMSG for anything but a manifest of this name whose numbers agree. */
+/* 0, or -EBADMSG for anything but a manifest of this name whose numbers
+ * agree (its head is the len - HC_MC_MANIFEST_BYTES bytes after it). */
 int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE_NAME_BYTES],
 			   struct hc_mc_manifest *m)
 {
 	const uint8_t *b = buf;
 
-	if (len != HC_MC_MANIFEST_BYTES || memcmp(b, MAGIC, 8) || b[8] != 1 || b[9] || get32(b + 36) ||
+	if (len < HC_MC_MANIFEST_BYTES || memcmp(b, MAGIC, 8) || b[8] != 1 || b[9] ||
 	    get64(b + 120) != XXH3_64bits(b, 120) || memcmp(b + 40, name, HC_BE_NAME_BYTES))
 		return -EBADMSG;
 	m->chunk_bytes = get32(b + 12);
 	m->length = get64(b + 16);
 	m->nonce = get64(b + 24);
 	m->nchunks = get32(b + 32);
+	m->head_bytes = get32(b + 36);
 	if (m->length == 0 || m->chunk_bytes < HC_MC_MIN_CHUNK || m->nchunks > HC_MC_MAX_CHUNKS ||
-	    m->nchunks != (m->length + m->chunk_bytes - 1) / m->chunk_bytes)
+	    m->head_bytes > HC_MC_HEAD_MAX || m->head_bytes >= m->length ||
+	    len != HC_MC_MANIFEST_BYTES + m->head_bytes ||
+	    m->nchunks != (m->length - m->head_bytes + m->chunk_bytes - 1) / m->chunk_bytes)
 		return -EBADMSG;
 	return 0;
 }
