@@ -28,6 +28,9 @@
 #ifndef HCT_MEMCACHED
 #define HCT_MEMCACHED "/usr/bin/memcached"
 #endif
+#ifndef HCT_SASLPASSWD2
+#define HCT_SASLPASSWD2 "/usr/sbin/saslpasswd2"
+#endif
 
 #define START_TRIES 5
 #define READY_MS 5000
@@ -69,7 +72,7 @@ static int answers(int port)
 
 static pid_t spawn(const struct hct_mcd *m, int port)
 {
-	char portbuf[16], args[sizeof(m->args)], *argv[64], *save = NULL;
+	char portbuf[16], args[sizeof(m->args)], *argv[64], *save = NULL, envbuf[300], *envp[2] = { NULL, NULL };
 	int argc = 0;
 	pid_t parent = getpid(), pid;
 	struct passwd *pw;
@@ -77,6 +80,8 @@ static pid_t spawn(const struct hct_mcd *m, int port)
 	gid_t gid;
 
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
+	snprintf(envbuf, sizeof(envbuf), "SASL_CONF_PATH=%s", m->sasl_conf);
+	envp[0] = m->sasl_conf[0] ? envbuf : NULL;
 	snprintf(args, sizeof(args), "%s", m->args);
 	argv[argc++] = (char *)HCT_MEMCACHED;
 	argv[argc++] = (char *)"-p";
@@ -106,7 +111,7 @@ static pid_t spawn(const struct hct_mcd *m, int port)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(125);
-	execv(argv[0], argv);
+	execve(argv[0], argv, envp);
 	_exit(127);
 }
 
@@ -155,7 +160,8 @@ static int start_one(struct hct_mcd *m, unsigned i, int keep_port, char *err, si
 	return -1;
 }
 
-int hct_mcd_start(struct hct_mcd *m, unsigned n, const char *args, char *err, size_t errlen)
+static int start_all(struct hct_mcd *m, unsigned n, const char *args, const char *sasl_conf, char *err,
+		     size_t errlen)
 {
 	memset(m, 0, sizeof(*m));
 	if (n == 0 || n > HCT_MCD_MAX) {
@@ -163,6 +169,7 @@ int hct_mcd_start(struct hct_mcd *m, unsigned n, const char *args, char *err, si
 		return -1;
 	}
 	snprintf(m->args, sizeof(m->args), "%s", args ? args : "");
+	snprintf(m->sasl_conf, sizeof(m->sasl_conf), "%s", sasl_conf ? sasl_conf : "");
 	m->n = n;
 	for (unsigned i = 0; i < n; i++)
 		if (start_one(m, i, 0, err, errlen) < 0) {
@@ -170,6 +177,37 @@ int hct_mcd_start(struct hct_mcd *m, unsigned n, const char *args, char *err, si
 			return -1;
 		}
 	return 0;
+}
+
+int hct_mcd_start(struct hct_mcd *m, unsigned n, const char *args, char *err, size_t errlen)
+{
+	return start_all(m, n, args, NULL, err, errlen);
+}
+
+int hct_mcd_start_sasl(struct hct_mcd *m, const char *dir, const char *user, const char *password, char *err,
+		       size_t errlen)
+{
+	char path[512], cmd[1200];
+	FILE *f;
+	int status;
+
+	snprintf(path, sizeof(path), "%s/memcached.conf", dir);
+	if (!(f = fopen(path, "w"))) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	fprintf(f, "mech_list: plain\nsasldb_path: %s/sasldb2\n", dir);
+	fclose(f);
+	/* the servers run as nobody: they must read the database */
+	snprintf(cmd, sizeof(cmd),
+		 "printf '%%s' '%s' | %s -p -a memcached -c -f '%s/sasldb2' '%s' && chmod 0644 '%s/sasldb2' && chmod 0755 '%s'",
+		 password, HCT_SASLPASSWD2, dir, user, dir, dir);
+	status = system(cmd);
+	if (status != 0) {
+		snprintf(err, errlen, "%s failed (status %d): apt-get install sasl2-bin", HCT_SASLPASSWD2, status);
+		return -1;
+	}
+	return start_all(m, 1, "-S", dir, err, errlen);
 }
 
 int hct_mcd_restart(struct hct_mcd *m, unsigned i, char *err, size_t errlen)

@@ -18,6 +18,7 @@ struct hct_mcd {
 	pid_t pid[HCT_MCD_MAX]; /* 0: not running */
 	int port[HCT_MCD_MAX];
 	char args[256];         /* extra arguments, split on spaces (e.g. "-I 64k -m 8") */
+	char sasl_conf[256];    /* SASL_CONF_PATH for the servers (memcached -S), or "" */
 };
 
 /*
@@ -27,6 +28,10 @@ struct hct_mcd {
  * missing).
  */
 int hct_mcd_start(struct hct_mcd *m, unsigned n, const char *args, char *err, size_t errlen);
+/* The same for SASL servers (memcached -S) whose users are in a sasldb that
+ * this makes in dir (which must exist): user with password. */
+int hct_mcd_start_sasl(struct hct_mcd *m, const char *dir, const char *user, const char *password, char *err,
+		       size_t errlen);
 /* Start server i again on its port (after hct_mcd_kill): 0 or -1. */
 int hct_mcd_restart(struct hct_mcd *m, unsigned i, char *err, size_t errlen);
 /* Send sig to server i and reap it (SIGKILL: the server dies at once). */

@@ -782,6 +782,40 @@ START_TEST(server_killed)
 }
 END_TEST
 
+/* SASL (memcached -S): the right credentials work, given or from a file;
+ * wrong or missing ones are said at open. */
+START_TEST(sasl)
+{
+	char dir[128], e[256], more[400];
+	void *inst;
+	int got;
+	FILE *f;
+
+	hct_mkdtemp(dir, sizeof(dir), "sasl");
+	ck_assert_msg(hct_mcd_start_sasl(&mcd, dir, "hcuser", "hc-secret", e, sizeof(e)) == 0, "%s", e);
+	inst = must_open("username=hcuser,password=hc-secret");
+	ck_assert_int_eq(put_obj(inst, 1, 1, 70000), 0);
+	ck_assert_int_eq(get_obj(inst, 1, 1, 70000, &got), 70000);
+	ck_assert_int_eq(got, 1);
+	B->close(inst);
+	snprintf(more, sizeof(more), "username=hcuser,password_file=%s/pw", dir);
+	f = fopen(strchr(more, '/') ? strchr(more, '/') : "", "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("hc-secret\n", f);
+	fclose(f);
+	inst = must_open(more);
+	ck_assert_int_eq(get_obj(inst, 1, 1, 70000, &got), 70000);
+	B->close(inst);
+	ck_assert_err(open_with(&inst, "username=hcuser,password=wrong"), EACCES);
+	ck_assert_msg_has("SASL authentication failed on 127.0.0.1:");
+	ck_assert_msg_has("check username= and password=");
+	ck_assert_err(open_with(&inst, NULL), EACCES);
+	ck_assert_msg_has("requires SASL authentication: give username= and password=");
+	hct_mcd_stop(&mcd);
+	hct_rmtree(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("memcached_backend");
@@ -798,6 +832,7 @@ int main(void)
 	tcase_add_test(tc, ttl_expires);
 	tcase_add_test(tc, cancel_queued);
 	tcase_add_test(tc, server_killed);
+	tcase_add_test(tc, sasl);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

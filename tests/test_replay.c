@@ -25,6 +25,7 @@
 #include "../tools/cli.h"
 #include "../tools/replay/workload.h"
 #include "hct.h"
+#include "mcd.h"
 
 static char dir[64];
 
@@ -472,9 +473,16 @@ END_TEST
  * workload: pages go to L3 and come back as hits, every byte checks out. */
 START_TEST(backends)
 {
-	static const char *const be[] = { "file", "shm", "mem" };
+	static const char *be[] = { "file", "shm", "mem", "memcached" };
+	struct hct_mcd mcd;
+	char mspec[300], servers[256], e[256];
 
-	for (unsigned i = 0; i < 3; i++) {
+	/* a real memcached server on a free loopback port, for the last */
+	ck_assert_msg(hct_mcd_start(&mcd, 1, "-m 256", e, sizeof(e)) == 0, "%s", e);
+	hct_mcd_servers(&mcd, servers, sizeof(servers));
+	snprintf(mspec, sizeof(mspec), "memcached:servers=%s", servers);
+	be[3] = mspec;
+	for (unsigned i = 0; i < 4; i++) {
 		json_object *j;
 		ck_assert_replay(0, "--trace", slice(), "--requests", "60", "--page-tokens", "128", "--kv", "kv,bf16,2,16,1",
 				 "--pool-pages", "700", "--backend", be[i], "--dir", dir, "--json", in_dir("c.json"));
@@ -499,6 +507,7 @@ START_TEST(backends)
 				 jget(j, "tokens.l1") + jget(j, "tokens.l2") + jget(j, "tokens.l3") + jget(j, "tokens.miss"));
 		json_object_put(j);
 	}
+	hct_mcd_stop(&mcd);
 	/* L1 on: the GPU cache serves some, and L2 the rest */
 	ck_assert_replay(0, "--sessions", "12", "--kv", "kv,bf16,2,16,1", "--pool-pages", "150", "--l1-pages", "200",
 			 "--backend", "none", "--json", in_dir("d.json"));

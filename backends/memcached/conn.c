@@ -157,9 +157,20 @@ int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 		memcached_return_t rc = memcached_stat_execute(be->solo[i], "settings", probe_cb, &pr);
 		if (pr.answered > before)
 			continue;
-		if (rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM)
+		if (rc == MEMCACHED_SUCCESS) {
+			/* connected, yet no settings: a SASL server refuses stats
+			 * unauthenticated, and says why only to a store */
+			char key[HC_MC_PREFIX_MAX + 8];
+			int n = snprintf(key, sizeof(key), "%sprobe", be->o.prefix);
+			rc = memcached_set(be->solo[i], key, (size_t)n, "", 0, 1, 0);
+		}
+		if ((rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM) && be->o.sasl)
 			return hc__mc_fail(err, errlen, EACCES,
 					   "SASL authentication failed on %s: check username= and password=",
+					   hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
+		if (rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM)
+			return hc__mc_fail(err, errlen, EACCES,
+					   "server %s requires SASL authentication: give username= and password= (or password_file=)",
 					   hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
 		snprintf(why, sizeof(why), "%s: %s", hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)),
 			 memcached_last_error_message(be->solo[i]));
