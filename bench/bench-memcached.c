@@ -27,9 +27,12 @@
  * this machine's CPUs, so the figures are the CPUs' and the kernel's
  * copies through TCP, not a network's.
  */
+#include <dlfcn.h>
 #include <getopt.h>
 
 #include <libmemcached/memcached.h>
+
+#include <hicache/backend.h>
 
 #include "../tests/mcd.h"
 #include "l3.h"
@@ -181,6 +184,72 @@ static double peer_timed(struct peer *tmpl, unsigned npages, unsigned threads, i
 	return (double)(bench_now_ns() - t0) / 1e9;
 }
 
+/* ---- the plugin alone: its ABI driven from one thread, 64 ops in flight,
+ * the same objects (a 4 KiB header block and the envelope), no library */
+
+struct raw {
+	const struct hc_backend *be;
+	void *inst;
+};
+
+static void raw_open(struct raw *r, const char *servers, unsigned workers)
+{
+	char path[4096], wbuf[16], err[512];
+	const char *p = getenv("HICACHE_BACKEND_PATH");
+	struct hc_be_option o[2] = { { "servers", servers }, { "workers", wbuf } };
+	hc_backend_entry_fn entry;
+	void *h = NULL;
+
+	snprintf(wbuf, sizeof(wbuf), "%u", workers);
+	while (p && *p && !h) {
+		size_t n = strcspn(p, ":");
+		snprintf(path, sizeof(path), "%.*s/memcached.so", (int)n, p);
+		h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+		p += n + (p[n] == ':');
+	}
+	if (!h || !(entry = (hc_backend_entry_fn)dlsym(h, HC_BACKEND_ENTRY_SYMBOL)) || !(r->be = entry(NULL))) {
+		fprintf(stderr, "bench-memcached: memcached.so not found in $HICACHE_BACKEND_PATH\n");
+		exit(1);
+	}
+	if (r->be->open(o, 2, &r->inst, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bench-memcached: the plugin: %s\n", err);
+		exit(1);
+	}
+}
+
+static double raw_timed(struct raw *r, const struct l3b *b, const uint8_t *hdr, int get)
+{
+	uint64_t t0 = bench_now_ns();
+	unsigned sub = 0, done = 0, n = b->npages;
+	struct iovec (*iov)[2] = malloc(n * sizeof(*iov));
+
+	while (done < n) {
+		struct hc_be_cqe c[64];
+		int k;
+		while (sub < n && sub - done < 64) {
+			struct hc_be_op op = { .opcode = get ? HC_BE_OP_GET : HC_BE_OP_PUT, .iovcnt = 2, .iov = iov[sub],
+					       .user_data = sub };
+			iov[sub][0] = (struct iovec){ (void *)hdr, 4096 };
+			iov[sub][1] = (struct iovec){ hc_page_envelope(b->p, b->pages[sub]), b->env_bytes };
+			memset(op.name, 0x77, 32);
+			memcpy(op.name + 32, b->keys[sub], 32);
+			if (r->be->submit(r->inst, &op, 1) != 1)
+				break;
+			sub++;
+		}
+		k = r->be->reap(r->inst, c, 64, 1000);
+		for (int i = 0; i < k; i++)
+			if (c[i].result < 0) {
+				fprintf(stderr, "bench-memcached: the plugin alone: %s of object %llu: %s\n", get ? "get" : "put",
+					(unsigned long long)c[i].user_data, strerror((int)-c[i].result));
+				exit(1);
+			}
+		done += (unsigned)(k > 0 ? k : 0);
+	}
+	free(iov);
+	return (double)(bench_now_ns() - t0) / 1e9;
+}
+
 static unsigned parse_sizes(const char *s, unsigned *kib, unsigned max)
 {
 	unsigned n = 0;
@@ -202,7 +271,7 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' }, { "mib", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' }, { 0 }
 	};
-	double res[8][3][2][15]; /* size, ours/peer/peer+xxh3, put/get, rep */
+	double res[8][4][2][15]; /* size, ours/peer/peer+xxh3/plugin alone, put/get, rep */
 	char servers[512], err[256], spec[1024], out[32];
 	struct hct_mcd mcd;
 	int c;
@@ -244,6 +313,8 @@ int main(int argc, char **argv)
 		unsigned npages = (unsigned)(((uint64_t)mib << 10) / kib[s]);
 		struct l3b b;
 		struct peer pt = { .servers = servers, .batch = 64 };
+		struct raw raw;
+		static uint8_t hdr[4096];
 		memcached_st *mc = peer_handle(servers);
 
 		memcached_flush(mc, 0); /* room for this size's objects */
@@ -268,8 +339,10 @@ int main(int argc, char **argv)
 			memcpy(pt.src + i * pt.obj + 4096, hc_page_envelope(b.p, b.pages[i]), b.env_bytes);
 		}
 		memset(pt.dst, 0, pt.obj * npages);
+		raw_open(&raw, servers, workers);
 		l3b_put(&b, threads); /* a first pass of each, untimed */
 		l3b_get(&b, threads);
+		raw_timed(&raw, &b, hdr, 0);
 		peer_timed(&pt, npages, workers, 0, 0);
 		peer_timed(&pt, npages, workers, 1, 0);
 		if (memcmp(pt.src, pt.dst, pt.obj * npages)) {
@@ -284,25 +357,30 @@ int main(int argc, char **argv)
 			res[s][0][1][r] = total / l3b_get(&b, threads) / 1e9;
 			res[s][1][1][r] = total / peer_timed(&pt, npages, workers, 1, 0) / 1e9;
 			res[s][2][1][r] = total / peer_timed(&pt, npages, workers, 1, 1) / 1e9;
+			res[s][3][0][r] = total / raw_timed(&raw, &b, hdr, 0) / 1e9;
+			res[s][3][1][r] = total / raw_timed(&raw, &b, hdr, 1) / 1e9;
 		}
+		raw.be->close(raw.inst);
 		free(pt.src);
 		free(pt.dst);
 		l3b_done(&b);
 		fprintf(stderr, ".");
 	}
 	fprintf(stderr, "\n");
-	printf("\n%-10s %7s %-4s %9s %9s %6s %-10s %14s %11s\n", "envelope", "objects", "op", "ours GB/s",
-	       "peer GB/s", "ratio", "target", "peer+xxh3 GB/s", "ratio to it");
+	printf("\n%-10s %7s %-4s %9s %9s %6s %-10s | %9s %6s | %12s %6s\n", "envelope", "objects", "op", "ours GB/s",
+	       "peer GB/s", "ratio", "target", "peer+xxh3", "ratio", "plugin alone", "ratio");
 	for (unsigned s = 0; s < nsizes; s++)
 		for (int op = 0; op < 2; op++) {
 			double o = bench_median(res[s][0][op], reps), p = bench_median(res[s][1][op], reps),
-			       px = bench_median(res[s][2][op], reps);
-			printf("%6u KiB %7u %-4s %9.2f %9.2f %6.2f %-10s %14.2f %11.2f\n", kib[s],
+			       px = bench_median(res[s][2][op], reps), pa = bench_median(res[s][3][op], reps);
+			printf("%6u KiB %7u %-4s %9.2f %9.2f %6.2f %-10s | %9.2f %6.2f | %12.2f %6.2f\n", kib[s],
 			       (unsigned)(((uint64_t)mib << 10) / kib[s]) < 8 ? 8 : (unsigned)(((uint64_t)mib << 10) / kib[s]),
-			       op ? "get" : "put", o, p, o / p, o / p >= 0.9 ? ">=0.9 met" : ">=0.9 MISS", px, o / px);
+			       op ? "get" : "put", o, p, o / p, o / p >= 0.9 ? ">=0.9 met" : ">=0.9 MISS", px, o / px, pa,
+			       pa / p);
 		}
-	printf("GB/s = object bytes (envelope + 4 KiB header) moved per second; ratio = ours / peer;\n"
-	       "peer+xxh3: the same loop also taking XXH3 of each envelope, as the library checksums every object\n");
+	printf("GB/s = object bytes (envelope + 4 KiB header) moved per second, medians; ratio = ours / peer;\n"
+	       "peer+xxh3: the peer also taking XXH3 of each envelope, as the library checksums every object (ours / it);\n"
+	       "plugin alone: the plugin's ABI driven from one thread, 64 ops in flight, no library (it / peer)\n");
 	hct_mcd_stop(&mcd);
 	return 0;
 }

@@ -652,6 +652,9 @@ START_TEST(cancel_queued)
 		for (unsigned i = 0; i < N / 2; i++)
 			ck_assert_int_eq(res[i], 0);
 		ck_assert_msg(canceled >= N / 4, "only %u of %u queued puts were cancelled", canceled, N / 2);
+		/* reaped: no longer in flight */
+		ck_assert_int_eq(B->cancel(inst, 0), -ENOENT);
+		ck_assert_int_eq(B->cancel(inst, N - 1), -ENOENT);
 		ck_assert_uint_eq(stat_of(inst, "canceled"), canceled);
 		B->close(inst);
 	}

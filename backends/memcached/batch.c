@@ -217,8 +217,7 @@ static void get_done(struct get_ctx *c, struct gj *g)
 	g->job->result = (int64_t)g->m.length;
 	HC_MC_COUNT(c->be, hits, 1);
 	HC_MC_COUNT(c->be, get_bytes, g->room < g->m.length ? g->room : g->m.length);
-	hc__mc_complete(c->be, g->job);
-	*g->slot = NULL;
+	hc__mc_complete(c->be, g->slot);
 	g->job = NULL;
 }
 
@@ -439,8 +438,8 @@ static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return
 		HC_MC_COUNT(be, items_written, 1);
 	}
 	hc__mc_manifest_encode(&m, j->name, w->man);
-	if (m.head_bytes)
-		memcpy(w->man + HC_MC_MANIFEST_BYTES, span(w, j, 0, m.head_bytes), m.head_bytes);
+	if (m.head_bytes) /* the first iovec, whole */
+		memcpy(w->man + HC_MC_MANIFEST_BYTES, j->iov[0].iov_base, m.head_bytes);
 	klen = hc__mc_key(be, j->name, -1, key);
 	rc = memcached_set(w->mc, key, klen, (const char *)w->man, HC_MC_MANIFEST_BYTES + m.head_bytes,
 			   (time_t)be->o.ttl_s, 0);
@@ -470,7 +469,6 @@ void hc__mc_run_put(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 	HC_MC_COUNT(w->be, puts, n);
 	for (unsigned j = 0; j < n; j++) {
 		jobs[j]->result = put_one(w, jobs[j]);
-		hc__mc_complete(w->be, jobs[j]);
-		jobs[j] = NULL;
+		hc__mc_complete(w->be, &jobs[j]);
 	}
 }

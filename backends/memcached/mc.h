@@ -14,9 +14,14 @@
  * A submit copies each op (and its iovecs) into a job and queues it under
  * be->mu.  Each worker thread owns one libmemcached handle (a memcached_st
  * is single-threaded) and takes a share of the queue, of one opcode, under
- * be->mu; it runs the batch without the lock, then queues the completions
- * under it and wakes reapers (be->done).  A job is on exactly one list at a
- * time: queued, running, or completed-and-waiting-for-reap.
+ * be->mu, into its batch (w->batch).  It runs the batch without the lock;
+ * a job that is done goes to the completed list under the lock, and its
+ * slot in the batch becomes NULL then, which is how cancel tells a running
+ * op (a non-NULL slot) from one that is not in flight.  A job is in exactly
+ * one place at a time: the queue, a batch slot, or the completed list
+ * (until a reap frees it).  The per-server handles (be->solo) are used
+ * under be->stat_mu only; everything in be->o and chunk_bytes is fixed
+ * after open.
  */
 #ifndef HC_BACKENDS_MEMCACHED_MC_H
 #define HC_BACKENDS_MEMCACHED_MC_H
@@ -132,6 +137,8 @@ struct hc_mc_worker {
 	struct hc_mc *be;
 	pthread_t thread;
 	bool started;
+	struct hc_mc_job **batch; /* the running batch: slots NULL once done (under be->mu) */
+	unsigned nbatch;
 	memcached_st *mc;
 	memcached_result_st result; /* reused by every fetch */
 	uint8_t *bounce;            /* one chunk, for a chunk that spans iovecs */
@@ -189,9 +196,10 @@ int hc__mc_errno(memcached_return_t rc);
 void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t rc, const char *what);
 int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n);
 
-/* memcached.c: a job of a running batch is done (its result set); the
- * batch then sets its slot to NULL and never touches it again. */
-void hc__mc_complete(struct hc_mc *be, struct hc_mc_job *j);
+/* memcached.c: the job in a running batch's slot is done (its result
+ * set): it goes to the reapers and the slot becomes NULL; the batch never
+ * touches the job again. */
+void hc__mc_complete(struct hc_mc *be, struct hc_mc_job **slot);
 
 /* batch.c: run jobs[0..n) (one opcode) on w's handle; each job's result set,
  * or the job completed early (hc__mc_complete) and its slot NULL. */

@@ -19,15 +19,20 @@
  *     The backend is asynchronous: submit copies the ops and queues them;
  *     worker threads, each with its own connection to every server, take a
  *     share of the queue at a time and run it as one batch: a multi-get of
- *     the manifests (EXISTS), a multi-get of manifests and chunks (GET), or
- *     the chunks' and manifests' sets, pipelined per worker (PUT).
+ *     the manifests (EXISTS), a multi-get of manifests and chunks (GET,
+ *     each object completed as soon as its last chunk is in), or one
+ *     object's sets (PUT: its chunks, then its manifest).  Sets are
+ *     synchronous: libmemcached's pipelined modes (NOREPLY, BUFFER_REQUESTS)
+ *     lose the result of each item, and with TCP_NODELAY synchronous sets of
+ *     large values run as fast; the workers set side by side.
  *
- *     A server that fails eject_after times in a row is ejected for eject_s
+ *     A server whose connect fails is left alone for retry_s (its ops fail
+ *     at once); after eject_after such failures it is ejected for eject_s
  *     seconds: its objects count as misses, and its share of the key space
  *     goes to the other servers meanwhile.  Then it is tried again, and
- *     rejoins by itself when it answers.  Nothing a failed or misbehaving
- *     server returns reaches a rank unchecked: the host verifies every
- *     object.
+ *     rejoins by itself when it answers.  Each worker's connection learns
+ *     this on its own.  Nothing a failed or misbehaving server returns
+ *     reaches a rank unchecked: the host verifies every object.
  *
  * OPTIONS
  *     servers=LIST          required.  HOST:PORT (or HOST, port 11211;
@@ -37,9 +42,11 @@
  *     connect_timeout_ms=MS default 1000.
  *     io_timeout_ms=MS      default 2000: how long a read or write to a
  *                           server may make no progress.
- *     eject_after=N         default 2: failures in a row that eject a
- *                           server; 0 never ejects (a dead server's ops fail
- *                           after the timeouts, again and again).
+ *     retry_s=S             default 1: how long a server whose connect
+ *                           failed is left alone.
+ *     eject_after=N         default 2: failed connects that eject a server;
+ *                           0 never ejects (a dead server's objects stay
+ *                           misses, and its puts fail, until it is back).
  *     eject_s=S             default 10: how long an ejected server stays out.
  *     chunk_size=SIZE|auto  object bytes per chunk item (1K to 1G, suffix
  *                           K, M, G); auto (default): the smallest item size
@@ -65,14 +72,15 @@
  *     evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
  *     the manifest, then the chunks.  A get racing a replace of the same
  *     object may miss.  cancel ends queued ops (-ECANCELED); an op already
- *     running ends within the timeouts.
+ *     running ends within the timeouts (cancel says 0: asked).
  *
  * STATS
  *     This instance's: gets, hits, misses, puts, deletes, exists, errors,
  *     canceled, get_bytes, put_bytes, items_read, items_written,
- *     round_trips (multi-gets and put pipelines), missing_chunks,
+ *     round_trips (multi-gets), missing_chunks,
  *     inconsistent (chunks of another version, or of a wrong length),
- *     bad_manifests, server_errors, timeouts; and queued, running.
+ *     bad_manifests, server_errors, timeouts; and queued, running,
+ *     chunk_bytes (in use).
  *     Of the servers (summed over those that answer): objects and bytes
  *     (their items and bytes, manifests and chunks and other clients'
  *     items counted), capacity_bytes, evictions, servers, servers_up.
@@ -190,11 +198,14 @@ static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
 }
 
 /* A job of a running batch is done: hand it to the reapers now. */
-void hc__mc_complete(struct hc_mc *be, struct hc_mc_job *j)
+void hc__mc_complete(struct hc_mc *be, struct hc_mc_job **slot)
 {
+	struct hc_mc_job *j = *slot;
+
 	pthread_mutex_lock(&be->mu);
 	if (j->result < 0 && j->result != -ENOENT)
 		HC_MC_COUNT(be, errors, 1);
+	*slot = NULL; /* under the lock: cancel looks at the slots */
 	push_done_locked(be, j);
 	be->nrunning--;
 	pthread_cond_broadcast(&be->done);
@@ -240,6 +251,8 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		n = take_locked(be, jobs);
+		w->batch = jobs;
+		w->nbatch = n;
 		pthread_mutex_unlock(&be->mu);
 		run_batch(w, jobs, n);
 		pthread_mutex_lock(&be->mu);
@@ -249,8 +262,10 @@ static void *worker_main(void *arg)
 			if (jobs[i]->result < 0 && jobs[i]->result != -ENOENT)
 				HC_MC_COUNT(be, errors, 1);
 			push_done_locked(be, jobs[i]);
+			jobs[i] = NULL;
 			be->nrunning--;
 		}
+		w->nbatch = 0;
 		pthread_cond_broadcast(&be->done);
 	}
 	pthread_mutex_unlock(&be->mu);
@@ -423,8 +438,13 @@ static int mc_cancel(void *p, uint64_t user_data)
 		ret = 0;
 		break;
 	}
-	if (ret == -ENOENT && be->nrunning)
-		ret = 0; /* it may be running: it completes by itself, soon */
+	/* running: it cannot be cut short, and completes within the timeouts */
+	for (unsigned w = 0; ret == -ENOENT && w < be->nworkers; w++)
+		for (unsigned i = 0; i < be->workers[w].nbatch; i++)
+			if (be->workers[w].batch[i] && be->workers[w].batch[i]->user_data == user_data) {
+				ret = 0;
+				break;
+			}
 	pthread_mutex_unlock(&be->mu);
 	return ret;
 }
