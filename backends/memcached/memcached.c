@@ -208,7 +208,10 @@ void hc__mc_complete(struct hc_mc *be, struct hc_mc_job **slot)
 	*slot = NULL; /* under the lock: cancel looks at the slots */
 	push_done_locked(be, j);
 	be->nrunning--;
-	pthread_cond_broadcast(&be->done);
+	/* reapers take all that is there: they were woken when it stopped
+	 * being empty, or are running */
+	if (be->ndone == 1)
+		pthread_cond_broadcast(&be->done);
 	pthread_mutex_unlock(&be->mu);
 }
 
@@ -364,7 +367,9 @@ static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 		be->nqueued++;
 	}
 	(void)last;
-	if (nq)
+	if (nq == 1)
+		pthread_cond_signal(&be->work); /* one job: one worker */
+	else if (nq)
 		pthread_cond_broadcast(&be->work);
 	if (nbad)
 		pthread_cond_broadcast(&be->done);
