@@ -19,6 +19,9 @@
 
 #include <libmemcached/memcached.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include <hicache/backend.h>
 
 #include "../lib/plugin.h"
@@ -313,6 +316,8 @@ START_TEST(bad_options)
 			{ "memcached:servers=[::1", "[IPV6-ADDRESS]:PORT" },
 			{ "memcached:servers=a$b:1", "not a host name" },
 			{ "memcached:servers=h:1;h:1", "listed twice" },
+			{ "memcached:servers=h 11211", "has a space" },
+			{ "memcached:servers=[foo]:1", "[IPV6-ADDRESS]:PORT" },
 		};
 		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 			ck_assert_ok(hc__plugin_spec_parse(bad[i][0], &sp));
@@ -557,12 +562,25 @@ START_TEST(inconsistent_items)
 	v = memcached_get(mc, key, strlen(key), &vlen, &flags, &rc);
 	ck_assert_int_eq(memcached_set(mc, key, strlen(key), v, vlen - 1, 0, flags), MEMCACHED_SUCCESS);
 	free(v);
-	for (uint32_t id = 1; id <= 5; id++)
+	/* 6: a manifest whose length is 2^64 - 2, sealed with a right checksum:
+	 * never a result that reads as an errno */
+	ck_assert_int_eq(put_obj(inst, 6, 1, len), 0);
+	item_key(6, -1, key);
+	v = memcached_get(mc, key, strlen(key), &vlen, &flags, &rc);
+	{
+		uint64_t huge = UINT64_MAX - 1, sum;
+		memcpy(v + 16, &huge, 8);
+		sum = XXH3_64bits(v, 120);
+		memcpy(v + 120, &sum, 8);
+	}
+	ck_assert_int_eq(memcached_set(mc, key, strlen(key), v, vlen, 0, flags), MEMCACHED_SUCCESS);
+	free(v);
+	for (uint32_t id = 1; id <= 6; id++)
 		ck_assert_msg(get_obj(inst, id, 1, len, &got) == -ENOENT, "object %u read", id);
 	ck_assert_uint_eq(stat_of(inst, "missing_chunks"), 1);
 	ck_assert_uint_eq(stat_of(inst, "inconsistent"), 2);
-	ck_assert_uint_eq(stat_of(inst, "bad_manifests"), 2);
-	ck_assert_uint_eq(stat_of(inst, "misses"), 5);
+	ck_assert_uint_eq(stat_of(inst, "bad_manifests"), 3);
+	ck_assert_uint_eq(stat_of(inst, "misses"), 6);
 	/* exists reads manifests only: 3 and 4 are gone, the others look there */
 	for (uint32_t id = 1; id <= 5; id++)
 		ck_assert_int_eq(op1(inst, HC_BE_OP_EXISTS, id, NULL, 0), id == 3 || id == 4 ? 0 : 1);
@@ -576,6 +594,38 @@ START_TEST(inconsistent_items)
 		ck_assert_msg(!has_item(mc, 2, c), "item %d of a deleted object is left", c);
 	memcached_free(mc);
 	B->close(inst);
+}
+END_TEST
+
+/* The same object asked twice in one submit: both answered (a multi-get
+ * matches answers by key, so the second waits for the next batch). */
+START_TEST(same_name_twice)
+{
+	const size_t len = 150000;
+	uint8_t *b1 = malloc(len), *b2 = malloc(len);
+	void *inst;
+
+	servers_up(1, "-I 64k -o slab_chunk_max=32768");
+	inst = must_open("workers=1");
+	ck_assert_int_eq(put_obj(inst, 1, 2, len), 0);
+	{
+		struct op o[4] = {
+			{ .opcode = HC_BE_OP_GET, .id = 1, .iovcnt = 1, .iov = { { b1, len } } },
+			{ .opcode = HC_BE_OP_GET, .id = 1, .iovcnt = 1, .iov = { { b2, len } } },
+			{ .opcode = HC_BE_OP_EXISTS, .id = 1 },
+			{ .opcode = HC_BE_OP_EXISTS, .id = 1 },
+		};
+		run_ops(inst, o, 4);
+		ck_assert_int_eq(o[0].result, (int64_t)len);
+		ck_assert_int_eq(o[1].result, (int64_t)len);
+		ck_assert_int_eq(obj_ver(b1, len, 1, 2), 2);
+		ck_assert_int_eq(obj_ver(b2, len, 1, 2), 2);
+		ck_assert_int_eq(o[2].result, 1);
+		ck_assert_int_eq(o[3].result, 1);
+	}
+	B->close(inst);
+	free(b1);
+	free(b2);
 }
 END_TEST
 
@@ -596,6 +646,20 @@ START_TEST(other_chunk_size)
 	ck_assert_int_eq(put_obj(b, 2, 3, len), 0);
 	ck_assert_int_eq(get_obj(a, 2, 3, len, &got), (int64_t)len);
 	ck_assert_int_eq(got, 3);
+	/* the host's shape from a, read by b into no more than the head */
+	{
+		uint8_t *src = obj_new(3, 5, len), buf[4096];
+		struct op o = { .opcode = HC_BE_OP_PUT, .id = 3, .iovcnt = 2,
+				.iov = { { src, 4096 }, { src + 4096, len - 4096 } } };
+		run_ops(a, &o, 1);
+		ck_assert_int_eq(o.result, 0);
+		o = (struct op){ .opcode = HC_BE_OP_GET, .id = 3, .iovcnt = 1, .iov = { { buf, sizeof(buf) } } };
+		run_ops(b, &o, 1);
+		ck_assert_int_eq(o.result, (int64_t)len);
+		ck_assert_int_eq(memcmp(buf, src, sizeof(buf)), 0);
+		free(src);
+	}
+	ck_assert_uint_eq(stat_of(b, "errors"), 0);
 	B->close(a);
 	B->close(b);
 }
@@ -831,6 +895,7 @@ int main(void)
 	tcase_add_test(tc, down_at_open);
 	tcase_add_test(tc, evicted_chunks);
 	tcase_add_test(tc, inconsistent_items);
+	tcase_add_test(tc, same_name_twice);
 	tcase_add_test(tc, other_chunk_size);
 	tcase_add_test(tc, ttl_expires);
 	tcase_add_test(tc, cancel_queued);

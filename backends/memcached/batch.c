@@ -68,11 +68,30 @@ static void key_set(struct hc_mc_worker *w, unsigned k, const uint8_t *name, int
 
 /*
  * Multi-get keys[0..n): on() for each item found, in the order the servers
- * answer.  Returns 0, or a negative errno when the batch could not be
- * asked at all (every item then counts as absent).  A server that fails
- * mid-way is counted and logged; its items are simply not found.
+ * answer.  Returns 0, or -ENOMEM.  A server that fails is counted and
+ * logged; its items are simply not found (a miss, as for an ejected one).
+ *
+ * libmemcached's codes need care here: mget's own is that of its last
+ * connect, not of the batch; a fetch that meets a failed server returns
+ * NULL with the error, or with NOTFOUND when nothing was fetched before it;
+ * fetching again goes on with the others.  So NULLs are asked again (one
+ * more than there are servers) until END, and answers a failure left
+ * unread are dropped with the connections, not left for the next request.
  */
 typedef void (*found_fn)(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags);
+
+static void drop_unread(struct hc_mc_worker *w)
+{
+	uint32_t n = memcached_server_count(w->mc);
+
+	for (uint32_t i = 0; i < n; i++) {
+		const memcached_instance_st *in = memcached_server_instance_by_position(w->mc, i);
+		if (in && memcached_server_response_count(in)) {
+			memcached_quit(w->mc);
+			return;
+		}
+	}
+}
 
 static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn on, void *ctx)
 {
@@ -80,6 +99,7 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 	struct kidx t;
 	memcached_return_t rc;
 	memcached_result_st *r;
+	unsigned nulls = 0;
 	int ret;
 
 	if (!n)
@@ -88,31 +108,27 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 		return ret;
 	HC_MC_COUNT(be, round_trips, 1);
 	rc = memcached_mget(w->mc, w->keyp, w->keylen, n);
-	if (rc != MEMCACHED_SUCCESS && rc != MEMCACHED_SOME_ERRORS) {
+	if (rc != MEMCACHED_SUCCESS)
 		hc__mc_server_failed(be, w->mc, rc, what);
-		free(t.slot);
-		return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
-	}
-	if (rc == MEMCACHED_SOME_ERRORS)
-		hc__mc_server_failed(be, w->mc, rc, what);
-	/* A server failing mid-way ends a fetch with its error; asking again
-	 * goes on with the others, until the end (or one error per server). */
-	for (unsigned errs = 0;;) {
+	for (;;) {
 		int k;
 		if (!(r = memcached_fetch_result(w->mc, &w->result, &rc))) {
-			if (rc == MEMCACHED_END || rc == MEMCACHED_NOTFOUND || rc == MEMCACHED_SUCCESS)
+			if (rc == MEMCACHED_END)
 				break;
-			hc__mc_server_failed(be, w->mc, rc, what);
-			if (++errs > be->o.nservers)
+			if (rc != MEMCACHED_NOTFOUND)
+				hc__mc_server_failed(be, w->mc, rc, what);
+			if (++nulls > be->o.nservers)
 				break;
 			continue;
 		}
+		nulls = 0;
 		k = kidx_find(&t, w, memcached_result_key_value(r), memcached_result_key_length(r));
 		if (k < 0)
 			continue; /* not ours: a server bug; nothing is taken from it */
 		HC_MC_COUNT(be, items_read, 1);
 		on(ctx, (unsigned)k, memcached_result_value(r), memcached_result_length(r), memcached_result_flags(r));
 	}
+	drop_unread(w);
 	free(t.slot);
 	return 0;
 }
@@ -158,12 +174,12 @@ void hc__mc_run_exists(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned
 /* ---- GET: manifests and chunks */
 
 struct gj {
-	struct hc_mc_job *job; /* NULL once completed */
+	struct hc_mc_job *job;   /* NULL once completed */
 	struct hc_mc_job **slot; /* its place in the batch */
-	uint64_t room;        /* bytes the buffers hold */
-	uint32_t plan_chunk;  /* the chunk size the request was planned with */
-	uint32_t need;        /* chunks wanted: set once the manifest is in */
-	uint32_t good;        /* of those, copied and consistent */
+	uint64_t room;           /* bytes the buffers hold */
+	uint32_t asked;          /* chunks 0..asked-1 requested in the first round */
+	uint32_t need;           /* chunks wanted: set once the manifest is in */
+	uint32_t good;           /* of those, copied and consistent */
 	bool have_m, bad;
 	struct hc_mc_manifest m;
 };
@@ -202,6 +218,7 @@ static void copy_out(struct hc_mc_job *j, uint64_t off, const char *src, uint64_
 	}
 }
 
+/* The chunks that hold the object's bytes the buffers can take. */
 static void set_need(struct gj *g)
 {
 	uint64_t want = g->room < g->m.length ? g->room : g->m.length;
@@ -231,6 +248,8 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 	if (!g->job)
 		return; /* completed: an extra key of the plan */
 	if (i < 0) {
+		if (g->have_m)
+			return; /* asked once; a server repeating itself is not believed twice */
 		if (hc__mc_manifest_decode(val, len, g->job->name, &g->m) < 0) {
 			HC_MC_COUNT(c->be, bad_manifests, 1);
 			hc__mc_warn_once(c->be, HC_MC_WARN_MANIF,
@@ -240,12 +259,14 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 		g->have_m = true;
 		set_need(g);
 		copy_out(g->job, 0, val + HC_MC_MANIFEST_BYTES, g->room < g->m.head_bytes ? g->room : g->m.head_bytes);
-		if (g->need == 0 && g->m.chunk_bytes == g->plan_chunk)
+		if (g->need == 0)
 			get_done(c, g);
 		return;
 	}
-	/* a chunk: only behind its manifest, and only if it is the manifest's */
-	if (!g->have_m || g->m.chunk_bytes != g->plan_chunk || (uint32_t)i >= g->need)
+	/* a chunk: only behind its manifest (a server answers in order), and
+	 * only if it is the manifest's; its place is by the manifest's chunk
+	 * size, which may be another node's */
+	if (!g->have_m || (uint32_t)i >= g->need)
 		return;
 	off = hc__mc_chunk_off(&g->m, (uint32_t)i);
 	end = off + g->m.chunk_bytes < g->m.length ? off + g->m.chunk_bytes : g->m.length;
@@ -260,6 +281,35 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 		get_done(c, g);
 }
 
+static int plan_grow(struct get_ctx *c, struct hc_mc_worker *w, unsigned nk, unsigned *cap)
+{
+	if (nk > *cap) {
+		uint32_t *kj = realloc(c->kjob, nk * sizeof(*c->kjob));
+		int32_t *kc;
+		if (kj)
+			c->kjob = kj;
+		if (!kj || !(kc = realloc(c->kchunk, nk * sizeof(*c->kchunk))))
+			return -ENOMEM;
+		c->kchunk = kc;
+		*cap = nk;
+	}
+	return hc__mc_keys_reserve(w, nk);
+}
+
+/* Ask for chunk i of job j as request k of the plan. */
+static void plan_key(struct get_ctx *c, struct hc_mc_worker *w, unsigned k, unsigned j, int32_t i)
+{
+	c->kjob[k] = j;
+	c->kchunk[k] = i;
+	key_set(w, k, c->g[j].job->name, i);
+}
+
+/*
+ * Round one asks, for each object, its manifest and the chunks its buffers
+ * would take at our chunk size.  An object written by a node with a
+ * smaller chunk size needs more chunks than that: round two asks for the
+ * rest, in multi-gets of at most HC_MC_MGET_KEYS.
+ */
 void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 {
 	struct hc_mc *be = w->be;
@@ -269,65 +319,49 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 	int ret = g ? 0 : -ENOMEM;
 
 	HC_MC_COUNT(be, gets, n);
-	for (int round = 0; round < 2 && ret == 0; round++) {
+	for (unsigned j = 0; j < n && !ret; j++) {
+		uint64_t cnt;
+		g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = iov_room(jobs[j]) };
+		cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
+		g[j].asked = (uint32_t)(cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS);
+		nk += 1 + g[j].asked;
+	}
+	if (!ret && !(ret = plan_grow(&c, w, nk, &cap))) {
 		nk = 0;
-		/* plan: round 0 everything with our chunk size; round 1 only what
-		 * the manifest said was chunked otherwise */
-		for (unsigned j = 0; j < n; j++) {
-			uint64_t cnt;
-			if (round == 0) {
-				g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = iov_room(jobs[j]),
-						    .plan_chunk = be->chunk_bytes };
-				cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
-				cnt = cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS;
-				nk += 1 + (unsigned)cnt;
-			} else if (g[j].job && g[j].have_m && g[j].m.chunk_bytes != g[j].plan_chunk && !g[j].bad) {
-				g[j].plan_chunk = g[j].m.chunk_bytes;
-				nk += g[j].need;
-			}
-		}
-		if (!nk)
-			break;
-		if (round == 1)
-			hc__mc_warn_once(be, HC_MC_WARN_CHUNKSZ,
-					 "objects written with another chunk size than ours (%" PRIu32 "): each takes a second round trip; give every node the same chunk_size=",
-					 be->chunk_bytes);
-		if (nk > cap) {
-			free(c.kjob);
-			free(c.kchunk);
-			c.kjob = malloc(nk * sizeof(*c.kjob));
-			c.kchunk = malloc(nk * sizeof(*c.kchunk));
-			cap = nk;
-		}
-		if (!c.kjob || !c.kchunk || (ret = hc__mc_keys_reserve(w, nk)) < 0) {
-			ret = -ENOMEM;
-			break;
-		}
+		for (unsigned j = 0; j < n; j++)
+			for (int32_t i = -1; i < (int32_t)g[j].asked; i++)
+				plan_key(&c, w, nk++, j, i);
+		ret = mget(w, nk, "multi-get of objects", get_found, &c);
+	}
+	/* round two: chunks past those asked, of objects still incomplete */
+	for (unsigned j = 0, i = 0; !ret && j < n;) {
+		bool warned = false;
 		nk = 0;
-		for (unsigned j = 0; j < n; j++) {
-			uint32_t cnt;
-			if (round == 0) {
-				c.kjob[nk] = j;
-				c.kchunk[nk] = -1;
-				key_set(w, nk++, jobs[j]->name, -1);
-				cnt = (uint32_t)((g[j].room + be->chunk_bytes - 1) / be->chunk_bytes);
-				cnt = cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS;
-			} else if (g[j].job && g[j].plan_chunk == g[j].m.chunk_bytes && g[j].have_m && !g[j].bad &&
-				   g[j].plan_chunk != be->chunk_bytes) {
-				cnt = g[j].need;
-			} else {
+		while (j < n && nk < HC_MC_MGET_KEYS) {
+			struct gj *x = &g[j];
+			if (!x->job || !x->have_m || x->bad || x->need <= x->asked || x->good < x->asked) {
+				j++;
+				i = 0;
 				continue;
 			}
-			for (uint32_t i = 0; i < cnt; i++) {
-				c.kjob[nk] = j;
-				c.kchunk[nk] = (int32_t)i;
-				key_set(w, nk++, jobs[j]->name, (int)i);
+			if (!warned) {
+				hc__mc_warn_once(be, HC_MC_WARN_CHUNKSZ,
+						 "objects written with a smaller chunk size than ours (%" PRIu32 "): they take more round trips; give every node the same chunk_size=",
+						 be->chunk_bytes);
+				warned = true;
+			}
+			if (!i)
+				i = x->asked;
+			if ((ret = plan_grow(&c, w, nk + 1, &cap)) < 0)
+				break;
+			plan_key(&c, w, nk++, j, (int32_t)i);
+			if (++i == x->need) {
+				j++;
+				i = 0;
 			}
 		}
-		ret = mget(w, nk, "multi-get of objects", get_found, &c);
-		if (ret == -ENOMEM)
-			break;
-		ret = 0;
+		if (!ret && nk)
+			ret = mget(w, nk, "multi-get of chunks", get_found, &c);
 	}
 	for (unsigned j = 0; j < n; j++) {
 		struct gj *x = g ? &g[j] : NULL;
@@ -335,17 +369,12 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 			continue; /* completed whole */
 		if (ret < 0) {
 			jobs[j]->result = ret;
-		} else if (!x->have_m) {
-			jobs[j]->result = -ENOENT;
-			HC_MC_COUNT(be, misses, 1);
-		} else if (x->bad || x->good != x->need) {
-			if (!x->bad)
-				HC_MC_COUNT(be, missing_chunks, 1);
-			jobs[j]->result = -ENOENT;
-			HC_MC_COUNT(be, misses, 1);
-		} else {
-			jobs[j]->result = -EIO; /* every consistent chunk in, yet not complete: cannot be */
+			continue;
 		}
+		if (x->have_m && !x->bad && x->good < x->need)
+			HC_MC_COUNT(be, missing_chunks, 1);
+		jobs[j]->result = -ENOENT; /* absent, or a chunk missing or inconsistent */
+		HC_MC_COUNT(be, misses, 1);
 	}
 	free(c.kjob);
 	free(c.kchunk);
@@ -422,7 +451,7 @@ static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return
 	if (j->iovcnt > 1 && j->iov[0].iov_len <= HC_MC_HEAD_MAX && j->iov[0].iov_len < m.length)
 		m.head_bytes = (uint32_t)j->iov[0].iov_len;
 	if ((m.length - m.head_bytes + m.chunk_bytes - 1) / m.chunk_bytes > HC_MC_MAX_CHUNKS)
-		return -EFBIG;
+		return -ENOSPC; /* more chunks than a manifest may name: it can never fit */
 	m.nchunks = (uint32_t)((m.length - m.head_bytes + m.chunk_bytes - 1) / m.chunk_bytes);
 	m.nonce = hc__mc_nonce(j->name, j->iov, j->iovcnt, m.length);
 	for (uint32_t i = 0; i < m.nchunks; i++) {

@@ -227,7 +227,8 @@ int hc__mc_worker_init(struct hc_mc_worker *w, struct hc_mc *be)
 		return -ENOMEM;
 	if (!memcached_result_create(w->mc, &w->result))
 		return -ENOMEM;
-	if (!(w->bounce = malloc(be->chunk_bytes)) || !(w->man = malloc(HC_MC_MANIFEST_BYTES + HC_MC_HEAD_MAX)))
+	if (!(w->bounce = malloc(be->chunk_bytes)) || !(w->man = malloc(HC_MC_MANIFEST_BYTES + HC_MC_HEAD_MAX)) ||
+	    !(w->jobs = calloc(be->o.batch, sizeof(*w->jobs))))
 		return -ENOMEM;
 	return hc__mc_keys_reserve(w, 2 * be->o.batch + 16);
 }
@@ -240,6 +241,7 @@ void hc__mc_worker_fini(struct hc_mc_worker *w)
 	}
 	free(w->bounce);
 	free(w->man);
+	free(w->jobs);
 	free(w->keys);
 	free(w->keyp);
 	free(w->keylen);
@@ -257,9 +259,9 @@ int hc__mc_errno(memcached_return_t rc)
 	case MEMCACHED_NOTFOUND:
 		return -ENOENT;
 	case MEMCACHED_E2BIG:
-		return -EMSGSIZE;
+		return -ENOSPC; /* an item the server never takes: chunk_size is too large for it */
 	case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
-		return -ENOSPC;
+		return -EBUSY;  /* full and may not evict (memcached -M): until items expire or go */
 	case MEMCACHED_MEMORY_ALLOCATION_FAILURE:
 		return -ENOMEM;
 	case MEMCACHED_TIMEOUT:

@@ -137,6 +137,7 @@ struct hc_mc_worker {
 	struct hc_mc *be;
 	pthread_t thread;
 	bool started;
+	struct hc_mc_job **jobs;  /* room for a batch (be->o.batch) */
 	struct hc_mc_job **batch; /* the running batch: slots NULL once done (under be->mu) */
 	unsigned nbatch;
 	memcached_st *mc;

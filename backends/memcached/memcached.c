@@ -67,9 +67,9 @@
  *     multi-get; result: the object's length, or -ENOENT (absent, a chunk
  *     missing or inconsistent, its server ejected or failing).  PUT writes
  *     the chunks, then the manifest; result 0 or a negative errno
- *     (-EHOSTDOWN: the server is ejected; -EMSGSIZE: an item larger than
- *     the server takes; -ENOSPC: the server is out of memory and may not
- *     evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
+ *     (-EHOSTDOWN: the server is left alone or ejected; -ENOSPC: an item
+ *     larger than the server takes, or more than 65536 chunks; -EBUSY: the
+ *     server is out of memory and may not evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
  *     the manifest, then the chunks.  A get racing a replace of the same
  *     object may miss.  cancel ends queued ops (-ECANCELED); an op already
  *     running ends within the timeouts (cancel says 0: asked).
@@ -176,6 +176,18 @@ static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
 			pp = &j->next;
 			continue;
 		}
+		if (opcode == HC_BE_OP_GET || opcode == HC_BE_OP_EXISTS) {
+			/* one request per key in a multi-get: the answers are matched
+			 * by key, so a name twice waits for the next batch */
+			bool twice = false;
+			for (unsigned i = 0; i < n && !twice; i++)
+				twice = !memcmp(out[i]->name, j->name, HC_BE_NAME_BYTES);
+			if (twice) {
+				prev = j;
+				pp = &j->next;
+				continue;
+			}
+		}
 		if (opcode == HC_BE_OP_GET) {
 			/* a multi-get's requests must not pile up behind the answers
 			 * (libmemcached reads little while it writes): a few thousand keys */
@@ -241,13 +253,13 @@ static void *worker_main(void *arg)
 {
 	struct hc_mc_worker *w = arg;
 	struct hc_mc *be = w->be;
-	struct hc_mc_job **jobs = calloc(be->o.batch > 0 ? be->o.batch : 1, sizeof(*jobs));
+	struct hc_mc_job **jobs = w->jobs;
 
 	pthread_mutex_lock(&be->mu);
 	while (!be->stop) {
 		unsigned n;
 
-		if (!be->qhead || !jobs) {
+		if (!be->qhead) {
 			be->idle++;
 			pthread_cond_wait(&be->work, &be->mu);
 			be->idle--;
@@ -272,7 +284,6 @@ static void *worker_main(void *arg)
 		pthread_cond_broadcast(&be->done);
 	}
 	pthread_mutex_unlock(&be->mu);
-	free(jobs);
 	return NULL;
 }
 
@@ -500,13 +511,14 @@ static int mc_stats(void *p, void (*emit)(void *arg, const char *name, uint64_t 
 		HC_MC_COUNTERS(X)
 #undef X
 	};
-	const _Atomic uint64_t *c = (const _Atomic uint64_t *)&((struct hc_mc *)p)->cnt;
 	struct hc_mc *be = p;
+	const _Atomic uint64_t *c;
 	struct srv_sum s = { 0 };
 	unsigned queued, running;
 
 	if (!be || !emit)
 		return -EINVAL;
+	c = (const _Atomic uint64_t *)&be->cnt;
 	/* the servers' own figures, one server at a time (a dead one answers
 	 * nothing, and costs at most connect_timeout_ms) */
 	pthread_mutex_lock(&be->stat_mu);

@@ -147,7 +147,7 @@ int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE
 	m->nonce = get64(b + 24);
 	m->nchunks = get32(b + 32);
 	m->head_bytes = get32(b + 36);
-	if (m->length == 0 || m->chunk_bytes < HC_MC_MIN_CHUNK || m->nchunks > HC_MC_MAX_CHUNKS ||
+	if (m->length == 0 || m->length > INT64_MAX || m->chunk_bytes < HC_MC_MIN_CHUNK || m->nchunks > HC_MC_MAX_CHUNKS ||
 	    m->head_bytes > HC_MC_HEAD_MAX || m->head_bytes >= m->length ||
 	    len != HC_MC_MANIFEST_BYTES + m->head_bytes ||
 	    m->nchunks != (m->length - m->head_bytes + m->chunk_bytes - 1) / m->chunk_bytes)

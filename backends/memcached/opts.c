@@ -89,9 +89,13 @@ static int parse_server(const char *s, size_t len, struct hc_mc_server *out, cha
 		memcpy(out->host, s, len);
 		return 0;
 	}
+	if (memchr(s, ' ', len))
+		return hc__mc_fail(err, errlen, EINVAL,
+				   "servers=: '%.*s' has a space: separate servers with ';' and write HOST:PORT", (int)len, s);
 	if (s[0] == '[') {
 		const char *close = memchr(s, ']', len);
-		if (!close || close == s + 1 || (close + 1 < s + len && close[1] != ':'))
+		if (!close || close == s + 1 || !memchr(s, ':', (size_t)(close - s)) ||
+		    (close + 1 < s + len && close[1] != ':'))
 			return hc__mc_fail(err, errlen, EINVAL,
 					   "servers=: '%.*s' is not [IPV6-ADDRESS]:PORT", (int)len, s);
 		host = s + 1;
@@ -148,9 +152,11 @@ static int parse_servers(const char *v, struct hc_mc_opts *o, char *err, size_t 
 			p++;
 		if (!*p)
 			break;
-		for (end = p; *end && *end != ';' && *end != ' '; end++)
+		for (end = p; *end && *end != ';'; end++)
 			;
 		len = (size_t)(end - p);
+		while (len && p[len - 1] == ' ')
+			len--; /* spaces around an entry are ignored, not inside one */
 		if (o->nservers == HC_MC_MAX_SERVERS)
 			return hc__mc_fail(err, errlen, EINVAL, "servers=: more than %d servers", HC_MC_MAX_SERVERS);
 		if ((ret = parse_server(p, len, &o->servers[o->nservers], err, errlen)) < 0)
@@ -175,12 +181,15 @@ static int read_password(const char *path, struct hc_mc_opts *o, char *err, size
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
+	int rerr;
+
 	if (fd < 0)
 		return hc__mc_fail(err, errlen, EINVAL, "password_file=%s: %s", path, strerror(errno));
 	n = read(fd, buf, sizeof(buf) - 1);
+	rerr = errno;
 	close(fd);
 	if (n < 0)
-		return hc__mc_fail(err, errlen, EINVAL, "password_file=%s: %s", path, strerror(errno));
+		return hc__mc_fail(err, errlen, EINVAL, "password_file=%s: %s", path, strerror(rerr));
 	buf[n] = '\0';
 	buf[strcspn(buf, "\r\n")] = '\0';
 	if (!buf[0] || strlen(buf) >= sizeof(o->password))
