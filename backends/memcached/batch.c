@@ -437,7 +437,7 @@ static const char *span(struct hc_mc_worker *w, const struct hc_mc_job *j, uint6
 	return (const char *)w->bounce;
 }
 
-static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return_t *last)
+static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 {
 	struct hc_mc *be = w->be;
 	struct hc_mc_manifest m = { .chunk_bytes = be->chunk_bytes };
@@ -460,7 +460,7 @@ static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return
 		klen = hc__mc_key(be, j->name, (int)i, key);
 		rc = memcached_set(w->mc, key, klen, span(w, j, off, len), (size_t)len, (time_t)be->o.ttl_s,
 				   hc__mc_chunk_tag(m.nonce, i));
-		if ((*last = rc) != MEMCACHED_SUCCESS) {
+		if (rc != MEMCACHED_SUCCESS) {
 			hc__mc_server_failed(be, w->mc, rc, "set of a chunk");
 			return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
 		}
@@ -472,7 +472,7 @@ static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return
 	klen = hc__mc_key(be, j->name, -1, key);
 	rc = memcached_set(w->mc, key, klen, (const char *)w->man, HC_MC_MANIFEST_BYTES + m.head_bytes,
 			   (time_t)be->o.ttl_s, 0);
-	if ((*last = rc) != MEMCACHED_SUCCESS) {
+	if (rc != MEMCACHED_SUCCESS) {
 		hc__mc_server_failed(be, w->mc, rc, "set of a manifest");
 		return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
 	}
@@ -481,17 +481,6 @@ static int put_try(struct hc_mc_worker *w, struct hc_mc_job *j, memcached_return
 	return 0;
 }
 
-/* The set that ejects a server fails with MARKED_DEAD; the ring is rebuilt
- * then, and the object goes whole to its new server. */
-static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
-{
-	memcached_return_t last = MEMCACHED_SUCCESS;
-	int ret = put_try(w, j, &last);
-
-	if (ret < 0 && last == MEMCACHED_SERVER_MARKED_DEAD)
-		ret = put_try(w, j, &last);
-	return ret;
-}
 
 void hc__mc_run_put(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 {

@@ -44,20 +44,20 @@ static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err,
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, o->connect_timeout_ms, "connect_timeout_ms",
 				err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, o->io_timeout_ms, "io_timeout_ms", err, errlen)) < 0 ||
-	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, o->retry_s, "retry_s", err, errlen)) < 0)
+	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, o->eject_s, "eject_s", err, errlen)) < 0 ||
+	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_SERVER_TIMEOUT_LIMIT, o->eject_after, "eject_after", err,
+				errlen)) < 0)
 		return ret;
 	/*
-	 * libmemcached counts failed connects only (not timeouts, not resets),
-	 * and after one it leaves the server alone for retry_s (its ops fail
-	 * at once meanwhile).  After eject_after of them the server leaves the
-	 * ketama ring, and is tried again every eject_s (DEAD_TIMEOUT; 0 would
-	 * leave it out for good).
+	 * The ring never changes: a key has one server, always.  After
+	 * eject_after failed connects libmemcached leaves a server alone for
+	 * eject_s (its ops fail at once: misses, and puts that fail), then
+	 * tries it again.  Its REMOVE_FAILED_SERVERS would move the keys to
+	 * other servers instead, but each worker's handle moves them on its
+	 * own: a put through one and a get through another met different
+	 * servers, and the get read the older copy an earlier ring had left
+	 * (a test caught it).  No key moving, no such copy.
 	 */
-	if (only < 0 && o->eject_after &&
-	    ((ret = set_behavior(mc, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, o->eject_after, "eject_after", err, errlen)) < 0 ||
-	     (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1, "eject_after", err, errlen)) < 0 ||
-	     (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_DEAD_TIMEOUT, o->eject_s, "eject_s", err, errlen)) < 0))
-		return ret;
 	/* every item of an object on the server of its manifest (names.c) */
 	if (!(hk = hashkit_create(NULL)) ||
 	    hashkit_set_custom_function(hk, hc__mc_place, (void *)(uintptr_t)strlen(o->prefix)) != HASHKIT_SUCCESS ||

@@ -59,9 +59,8 @@ struct hc_mc_opts {
 	unsigned nservers;
 	unsigned connect_timeout_ms;
 	unsigned io_timeout_ms;
-	unsigned retry_s;       /* seconds a server that failed a connect is left alone */
-	unsigned eject_after;   /* failed connects (retry_s apart) that eject a server; 0: never */
-	unsigned eject_s;       /* seconds an ejected server stays out before it is tried again */
+	unsigned eject_after;   /* failed connects in a row that eject a server */
+	unsigned eject_s;       /* seconds an ejected server is left alone before it is tried again */
 	uint32_t chunk_bytes;   /* object bytes per chunk item; 0: from the servers' item size */
 	uint32_t ttl_s;         /* items expire after this; 0: never (LRU only) */
 	unsigned workers;       /* threads, each with a connection to every server */

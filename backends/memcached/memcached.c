@@ -26,13 +26,13 @@
  *     lose the result of each item, and with TCP_NODELAY synchronous sets of
  *     large values run as fast; the workers set side by side.
  *
- *     A server whose connect fails is left alone for retry_s (its ops fail
- *     at once); after eject_after such failures it is ejected for eject_s
- *     seconds: its objects count as misses, and its share of the key space
- *     goes to the other servers meanwhile.  Then it is tried again, and
- *     rejoins by itself when it answers.  Each worker's connection learns
- *     this on its own.  Nothing a failed or misbehaving server returns
- *     reaches a rank unchecked: the host verifies every object.
+ *     A server whose connect fails eject_after times in a row is ejected
+ *     for eject_s seconds: its objects count as misses and its puts fail at
+ *     once.  Then it is tried again, and rejoins by itself when it answers.
+ *     Keys never move to other servers (conn.c says why), so no server
+ *     holds an older copy that a get could find.  Nothing a failed or
+ *     misbehaving server returns reaches a rank unchecked: the host
+ *     verifies every object.
  *
  * OPTIONS
  *     servers=LIST          required.  HOST:PORT (or HOST, port 11211;
@@ -42,12 +42,10 @@
  *     connect_timeout_ms=MS default 1000.
  *     io_timeout_ms=MS      default 2000: how long a read or write to a
  *                           server may make no progress.
- *     retry_s=S             default 1: how long a server whose connect
- *                           failed is left alone.
- *     eject_after=N         default 2: failed connects that eject a server;
- *                           0 never ejects (a dead server's objects stay
- *                           misses, and its puts fail, until it is back).
- *     eject_s=S             default 10: how long an ejected server stays out.
+ *     eject_after=N         default 2: failed connects in a row that eject
+ *                           a server.
+ *     eject_s=S             default 5: how long an ejected server is left
+ *                           alone before it is tried again.
  *     chunk_size=SIZE|auto  object bytes per chunk item (1K to 1G, suffix
  *                           K, M, G); auto (default): the smallest item size
  *                           the servers report (memcached -I) less 1 KiB,
@@ -67,7 +65,7 @@
  *     multi-get; result: the object's length, or -ENOENT (absent, a chunk
  *     missing or inconsistent, its server ejected or failing).  PUT writes
  *     the chunks, then the manifest; result 0 or a negative errno
- *     (-EHOSTDOWN: the server is left alone or ejected; -ENOSPC: an item
+ *     (-EHOSTDOWN: the server is ejected; -ENOSPC: an item
  *     larger than the server takes, or more than 65536 chunks; -EBUSY: the
  *     server is out of memory and may not evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
  *     the manifest, then the chunks.  A get racing a replace of the same
@@ -561,7 +559,7 @@ static int ctl_out(char *out, size_t outlen, const char *fmt, ...)
 
 static const char *const ctl_keys[] = {
 	"servers", "chunk_size", "ttl", "prefix", "workers", "batch", "connect_timeout_ms", "io_timeout_ms",
-	"eject_after", "eject_s", "retry_s",
+	"eject_after", "eject_s",
 };
 
 static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t outlen)
@@ -601,8 +599,7 @@ static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t
 	case 6: return ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
 	case 7: return ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
 	case 8: return ctl_out(out, outlen, "%u", be->o.eject_after);
-	case 9: return ctl_out(out, outlen, "%u", be->o.eject_s);
-	default: return ctl_out(out, outlen, "%u", be->o.retry_s);
+	default: return ctl_out(out, outlen, "%u", be->o.eject_s);
 	}
 }
 

@@ -200,7 +200,7 @@ static int read_password(const char *path, struct hc_mc_opts *o, char *err, size
 }
 
 enum opt_key {
-	OPT_SERVERS, OPT_CONNECT_TIMEOUT, OPT_IO_TIMEOUT, OPT_RETRY_S, OPT_EJECT_AFTER, OPT_EJECT_S, OPT_CHUNK_SIZE, OPT_TTL,
+	OPT_SERVERS, OPT_CONNECT_TIMEOUT, OPT_IO_TIMEOUT, OPT_EJECT_AFTER, OPT_EJECT_S, OPT_CHUNK_SIZE, OPT_TTL,
 	OPT_WORKERS, OPT_BATCH, OPT_PREFIX, OPT_USERNAME, OPT_PASSWORD, OPT_PASSWORD_FILE, OPT__COUNT
 };
 
@@ -208,7 +208,6 @@ static const char *const opt_names[OPT__COUNT] = {
 	[OPT_SERVERS] = "servers",
 	[OPT_CONNECT_TIMEOUT] = "connect_timeout_ms",
 	[OPT_IO_TIMEOUT] = "io_timeout_ms",
-	[OPT_RETRY_S] = "retry_s",
 	[OPT_EJECT_AFTER] = "eject_after",
 	[OPT_EJECT_S] = "eject_s",
 	[OPT_CHUNK_SIZE] = "chunk_size",
@@ -236,17 +235,15 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 		*(k == OPT_CONNECT_TIMEOUT ? &o->connect_timeout_ms : &o->io_timeout_ms) = (unsigned)n;
 		return 0;
 	case OPT_EJECT_AFTER:
-		if (parse_uint(v, 0, 1000, &n) < 0)
-			return hc__mc_fail(err, errlen, EINVAL,
-					   "eject_after=%s is not a count of failures from 0 (never eject) to 1000", v);
+		if (parse_uint(v, 1, 1000, &n) < 0)
+			return hc__mc_fail(err, errlen, EINVAL, "eject_after=%s is not a count of failed connects from 1 to 1000",
+					   v);
 		o->eject_after = (unsigned)n;
 		return 0;
 	case OPT_EJECT_S:
-	case OPT_RETRY_S:
 		if (parse_uint(v, 1, 86400, &n) < 0)
-			return hc__mc_fail(err, errlen, EINVAL, "%s=%s is not a count of seconds from 1 to 86400",
-					   opt_names[k], v);
-		*(k == OPT_EJECT_S ? &o->eject_s : &o->retry_s) = (unsigned)n;
+			return hc__mc_fail(err, errlen, EINVAL, "eject_s=%s is not a count of seconds from 1 to 86400", v);
+		o->eject_s = (unsigned)n;
 		return 0;
 	case OPT_CHUNK_SIZE:
 		if (!strcmp(v, "auto")) {
@@ -307,9 +304,8 @@ int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc
 	memset(o, 0, sizeof(*o));
 	o->connect_timeout_ms = 1000;
 	o->io_timeout_ms = 2000;
-	o->retry_s = 1;
 	o->eject_after = 2;
-	o->eject_s = 10;
+	o->eject_s = 5;
 	o->workers = 4;
 	o->batch = 64;
 	strcpy(o->prefix, "hicache:");
@@ -325,7 +321,7 @@ int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc
 			;
 		if (k == OPT__COUNT)
 			return hc__mc_fail(err, errlen, EINVAL,
-					   "unknown option '%s': memcached takes servers, connect_timeout_ms, io_timeout_ms, retry_s, eject_after, eject_s, chunk_size, ttl, workers, batch, prefix, username, password, password_file",
+					   "unknown option '%s': memcached takes servers, connect_timeout_ms, io_timeout_ms, eject_after, eject_s, chunk_size, ttl, workers, batch, prefix, username, password, password_file",
 					   key);
 		if (seen[k] || (k == OPT_PASSWORD_FILE && seen[OPT_PASSWORD]) ||
 		    (k == OPT_PASSWORD && seen[OPT_PASSWORD_FILE]))
