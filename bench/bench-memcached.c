@@ -6,7 +6,7 @@
  * least 0.9.
  *
  * Servers: --servers N real memcached servers (default 2) started here on
- *          free loopback ports, -m 1024 each, stopped at the end.
+ *          free loopback ports, -m 2048 each, stopped at the end.
  * Ours:    hc_store_put / hc_store_get of every page of a pool through the
  *          memcached backend (workers=W), T calling threads each with one
  *          call over its slice of the pages: the library checksums and
@@ -301,13 +301,13 @@ int main(int argc, char **argv)
 			HCT_MCD_MAX);
 		return 2;
 	}
-	if (hct_mcd_start(&mcd, nserv, "-m 1024", err, sizeof(err)) < 0) {
+	if (hct_mcd_start(&mcd, nserv, "-m 2048", err, sizeof(err)) < 0) {
 		fprintf(stderr, "bench-memcached: %s\n", err);
 		return 1;
 	}
 	hct_mcd_servers(&mcd, servers, sizeof(servers));
 	bench_cleanup_init();
-	printf("memcached backend vs a plain libmemcached loop: %u servers on loopback (memcached -m 1024 -t 2), workers %u, threads %u, %u reps, ~%u MiB per size\n",
+	printf("memcached backend vs a plain libmemcached loop: %u servers on loopback (memcached -m 2048 -t 2), workers %u, threads %u, %u reps, ~%u MiB per size\n",
 	       nserv, workers, threads, reps, mib);
 	for (unsigned s = 0; s < nsizes; s++) {
 		unsigned npages = (unsigned)(((uint64_t)mib << 10) / kib[s]);

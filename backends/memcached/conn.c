@@ -261,9 +261,10 @@ int hc__mc_errno(memcached_return_t rc)
 	case MEMCACHED_E2BIG:
 		return -ENOSPC; /* an item the server never takes: chunk_size is too large for it */
 	case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
-		return -EBUSY;  /* full and may not evict (memcached -M): until items expire or go */
 	case MEMCACHED_MEMORY_ALLOCATION_FAILURE:
-		return -ENOMEM;
+		/* the binary protocol's ENOMEM: the server could not make room in
+		 * time (a slab class starved, or -M): worth a retry */
+		return -EBUSY;
 	case MEMCACHED_TIMEOUT:
 		return -ETIMEDOUT;
 	case MEMCACHED_SERVER_MARKED_DEAD:
@@ -307,7 +308,9 @@ void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t
 				 memcached_strerror(mc, rc), what, be->chunk_bytes);
 		break;
 	case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
-		hc__mc_warn_once(be, HC_MC_WARN_FULL, "a %s: a server is out of memory and may not evict (memcached -M?): %s",
+	case MEMCACHED_MEMORY_ALLOCATION_FAILURE:
+		hc__mc_warn_once(be, HC_MC_WARN_FULL,
+				 "a %s: a server could not make room (%s): give it more memory (memcached -m), and no -M",
 				 what, memcached_strerror(mc, rc));
 		break;
 	case MEMCACHED_AUTH_FAILURE:
@@ -317,8 +320,8 @@ void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t
 		break;
 	default:
 		hc__mc_warn_once(be, HC_MC_WARN_SERVER,
-				 "a %s on %s failed: %s; its objects are misses while it fails (logged once)", what, where,
-				 memcached_last_error_message(mc));
+				 "a %s on %s failed: %s (%s); its objects are misses while it fails (logged once)", what,
+				 where, memcached_strerror(mc, rc), memcached_last_error_message(mc));
 		break;
 	}
 }

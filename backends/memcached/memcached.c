@@ -67,7 +67,7 @@
  *     the chunks, then the manifest; result 0 or a negative errno
  *     (-EHOSTDOWN: the server is ejected; -ENOSPC: an item
  *     larger than the server takes, or more than 65536 chunks; -EBUSY: the
- *     server is out of memory and may not evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
+ *     server could not make room in time, or may not evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
  *     the manifest, then the chunks.  A get racing a replace of the same
  *     object may miss.  cancel ends queued ops (-ECANCELED); an op already
  *     running ends within the timeouts (cancel says 0: asked).
