@@ -84,6 +84,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common.h"
 #include "file.h"
 
 #define LOCK_NAME ".hicache-file.lock"
@@ -92,29 +93,23 @@ static const struct hc_backend_host *host;
 
 void hc__file_log(const struct hc_file *be, int level, const char *fmt, ...)
 {
-	char line[512];
 	va_list ap;
 
 	(void)be;
-	if (!host || !host->log)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	hc_be_vlog(host, level, fmt, ap);
 	va_end(ap);
-	host->log(host, level, "%s", line);
 }
 
 void hc__file_warn_once(struct hc_file *be, unsigned cause, const char *fmt, ...)
 {
-	char line[512];
 	va_list ap;
 
 	if (atomic_fetch_or(&be->warned, cause) & cause)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	hc_be_vlog(host, HC_BE_LOG_WARN, fmt, ap);
 	va_end(ap);
-	hc__file_log(be, HC_BE_LOG_WARN, "%s", line);
 }
 
 /* ---- options */

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common.h"
 #include "file.h"
 
 /* Resubmissions after a transient failure, before doing it here. */
@@ -752,15 +753,8 @@ int hc__file_reap(void *arg, struct hc_be_cqe *cqes, unsigned max, int timeout_m
 		return -EINVAL;
 	if (max == 0)
 		return 0;
-	if (timeout_ms > 0) {
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += timeout_ms / 1000;
-		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-		if (deadline.tv_nsec >= 1000000000) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000;
-		}
-	}
+	if (timeout_ms > 0)
+		deadline = hc_be_deadline(timeout_ms);
 	pthread_mutex_lock(&be->ops_lock);
 	for (;;) {
 		n = pop_done(be, cqes, max);

@@ -91,48 +91,40 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common.h"
 #include "mc.h"
 
 static const struct hc_backend_host *_Atomic g_host;
 
 void hc__mc_log(int level, const char *fmt, ...)
 {
-	const struct hc_backend_host *host = atomic_load_explicit(&g_host, memory_order_acquire);
-	char line[512];
 	va_list ap;
 
-	if (!host || !host->log)
-		return;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	hc_be_vlog(atomic_load_explicit(&g_host, memory_order_acquire), level, fmt, ap);
 	va_end(ap);
-	host->log(host, level, "%s", line);
 }
 
 void hc__mc_warn_once(struct hc_mc *be, unsigned cause, const char *fmt, ...)
 {
-	const struct hc_backend_host *host = atomic_load_explicit(&g_host, memory_order_acquire);
-	char line[512];
 	va_list ap;
 
-	if ((atomic_fetch_or(&be->warned, cause) & cause) || !host || !host->log)
+	if (atomic_fetch_or(&be->warned, cause) & cause)
 		return;
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	hc_be_vlog(atomic_load_explicit(&g_host, memory_order_acquire), HC_BE_LOG_WARN, fmt, ap);
 	va_end(ap);
-	host->log(host, HC_BE_LOG_WARN, "%s", line);
 }
 
 int hc__mc_fail(char *err, size_t errlen, int errnum, const char *fmt, ...)
 {
 	va_list ap;
+	int ret;
 
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return errnum > 0 ? -errnum : -EINVAL;
+	va_start(ap, fmt);
+	ret = hc_be_vfail(err, errlen, errnum, fmt, ap);
+	va_end(ap);
+	return ret;
 }
 
 /* ---- the queue (under be->mu) */
@@ -396,15 +388,8 @@ static int mc_reap(void *p, struct hc_be_cqe *cqes, unsigned max, int timeout_ms
 		return -EINVAL;
 	if (max == 0)
 		return 0;
-	if (timeout_ms > 0) {
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += timeout_ms / 1000;
-		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-	}
+	if (timeout_ms > 0)
+		deadline = hc_be_deadline(timeout_ms);
 	pthread_mutex_lock(&be->mu);
 	/* Nothing completed: wait only while something is queued or running. */
 	while (!be->dhead && (be->nqueued || be->nrunning) && timeout_ms != 0) {

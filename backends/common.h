@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * common.h - what the plugins of this tree do the same way, as static
+ * inline functions (a plugin links nothing of hicache; this is plugin-side
+ * code, like backend.h's declarations): one log line through the host, an
+ * error line into open's err, and a reap's deadline.  Each plugin keeps
+ * its own host pointer and wraps these in its hc__<name>_log/_fail.
+ */
+#ifndef HC_BACKENDS_COMMON_H
+#define HC_BACKENDS_COMMON_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+#include <hicache/backend.h>
+
+/* One line to the host's log (none before entry() was given a host). */
+static inline void hc_be_vlog(const struct hc_backend_host *host, int level, const char *fmt, va_list ap)
+{
+	char line[512];
+
+	if (!host || !host->log)
+		return;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	host->log(host, level, "%s", line);
+}
+
+/* The line into err (when there is room for one), and -errnum. */
+static inline int hc_be_vfail(char *err, size_t errlen, int errnum, const char *fmt, va_list ap)
+{
+	if (err && errlen)
+		vsnprintf(err, errlen, fmt, ap);
+	return errnum > 0 ? -errnum : -EINVAL;
+}
+
+/* CLOCK_MONOTONIC now + ms (> 0), for pthread_cond_timedwait on a
+ * condition variable set to that clock. */
+static inline struct timespec hc_be_deadline(int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
+}
+
+#endif
