@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -33,6 +34,45 @@ static inline int hc_be_vfail(char *err, size_t errlen, int errnum, const char *
 	if (err && errlen)
 		vsnprintf(err, errlen, fmt, ap);
 	return errnum > 0 ? -errnum : -EINVAL;
+}
+
+static inline void hc_be_log(const struct hc_backend_host *host, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static inline void hc_be_log(const struct hc_backend_host *host, int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	hc_be_vlog(host, level, fmt, ap);
+	va_end(ap);
+}
+
+/* A warning, at most once per cause (a bit of *warned) for the instance. */
+static inline void hc_be_warn_once(const struct hc_backend_host *host, _Atomic unsigned *warned, unsigned cause,
+				   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static inline void hc_be_warn_once(const struct hc_backend_host *host, _Atomic unsigned *warned, unsigned cause,
+				   const char *fmt, ...)
+{
+	va_list ap;
+
+	if (atomic_fetch_or(warned, cause) & cause)
+		return;
+	va_start(ap, fmt);
+	hc_be_vlog(host, HC_BE_LOG_WARN, fmt, ap);
+	va_end(ap);
+}
+
+static inline int hc_be_fail(char *err, size_t errlen, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static inline int hc_be_fail(char *err, size_t errlen, int errnum, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = hc_be_vfail(err, errlen, errnum, fmt, ap);
+	va_end(ap);
+	return ret;
 }
 
 /* CLOCK_MONOTONIC now + ms (> 0), for pthread_cond_timedwait on a

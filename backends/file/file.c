@@ -84,32 +84,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common.h"
 #include "file.h"
 
 #define LOCK_NAME ".hicache-file.lock"
 
 static const struct hc_backend_host *host;
 
-void hc__file_log(const struct hc_file *be, int level, const char *fmt, ...)
+const struct hc_backend_host *hc__file_host(void)
 {
-	va_list ap;
-
-	(void)be;
-	va_start(ap, fmt);
-	hc_be_vlog(host, level, fmt, ap);
-	va_end(ap);
-}
-
-void hc__file_warn_once(struct hc_file *be, unsigned cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (atomic_fetch_or(&be->warned, cause) & cause)
-		return;
-	va_start(ap, fmt);
-	hc_be_vlog(host, HC_BE_LOG_WARN, fmt, ap);
-	va_end(ap);
+	return host;
 }
 
 /* ---- options */

@@ -34,6 +34,7 @@
 
 #include <hicache/backend.h>
 
+#include "../common.h"
 #include "index.h"
 
 #define HC_FILE_NAME_LOCKS 64
@@ -163,9 +164,11 @@ struct hc_file {
 #define HC_WARN_INDEX   8u
 
 /* file.c */
-void hc__file_log(const struct hc_file *be, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Logs at WARN unless this cause was already logged. */
-void hc__file_warn_once(struct hc_file *be, unsigned cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Logging through the host entry() was given (backends/common.h); warn_once
+ * logs at WARN unless this cause was already logged. */
+const struct hc_backend_host *hc__file_host(void);
+#define hc__file_log(be, level, ...) ((void)(be), hc_be_log(hc__file_host(), (level), __VA_ARGS__))
+#define hc__file_warn_once(be, cause, ...) hc_be_warn_once(hc__file_host(), &(be)->warned, (cause), __VA_ARGS__)
 
 /* store.c */
 void hc__file_path(char *out, const uint8_t *name, uint64_t tmp_seq, bool tmp);

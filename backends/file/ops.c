@@ -27,7 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common.h"
 #include "file.h"
 
 /* Resubmissions after a transient failure, before doing it here. */

@@ -36,6 +36,8 @@
 
 #include <hicache/backend.h>
 
+#include "../common.h"
+
 #define HC_MC_MAX_SERVERS  64
 #define HC_MC_HOST_MAX     255
 #define HC_MC_PREFIX_MAX   64
@@ -149,10 +151,12 @@ struct hc_mc_worker {
 	unsigned nkeys_cap;
 };
 
-/* memcached.c: logging through the host, and errors into err. */
-void hc__mc_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void hc__mc_warn_once(struct hc_mc *be, unsigned cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int hc__mc_fail(char *err, size_t errlen, int errnum, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* memcached.c: the host entry() was given; logging through it
+ * (backends/common.h), and errors into err. */
+const struct hc_backend_host *hc__mc_host(void);
+#define hc__mc_log(level, ...) hc_be_log(hc__mc_host(), (level), __VA_ARGS__)
+#define hc__mc_warn_once(be, cause, ...) hc_be_warn_once(hc__mc_host(), &(be)->warned, (cause), __VA_ARGS__)
+#define hc__mc_fail hc_be_fail
 
 /* opts.c */
 int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err,

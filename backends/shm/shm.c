@@ -142,7 +142,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common.h"
 #include "shm.h"
 
 #define HC_SHM_QUEUE_MAX   (1u << 16) /* completions waiting for reap, per instance */
@@ -150,35 +149,9 @@
 
 static const struct hc_backend_host *_Atomic g_host;
 
-void hc__shm_log(int level, const char *fmt, ...)
+const struct hc_backend_host *hc__shm_host(void)
 {
-	va_list ap;
-
-	va_start(ap, fmt);
-	hc_be_vlog(atomic_load_explicit(&g_host, memory_order_acquire), level, fmt, ap);
-	va_end(ap);
-}
-
-void hc__shm_warn_once(struct hc_shm *be, unsigned cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (atomic_fetch_or(&be->warned, cause) & cause)
-		return;
-	va_start(ap, fmt);
-	hc_be_vlog(atomic_load_explicit(&g_host, memory_order_acquire), HC_BE_LOG_WARN, fmt, ap);
-	va_end(ap);
-}
-
-int hc__shm_fail(char *err, size_t errlen, int errnum, const char *fmt, ...)
-{
-	va_list ap;
-	int ret;
-
-	va_start(ap, fmt);
-	ret = hc_be_vfail(err, errlen, errnum, fmt, ap);
-	va_end(ap);
-	return ret;
+	return atomic_load_explicit(&g_host, memory_order_acquire);
 }
 
 /* ---- completions: ops finish inside submit; reap hands them out */

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "../common.h"
 #include "layout.h"
 
 #define HC_SHM_NAME_MAX    64
@@ -137,12 +138,13 @@ struct hc_shm {
 #define HC_SHM_WARN_CHAIN    0x4u
 #define HC_SHM_WARN_SLOT     0x8u
 
-/* shm.c: logging through the host. */
-void hc__shm_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Log at most once per instance and cause. */
-void hc__shm_warn_once(struct hc_shm *be, unsigned cause, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Write one line into err and return -errnum. */
-int hc__shm_fail(char *err, size_t errlen, int errnum, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* shm.c: the host entry() was given; logging through it (at most once per
+ * instance and cause for warn_once), and one line into err with -errnum
+ * (backends/common.h). */
+const struct hc_backend_host *hc__shm_host(void);
+#define hc__shm_log(level, ...) hc_be_log(hc__shm_host(), (level), __VA_ARGS__)
+#define hc__shm_warn_once(be, cause, ...) hc_be_warn_once(hc__shm_host(), &(be)->warned, (cause), __VA_ARGS__)
+#define hc__shm_fail hc_be_fail
 
 /* opts.c */
 int hc__shm_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_shm_opts *o, char *err,
