@@ -872,6 +872,60 @@ START_TEST(server_killed)
 }
 END_TEST
 
+/* A server that answers nothing (SIGSTOP): one timeout, then every worker
+ * leaves it alone for eject_s, its objects misses; back after SIGCONT. */
+START_TEST(server_hung)
+{
+	unsigned home[60], on1 = 0;
+	void *inst;
+	int got;
+
+	servers_up(3, NULL);
+	inst = must_open("workers=2,io_timeout_ms=300,eject_s=2");
+	for (uint32_t id = 0; id < 60; id++) {
+		ck_assert_int_eq(put_obj(inst, id, 1, 30000), 0);
+		home[id] = (unsigned)home_of(id);
+		on1 += home[id] == 1;
+	}
+	ck_assert_uint_gt(on1, 0);
+	kill(mcd.pid[1], SIGSTOP);
+	usleep(100 * 1000); /* every thread of it stopped, not just signalled */
+	for (int round = 0; round < 3; round++) {
+		struct op o[60];
+		uint8_t *b = malloc(60 * 30000);
+		for (uint32_t id = 0; id < 60; id++)
+			o[id] = (struct op){ .opcode = HC_BE_OP_GET, .id = id, .iovcnt = 1, .iov = { { b + id * 30000, 30000 } } };
+		run_ops(inst, o, 60);
+		for (uint32_t id = 0; id < 60; id++) {
+			if (home[id] == 1) {
+				ck_assert_int_eq(o[id].result, -ENOENT);
+				continue;
+			}
+			ck_assert_msg(o[id].result == 30000, "object %u on live server %u: %lld", id, home[id],
+				      (long long)o[id].result);
+			ck_assert_int_eq(obj_ver(b + id * 30000, 30000, id, 1), 1);
+		}
+		free(b);
+	}
+	fprintf(stderr, "server_hung: hung %llu, skipped %llu, timeouts %llu\n",
+		(unsigned long long)stat_of(inst, "hung"), (unsigned long long)stat_of(inst, "skipped"),
+		(unsigned long long)stat_of(inst, "timeouts"));
+	/* a put there fails at once; elsewhere it works */
+	for (uint32_t id = 0; id < 60; id++)
+		ck_assert_int_eq(put_obj(inst, id, 2, 30000), home[id] == 1 ? -EHOSTDOWN : 0);
+	/* each worker timed out at most once before it was left alone */
+	ck_assert_uint_le(stat_of(inst, "hung"), 2);
+	ck_assert_uint_ge(stat_of(inst, "skipped"), 3 * on1);
+	kill(mcd.pid[1], SIGCONT);
+	usleep(2500 * 1000);
+	for (uint32_t id = 0; id < 60; id++) {
+		ck_assert_int_eq(get_obj(inst, id, home[id] == 1 ? 1 : 2, 30000, &got), 30000);
+		ck_assert_int_eq(got, home[id] == 1 ? 1 : 2);
+	}
+	B->close(inst);
+}
+END_TEST
+
 /* SASL (memcached -S): the right credentials work, given or from a file;
  * wrong or missing ones are said at open. */
 START_TEST(sasl)
@@ -923,6 +977,7 @@ int main(void)
 	tcase_add_test(tc, ttl_expires);
 	tcase_add_test(tc, cancel_queued);
 	tcase_add_test(tc, server_killed);
+	tcase_add_test(tc, server_hung);
 	tcase_add_test(tc, sasl);
 	suite_add_tcase(s, tc);
 	return hct_run(s);

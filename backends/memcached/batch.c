@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define XXH_INLINE_ALL
@@ -80,6 +81,8 @@ static void key_set(struct hc_mc_worker *w, unsigned k, const uint8_t *name, int
  */
 typedef void (*found_fn)(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags);
 
+/* Answers a failure left unread must not meet the next request: drop the
+ * connections that still owe some. */
 static void drop_unread(struct hc_mc_worker *w)
 {
 	uint32_t n = memcached_server_count(w->mc);
@@ -93,6 +96,43 @@ static void drop_unread(struct hc_mc_worker *w)
 	}
 }
 
+/*
+ * A multi-get timed out: which of its servers hung?  libmemcached does not
+ * say (it resets the connection, and names a server only for failed
+ * connects), so each server the batch asked is asked for its version on
+ * its own handle: the hung one times out again, once, and is left alone
+ * by every worker for eject_s.
+ */
+static void find_hung(struct hc_mc_worker *w, unsigned n)
+{
+	struct hc_mc *be = w->be;
+	bool asked[HC_MC_MAX_SERVERS] = { false };
+
+	for (unsigned k = 0; k < n; k++) {
+		uint32_t s = memcached_generate_hash(w->mc, w->keyp[k], w->keylen[k]);
+		if (s < HC_MC_MAX_SERVERS)
+			asked[s] = true;
+	}
+	for (uint32_t s = 0; s < be->o.nservers; s++) {
+		memcached_return_t rc;
+		if (!asked[s] || hc__mc_hung(be, s))
+			continue;
+		pthread_mutex_lock(&be->stat_mu);
+		{
+			/* a get of a key nobody sets (a version would come from the cache) */
+			char key[HC_MC_PREFIX_MAX + 8];
+			size_t vlen, klen = (size_t)snprintf(key, sizeof(key), "%sprobe", be->o.prefix);
+			uint32_t flags;
+			free(memcached_get(be->solo[s], key, klen, &vlen, &flags, &rc));
+		}
+		if (rc == MEMCACHED_TIMEOUT)
+			memcached_quit(be->solo[s]);
+		pthread_mutex_unlock(&be->stat_mu);
+		if (rc == MEMCACHED_TIMEOUT)
+			hc__mc_hang(be, w->mc, s);
+	}
+}
+
 static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn on, void *ctx)
 {
 	struct hc_mc *be = w->be;
@@ -100,6 +140,7 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 	memcached_return_t rc;
 	memcached_result_st *r;
 	unsigned nulls = 0;
+	bool timed_out = false;
 	int ret;
 
 	if (!n)
@@ -110,6 +151,7 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 	rc = memcached_mget(w->mc, w->keyp, w->keylen, n);
 	if (rc != MEMCACHED_SUCCESS)
 		hc__mc_server_failed(be, w->mc, rc, what);
+	timed_out = rc == MEMCACHED_TIMEOUT;
 	for (;;) {
 		int k;
 		if (!(r = memcached_fetch_result(w->mc, &w->result, &rc))) {
@@ -117,6 +159,7 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 				break;
 			if (rc != MEMCACHED_NOTFOUND)
 				hc__mc_server_failed(be, w->mc, rc, what);
+			timed_out |= rc == MEMCACHED_TIMEOUT;
 			if (++nulls > be->o.nservers)
 				break;
 			continue;
@@ -129,6 +172,8 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 		on(ctx, (unsigned)k, memcached_result_value(r), memcached_result_length(r), memcached_result_flags(r));
 	}
 	drop_unread(w);
+	if (timed_out)
+		find_hung(w, n);
 	free(t.slot);
 	return 0;
 }
@@ -137,38 +182,46 @@ static int mget(struct hc_mc_worker *w, unsigned n, const char *what, found_fn o
 
 struct ex_ctx {
 	struct hc_mc_job **jobs;
+	unsigned *job; /* request k asks for jobs[job[k]] */
 };
 
 static void ex_found(void *ctx, unsigned k, const char *val, size_t len, uint32_t flags)
 {
 	struct ex_ctx *c = ctx;
+	struct hc_mc_job *j = c->jobs[c->job[k]];
 	struct hc_mc_manifest m;
 
 	(void)flags;
-	if (hc__mc_manifest_decode(val, len, c->jobs[k]->name, &m) == 0)
-		c->jobs[k]->result = 1;
+	if (hc__mc_manifest_decode(val, len, j->name, &m) == 0)
+		j->result = 1;
 }
 
 void hc__mc_run_exists(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 {
 	struct hc_mc *be = w->be;
-	struct ex_ctx c = { jobs };
+	struct ex_ctx c = { jobs, calloc(n, sizeof(unsigned)) };
+	unsigned nk = 0;
 	int ret;
 
 	HC_MC_COUNT(be, exists, n);
 	for (unsigned i = 0; i < n; i++)
 		jobs[i]->result = 0;
-	if ((ret = hc__mc_keys_reserve(w, n)) < 0) {
+	if (!c.job || (ret = hc__mc_keys_reserve(w, n)) < 0) {
 		for (unsigned i = 0; i < n; i++)
-			jobs[i]->result = ret;
+			jobs[i]->result = -ENOMEM;
+		free(c.job);
 		return;
 	}
+	/* a failed or hung server's objects are absent, as a miss is */
 	for (unsigned i = 0; i < n; i++)
-		key_set(w, i, jobs[i]->name, -1);
-	if ((ret = mget(w, n, "multi-get of manifests", ex_found, &c)) == -ENOMEM)
+		if (!hc__mc_hung(be, hc__mc_server_of(w, jobs[i]->name))) {
+			c.job[nk] = i;
+			key_set(w, nk++, jobs[i]->name, -1);
+		}
+	if ((ret = mget(w, nk, "multi-get of manifests", ex_found, &c)) == -ENOMEM)
 		for (unsigned i = 0; i < n; i++)
 			jobs[i]->result = ret;
-	/* a failed server's objects are absent, as a miss is (the ejection's rule) */
+	free(c.job);
 }
 
 /* ---- GET: manifests and chunks */
@@ -180,7 +233,7 @@ struct gj {
 	uint32_t asked;          /* chunks 0..asked-1 requested in the first round */
 	uint32_t need;           /* chunks wanted: set once the manifest is in */
 	uint32_t good;           /* of those, copied and consistent */
-	bool have_m, bad;
+	bool have_m, bad, hung;  /* hung: its server is left alone; a miss */
 	struct hc_mc_manifest m;
 };
 
@@ -322,14 +375,15 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 	for (unsigned j = 0; j < n && !ret; j++) {
 		uint64_t cnt;
 		g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = iov_room(jobs[j]) };
+		g[j].hung = hc__mc_hung(be, hc__mc_server_of(w, jobs[j]->name));
 		cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
 		g[j].asked = (uint32_t)(cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS);
-		nk += 1 + g[j].asked;
+		nk += g[j].hung ? 0 : 1 + g[j].asked;
 	}
 	if (!ret && !(ret = plan_grow(&c, w, nk, &cap))) {
 		nk = 0;
 		for (unsigned j = 0; j < n; j++)
-			for (int32_t i = -1; i < (int32_t)g[j].asked; i++)
+			for (int32_t i = -1; !g[j].hung && i < (int32_t)g[j].asked; i++)
 				plan_key(&c, w, nk++, j, i);
 		ret = mget(w, nk, "multi-get of objects", get_found, &c);
 	}
@@ -392,10 +446,23 @@ void hc__mc_run_delete(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned
 	for (unsigned j = 0; j < n; j++) {
 		struct hc_mc_manifest m = { 0 };
 		size_t klen = hc__mc_key(be, jobs[j]->name, -1, key), vlen = 0;
-		uint32_t flags;
+		uint32_t flags, server = hc__mc_server_of(w, jobs[j]->name);
 		memcached_return_t rc;
-		char *v = memcached_get(w->mc, key, klen, &vlen, &flags, &rc);
-		bool have = v && hc__mc_manifest_decode(v, vlen, jobs[j]->name, &m) == 0;
+		char *v;
+		bool have;
+
+		if (hc__mc_hung(be, server)) {
+			jobs[j]->result = -EHOSTDOWN;
+			continue;
+		}
+		v = memcached_get(w->mc, key, klen, &vlen, &flags, &rc);
+		have = v && hc__mc_manifest_decode(v, vlen, jobs[j]->name, &m) == 0;
+		if (rc == MEMCACHED_TIMEOUT) {
+			hc__mc_hang(be, w->mc, server);
+			jobs[j]->result = -EHOSTDOWN;
+			free(v);
+			continue;
+		}
 
 		free(v);
 		rc = memcached_delete(w->mc, key, klen, 0);
@@ -444,7 +511,10 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 	char key[HC_MC_KEY_MAX];
 	memcached_return_t rc;
 	size_t klen;
+	uint32_t server = hc__mc_server_of(w, j->name);
 
+	if (hc__mc_hung(be, server))
+		return -EHOSTDOWN;
 	m.length = iov_room(j);
 	/* a short first iovec (the host's header block) rides in the manifest,
 	 * so that every chunk is one iovec's bytes, set without a copy */
@@ -462,6 +532,8 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 				   hc__mc_chunk_tag(m.nonce, i));
 		if (rc != MEMCACHED_SUCCESS) {
 			hc__mc_server_failed(be, w->mc, rc, "set of a chunk");
+			if (rc == MEMCACHED_TIMEOUT)
+				hc__mc_hang(be, w->mc, server);
 			return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
 		}
 		HC_MC_COUNT(be, items_written, 1);
@@ -474,6 +546,8 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 			   (time_t)be->o.ttl_s, 0);
 	if (rc != MEMCACHED_SUCCESS) {
 		hc__mc_server_failed(be, w->mc, rc, "set of a manifest");
+		if (rc == MEMCACHED_TIMEOUT)
+			hc__mc_hang(be, w->mc, server);
 		return hc__mc_errno(rc) ? hc__mc_errno(rc) : -EIO;
 	}
 	HC_MC_COUNT(be, items_written, 1);

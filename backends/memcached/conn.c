@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mc.h"
 
@@ -93,7 +94,8 @@ int hc__mc_tmpl_new(struct hc_mc *be, char *err, size_t errlen)
 
 	if ((ret = handle_new(be, -1, &be->tmpl, err, errlen)) < 0)
 		return ret;
-	if (!(be->solo = calloc(be->o.nservers, sizeof(*be->solo))))
+	if (!(be->solo = calloc(be->o.nservers, sizeof(*be->solo))) ||
+	    !(be->hung_until = calloc(be->o.nservers, sizeof(*be->hung_until))))
 		return hc__mc_fail(err, errlen, ENOMEM, "open: out of memory");
 	/* one handle per server, for probes and stats: libmemcached's stats
 	 * over several servers give nothing at all when one is down */
@@ -110,6 +112,8 @@ void hc__mc_tmpl_free(struct hc_mc *be)
 			memcached_free(be->solo[i]);
 	free(be->solo);
 	be->solo = NULL;
+	free(be->hung_until);
+	be->hung_until = NULL;
 	if (be->tmpl)
 		memcached_free(be->tmpl);
 	be->tmpl = NULL;
@@ -197,6 +201,49 @@ int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 		be->chunk_bytes = (uint32_t)(item - HC_MC_ITEM_SLACK);
 	}
 	return 0;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint32_t hc__mc_server_of(struct hc_mc_worker *w, const uint8_t name[HC_BE_NAME_BYTES])
+{
+	char key[HC_MC_KEY_MAX];
+	size_t klen = hc__mc_key(w->be, name, -1, key);
+
+	return memcached_generate_hash(w->mc, key, klen);
+}
+
+bool hc__mc_hung(struct hc_mc *be, uint32_t server)
+{
+	uint64_t until;
+
+	if (server >= be->o.nservers)
+		return false;
+	until = atomic_load_explicit(&be->hung_until[server], memory_order_relaxed);
+	if (!until || now_ms() >= until)
+		return false;
+	HC_MC_COUNT(be, skipped, 1);
+	return true;
+}
+
+void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server)
+{
+	char where[HC_MC_HOST_MAX + 16];
+
+	if (server >= be->o.nservers)
+		return;
+	atomic_store_explicit(&be->hung_until[server], now_ms() + (uint64_t)be->o.eject_s * 1000, memory_order_relaxed);
+	HC_MC_COUNT(be, hung, 1);
+	memcached_quit(mc); /* its late answers must not meet the next request */
+	hc__mc_warn_once(be, HC_MC_WARN_HUNG,
+			 "server %s answered nothing in io_timeout_ms=%u: left alone for eject_s=%u, its objects are misses (logged once)",
+			 hc__mc_server_str(&be->o.servers[server], where, sizeof(where)), be->o.io_timeout_ms, be->o.eject_s);
 }
 
 int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n)

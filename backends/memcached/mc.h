@@ -77,7 +77,7 @@ struct hc_mc_opts {
 #define HC_MC_COUNTERS(X) \
 	X(gets) X(hits) X(misses) X(puts) X(deletes) X(exists) X(errors) X(canceled) \
 	X(get_bytes) X(put_bytes) X(items_read) X(items_written) X(round_trips) \
-	X(missing_chunks) X(inconsistent) X(bad_manifests) X(server_errors) X(timeouts)
+	X(missing_chunks) X(inconsistent) X(bad_manifests) X(server_errors) X(timeouts) X(hung) X(skipped)
 
 struct hc_mc_counters {
 #define X(n) _Atomic uint64_t n;
@@ -105,6 +105,7 @@ struct hc_mc {
 	uint32_t chunk_bytes;    /* in use: o.chunk_bytes, or what the servers allow */
 	memcached_st *tmpl;      /* the handle every worker's is cloned from */
 	memcached_st **solo;     /* one handle per server: probes and stats (under stat_mu) */
+	_Atomic uint64_t *hung_until; /* per server (ring position): CLOCK_MONOTONIC ms, 0 if not */
 	pthread_mutex_t stat_mu;
 
 	pthread_mutex_t mu;
@@ -132,6 +133,7 @@ struct hc_mc {
 #define HC_MC_WARN_FULL    0x8u
 #define HC_MC_WARN_AUTH    0x10u
 #define HC_MC_WARN_MANIF   0x20u
+#define HC_MC_WARN_HUNG    0x40u
 
 /* A worker: a thread and its handle, which only it touches. */
 struct hc_mc_worker {
@@ -199,6 +201,13 @@ void hc__mc_worker_fini(struct hc_mc_worker *w);
 int hc__mc_errno(memcached_return_t rc);
 void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t rc, const char *what);
 int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n);
+/* Servers that answer nothing in io_timeout_ms (stopped, black-holed):
+ * libmemcached counts only failed connects, so a hung server would cost
+ * every op its timeout.  One that times out is left alone for eject_s by
+ * every worker: its objects are misses, its puts fail. */
+uint32_t hc__mc_server_of(struct hc_mc_worker *w, const uint8_t name[HC_BE_NAME_BYTES]);
+bool hc__mc_hung(struct hc_mc *be, uint32_t server);
+void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server);
 
 /* memcached.c: the job in a running batch's slot is done (its result
  * set): it goes to the reapers and the slot becomes NULL; the batch never

@@ -29,6 +29,8 @@
  *     A server whose connect fails eject_after times in a row is ejected
  *     for eject_s seconds: its objects count as misses and its puts fail at
  *     once.  Then it is tried again, and rejoins by itself when it answers.
+ *     A server that answers nothing in io_timeout_ms is left alone by every
+ *     worker for eject_s the same way (conn.c, batch.c).
  *     Keys never move to other servers (conn.c says why), so no server
  *     holds an older copy that a get could find.  Nothing a failed or
  *     misbehaving server returns reaches a rank unchecked: the host
@@ -77,7 +79,8 @@
  *     canceled, get_bytes, put_bytes, items_read, items_written,
  *     round_trips (multi-gets), missing_chunks,
  *     inconsistent (chunks of another version, or of a wrong length),
- *     bad_manifests, server_errors, timeouts; and queued, running,
+ *     bad_manifests, server_errors, timeouts, hung (servers found answering
+ *     nothing), skipped (ops not sent to one); and queued, running,
  *     chunk_bytes (in use).
  *     Of the servers (summed over those that answer): objects and bytes
  *     (their items and bytes, manifests and chunks and other clients'
