@@ -166,11 +166,14 @@ START_TEST(l3_forgets)
 	ck_assert_ok(hc_req_free(rq));
 	for (int i = 0; i < N; i++)
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_forgotten), N);
+	ck_assert_uint_ge(ctr(p, HC_CTR_l3_forgotten), N);
 	ck_assert_uint_eq(wait_in_l3(p, k, N, N), N);
 	ck_assert_int_eq(hct_l3_exists(p, k, N), N);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 2 * N);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_forgotten), N); /* once each */
+	/* each page forgotten, and written again once for each time it was: an
+	 * absence heard before a rewrite ended may land after it (the wait loop
+	 * above asks while the writer works), and costs one more write, never
+	 * a mark on a page that is not in L3 */
+	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), N + ctr(p, HC_CTR_l3_forgotten));
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }
