@@ -9,8 +9,9 @@
  * in order, so an object's manifest arrives before its chunks, and a chunk
  * is copied only once the manifest says it belongs (right tag, right
  * length, inside the object): nothing lands past the object's end, and a
- * missing manifest copies nothing.  An object whose manifest names another
- * chunk size (another node's chunk_size=) gets a second round.
+ * missing manifest copies nothing.  Chunks are placed by the manifest's
+ * chunk size: an object a node with a smaller chunk_size= wrote has the
+ * chunks past those asked fetched in a second round.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -244,31 +245,15 @@ struct get_ctx {
 	int32_t *kchunk;
 };
 
-static uint64_t iov_room(const struct hc_mc_job *j)
+static void copy_piece_in(void *src, uint8_t *piece, size_t n, uint64_t done)
 {
-	uint64_t room = 0;
-
-	for (unsigned v = 0; v < j->iovcnt; v++)
-		room += j->iov[v].iov_len;
-	return room;
+	memcpy(piece, (const char *)src + done, n);
 }
 
 /* Copy len bytes to object offset off of the job's buffers. */
 static void copy_out(struct hc_mc_job *j, uint64_t off, const char *src, uint64_t len)
 {
-	for (unsigned v = 0; v < j->iovcnt && len; v++) {
-		uint64_t n = j->iov[v].iov_len;
-		if (off >= n) {
-			off -= n;
-			continue;
-		}
-		n -= off;
-		n = n < len ? n : len;
-		memcpy((uint8_t *)j->iov[v].iov_base + off, src, (size_t)n);
-		src += n;
-		len -= n;
-		off = 0;
-	}
+	hc__mc_iov_each(j->iov, j->iovcnt, off, len, copy_piece_in, (void *)src);
 }
 
 /* The chunks that hold the object's bytes the buffers can take. */
@@ -374,7 +359,7 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 	HC_MC_COUNT(be, gets, n);
 	for (unsigned j = 0; j < n && !ret; j++) {
 		uint64_t cnt;
-		g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = iov_room(jobs[j]) };
+		g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = jobs[j]->bytes };
 		g[j].hung = hc__mc_hung(be, hc__mc_server_of(w, jobs[j]->name));
 		cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
 		g[j].asked = (uint32_t)(cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS);
@@ -479,28 +464,27 @@ void hc__mc_run_delete(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned
 
 /* ---- PUT: the chunks, then the manifest */
 
+static void copy_piece_out(void *dst, uint8_t *piece, size_t n, uint64_t done)
+{
+	memcpy((uint8_t *)dst + done, piece, n);
+}
+
 /* Bytes [off, off+len) of the job's object: a pointer into its buffers when
  * they are contiguous there, else a copy in the worker's bounce buffer. */
 static const char *span(struct hc_mc_worker *w, const struct hc_mc_job *j, uint64_t off, uint64_t len)
 {
-	uint64_t done = 0;
+	uint64_t at = off;
 
 	for (unsigned v = 0; v < j->iovcnt; v++) {
-		uint64_t n = j->iov[v].iov_len;
-		if (off >= n) {
-			off -= n;
+		if (at >= j->iov[v].iov_len) {
+			at -= j->iov[v].iov_len;
 			continue;
 		}
-		if (n - off >= len && done == 0)
-			return (const char *)j->iov[v].iov_base + off;
-		n -= off;
-		n = n < len - done ? n : len - done;
-		memcpy(w->bounce + done, (const uint8_t *)j->iov[v].iov_base + off, (size_t)n);
-		done += n;
-		off = 0;
-		if (done == len)
-			break;
+		if (j->iov[v].iov_len - at >= len)
+			return (const char *)j->iov[v].iov_base + at;
+		break;
 	}
+	hc__mc_iov_each(j->iov, j->iovcnt, off, len, copy_piece_out, w->bounce);
 	return (const char *)w->bounce;
 }
 
@@ -515,7 +499,7 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 
 	if (hc__mc_hung(be, server))
 		return -EHOSTDOWN;
-	m.length = iov_room(j);
+	m.length = j->bytes;
 	/* a short first iovec (the host's header block) rides in the manifest,
 	 * so that every chunk is one iovec's bytes, set without a copy */
 	if (j->iovcnt > 1 && j->iov[0].iov_len <= HC_MC_HEAD_MAX && j->iov[0].iov_len < m.length)

@@ -125,18 +125,26 @@ struct probe {
 	char item_min_server[HC_MC_HOST_MAX + 16];
 };
 
+uint64_t hc__mc_stat_u64(const char *value, size_t vlen)
+{
+	char v[32];
+
+	if (vlen == 0 || vlen >= sizeof(v))
+		return 0;
+	memcpy(v, value, vlen);
+	v[vlen] = '\0';
+	return strtoull(v, NULL, 10);
+}
+
 static memcached_return_t probe_cb(const memcached_instance_st *inst, const char *key, size_t klen,
 				   const char *value, size_t vlen, void *ctx)
 {
 	struct probe *pr = ctx;
-	char v[32];
 	uint64_t x;
 
-	if (klen != 13 || memcmp(key, "item_size_max", 13) || vlen == 0 || vlen >= sizeof(v))
+	if (klen != 13 || memcmp(key, "item_size_max", 13) || vlen == 0 || vlen >= 32)
 		return MEMCACHED_SUCCESS;
-	memcpy(v, value, vlen);
-	v[vlen] = '\0';
-	x = strtoull(v, NULL, 10);
+	x = hc__mc_stat_u64(value, vlen);
 	pr->answered++;
 	if (x && (!pr->item_min || x < pr->item_min)) {
 		pr->item_min = x;

@@ -14,7 +14,7 @@
  * A submit copies each op (and its iovecs) into a job and queues it under
  * be->mu.  Each worker thread owns one libmemcached handle (a memcached_st
  * is single-threaded) and takes a share of the queue, of one opcode, under
- * be->mu, into its batch (w->batch).  It runs the batch without the lock;
+ * be->mu, into its batch (w->jobs).  It runs the batch without the lock;
  * a job that is done goes to the completed list under the lock, and its
  * slot in the batch becomes NULL then, which is how cancel tells a running
  * op (a non-NULL slot) from one that is not in flight.  A job is in exactly
@@ -92,6 +92,7 @@ struct hc_mc_job {
 	uint64_t user_data;
 	uint32_t opcode;
 	uint32_t iovcnt;
+	uint64_t bytes;     /* of the iovecs, summed at submit */
 	uint8_t name[HC_BE_NAME_BYTES];
 	int64_t result;
 	struct iovec iov[]; /* iovcnt of them */
@@ -140,9 +141,8 @@ struct hc_mc_worker {
 	struct hc_mc *be;
 	pthread_t thread;
 	bool started;
-	struct hc_mc_job **jobs;  /* room for a batch (be->o.batch) */
-	struct hc_mc_job **batch; /* the running batch: slots NULL once done (under be->mu) */
-	unsigned nbatch;
+	struct hc_mc_job **jobs;  /* the running batch (room for be->o.batch): slots NULL once done */
+	unsigned nbatch;          /* its size, 0 between batches (under be->mu) */
 	memcached_st *mc;
 	memcached_result_st result; /* reused by every fetch */
 	uint8_t *bounce;            /* one chunk, for a chunk that spans iovecs */
@@ -163,8 +163,31 @@ const struct hc_backend_host *hc__mc_host(void);
 /* opts.c */
 int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err,
 		      size_t errlen);
-int hc__mc_parse_bool(const char *v);
 const char *hc__mc_server_str(const struct hc_mc_server *s, char *buf, size_t len);
+
+/* Call fn for each piece of bytes [off, off+len) of iov[0..iovcnt), in
+ * order; done is how much of the range came before the piece.  The one walk
+ * over an op's iovecs: copies in and out, and hashes. */
+typedef void (*hc_mc_piece_fn)(void *ctx, uint8_t *piece, size_t n, uint64_t done);
+
+static inline void hc__mc_iov_each(const struct iovec *iov, unsigned iovcnt, uint64_t off, uint64_t len,
+				   hc_mc_piece_fn fn, void *ctx)
+{
+	uint64_t done = 0;
+
+	for (unsigned v = 0; v < iovcnt && done < len; v++) {
+		uint64_t n = iov[v].iov_len;
+		if (off >= n) {
+			off -= n;
+			continue;
+		}
+		n -= off;
+		n = n < len - done ? n : len - done;
+		fn(ctx, (uint8_t *)iov[v].iov_base + off, (size_t)n, done);
+		done += n;
+		off = 0;
+	}
+}
 
 /* names.c */
 size_t hc__mc_key(const struct hc_mc *be, const uint8_t name[HC_BE_NAME_BYTES], int chunk, char *out);
@@ -208,6 +231,8 @@ int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n);
 uint32_t hc__mc_server_of(struct hc_mc_worker *w, const uint8_t name[HC_BE_NAME_BYTES]);
 bool hc__mc_hung(struct hc_mc *be, uint32_t server);
 void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server);
+/* A number a server's stats gave (a value, not NUL-terminated); 0 if none. */
+uint64_t hc__mc_stat_u64(const char *value, size_t vlen);
 
 /* memcached.c: the job in a running batch's slot is done (its result
  * set): it goes to the reapers and the slot becomes NULL; the batch never

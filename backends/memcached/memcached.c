@@ -116,6 +116,27 @@ static void push_done_locked(struct hc_mc *be, struct hc_mc_job *j)
 	be->ndone++;
 }
 
+/* A job with its result: counted if it failed (a miss is no failure), and
+ * handed to the reapers. */
+static void finish_locked(struct hc_mc *be, struct hc_mc_job *j)
+{
+	if (j->result < 0 && j->result != -ENOENT)
+		HC_MC_COUNT(be, errors, 1);
+	push_done_locked(be, j);
+}
+
+/* Take the queued job *pp (prev: the one before it, or NULL) off the queue. */
+static void unqueue_locked(struct hc_mc *be, struct hc_mc_job **pp, struct hc_mc_job *prev)
+{
+	struct hc_mc_job *j = *pp;
+
+	*pp = j->next;
+	if (be->qtail == j)
+		be->qtail = prev;
+	j->next = NULL;
+	be->nqueued--;
+}
+
 /*
  * Take a worker's share of the queue: the head's opcode, and the queued
  * jobs of that opcode behind it, up to batch and to an equal share of what
@@ -157,20 +178,13 @@ static unsigned take_locked(struct hc_mc *be, struct hc_mc_job **out)
 		if (opcode == HC_BE_OP_GET) {
 			/* a multi-get's requests must not pile up behind the answers
 			 * (libmemcached reads little while it writes): a few thousand keys */
-			uint64_t room = 0;
-			for (unsigned v = 0; v < j->iovcnt; v++)
-				room += j->iov[v].iov_len;
-			keys += 1 + (room + be->chunk_bytes - 1) / be->chunk_bytes;
+			keys += 1 + (j->bytes + be->chunk_bytes - 1) / be->chunk_bytes;
 			if (n && keys > HC_MC_MGET_KEYS)
 				break;
 		}
-		*pp = j->next;
-		if (be->qtail == j)
-			be->qtail = prev;
-		j->next = NULL;
+		unqueue_locked(be, pp, prev);
 		out[n++] = j;
 	}
-	be->nqueued -= n;
 	be->nrunning += n;
 	return n;
 }
@@ -181,10 +195,8 @@ void hc__mc_complete(struct hc_mc *be, struct hc_mc_job **slot)
 	struct hc_mc_job *j = *slot;
 
 	pthread_mutex_lock(&be->mu);
-	if (j->result < 0 && j->result != -ENOENT)
-		HC_MC_COUNT(be, errors, 1);
 	*slot = NULL; /* under the lock: cancel looks at the slots */
-	push_done_locked(be, j);
+	finish_locked(be, j);
 	be->nrunning--;
 	/* reapers take all that is there: they were woken when it stopped
 	 * being empty, or are running */
@@ -232,7 +244,6 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		n = take_locked(be, jobs);
-		w->batch = jobs;
 		w->nbatch = n;
 		pthread_mutex_unlock(&be->mu);
 		run_batch(w, jobs, n);
@@ -240,9 +251,7 @@ static void *worker_main(void *arg)
 		for (unsigned i = 0; i < n; i++) {
 			if (!jobs[i])
 				continue; /* completed already */
-			if (jobs[i]->result < 0 && jobs[i]->result != -ENOENT)
-				HC_MC_COUNT(be, errors, 1);
-			push_done_locked(be, jobs[i]);
+			finish_locked(be, jobs[i]);
 			jobs[i] = NULL;
 			be->nrunning--;
 		}
@@ -279,7 +288,7 @@ static int64_t iov_check(const struct hc_be_op *op)
 static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 {
 	struct hc_mc *be = p;
-	struct hc_mc_job *first = NULL, **tail = &first, *last = NULL;
+	struct hc_mc_job *first = NULL, **tail = &first;
 	unsigned k, nbad = 0, nq = 0;
 
 	if (!be || !ops || n == 0)
@@ -298,16 +307,12 @@ static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 		unsigned iovcnt = chk < 0 ? 0 : op->iovcnt;
 		struct hc_mc_job *j = malloc(sizeof(*j) + iovcnt * sizeof(struct iovec));
 
-		if (!j) {
-			if (i == 0) {
-				pthread_mutex_lock(&be->mu);
-				be->accepted -= k;
-				pthread_mutex_unlock(&be->mu);
-				return -ENOMEM;
-			}
+		if (!j) { /* the rest are not accepted */
 			pthread_mutex_lock(&be->mu);
 			be->accepted -= k - i;
 			pthread_mutex_unlock(&be->mu);
+			if (i == 0)
+				return -ENOMEM;
 			k = i;
 			break;
 		}
@@ -315,13 +320,13 @@ static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 		j->user_data = op->user_data;
 		j->opcode = chk < 0 ? 0 : op->opcode;
 		j->iovcnt = iovcnt;
+		j->bytes = chk < 0 ? 0 : (uint64_t)chk;
 		j->result = chk < 0 ? chk : 0;
 		memcpy(j->name, op->name, HC_BE_NAME_BYTES);
 		if (iovcnt)
 			memcpy(j->iov, op->iov, iovcnt * sizeof(struct iovec));
 		*tail = j;
 		tail = &j->next;
-		last = j;
 		if (chk < 0)
 			nbad++;
 		else
@@ -332,8 +337,7 @@ static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 		nx = j->next;
 		j->next = NULL;
 		if (j->result < 0) {
-			push_done_locked(be, j);
-			HC_MC_COUNT(be, errors, 1);
+			finish_locked(be, j);
 			continue;
 		}
 		if (be->qtail)
@@ -343,7 +347,6 @@ static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 		be->qtail = j;
 		be->nqueued++;
 	}
-	(void)last;
 	if (nq == 1)
 		pthread_cond_signal(&be->work); /* one job: one worker */
 	else if (nq)
@@ -402,10 +405,7 @@ static int mc_cancel(void *p, uint64_t user_data)
 		struct hc_mc_job *j = *pp;
 		if (j->user_data != user_data)
 			continue;
-		*pp = j->next;
-		if (be->qtail == j)
-			be->qtail = prev;
-		be->nqueued--;
+		unqueue_locked(be, pp, prev);
 		j->result = -ECANCELED;
 		push_done_locked(be, j);
 		HC_MC_COUNT(be, canceled, 1);
@@ -416,7 +416,7 @@ static int mc_cancel(void *p, uint64_t user_data)
 	/* running: it cannot be cut short, and completes within the timeouts */
 	for (unsigned w = 0; ret == -ENOENT && w < be->nworkers; w++)
 		for (unsigned i = 0; i < be->workers[w].nbatch; i++)
-			if (be->workers[w].batch[i] && be->workers[w].batch[i]->user_data == user_data) {
+			if (be->workers[w].jobs[i] && be->workers[w].jobs[i]->user_data == user_data) {
 				ret = 0;
 				break;
 			}
@@ -443,15 +443,11 @@ static memcached_return_t stat_cb(const memcached_instance_st *inst, const char 
 				  const char *value, size_t vlen, void *ctx)
 {
 	struct srv_sum *s = ctx;
-	char v[32];
-	uint64_t x;
+	uint64_t x = hc__mc_stat_u64(value, vlen);
 
 	(void)inst;
-	if (vlen >= sizeof(v))
-		return MEMCACHED_SUCCESS;
-	memcpy(v, value, vlen);
-	v[vlen] = '\0';
-	x = strtoull(v, NULL, 10);
+	if (vlen >= 32)
+		return MEMCACHED_SUCCESS; /* no number of ours */
 	if (klen == 10 && !memcmp(key, "curr_items", 10))
 		s->items += x, s->up++;
 	else if (klen == 5 && !memcmp(key, "bytes", 5))

@@ -155,21 +155,10 @@ int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE
 	return 0;
 }
 
-/* Feed bytes [off, off+len) of the object in iov to the hash. */
-static void feed(XXH3_state_t *st, const struct iovec *iov, unsigned iovcnt, uint64_t off, uint64_t len)
+static void feed(void *st, uint8_t *piece, size_t n, uint64_t done)
 {
-	for (unsigned v = 0; v < iovcnt && len; v++) {
-		uint64_t n = iov[v].iov_len;
-		if (off >= n) {
-			off -= n;
-			continue;
-		}
-		n -= off;
-		n = n < len ? n : len;
-		XXH3_64bits_update(st, (const uint8_t *)iov[v].iov_base + off, (size_t)n);
-		len -= n;
-		off = 0;
-	}
+	(void)done;
+	XXH3_64bits_update(st, piece, n);
 }
 
 uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *iov, unsigned iovcnt,
@@ -181,8 +170,8 @@ uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *
 	XXH3_64bits_reset(&st);
 	XXH3_64bits_update(&st, name, HC_BE_NAME_BYTES);
 	XXH3_64bits_update(&st, &le, sizeof(le));
-	feed(&st, iov, iovcnt, 0, edge);
-	feed(&st, iov, iovcnt, length - edge, edge);
+	hc__mc_iov_each(iov, iovcnt, 0, edge, feed, &st);
+	hc__mc_iov_each(iov, iovcnt, length - edge, edge, feed, &st);
 	return XXH3_64bits_digest(&st);
 }
 

@@ -14,15 +14,6 @@
 
 #include "mc.h"
 
-int hc__mc_parse_bool(const char *v)
-{
-	if (!strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "on"))
-		return 1;
-	if (!strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "off"))
-		return 0;
-	return -1;
-}
-
 /* A decimal count from min to max: 0, or -1. */
 static int parse_uint(const char *v, unsigned long long min, unsigned long long max, unsigned long long *out)
 {
