@@ -215,7 +215,7 @@ void hc__mc_run_exists(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned
 	}
 	/* a failed or hung server's objects are absent, as a miss is */
 	for (unsigned i = 0; i < n; i++)
-		if (!hc__mc_hung(be, hc__mc_server_of(w, jobs[i]->name))) {
+		if (!hc__mc_skip(be, hc__mc_server_of(w, jobs[i]->name))) {
 			c.job[nk] = i;
 			key_set(w, nk++, jobs[i]->name, -1);
 		}
@@ -360,7 +360,7 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 	for (unsigned j = 0; j < n && !ret; j++) {
 		uint64_t cnt;
 		g[j] = (struct gj){ .job = jobs[j], .slot = &jobs[j], .room = jobs[j]->bytes };
-		g[j].hung = hc__mc_hung(be, hc__mc_server_of(w, jobs[j]->name));
+		g[j].hung = hc__mc_skip(be, hc__mc_server_of(w, jobs[j]->name));
 		cnt = (g[j].room + be->chunk_bytes - 1) / be->chunk_bytes;
 		g[j].asked = (uint32_t)(cnt < HC_MC_MAX_CHUNKS ? cnt : HC_MC_MAX_CHUNKS);
 		nk += g[j].hung ? 0 : 1 + g[j].asked;
@@ -436,7 +436,7 @@ void hc__mc_run_delete(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned
 		char *v;
 		bool have;
 
-		if (hc__mc_hung(be, server)) {
+		if (hc__mc_skip(be, server)) {
 			jobs[j]->result = -EHOSTDOWN;
 			continue;
 		}
@@ -497,7 +497,7 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 	size_t klen;
 	uint32_t server = hc__mc_server_of(w, j->name);
 
-	if (hc__mc_hung(be, server))
+	if (hc__mc_skip(be, server))
 		return -EHOSTDOWN;
 	m.length = j->bytes;
 	/* a short first iovec (the host's header block) rides in the manifest,

@@ -234,7 +234,12 @@ bool hc__mc_hung(struct hc_mc *be, uint32_t server)
 	if (server >= be->o.nservers)
 		return false;
 	until = atomic_load_explicit(&be->hung_until[server], memory_order_relaxed);
-	if (!until || now_ms() >= until)
+	return until && now_ms() < until;
+}
+
+bool hc__mc_skip(struct hc_mc *be, uint32_t server)
+{
+	if (!hc__mc_hung(be, server))
 		return false;
 	HC_MC_COUNT(be, skipped, 1);
 	return true;

@@ -230,6 +230,8 @@ int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n);
  * every worker: its objects are misses, its puts fail. */
 uint32_t hc__mc_server_of(struct hc_mc_worker *w, const uint8_t name[HC_BE_NAME_BYTES]);
 bool hc__mc_hung(struct hc_mc *be, uint32_t server);
+/* hc__mc_hung for an op, which is then not sent: counted (skipped). */
+bool hc__mc_skip(struct hc_mc *be, uint32_t server);
 void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server);
 /* A number a server's stats gave (a value, not NUL-terminated); 0 if none. */
 uint64_t hc__mc_stat_u64(const char *value, size_t vlen);
