@@ -436,6 +436,11 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 			continue;
 		} else if (store) {
 			r = hc__check_reserved_engine(p, h, what);
+			/* Another rank's reservation: tell it our copy may land,
+			 * before the copy starts (an abort then quarantines it). */
+			if (r == 0 && hc__w_owner(atomic_load(&p->pages[id].word)) != (unsigned)p->slot &&
+			    hc__share_reserved(p, h) < 0)
+				r = hc__err(ESTALE, "%s: page %u (item %u) stopped being reserved as we checked it", what, id, i);
 		} else {
 			uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
 			if (hc__w_gen(w) != HC_PAGE_GEN(h) || hc__w_state(w) != HC_PAGE_READY)

@@ -625,6 +625,7 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 		r = hc_lookup(rq->p, &lr, pages);
 	}
 	if (r >= 0) {
+		HC_POINT(prefetch_taken);
 		rq->taken = 1;
 		ack(rq); /* pinned now: the service's part in these pages is over */
 	}

@@ -303,6 +303,7 @@ static int take_lock(hc_service *s)
 	if (r)
 		return hc__err(r == ENOTRECOVERABLE ? EIO : r, "pool '%s': the service lock is unusable (%s)", s->name,
 			       strerror(r));
+	HC_POINT(service_locked);
 	atomic_store_explicit(&sv->pid, (uint32_t)getpid(), memory_order_relaxed);
 	atomic_store_explicit(&sv->holder_tid, (uint32_t)syscall(SYS_gettid), memory_order_relaxed);
 	s->gen = atomic_fetch_add_explicit(&sv->generation, 1, memory_order_acq_rel) + 1;
@@ -314,6 +315,7 @@ static void drop_lock(hc_service *s)
 {
 	struct hc_seg_service *sv = &s->p->ctl->service;
 
+	HC_POINT(service_stopping);
 	atomic_store_explicit(&sv->state, HC_SVC_NONE, memory_order_release);
 	atomic_store_explicit(&sv->pid, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&sv->life);

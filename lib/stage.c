@@ -258,6 +258,7 @@ static void admit(hc_service *s)
 			hc__svc_count(s, HC_CTR_stage_grant_pages, g->n);
 			hc__svc_count(s, HC_CTR_req_done, 1);
 			gauges(s); /* first: whoever sees the grant sees it counted */
+			HC_POINT(stage_granted);
 			hc__svc_post(s, &g->w, (int)g->n, 0);
 		}
 	gauges(s);
@@ -656,13 +657,16 @@ static void sweep(hc_service *s)
 		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(r.h)) {
 			hc_key_t key;
 			hc__svc_page_key(p, id, key);
-			if (st->pending[id] || need_count(st, key))
+			if (st->pending[id] || need_count(st, key)) {
 				keep = 1;
-			else if (hc_page_free(p, &r.h, 1) == 1) {
-				hc__svc_count(s, HC_CTR_stage_released, 1);
-				st->seq++;
 			} else {
-				keep = 1; /* held: a rank still loads it */
+				HC_POINT(stage_released);
+				if (hc_page_free(p, &r.h, 1) == 1) {
+					hc__svc_count(s, HC_CTR_stage_released, 1);
+					st->seq++;
+				} else {
+					keep = 1; /* held: a rank still loads it */
+				}
 			}
 		} else if (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_gen(w) == HC_PAGE_GEN(r.h)) {
 			keep = 1; /* a read still in flight (or given up on, until the backend lets go) */

@@ -613,6 +613,7 @@ static void pf_settle(hc_service *s, struct pf_help *h, uint32_t x, int read)
 		 * is still our reservation. */
 		atomic_fetch_or_explicit(&p->pages[HC_PAGE_ID(pg)].flags, HC_PF_IN_L3, memory_order_relaxed);
 		if (hc_page_commit(p, pg, hc_page_needed(p, pres)) >= 0) {
+			HC_POINT(prefetch_committed);
 			h->j->l3_pages++;
 			hc__svc_count(s, HC_CTR_l3_prefetch_pages, 1);
 			hc__svc_count(s, HC_CTR_l3_prefetch_bytes, p->g.envelope_bytes);

@@ -131,7 +131,7 @@ static void check_tickets(struct hc_pool *p, unsigned flags, const int *live, hc
 				uint64_t pw = atomic_load(&p->pages[HC_PAGE_ID(e)].word);
 				/* A freer stopped in its check (FREEING, aux 0) sees our hold
 				 * and puts the page back: a transient, as for pins above. */
-				int checking = hc__w_state(pw) == HC_PAGE_FREEING && hc__w_aux(pw) == 0 &&
+				int checking = hc__w_state(pw) == HC_PAGE_FREEING && !hc__freeing_checked(pw) &&
 					       !(flags & HC_CHECK_QUIESCENT);
 				if (hc__w_state(pw) != HC_PAGE_READY && !checking)
 					say(report, arg, n, "ticket %u: holds page %u, which is %s (aux %u), not READY", t,
@@ -240,8 +240,8 @@ int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void 
 			say(report, arg, &n, "page %u: RESERVED by slot %u, which is not live", i, owner);
 		if (st == HC_PAGE_FREEING && !live[owner])
 			say(report, arg, &n, "page %u: FREEING by slot %u, which is not live", i, owner);
-		if (st == HC_PAGE_FREEING && hc__w_aux(w) > 1)
-			say(report, arg, &n, "page %u: FREEING with aux %u (0 or 1 only)", i, hc__w_aux(w));
+		if (st == HC_PAGE_FREEING && hc__w_aux(w) != hc__freeing_aux(hc__freeing_owner(w), hc__freeing_checked(w)))
+			say(report, arg, &n, "page %u: FREEING with aux 0x%x (a checked bit and a slot only)", i, hc__w_aux(w));
 		if (st == HC_PAGE_FREEING && (flags & HC_CHECK_QUIESCENT))
 			say(report, arg, &n, "page %u: FREEING while quiescent", i);
 		if (st == HC_PAGE_RESERVED) {

@@ -3,33 +3,57 @@
  * engine.c - engines: the ranks that serve one model instance.
  *
  * The truth about membership is in the rank slots (engine, tp, quota,
- * timeout), written by each slot's holder; there is no engine table to go
- * stale.  Joins take ctl->engine_lock so two ranks cannot both claim one TP
- * rank or disagree on the TP size; on EOWNERDEAD there is nothing to
- * rebuild, since a dead joiner's slot is recovered like any other.
+ * timeout, incarnation), written by each slot's holder; there is no engine
+ * table to go stale.  Joins take ctl->engine_lock so two ranks cannot both
+ * claim one TP rank or disagree on the TP size; on EOWNERDEAD there is
+ * nothing to rebuild, since a dead joiner's slot is recovered like any
+ * other.
+ *
+ * INCARNATIONS.  An engine lives from its first member's join to its last
+ * member's leave or death.  The first live member takes a new incarnation
+ * number, the others copy it, and tickets are named by it: a ticket never
+ * outlives its engine.  When the last member goes (under the lock, so two
+ * last members cannot both miss each other), the engine's tickets end: open
+ * ones are dropped, tombstones freed.  A member that died and is not yet
+ * recovered still counts: its own recovery ends them.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "pool.h"
 
+/* Recovery may run inside a join (its probes find dead members) and then
+ * clears that slot, which takes the lock too: a thread takes it once. */
+static _Thread_local int engine_locked;
+
 static int engine_lock(struct hc_pool *p)
 {
-	int r = pthread_mutex_lock(&p->ctl->engine_lock.m);
+	int r;
 
+	if (engine_locked++)
+		return 0;
+	r = hc__lock_shared(&p->ctl->engine_lock.m);
 	if (r == EOWNERDEAD) {
 		pthread_mutex_consistent(&p->ctl->engine_lock.m);
 		r = 0;
 	}
-	if (r)
+	if (r) {
+		engine_locked--;
 		return hc__err(r, "engine: the pool's engine lock is unusable (%s); run hicache-pool check", strerror(r));
+	}
 	return 0;
+}
+
+static void engine_unlock(struct hc_pool *p)
+{
+	if (--engine_locked == 0)
+		pthread_mutex_unlock(&p->ctl->engine_lock.m);
 }
 
 int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
 {
 	struct hc_seg_rank *me;
-	uint32_t timeout;
+	uint32_t timeout, inc = 0;
 	int ret;
 
 	if (!p || !s)
@@ -60,6 +84,8 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
 			continue;
 		if (hc__rank_probe(p, slot, NULL) != 1) /* a dead member is recovered (and cleared) on the way */
 			continue;
+		if (!inc)
+			inc = atomic_load_explicit(&r->incarnation, memory_order_relaxed);
 		tp = atomic_load_explicit(&r->tp, memory_order_relaxed);
 		if (tp >> 16 != s->tp_size)
 			ret = hc__err(EINVAL, "engine join: engine %u has tp_size %u (rank slot %u, pid %u), not %u",
@@ -77,13 +103,17 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
 		if (ret < 0)
 			goto out;
 	}
+	while (!inc) /* the first live member: a new life of the engine */
+		inc = atomic_fetch_add_explicit(&p->ctl->engine_seq, 1, memory_order_relaxed) + 1;
 	atomic_store_explicit(&me->tp, s->tp_size << 16 | s->tp_rank, memory_order_relaxed);
 	atomic_store_explicit(&me->quota, s->quota_pages, memory_order_relaxed);
 	atomic_store_explicit(&me->timeout_ms, timeout, memory_order_relaxed);
+	atomic_store_explicit(&me->incarnation, inc, memory_order_relaxed);
 	/* Release: the fields above before anyone sees us as a member. */
 	atomic_store_explicit(&me->engine, s->engine_id + 1, memory_order_release);
+	HC_POINT(engine_joined);
 out:
-	pthread_mutex_unlock(&p->ctl->engine_lock.m);
+	engine_unlock(p);
 	return ret;
 }
 
@@ -101,14 +131,33 @@ int hc_engine_leave(hc_pool *p)
 	return 0;
 }
 
-/* Recovery or leave: the slot is in no engine and has no quota.  On leave
- * its holds stay (pins are the rank's, not the engine's). */
+/* Recovery or leave: the slot is in no engine and has no quota; the last
+ * member's going ends the engine's tickets.  On leave its holds stay (pins
+ * are the rank's, not the engine's).  Recovery holds the dead slot's mutex,
+ * and drops tickets as that slot, so a recoverer that dies leaves them to
+ * the next. */
 void hc__engine_clear_slot(struct hc_pool *p, unsigned slot)
 {
 	struct hc_seg_rank *r = &p->ranks[slot];
+	uint32_t e = atomic_load_explicit(&r->engine, memory_order_acquire), inc, last = 1;
+	int locked;
 
+	if (!e)
+		return;
+	inc = atomic_load_explicit(&r->incarnation, memory_order_relaxed);
+	/* Without the lock (unusable) the tickets are left to expire. */
+	locked = engine_lock(p) == 0;
 	atomic_store_explicit(&r->engine, 0, memory_order_release);
 	atomic_store_explicit(&r->quota, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->tp, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->timeout_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->incarnation, 0, memory_order_relaxed);
+	HC_POINT(engine_left);
+	for (unsigned s = 0; s < p->g.max_ranks && last; s++)
+		last = !(atomic_load_explicit(&p->ranks[s].engine, memory_order_acquire) == e &&
+			 atomic_load_explicit(&p->ranks[s].incarnation, memory_order_relaxed) == inc);
+	if (locked && last)
+		hc__tickets_end_engine(p, e, inc, slot);
+	if (locked)
+		engine_unlock(p);
 }

@@ -83,16 +83,19 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 
 /* A READY keyed page nobody seems to hold: worth a (C).  Under write_back
  * a dirty page (not in L3) is no candidate: eviction never waits for L3,
- * and never loses what only the pool has. */
+ * and never loses what only the pool has.  An orphan (a dead rank's page
+ * allocated without a key, held when it died) is one too: nobody owns it. */
 static int candidate(const struct hc_pool *p, uint32_t id, uint64_t *w)
 {
-	uint32_t need = HC_PF_KEYED;
+	uint32_t need = HC_PF_KEYED, f;
 
 	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) == HC_WRITE_BACK + 1)
 		need |= HC_PF_IN_L3;
 	*w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
-	return hc__w_state(*w) == HC_PAGE_READY &&
-	       (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & need) == need &&
+	if (hc__w_state(*w) != HC_PAGE_READY)
+		return 0;
+	f = atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed);
+	return ((f & need) == need || (f & (HC_PF_ORPHAN | HC_PF_KEYED)) == HC_PF_ORPHAN) &&
 	       !hc__held_anywhere(p, id) && !(hc__spare.n && hc__spared(id));
 }
 
@@ -101,6 +104,7 @@ static int take(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, h
 {
 	hc_page_t h;
 
+	HC_POINT(evict_victim);
 	if (hc__retire(p, id, w, out ? HC_RETIRE_TAKE : HC_RETIRE_FREE, &h) < 0)
 		return 0;
 	if (out) {

@@ -142,6 +142,7 @@ static void rebuild_stripe(struct hc_pool *p, unsigned s)
 	struct hc__khash kh;
 	uint64_t nent = (uint64_t)p->g.index_buckets * HC_BUCKET_ENTRIES;
 
+	HC_POINT(index_rebuild);
 	for (uint64_t i = 0; i < nent; i++) {
 		uint64_t e = atomic_load_explicit(&p->index[i], memory_order_acquire);
 		uint32_t id = (uint32_t)e - 1;
@@ -169,7 +170,7 @@ static void rebuild_stripe(struct hc_pool *p, unsigned s)
 void hc__index_lock(struct hc_pool *p, unsigned stripe)
 {
 	pthread_mutex_t *m = &p->ctl->index_lock[stripe].m;
-	int r = pthread_mutex_lock(m);
+	int r = hc__lock_shared(m);
 
 	if (r == EOWNERDEAD) {
 		rebuild_stripe(p, stripe);

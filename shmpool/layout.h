@@ -39,7 +39,7 @@
 #include "ring.h"
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  5 /* 5: stats rows of 256 words, with token histograms */
+#define HC_LAYOUT_MAJOR  6 /* 6: page flags ANON, SHARED, ORPHAN and a check; engine incarnations */
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
@@ -170,7 +170,10 @@ struct hc_seg_rank {
 	_Atomic uint32_t state;
 	_Atomic uint32_t pid;
 	_Atomic uint32_t epoch;
-	uint32_t reserved0;
+	/* The incarnation of the engine joined: written with 'engine' (below),
+	 * by the holder under ctl->engine_lock: the first live member takes a
+	 * new one (ctl->engine_seq), the others copy it. */
+	_Atomic uint32_t incarnation;
 	_Atomic uint64_t attached_unix_ns;
 	char comm[16];
 	/* Engine membership: written by the holder under ctl->engine_lock
@@ -259,7 +262,8 @@ struct hc_seg_ctl {
 	struct hc_seg_lock ticket_lock[HC_TICKET_STRIPES]; /* ticket find-or-create, by name hash */
 	_Atomic uint64_t lru_clock;   /* HC_EVICT_LRU: the last stamp handed out */
 	_Atomic uint64_t ticket_seq;  /* ticket records taken so far (ticket.c) */
-	uint8_t pad0[48];
+	_Atomic uint32_t engine_seq;  /* engine incarnations handed out, under engine_lock (engine.c) */
+	uint8_t pad0[44];
 	_Atomic uint32_t clock_hand;  /* HC_EVICT_CLOCK: the next page the hand looks at */
 	uint8_t pad1[60];
 };
@@ -287,30 +291,38 @@ static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_ST
  * Page entry.  'word' is the truth about the page:
  *
  *   bits 61..63  state  (enum hc_page_state)
- *   bits 54..60  owner rank slot (RESERVED, QUARANTINE, FREEING)
+ *   bits 54..60  owner rank slot: the reserver (RESERVED, READY), the quarantiner
+ *                (QUARANTINE), the retirer (FREEING)
  *   bits 32..53  generation, bumped by each allocation
  *   bits  0..31  aux: fill mask (RESERVED), quarantine start in ms of
- *                CLOCK_BOOTTIME mod 2^32 (QUARANTINE), else 0
+ *                CLOCK_BOOTTIME mod 2^32 (QUARANTINE), "checked" and the
+ *                READY word's owner (FREEING, hc__freeing_aux), else 0
  *
  * Notes on synchronization: every transition is one compare-and-swap on
  * 'word' (seq_cst), so a death at any instruction leaves a state that
  * recovery reads exactly.  Who may move what:
  *   FREE        -> RESERVED   any rank, allocating (gen+1, owner = self)
- *   QUARANTINE  -> RESERVED   any rank, allocating, once the grace ran out
+ *   QUARANTINE  -> RESERVED   any rank, allocating, once the grace ran out,
+ *                             the page is unkeyed and nothing holds it
  *   RESERVED    -> RESERVED   any rank with the handle, committing (aux |= bits)
  *   RESERVED    -> READY      whoever completes the fill mask
- *   RESERVED    -> FREE       the owner, aborting a one-writer page
- *   RESERVED    -> QUARANTINE the owner, aborting a page of several writers
- *   READY       -> FREEING    any rank, freeing or evicting (aux 0); then it
- *                             reads every hold and stores READY back if any,
- *                             else FREEING aux 1 ("nothing held"), takes the
- *                             page out of the index, and stores FREE, or
- *                             RESERVED (gen+1, owner = self) when an
+ *   RESERVED    -> QUARANTINE the owner, aborting; then it unkeys the page
+ *                             and, unless it is HC_PF_SHARED, stores FREE
+ *   READY       -> FREEING    any rank, freeing or evicting (aux: the READY
+ *                             owner); then it reads every hold and stores
+ *                             READY back if any, else FREEING "checked",
+ *                             takes the page out of the index, and stores
+ *                             FREE, or RESERVED (gen+1, owner = self) when an
  *                             allocation evicts it for itself
  *   RESERVED    -> QUARANTINE the dropper of an expired reservation ticket
- *   RESERVED of a dead owner -> QUARANTINE                  recovery
- *   FREEING of a dead owner  -> READY (aux 0) / FREE (aux 1) recovery
- *   QUARANTINE  -> FREE       recovery, once the grace ran out
+ *   RESERVED of a dead owner -> QUARANTINE, then unkeyed      recovery
+ *   FREEING of a dead retirer -> READY (unchecked) / FREE (checked) recovery
+ *   READY, ANON, of a dead owner -> FREE (as a retirement)   recovery
+ *   QUARANTINE  -> FREE       the sweep, once the grace ran out and nothing
+ *                             holds it (unkeying it first, at that word only)
+ * Whoever quarantines a keyed page unkeys it after its CAS, at that word
+ * (hc__unkey_at), never before: a page it has not yet settled may still
+ * become READY.
  * 'presence' is written by the allocator after its CAS and before the
  * handle leaves it; readers read it after an acquire load of 'word'.
  */
@@ -321,6 +333,24 @@ static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_ST
  * such object (it evicted or lost it); a fresh reservation clears flags.  A restarted service backs up the READY
  * pages without it that its write policy wants in L3. */
 #define HC_PF_IN_L3 0x2u
+/* Allocated without a key (hc_page_alloc): its owner's until it frees it;
+ * set by the allocator before the handle leaves it.  Recovery frees a dead
+ * owner's READY ones. */
+#define HC_PF_ANON 0x4u
+/* The reservation was handed to other writers (a reservation ticket of
+ * several ranks, an engine-mate's store): set (fetch_or) by the builder
+ * before it publishes, or by the co-writer before its copy starts.  An
+ * abort then quarantines the page, since their copies may still land; a
+ * page nobody else was given goes straight back to FREE. */
+#define HC_PF_SHARED 0x8u
+/* An ANON page whose owner died while another rank held it: set (fetch_or)
+ * by recovery; the last hold's release, the sweep or the evictor frees it. */
+#define HC_PF_ORPHAN 0x10u
+/* Bits 16..31: a check of what the allocator and the reserver wrote (the
+ * key, depth and presence of a keyed page; the presence of an ANON one),
+ * stored with KEYED or ANON: hc_pool_check tells a scribbled page entry by
+ * it. */
+#define HC_PF_CHECK_SHIFT 16
 
 struct hc_seg_page {
 	_Atomic uint64_t word;
@@ -391,7 +421,7 @@ struct hc_seg_ticket {
 	uint64_t keys_fold[2];       /* which keys the name was used with */
 	char request_id[48];
 	int32_t result;              /* 0, or the first rank's failure, which every rank gets */
-	uint32_t reserved0;
+	_Atomic uint32_t incarnation; /* the engine's (hc_seg_rank): a name is for one life of an engine */
 };
 static_assert(sizeof(struct hc_seg_ticket) == 128, "ticket record size");
 
@@ -434,6 +464,16 @@ static inline unsigned hc__w_state(uint64_t w) { return (unsigned)(w >> HC_W_STA
 static inline unsigned hc__w_owner(uint64_t w) { return (unsigned)((w >> HC_W_OWNER_SHIFT) & HC_W_OWNER_MASK); }
 static inline uint32_t hc__w_gen(uint64_t w) { return (uint32_t)((w >> HC_W_GEN_SHIFT) & HC_W_GEN_MASK); }
 static inline uint32_t hc__w_aux(uint64_t w) { return (uint32_t)w; }
+
+/* FREEING's aux: bit 0 "checked, nothing held"; bits 8..14 the owner the
+ * READY word had, which a recoverer of a dead retirer puts back. */
+#define HC_FREEING_CHECKED 0x1u
+static inline uint32_t hc__freeing_aux(unsigned ready_owner, uint32_t checked)
+{
+	return (uint32_t)(ready_owner & HC_W_OWNER_MASK) << 8 | checked;
+}
+static inline int hc__freeing_checked(uint64_t w) { return (hc__w_aux(w) & HC_FREEING_CHECKED) != 0; }
+static inline unsigned hc__freeing_owner(uint64_t w) { return (hc__w_aux(w) >> 8) & HC_W_OWNER_MASK; }
 
 /*
  * A rank slot's block in toc[RINGS]: its completion bell (the rank sleeps

@@ -28,13 +28,17 @@
  * ticket holds are the same protocol on a bit of the page's ticket mask
  * (ticket.c).  A freer or evictor reads all three after (C).
  *
- * RETIREMENT (free and evict, hc__retire).  After (C) and a (D) that saw
- * no hold, the retirer stores FREEING with aux = 1: "checked, nothing
- * held", then takes the page out of the key index, clears its key flag and
- * stores FREE (or RESERVED for itself, when an allocation evicts).  A
- * retirer that dies leaves FREEING: recovery puts aux = 0 back to READY
- * (holds may exist; the index entry was never touched) and finishes aux = 1
- * (nothing could pin it since (C)).
+ * RETIREMENT (free and evict, hc__retire).  (C) stores FREEING with the
+ * READY word's owner in aux.  After a (D) that saw no hold, the retirer
+ * marks FREEING "checked, nothing held", takes the page out of the key
+ * index, clears its key flag and stores FREE (or RESERVED for itself, when
+ * an allocation evicts).  A retirer that dies leaves FREEING: recovery puts
+ * an unchecked one back to READY, with its owner (holds may exist; the
+ * index entry was never touched), and finishes a checked one (nothing
+ * could pin it since (C)).
+ *
+ * ABORT (abort_one) and the co-writers' flag, HC_PF_SHARED, are the same
+ * protocol again, with QUARANTINE for FREEING and the flag for a hold.
  *
  * Every page id read from a handle or from the segment is checked against
  * the private copy of npages before use.
@@ -47,12 +51,12 @@
 
 #include "pool.h"
 
+static int free_orphan(struct hc_pool *p, uint32_t id);
+
+/* CLOCK_BOOTTIME in ms mod 2^32 (or an explorer's virtual clock, crash.h). */
 uint32_t hc__now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint32_t)((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u);
+	return (uint32_t)hc__clock_ms();
 }
 
 const char *hc_page_state_name(enum hc_page_state s)
@@ -243,7 +247,9 @@ static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_p
 		/* seq_cst: the page is ours before we write its presence. */
 		if (!atomic_compare_exchange_strong(wp, &w, hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0)))
 			continue;
+		HC_POINT(alloc_taken);
 		atomic_store_explicit(&p->pages[id].presence, presence, memory_order_relaxed);
+		atomic_store_explicit(&p->pages[id].flags, 0, memory_order_relaxed); /* a fresh life */
 		out[got++] = HC_PAGE_MAKE(id, gen);
 	}
 	atomic_store_explicit(&p->cursor, id, memory_order_relaxed); /* a hint: racing threads may share it */
@@ -257,6 +263,7 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		uint32_t rid = HC_PAGE_ID(pages[i]), gen = HC_PAGE_GEN(pages[i]);
 		uint64_t w = hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0);
 
+		HC_POINT(alloc_undo);
 		if (rid < p->g.npages &&
 		    atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0)))
 			hc__quota_give(p, 1);
@@ -311,7 +318,14 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 	if (presence == 0 || (presence >> p->g.ncomp) != 0)
 		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
 			       presence, p->g.ncomp);
-	return hc__alloc(p, n, presence, out, "alloc");
+	if ((ret = hc__alloc(p, n, presence, out, "alloc")) < 0)
+		return ret;
+	/* Before the handles leave us: ours until we free them (recovery
+	 * frees them if we die). */
+	for (unsigned i = 0; i < n; i++)
+		atomic_store_explicit(&p->pages[HC_PAGE_ID(out[i])].flags, HC_PF_ANON | hc__page_check(p, HC_PAGE_ID(out[i]), 0),
+				      memory_order_relaxed);
+	return ret;
 }
 
 int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group,
@@ -359,6 +373,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 			       shards, p->g.head_groups);
 	pg = &p->pages[HC_PAGE_ID(page)];
 	w = atomic_load_explicit(&pg->word, memory_order_acquire);
+	HC_POINT(commit_seen);
 	/*
 	 * The single writer's fast path: our own fresh reservation, every shard
 	 * at once: one CAS, no loop.  A CAS, not a store: another committer may
@@ -369,6 +384,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	    shards == hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed)) &&
 	    atomic_compare_exchange_strong_explicit(&pg->word, &w, hc__w_make(HC_PAGE_READY, (unsigned)p->slot, gen, 0),
 						    memory_order_seq_cst, memory_order_acquire)) {
+		HC_POINT(commit_done);
 		hc__quota_give(p, 1); /* our own reservation is done */
 		hc__dirty(p, pg);
 		return 1;
@@ -386,9 +402,11 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 		fill = hc__w_aux(w) | shards;
 		nw = fill == needed ? hc__w_make(HC_PAGE_READY, hc__w_owner(w), gen, 0)
 				    : hc__w_make(HC_PAGE_RESERVED, hc__w_owner(w), gen, fill);
+		HC_POINT(commit_seen);
 		/* Release (seq_cst): our shard's bytes before READY; pairs with the
 		 * acquire in hc_page_pin and in every reader's state load. */
 	} while (!atomic_compare_exchange_weak(&pg->word, &w, nw));
+	HC_POINT(commit_done);
 	if (fill == needed) { /* the owner's reservation is done */
 		hc__quota_give_slot(p, hc__w_owner(w), 1);
 		hc__dirty(p, pg);
@@ -397,45 +415,60 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 }
 
 /*
- * Where an aborted reservation goes.  One writer (a single shard needed):
- * straight back to FREE, since the caller owns every copy into it.  Several
- * writers (head groups, or groups and the replicated part): to quarantine,
- * because another rank's DMA into it may still land, even after that rank
- * died, and the owner cannot know.
+ * Abort: (C') the reservation goes to QUARANTINE, so no commit lands on it
+ * from here; then out of the index; then, unless it was handed to other
+ * writers (HC_PF_SHARED), to FREE at once: the caller's own copies into it
+ * are done (hc_page_abort(3)), and nobody else was given it.  A shared one
+ * stays in quarantine for the grace, and until no co-writer holds it,
+ * because their copies may still land, even after they died.  The flag is
+ * read after (C'): a co-writer sets it before it re-reads the word
+ * (hc__share_reserved), so one of the two sees the other.
  */
-static uint64_t abort_word(const struct hc_pool *p, struct hc_seg_page *pg, uint64_t w)
-{
-	uint32_t need = hc_page_needed(p, atomic_load_explicit(&pg->presence, memory_order_relaxed));
-
-	if (need & (need - 1))
-		return hc__w_make(HC_PAGE_QUARANTINE, hc__w_owner(w), hc__w_gen(w), hc__now_ms() | 1);
-	return hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
-}
-
 static int abort_one(struct hc_pool *p, hc_page_t page)
 {
-	struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(page)];
-	uint32_t gen = HC_PAGE_GEN(page);
-	uint64_t w = atomic_load_explicit(&pg->word, memory_order_relaxed);
+	const uint32_t id = HC_PAGE_ID(page), gen = HC_PAGE_GEN(page);
+	struct hc_seg_page *pg = &p->pages[id];
+	uint64_t w = atomic_load_explicit(&pg->word, memory_order_relaxed), q;
 
 	for (;;) {
 		if (hc__w_state(w) != HC_PAGE_RESERVED || hc__w_gen(w) != gen)
-			return hc__err(ESTALE, "abort: page %u generation %u is not reserved (now %s)",
-				       HC_PAGE_ID(page), gen, hc_page_state_name(hc__w_state(w)));
+			return hc__err(ESTALE, "abort: page %u generation %u is not reserved (now %s)", id, gen,
+				       hc_page_state_name(hc__w_state(w)));
 		if (hc__w_owner(w) != (unsigned)p->slot)
-			return hc__err(EPERM, "abort: page %u is reserved by rank slot %u, not this one (%d)",
-				       HC_PAGE_ID(page), hc__w_owner(w), p->slot);
-		/* Out of the index first: a dead aborter leaves a RESERVED page
-		 * of a dead owner, which recovery quarantines and unkeys. */
-		if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
-			hc__unkey(p, HC_PAGE_ID(page));
-		if (atomic_compare_exchange_weak(&pg->word, &w, abort_word(p, pg, w))) {
-			hc__quota_give(p, 1);
-			if (hc__w_state(abort_word(p, pg, w)) == HC_PAGE_QUARANTINE)
-				hc__count(p, HC_CTR_quarantines, 1);
-			return 0;
-		}
+			return hc__err(EPERM, "abort: page %u is reserved by rank slot %u, not this one (%d)", id,
+				       hc__w_owner(w), p->slot);
+		HC_POINT(abort_seen);
+		q = hc__w_make(HC_PAGE_QUARANTINE, (unsigned)p->slot, gen, hc__now_ms() | 1);
+		if (atomic_compare_exchange_weak(&pg->word, &w, q)) /* (C'), seq_cst */
+			break;
 	}
+	HC_POINT(abort_quarantined);
+	hc__quota_give(p, 1);
+	/* A dead aborter leaves a quarantined page, keyed or not: the sweep's. */
+	hc__unkey_at(p, id, q);
+	if (atomic_load(&pg->flags) & HC_PF_SHARED) { /* (D') */
+		hc__count(p, HC_CTR_quarantines, 1);
+		return 0;
+	}
+	HC_POINT(abort_unkeyed);
+	/* Fails only when a zero grace let an allocator take it already. */
+	atomic_compare_exchange_strong(&pg->word, &q, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
+	return 0;
+}
+
+/* A co-writer's side of abort's (C')/(D'): mark the reservation shared,
+ * then see that it still is one.  0, or -ESTALE. */
+int hc__share_reserved(struct hc_pool *p, hc_page_t page)
+{
+	struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(page)];
+	uint64_t w;
+
+	if (!(atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_SHARED))
+		atomic_fetch_or(&pg->flags, HC_PF_SHARED); /* (A'), seq_cst */
+	w = atomic_load(&pg->word); /* (B') */
+	if (hc__w_state(w) != HC_PAGE_RESERVED || hc__w_gen(w) != HC_PAGE_GEN(page))
+		return -ESTALE;
+	return 0;
 }
 
 /*
@@ -521,6 +554,7 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, co
 			return hc__err(EOVERFLOW, "%s: page %u is %s 65535 times by this rank", op, HC_PAGE_ID(page),
 				       hold_name(one));
 	} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
+	HC_POINT(hold_counted);
 	for (unsigned spin = 1;; spin++) {
 		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 		if (hc__w_gen(w) == HC_PAGE_GEN(page) &&
@@ -530,9 +564,11 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, co
 		if (!(flags & HC_HOLD_WAIT_FREEING) || hc__w_state(w) != HC_PAGE_FREEING ||
 		    hc__w_gen(w) != HC_PAGE_GEN(page))
 			break;
+		HC_POINT(hold_wait);
 		/* A freer that died after (C) never puts it back: prove it dead
-		 * (its recovery restores READY), or give up after a long while. */
-		if (spin % 4096 == 0) {
+		 * (its recovery restores READY), or give up after a long while.
+		 * Under a schedule every turn is a step: look every time. */
+		if (spin % 4096 == 0 || hc__sched_on()) {
 			if (spin >= 4096u * 2048u)
 				break;
 			if (hc__w_owner(w) < p->g.max_ranks)
@@ -542,6 +578,7 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, co
 		__builtin_ia32_pause();
 	}
 	hold_undo(c, one);
+	HC_POINT(hold_undone);
 	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_FREEING)
 		return hc__err(EAGAIN, "%s: page %u is being freed", op, HC_PAGE_ID(page));
 	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_RESERVED)
@@ -586,8 +623,11 @@ static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *
 			return hc__err(EINVAL, "%s: page %u is not %s by this rank", op, HC_PAGE_ID(page), hold_name(one));
 		/* Release: our reads of the page happen before a freer sees the count drop. */
 	} while (!atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed));
-	if (v == one) /* the page is no longer held by this rank */
+	HC_POINT(unpin_dropped);
+	if (v == one) { /* the page is no longer held by this rank */
 		hc__quota_give(p, 1);
+		free_orphan(p, HC_PAGE_ID(page));
+	}
 	return 0;
 }
 
@@ -644,51 +684,84 @@ void hc__page_holds(const struct hc_pool *p, uint32_t id, struct hc__holds *h)
 		h->tickets += (uint32_t)__builtin_popcountll(atomic_load_explicit(&tm[t], memory_order_relaxed));
 }
 
-/* Take a keyed page out of the index and clear its key flag.  The caller
- * holds the page (RESERVED or FREEING by it, or a dead owner's slot). */
-void hc__unkey(struct hc_pool *p, uint32_t id)
+/*
+ * Take page id out of the index and clear its key flag, if its word is
+ * still w: checked under the key's stripe lock, which every unkeyer of this
+ * life takes too, while keying a next life needs a new generation (a new
+ * word).  So a sweeper that read the page a while ago can never unkey the
+ * page's next life.  1 if it unkeyed it.
+ */
+int hc__unkey_at(struct hc_pool *p, uint32_t id, uint64_t w)
 {
+	struct hc_seg_page *pg = &p->pages[id];
 	struct hc__khash kh;
+	int done = 0;
 
+	if (!(atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED))
+		return 0;
 	hc__page_khash(p, id, &kh);
 	hc__index_lock(p, kh.stripe);
-	hc__index_remove(p, &kh, id);
-	atomic_store_explicit(&p->pages[id].flags, 0, memory_order_release);
+	HC_POINT(unkey_locked);
+	if (atomic_load(&pg->word) == w && hc__page_key_is(p, id, &kh)) {
+		hc__index_remove(p, &kh, id);
+		HC_POINT(unkey_removed);
+		atomic_fetch_and_explicit(&pg->flags, ~HC_PF_KEYED, memory_order_release);
+		done = 1;
+	}
 	hc__index_unlock(p, kh.stripe);
+	return done;
+}
+
+/* The same, for a page the caller holds in a state nobody else moves
+ * (RESERVED by it, and never handed out). */
+void hc__unkey(struct hc_pool *p, uint32_t id)
+{
+	hc__unkey_at(p, id, atomic_load(&p->pages[id].word));
 }
 
 /*
  * Retire a READY page whose word is 'expect': (C), (D), then out of the
  * index and FREE, or RESERVED for us (how = HC_RETIRE_TAKE, *taken gets the
- * handle).  0, -EBUSY if held, -EAGAIN if the word changed.
+ * handle).  'as' is the slot FREEING names: ours, or the dead slot a
+ * recoverer holds (whose next recovery finishes or undoes it).  0, -EBUSY
+ * if held, -EAGAIN if the word changed.
  */
-int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page_t *taken)
+static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned as, int how, hc_page_t *taken)
 {
 	struct hc_seg_page *pg = &p->pages[id];
 	uint32_t gen = hc__w_gen(expect);
-	uint64_t w = expect;
+	uint32_t was = hc__w_owner(expect);
+	uint64_t w = expect, checked = hc__w_make(HC_PAGE_FREEING, as, gen, hc__freeing_aux(was, HC_FREEING_CHECKED));
 
-	if (!atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 0))) /* (C) */
+	if (!atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREEING, as, gen, hc__freeing_aux(was, 0)))) /* (C) */
 		return -EAGAIN;
+	HC_POINT(retire_freeing);
 	if (hc__held_anywhere(p, id)) { /* (D) */
+		HC_POINT(retire_putback);
 		/* Release: pairs with the acquire of whoever pins it next. */
 		atomic_store_explicit(&pg->word, expect, memory_order_release);
 		return -EBUSY;
 	}
 	/* Checked, nothing held: from here recovery finishes, never undoes. */
-	atomic_store(&pg->word, hc__w_make(HC_PAGE_FREEING, (unsigned)p->slot, gen, 1));
-	if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
-		hc__unkey(p, id);
+	atomic_store(&pg->word, checked);
+	HC_POINT(retire_checked);
+	hc__unkey_at(p, id, checked);
+	HC_POINT(retire_unkeyed);
 	/* Release: the hold reads above happen before the page is reusable;
 	 * the next allocator's CAS acquires it. */
 	if (how == HC_RETIRE_TAKE) {
-		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen + 1, 0),
-				      memory_order_release);
+		atomic_store_explicit(&pg->flags, 0, memory_order_relaxed); /* a fresh life */
+		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_RESERVED, as, gen + 1, 0), memory_order_release);
 		*taken = HC_PAGE_MAKE(id, gen + 1);
 	} else {
 		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0), memory_order_release);
 	}
 	return 0;
+}
+
+int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page_t *taken)
+{
+	return retire_as(p, id, expect, (unsigned)p->slot, how, taken);
 }
 
 static int free_one(struct hc_pool *p, hc_page_t page)
@@ -755,47 +828,80 @@ int hc_pool_count_states(const hc_pool *p, uint64_t counts[5])
 }
 
 /*
- * Recovery, with the dead slot's mutex held: quarantine its reservations
- * (out of the index), and settle its half-done retirements: back to READY
- * if it had not yet seen that nothing held the page, else finish to FREE.
+ * Recovery, with the dead slot's mutex held.  Its reservations go to
+ * quarantine first, then out of the index: a live co-writer may complete
+ * one meanwhile (READY and keyed, a page like any other), and then the CAS
+ * fails and the key stays.  Its half-done retirements settle: back to READY
+ * if it had not yet seen that nothing held the page, else on to FREE.  And
+ * the READY pages it allocated without a key are freed, as the dead slot
+ * (so a recoverer that dies here leaves FREEING of that slot, for the next
+ * one); one another rank still holds becomes an orphan, freed when the last
+ * hold goes.
  */
 void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
-	uint32_t now = hc__now_ms() | 1;
-
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		struct hc_seg_page *pg = &p->pages[i];
 		uint64_t w = atomic_load_explicit(&pg->word, memory_order_acquire), nw;
 		unsigned st = hc__w_state(w);
-		int keyed;
+		uint32_t f;
 
-		if (hc__w_owner(w) != slot || (st != HC_PAGE_RESERVED && st != HC_PAGE_FREEING))
+		if (hc__w_owner(w) != slot || (st != HC_PAGE_RESERVED && st != HC_PAGE_FREEING && st != HC_PAGE_READY))
 			continue;
-		keyed = (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED) != 0;
-		if (st == HC_PAGE_FREEING && hc__w_aux(w) == 0) {
-			/* Its index entry was never touched: nothing to redo there. */
-			nw = hc__w_make(HC_PAGE_READY, 0, hc__w_gen(w), 0);
-			if (keyed)
+		f = atomic_load_explicit(&pg->flags, memory_order_relaxed);
+		if (st == HC_PAGE_READY && (f & (HC_PF_ANON | HC_PF_KEYED | HC_PF_ORPHAN)) != HC_PF_ANON)
+			continue; /* a cache page, or an orphan already */
+		HC_POINT(recover_page_seen);
+		if (st == HC_PAGE_RESERVED) {
+			/* Only commits move it now, and only up to READY. */
+			do {
+				nw = hc__w_make(HC_PAGE_QUARANTINE, slot, hc__w_gen(w), hc__now_ms() | 1);
+				if (atomic_compare_exchange_strong(&pg->word, &w, nw)) {
+					HC_POINT(recover_quarantined);
+					hc__unkey_at(p, i, nw);
+					if (rep)
+						rep->quarantined++;
+					hc__count(p, HC_CTR_quarantines, 1);
+					break;
+				}
+			} while (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot);
+		} else if (st == HC_PAGE_FREEING && !hc__freeing_checked(w)) {
+			/* Its index entry was never touched: nothing to redo there.
+			 * READY goes back with the owner it had. */
+			nw = hc__w_make(HC_PAGE_READY, hc__freeing_owner(w), hc__w_gen(w), 0);
+			if (f & HC_PF_KEYED)
 				hc__index_repair_page(p, i);
 			if (atomic_compare_exchange_strong(&pg->word, &w, nw) && rep)
 				rep->unfreed++;
-			continue;
-		}
-		/* Only the dead owner could move these, and we hold its slot. */
-		if (keyed)
-			hc__unkey(p, i);
-		if (st == HC_PAGE_RESERVED) {
-			nw = hc__w_make(HC_PAGE_QUARANTINE, slot, hc__w_gen(w), now);
-			if (atomic_compare_exchange_strong(&pg->word, &w, nw)) {
-				if (rep)
-					rep->quarantined++;
-				hc__count(p, HC_CTR_quarantines, 1);
-			}
+		} else if (st == HC_PAGE_FREEING) {
+			/* Checked, nothing held: only the dead retirer moved it. */
+			hc__unkey_at(p, i, w);
+			atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0));
 		} else {
-			nw = hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
-			atomic_compare_exchange_strong(&pg->word, &w, nw);
+			HC_POINT(recover_orphaned);
+			int r = retire_as(p, i, w, slot, HC_RETIRE_FREE, NULL);
+			if (r == -EBUSY) /* a live rank holds it: the last hold frees it */
+				atomic_fetch_or(&pg->flags, HC_PF_ORPHAN);
+			if (r == 0 && rep)
+				rep->reclaimed++;
+			if (r == -EBUSY && (rep))
+				rep->orphaned++;
 		}
 	}
+}
+
+/* An orphan nobody holds goes: the last hold's release, the sweep or the
+ * evictor (a slot holder) frees it.  Tries once; a racing freer that
+ * loses leaves it for the next. */
+static int free_orphan(struct hc_pool *p, uint32_t id)
+{
+	struct hc_seg_page *pg = &p->pages[id];
+	uint64_t w = atomic_load(&pg->word);
+	uint32_t f = atomic_load_explicit(&pg->flags, memory_order_relaxed);
+
+	if (p->slot < 0 || hc__w_state(w) != HC_PAGE_READY || (f & (HC_PF_ORPHAN | HC_PF_KEYED)) != HC_PF_ORPHAN)
+		return 0;
+	return hc__retire(p, id, w, HC_RETIRE_FREE, NULL) == 0;
 }
 
 void hc__pins_drop_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
@@ -805,6 +911,7 @@ void hc__pins_drop_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_rep
 		uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
 
 		if (v) {
+			HC_POINT(recover_pins);
 			atomic_store(c, 0);
 			if (rep)
 				rep->pins_dropped += (v & 0xffff) + (v >> 16);
@@ -834,18 +941,23 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 			nw = hc__w_make(HC_PAGE_QUARANTINE, 0, hc__w_gen(w), now);
 			count = rep ? &rep->bad_words : NULL;
 		} else if (st == HC_PAGE_QUARANTINE && grace_over(p, hc__w_aux(w)) && !hc__held_anywhere(p, i)) {
+			HC_POINT(sweep_seen);
 			/* Whoever quarantined a keyed page may have died before
-			 * unkeying it; nobody else touches a quarantined page. */
-			if (atomic_load_explicit(&p->pages[i].flags, memory_order_relaxed) & HC_PF_KEYED)
-				hc__unkey(p, i);
+			 * unkeying it.  Only this life: another sweep may have
+			 * freed it since we read it, and a rank keyed it anew. */
+			hc__unkey_at(p, i, w);
+			HC_POINT(sweep_unkeyed);
 			nw = hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
 			count = rep ? &rep->released : NULL;
 		} else if (st == HC_PAGE_RESERVED && hc__w_aux(w) != 0 &&
 			   hc__w_aux(w) == hc_page_needed(p, atomic_load_explicit(&p->pages[i].presence, memory_order_relaxed))) {
 			/* fill != 0 means a commit ran, so presence is this life's */
+			HC_POINT(sweep_seen);
 			nw = hc__w_make(HC_PAGE_READY, hc__w_owner(w), hc__w_gen(w), 0);
 			count = rep ? &rep->promoted : NULL;
 		} else {
+			if (st == HC_PAGE_READY && free_orphan(p, i) && rep)
+				rep->reclaimed++;
 			continue;
 		}
 		if (atomic_compare_exchange_strong(wp, &w, nw) && count)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "crash.h"
 #include "layout.h"
 
 struct hc_pool {
@@ -130,7 +131,9 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n);
 #define HC_RETIRE_FREE 0 /* to FREE */
 #define HC_RETIRE_TAKE 1 /* to RESERVED for this rank, a new generation */
 int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page_t *taken);
+int hc__unkey_at(struct hc_pool *p, uint32_t id, uint64_t w);
 void hc__unkey(struct hc_pool *p, uint32_t id);
+int hc__share_reserved(struct hc_pool *p, hc_page_t page);
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op);
 void hc__quota_give(struct hc_pool *p, uint32_t n);
 void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n);
@@ -170,6 +173,9 @@ void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n);
 void hc__engine_clear_slot(struct hc_pool *p, unsigned slot);
 void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot);
 void hc__tickets_sweep(struct hc_pool *p);
+/* Engine e (id + 1) of incarnation inc has no member left: drop its open
+ * tickets (as slot 'as') and free its tombstones. */
+void hc__tickets_end_engine(struct hc_pool *p, uint32_t e, uint32_t inc, unsigned as);
 int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op);
 
 /* check.c */
@@ -319,14 +325,14 @@ static inline int64_t hc__index_tag(const struct hc_pool *p, const struct hc__kh
 }
 
 /* A page the index should answer for: RESERVED, READY, or FREEING not yet
- * past its hold check.  A leaving page (FREEING aux 1, or QUARANTINE still
+ * past its hold check.  A leaving page (FREEING checked, or QUARANTINE still
  * keyed) keeps its entry for a moment and must not shadow the key's next
  * page. */
 static inline int hc__live_word(uint64_t w)
 {
 	unsigned st = hc__w_state(w);
 
-	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && hc__w_aux(w) == 0);
+	return st == HC_PAGE_RESERVED || st == HC_PAGE_READY || (st == HC_PAGE_FREEING && !hc__freeing_checked(w));
 }
 
 /* Keyed, and live with word w: the page should have exactly one entry. */
@@ -341,6 +347,21 @@ static inline uint32_t hc__hwm(const struct hc_pool *p)
 	uint32_t hwm = atomic_load(&p->hdr->slots_hwm);
 
 	return hwm > p->g.max_ranks ? p->g.max_ranks : hwm;
+}
+
+/* The 16-bit check of what the reserver wrote (key, depth and presence
+ * when keyed, else presence), in HC_PF_CHECK_SHIFT's bits. */
+static inline uint32_t hc__page_check(const struct hc_pool *p, uint32_t id, int keyed)
+{
+	const struct hc_seg_page *pg = &p->pages[id];
+	uint64_t h = hc__mix64(atomic_load_explicit(&pg->presence, memory_order_relaxed) ^ UINT64_C(0x5bd1e995));
+
+	if (keyed) {
+		h = hc__mix64(h ^ atomic_load_explicit(&pg->depth, memory_order_relaxed));
+		for (int i = 0; i < 4; i++)
+			h = hc__mix64(h ^ atomic_load_explicit(&pg->key[i], memory_order_relaxed));
+	}
+	return (uint32_t)(h >> 48) << HC_PF_CHECK_SHIFT;
 }
 
 #endif /* HC_SHMPOOL_POOL_H */

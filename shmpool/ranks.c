@@ -65,6 +65,7 @@ static void recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_re
 	hc__tickets_recover_slot(p, slot);
 	hc__pages_release_slot(p, slot, rep);
 	hc__pins_drop_slot(p, slot, rep);
+	HC_POINT(recover_engine);
 	hc__engine_clear_slot(p, slot);
 }
 
@@ -86,12 +87,14 @@ static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_r
 	atomic_store_explicit(&r->holder_tid, 0, memory_order_release);
 	hc__log(HC_LOG_INFO, "rank slot %u (pid %u) is dead; undoing its holds", slot,
 		atomic_load_explicit(&r->pid, memory_order_relaxed));
+	HC_POINT(recover_begin);
 	recover_slot(p, slot, rep);
 	if (was != HC_RANK_FREE) { /* LIVE, or RECOVERING by a recoverer that died */
 		if (rep)
 			rep->dead_ranks++;
 		hc__count(p, HC_CTR_recoveries, 1);
 	}
+	HC_POINT(recover_end);
 	atomic_store_explicit(&r->state, HC_RANK_FREE, memory_order_release);
 	return pthread_mutex_consistent(&r->lock);
 }
@@ -121,9 +124,12 @@ static int held_by_holder(struct hc_seg_rank *r)
  */
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
-	struct hc_seg_rank *r = &p->ranks[slot];
+	struct hc_seg_rank *r;
 	int ret;
 
+	if (slot >= p->g.max_ranks) /* past the table lie other regions: never lock those */
+		return hc__err(EINVAL, "probe: rank slot %u is out of range: the pool has %u", slot, p->g.max_ranks);
+	r = &p->ranks[slot];
 	if ((int)slot == p->slot)
 		return 1;
 	if (p->readonly)
@@ -140,7 +146,9 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 			return 1;
 		if (tries >= HC_PROBE_RETRIES) /* a recoverer that is slow, or stopped: dead, not ours to wait for */
 			return st == HC_RANK_FREE ? 1 : HC_PROBE_RECOVERING;
-		usleep(HC_PROBE_WAIT_US);
+		HC_POINT(probe_busy);
+		if (!hc__sched_on()) /* under a schedule the holder runs while we park */
+			usleep(HC_PROBE_WAIT_US);
 		ret = pthread_mutex_trylock(&r->lock);
 	}
 	if (ret == EOWNERDEAD) {
@@ -210,6 +218,7 @@ static void *holder_main(void *arg)
 				continue;
 			}
 			slot = (int)s;
+			HC_POINT(rank_claimed);
 			break;
 		}
 		if (!transient)
@@ -280,6 +289,7 @@ fail:
 void hc__rank_release(struct hc_pool *p)
 {
 	recover_slot(p, (unsigned)p->slot, NULL);
+	HC_POINT(rank_release);
 	holder_set(p, 3, p->slot);
 	pthread_join(p->holder, NULL);
 	pthread_cond_destroy(&p->holder_cv);

@@ -37,7 +37,7 @@ static int key_status_id(struct hc_pool *p, const struct hc__khash *kh, uint32_t
 	case HC_PAGE_RESERVED:
 		return HC_SKIP_BUSY;
 	case HC_PAGE_FREEING:
-		return hc__w_aux(w) ? 0 : HC_SKIP_BUSY; /* aux 1: going, no way back */
+		return hc__freeing_checked(w) ? 0 : HC_SKIP_BUSY; /* checked: going, no way back */
 	default:
 		return 0;
 	}
@@ -134,6 +134,7 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 	if (want && (ret = hc__alloc(p, want, presence, pool, "reserve")) < 0)
 		goto out;
 	have = want;
+	HC_POINT(reserve_allocated);
 	for (done = 0; done < n; done++) {
 		struct hc_seg_page *pg;
 		uint32_t id;
@@ -163,14 +164,16 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 		for (int k = 0; k < 4; k++)
 			atomic_store_explicit(&pg->key[k], kh[done].k[k], memory_order_relaxed);
 		atomic_store_explicit(&pg->depth, req->first_depth + done, memory_order_relaxed);
-		atomic_store_explicit(&pg->flags, HC_PF_KEYED, memory_order_relaxed);
+		atomic_store_explicit(&pg->flags, HC_PF_KEYED | hc__page_check(p, id, 1), memory_order_relaxed);
 		atomic_store_explicit(&pg->hits, 0, memory_order_relaxed);
+		HC_POINT(reserve_keyed);
 		ret = hc__index_insert(p, &kh[done], id); /* release: key and flags first */
 		if (ret < 0) {
 			atomic_store_explicit(&pg->flags, 0, memory_order_relaxed);
 			hc__index_unlock(p, kh[done].stripe);
 			goto fail;
 		}
+		HC_POINT(reserve_inserted);
 		hc__index_unlock(p, kh[done].stripe);
 		pages[done] = pool[used++];
 	}
@@ -181,6 +184,7 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 	ret = (int)used;
 	goto out;
 fail:
+	HC_POINT(reserve_undo);
 	undo(p, pages, skip, done);
 	hc__alloc_undo(p, pool + used, have - used);
 out:

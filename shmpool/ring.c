@@ -91,6 +91,7 @@ int hc__ring_refresh(struct hc__ring *v, enum hc_ring_role role)
 void hc__ring_post(struct hc__ring *v, uint32_t k)
 {
 	v->mine += k;
+	HC_POINT(ring_posted);
 	/* Release: the k entries are written before the consumer sees them. */
 	atomic_store_explicit(&v->r->tail, v->mine, memory_order_release);
 }
@@ -118,6 +119,7 @@ int hc__ring_avail(struct hc__ring *v, uint32_t want)
 void hc__ring_release(struct hc__ring *v, uint32_t k)
 {
 	v->mine += k;
+	HC_POINT(ring_consumed);
 	/* Release: our copies of the entries are made before the producer reuses them. */
 	atomic_store_explicit(&v->r->head, v->mine, memory_order_release);
 }

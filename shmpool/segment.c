@@ -320,6 +320,8 @@ int hc_pool_create(const struct hc_pool_spec *s)
 
 	if (!s)
 		return hc__err(EINVAL, "pool spec is NULL");
+	if ((ret = hc__pt_env()) < 0)
+		return ret;
 	if ((ret = pool_path(s->dir, s->name, path, sizeof(path))) < 0)
 		return ret;
 	if ((ret = spec_to_geom(s, &g)) < 0)
@@ -638,6 +640,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 		return hc__err(EINVAL, "attach: unknown flags 0x%x", flags);
 	if (flags & HC_ATTACH_READONLY)
 		flags |= HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER;
+	if ((ret = hc__pt_env()) < 0)
+		return ret;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return hc__err(ENOMEM, "attach: out of memory");

@@ -39,6 +39,7 @@
 
 struct tk_name {
 	uint32_t engine; /* id + 1 */
+	uint32_t inc;    /* the engine's incarnation */
 	uint32_t step;
 	char req[48];
 	uint64_t hash;
@@ -46,10 +47,7 @@ struct tk_name {
 
 static uint64_t now_ms64(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+	return hc__clock_ms();
 }
 
 static inline uint64_t all_shares(uint32_t tp)
@@ -66,6 +64,7 @@ static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name,
 	nm->engine = atomic_load_explicit(&me->engine, memory_order_relaxed);
 	if (!nm->engine)
 		return hc__err(EINVAL, "%s: this rank has joined no engine: call hc_engine_join first", op);
+	nm->inc = atomic_load_explicit(&me->incarnation, memory_order_relaxed);
 	if (!name || !name->request_id)
 		return hc__err(EINVAL, "%s: the ticket name%s is NULL", op, name ? "'s request id" : "");
 	len = strnlen(name->request_id, HC_REQUEST_ID_MAX + 1);
@@ -74,7 +73,8 @@ static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name,
 			       HC_REQUEST_ID_MAX);
 	memcpy(nm->req, name->request_id, len);
 	nm->step = name->step;
-	nm->hash = hc__mix64(((uint64_t)nm->engine << 32 | nm->step) ^ UINT64_C(0x9e3779b97f4a7c15));
+	nm->hash = hc__mix64(((uint64_t)nm->engine << 32 | nm->step) ^ UINT64_C(0x9e3779b97f4a7c15) ^
+			     ((uint64_t)nm->inc << 17));
 	for (size_t i = 0; i < sizeof(nm->req); i += 8) {
 		uint64_t v;
 		memcpy(&v, nm->req + i, 8);
@@ -109,6 +109,7 @@ static int matches(const struct hc_pool *p, unsigned t, const struct tk_name *nm
 	if (hc__tk_state(w1) == HC_TK_FREE || atomic_load_explicit(&r->name_hash, memory_order_acquire) != nm->hash)
 		return 0;
 	eq = atomic_load_explicit(&r->engine, memory_order_relaxed) == nm->engine &&
+	     atomic_load_explicit(&r->incarnation, memory_order_relaxed) == nm->inc &&
 	     atomic_load_explicit(&r->step, memory_order_relaxed) == nm->step &&
 	     memcmp(r->request_id, nm->req, sizeof(nm->req)) == 0;
 	atomic_thread_fence(memory_order_acquire); /* the name reads before the re-read */
@@ -120,7 +121,7 @@ static int matches(const struct hc_pool *p, unsigned t, const struct tk_name *nm
 static int stripe_lock(struct hc_pool *p, unsigned s)
 {
 	pthread_mutex_t *m = &p->ctl->ticket_lock[s].m;
-	int r = pthread_mutex_lock(m);
+	int r = hc__lock_shared(m);
 
 	/* Nothing to rebuild: records move by CAS, and a half-named record of a
 	 * dead taker is BUILDING under a dead owner, which recovery frees. */
@@ -174,9 +175,13 @@ static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, 
 		((uint64_t)((hc__tk_gen(w) + 1) & HC_TK_GEN_MASK) << HC_TK_GEN_SHIFT) | (UINT64_C(1) << nw->rank);
 	if (!atomic_compare_exchange_strong(&r->word, &w, taken))
 		return -EAGAIN;
+	HC_POINT(ticket_taken);
+	if (hc__tk_state(w) == HC_TK_CLOSED)
+		HC_POINT(ticket_reused);
 	/* The generation moved: finders ignore the old name from here. */
 	atomic_store_explicit(&r->name_hash, 0, memory_order_release);
 	atomic_store_explicit(&r->engine, nm->engine, memory_order_relaxed);
+	atomic_store_explicit(&r->incarnation, nm->inc, memory_order_relaxed);
 	atomic_store_explicit(&r->step, nm->step, memory_order_relaxed);
 	memcpy(r->request_id, nm->req, sizeof(r->request_id));
 	r->kind = nw->kind;
@@ -257,8 +262,7 @@ static void abandon(struct hc_pool *p, hc_page_t page)
 		if (atomic_compare_exchange_weak(&pg->word, &w, q)) {
 			hc__count(p, HC_CTR_quarantines, 1);
 			hc__quota_give_slot(p, hc__w_owner(w), 1);
-			if (atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_KEYED)
-				hc__unkey(p, HC_PAGE_ID(page));
+			hc__unkey_at(p, HC_PAGE_ID(page), q);
 			return;
 		}
 	}
@@ -277,6 +281,7 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 
 		if (e == HC_PAGE_NONE || HC_PAGE_ID(h) >= p->g.npages)
 			continue;
+		HC_POINT(ticket_drop);
 		if (r->kind == HC_TK_LOOKUP) {
 			_Atomic uint64_t *tw = &hc__tmask_row(p, HC_PAGE_ID(h))[t / 64];
 			if (atomic_load_explicit(tw, memory_order_relaxed) & (UINT64_C(1) << (t % 64)))
@@ -285,6 +290,7 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 		else if ((w & HC_TK_EXPIRED) && !(e >> HC_TP_SKIP_SHIFT))
 			abandon(p, h);
 	}
+	HC_POINT(ticket_dropped);
 	/* Release: the holds are gone before the record can be taken again. */
 	atomic_store_explicit(&r->word, hc__tk_with(w, HC_TK_CLOSED, 0), memory_order_release);
 }
@@ -300,6 +306,7 @@ static int expire(struct hc_pool *p, unsigned t, uint64_t w)
 	nw = hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot) | HC_TK_EXPIRED;
 	if (!atomic_compare_exchange_strong(&r->word, &w, nw))
 		return 0;
+	HC_POINT(ticket_expired);
 	drop(p, t, nw);
 	hc__count(p, HC_CTR_tickets_expired, 1);
 	return 1;
@@ -336,6 +343,34 @@ void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot)
 	}
 }
 
+/* The engine is gone (engine.c): its open tickets are dropped as slot
+ * 'as', their unclaimed shares expired, and its tombstones freed, so no
+ * ticket outlives the engine that held it. */
+void hc__tickets_end_engine(struct hc_pool *p, uint32_t e, uint32_t inc, unsigned as)
+{
+	for (unsigned t = 0; t < p->g.max_tickets; t++) {
+		struct hc_seg_ticket *r = &p->tickets[t];
+		uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), nw;
+
+		if (atomic_load_explicit(&r->engine, memory_order_relaxed) != e ||
+		    atomic_load_explicit(&r->incarnation, memory_order_relaxed) != inc)
+			continue;
+		if (hc__tk_state(w) == HC_TK_OPEN) {
+			nw = hc__tk_with(w, HC_TK_DROPPING, as) | HC_TK_EXPIRED;
+			if (atomic_compare_exchange_strong(&r->word, &w, nw)) {
+				HC_POINT(ticket_expired);
+				drop(p, t, nw);
+				w = atomic_load_explicit(&r->word, memory_order_acquire);
+			}
+		}
+		/* Only a record of this name's generation: a taker may have it already. */
+		if (hc__tk_state(w) == HC_TK_CLOSED &&
+		    atomic_load_explicit(&r->engine, memory_order_relaxed) == e &&
+		    atomic_load_explicit(&r->incarnation, memory_order_relaxed) == inc)
+			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~HC_TK_CLAIMED);
+	}
+}
+
 /* Wait for a builder to publish; 0 when the record is past BUILDING. */
 static int wait_built(struct hc_pool *p, unsigned t, uint32_t gen, uint32_t timeout_ms, uint64_t *w)
 {
@@ -346,11 +381,17 @@ static int wait_built(struct hc_pool *p, unsigned t, uint32_t gen, uint32_t time
 		*w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
 		if (hc__tk_gen(*w) != gen || hc__tk_state(*w) != HC_TK_BUILDING)
 			return 0;
-		if (i % 64 == 0 && hc__rank_probe(p, hc__tk_owner(*w), NULL) == 0)
+		if (hc__tk_owner(*w) >= p->g.max_ranks) /* never probe a slot past the table: the service's lock lies there */
+			return hc__err(EBADMSG, "ticket: record %u is being built by rank slot %u, past the pool's %u: the segment is corrupt; run hicache-pool check",
+				       t, hc__tk_owner(*w), p->g.max_ranks);
+		if ((i % 64 == 0 || hc__sched_on()) && hc__rank_probe(p, hc__tk_owner(*w), NULL) == 0)
 			continue; /* the builder was dead: its recovery just freed the record */
+		HC_POINT(ticket_wait);
 		if (now_ms64() - start > timeout_ms)
 			return hc__err(ETIMEDOUT, "ticket: rank slot %u has been building ticket %u for %u ms and is alive; is it stopped?",
 				       hc__tk_owner(*w), t, timeout_ms);
+		if (hc__sched_on())
+			continue; /* the builder runs while we park */
 		if (i < 32)
 			sched_yield();
 		else
@@ -400,6 +441,11 @@ static int build(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_
 			return ret;
 		*held = 0; /* the reservations count as ours until completed (pages.c) */
 		n = c->nkeys;
+		/* The other ranks write them too: an abort must quarantine them
+		 * (pages.c).  Before OPEN publishes them. */
+		for (uint32_t i = 0; i < n && c->nw.tp > 1; i++)
+			if (!c->skip[i])
+				atomic_fetch_or(&p->pages[HC_PAGE_ID(c->pages[i])].flags, HC_PF_SHARED);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t e = c->pages[i];
@@ -416,10 +462,13 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 {
 	struct hc_seg_ticket *r = &p->tickets[t];
 	_Atomic uint64_t *list = tk_pages(p, t);
-	uint32_t n = r->n <= p->g.ticket_keys ? r->n : 0, i;
+	uint32_t n = r->n, i; /* once: another process may scribble it */
 	int ret = 0;
 
 	*held = 0;
+	if (n > c->nkeys || n > p->g.ticket_keys)
+		return hc__err(EBADMSG, "%s: ticket %u records %u pages for %u keys (at most %u a ticket): the segment is corrupt; run hicache-pool check",
+			       c->op, t, n, c->nkeys, p->g.ticket_keys);
 	for (i = 0; i < c->nkeys; i++) {
 		c->pages[i] = HC_PAGE_NONE;
 		if (c->skip)
@@ -520,6 +569,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 				r->n = 0;
 				r->result = n;
 			}
+			HC_POINT(ticket_built);
 			/* Release: the answer before anyone reads OPEN. */
 			if ((w & HC_TK_CLAIMED) == all) {
 				uint64_t d = hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot);
@@ -563,6 +613,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 					       c->op, nm.req, nm.step, c->nw.rank);
 			return n;
 		}
+		HC_POINT(ticket_joined);
 		/* Claim: one CAS, which also names us the dropper if we are last. */
 		for (;;) {
 			uint64_t nw = w | bit;
@@ -570,6 +621,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 			if ((nw & HC_TK_CLAIMED) == all)
 				nw = hc__tk_with(nw, HC_TK_DROPPING, (unsigned)p->slot);
 			if (atomic_compare_exchange_strong(&r->word, &w, nw)) {
+				HC_POINT(ticket_claimed);
 				if (hc__tk_state(nw) == HC_TK_DROPPING)
 					drop(p, t, nw);
 				break;
@@ -657,8 +709,10 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 		uint32_t gone = 0;
 
 		for (uint32_t i = 0; i < t->n; i++)
-			if (t->pages[i] != HC_PAGE_NONE && HC_PAGE_ID(t->pages[i]) < p->g.npages)
+			if (t->pages[i] != HC_PAGE_NONE && HC_PAGE_ID(t->pages[i]) < p->g.npages) {
+				HC_POINT(ticket_released);
 				gone += (uint32_t)hc__hold_drop(p, HC_PAGE_ID(t->pages[i]), HC_PIN_ONE);
+			}
 		if (t->kind == HC_TK_LOOKUP)
 			hc__quota_give(p, gone);
 	}

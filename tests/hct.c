@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <ftw.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <signal.h>
@@ -581,4 +582,160 @@ int hct_wait_child(pid_t pid)
 		usleep(10000);
 	}
 	return st;
+}
+
+/* ---- puppets */
+
+struct hct_puppet_ctl {
+	_Atomic unsigned sent, done; /* step counters: the test's and the child's */
+	_Atomic int quit;
+	_Atomic int slot;
+	hct_step_fn fn;
+	long arg;
+};
+
+struct hct_puppet {
+	pid_t pid;
+	struct hct_puppet_ctl *c;
+	unsigned sent;
+	int gone;
+};
+
+static void puppet_main(const char *pool_name, struct hct_puppet_ctl *c)
+{
+	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	unsigned seen = 0;
+	hc_pool *p;
+
+	signal(SIGUSR2, dump_stack);
+	if (hc_pool_attach(pool_name, &o, &p) < 0) {
+		fprintf(stderr, "puppet: attach %s: %s\n", pool_name, hc_last_error());
+		_exit(100);
+	}
+	atomic_store(&c->slot, p->slot);
+	atomic_store(&c->done, 0);
+	for (;;) {
+		while (atomic_load(&c->sent) == seen && !atomic_load(&c->quit))
+			usleep(50);
+		if (atomic_load(&c->sent) == seen)
+			break;
+		seen++;
+		c->fn(p, c->arg);
+		atomic_store(&c->done, seen);
+	}
+	hc_pool_detach(p);
+	_exit(0);
+}
+
+struct hct_puppet *hct_puppet(const char *pool_name)
+{
+	struct hct_puppet *pp = calloc(1, sizeof(*pp));
+
+	ck_assert_ptr_nonnull(pp);
+	pp->c = hct_shared(sizeof(*pp->c));
+	atomic_store(&pp->c->done, UINT_MAX);
+	atomic_store(&pp->c->slot, -1);
+	pp->pid = fork();
+	ck_assert_int_ge(pp->pid, 0);
+	if (pp->pid == 0)
+		puppet_main(pool_name, pp->c);
+	/* Attached and waiting for its first step. */
+	for (int ms = 0; atomic_load(&pp->c->done) != 0; ms++) {
+		int st;
+		ck_assert_msg(waitpid(pp->pid, &st, WNOHANG) == 0, "puppet %d died attaching (status %d)", (int)pp->pid, st);
+		ck_assert_msg(ms < HCT_CHILD_MAX_MS, "puppet %d did not attach", (int)pp->pid);
+		usleep(1000);
+	}
+	return pp;
+}
+
+pid_t hct_puppet_pid(const struct hct_puppet *pp)
+{
+	return pp->pid;
+}
+
+int hct_puppet_slot(const struct hct_puppet *pp)
+{
+	return atomic_load(&pp->c->slot);
+}
+
+void hct_puppet_send(struct hct_puppet *pp, hct_step_fn fn, long arg)
+{
+	ck_assert_msg(!pp->gone, "puppet %d is gone", (int)pp->pid);
+	ck_assert_uint_eq(atomic_load(&pp->c->done), pp->sent);
+	pp->c->fn = fn;
+	pp->c->arg = arg;
+	atomic_store(&pp->c->sent, ++pp->sent);
+}
+
+void hct_puppet_wait(struct hct_puppet *pp)
+{
+	for (int ms10 = 0; atomic_load(&pp->c->done) != pp->sent; ms10++) {
+		int st;
+		pid_t w = waitpid(pp->pid, &st, WNOHANG);
+		ck_assert_msg(w == 0, "puppet %d ended in step %u (status 0x%x)", (int)pp->pid, pp->sent, st);
+		if (ms10 >= HCT_CHILD_MAX_MS * 10) {
+			dump_task_files(pp->pid);
+			kill(pp->pid, SIGKILL);
+			waitpid(pp->pid, &st, 0);
+			pp->gone = 1;
+			ck_abort_msg("puppet %d hung in step %u", (int)pp->pid, pp->sent);
+		}
+		usleep(100);
+	}
+}
+
+void hct_puppet_do(struct hct_puppet *pp, hct_step_fn fn, long arg)
+{
+	hct_puppet_send(pp, fn, arg);
+	hct_puppet_wait(pp);
+}
+
+void hct_puppet_stopped(struct hct_puppet *pp)
+{
+	for (int ms = 0;; ms++) {
+		int st;
+		pid_t w = waitpid(pp->pid, &st, WNOHANG | WUNTRACED);
+		ck_assert_int_ge(w, 0);
+		if (w == pp->pid) {
+			ck_assert_msg(WIFSTOPPED(st), "puppet %d ended (status 0x%x) before it stopped", (int)pp->pid, st);
+			return;
+		}
+		ck_assert_msg(atomic_load(&pp->c->done) != pp->sent, "puppet %d ended step %u without stopping",
+			      (int)pp->pid, pp->sent);
+		if (ms >= HCT_CHILD_MAX_MS) {
+			kill(pp->pid, SIGKILL);
+			waitpid(pp->pid, &st, 0);
+			pp->gone = 1;
+			ck_abort_msg("puppet %d did not stop in step %u", (int)pp->pid, pp->sent);
+		}
+		usleep(1000);
+	}
+}
+
+void hct_puppet_cont(struct hct_puppet *pp)
+{
+	kill(pp->pid, SIGCONT);
+}
+
+void hct_puppet_kill(struct hct_puppet *pp)
+{
+	int st;
+
+	if (pp->gone)
+		return;
+	kill(pp->pid, SIGKILL);
+	waitpid(pp->pid, &st, 0);
+	pp->gone = 1;
+}
+
+void hct_puppet_end(struct hct_puppet *pp)
+{
+	if (!pp->gone) {
+		atomic_store(&pp->c->quit, 1);
+		ck_assert_int_eq(hct_wait_child(pp->pid), 0);
+		pp->gone = 1;
+	}
+	munmap(pp->c, sizeof(*pp->c));
+	free(pp);
 }

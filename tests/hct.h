@@ -110,6 +110,31 @@ int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg
 pid_t hct_spawn(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg);
 int hct_wait_child(pid_t pid);
 
+/*
+ * A puppet: a child process attached to a pool that runs, one at a time,
+ * the steps the test hands it, so several processes can be walked through
+ * an exact order of events.  A step is fn(pool, arg) in the child; arg is
+ * a number (point at shared memory for more).  A step that stops at a
+ * crash point leaves the child stopped: hct_puppet_stopped waits for that,
+ * hct_puppet_cont lets it go on, and hct_puppet_wait waits for the step's
+ * end.  hct_puppet_end lets the child detach and exit; hct_puppet_kill
+ * SIGKILLs it.  Each waits HCT_CHILD_MAX_MS at most, then fails the test.
+ */
+struct hct_puppet;
+typedef void (*hct_step_fn)(hc_pool *p, long arg);
+struct hct_puppet *hct_puppet(const char *pool_name);
+void hct_puppet_send(struct hct_puppet *pp, hct_step_fn fn, long arg);
+void hct_puppet_wait(struct hct_puppet *pp);
+/* send + wait */
+void hct_puppet_do(struct hct_puppet *pp, hct_step_fn fn, long arg);
+void hct_puppet_stopped(struct hct_puppet *pp);
+void hct_puppet_cont(struct hct_puppet *pp);
+void hct_puppet_kill(struct hct_puppet *pp);
+void hct_puppet_end(struct hct_puppet *pp);
+pid_t hct_puppet_pid(const struct hct_puppet *pp);
+/* The rank slot the puppet holds. */
+int hct_puppet_slot(const struct hct_puppet *pp);
+
 /* Seconds for a timed test, shortened under HC_QUICK=1. */
 double hct_seconds(double normal);
 double hct_now(void);

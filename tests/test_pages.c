@@ -133,12 +133,22 @@ START_TEST(abort_returns_free)
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], 8);
 	ck_assert_err(hc_page_abort(fx.p, pg, 1), ESTALE);
 
-	/* several writers: another rank's copy may still land, so quarantine */
+	/* several shards, all ours (nobody else was given it): FREE too */
 	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &one), 1);
 	ck_assert_int_eq(hc_page_commit(fx.p, one, 1), 0);
 	ck_assert_int_eq(hc_page_abort(fx.p, &one, 1), 1);
-	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(one), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
-	ck_assert_err(hc_page_commit(fx.p, one, 2), ESTALE);
+	ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(one), NULL, NULL, NULL), HC_PAGE_FREE);
+
+	/* handed to another writer (its store marks it before copying): its
+	 * copy may still land, so quarantine, one shard or several */
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(hc_page_alloc(fx.p, 1, k ? KV_ONLY : STATE_ONLY, &one), 1);
+		ck_assert_int_eq(hc__share_reserved(fx.p, one), 0);
+		ck_assert_int_eq(hc_page_abort(fx.p, &one, 1), 1);
+		ck_assert_int_eq(hc_page_state(fx.p, HC_PAGE_ID(one), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
+		ck_assert_err(hc_page_commit(fx.p, one, k ? 2 : HC_SHARD_REPLICATED), ESTALE);
+		ck_assert_int_eq(hc__share_reserved(fx.p, one), -ESTALE); /* too late to mark it */
+	}
 
 	/* abort of a READY page is refused and leaves it READY */
 	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, pg), 1);

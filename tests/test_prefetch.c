@@ -162,11 +162,16 @@ END_TEST
 static void files_now(char (*names)[4096], unsigned *n);
 
 /* A corrupt object in the middle: the prefix ends before it, its page is
- * never READY, and nothing after it is read or kept. */
+ * never READY, and nothing after it is read or kept.  The pages it gave
+ * back are FREE at once: no writer but the service's own read, which is
+ * done, could land in them.  (Before the fix they sat in quarantine; a
+ * replay over L3 objects of which a quarter were corrupt ended with the
+ * whole pool there.) */
 START_TEST(corrupt_ends_prefix)
 {
 	const char *name = hct_name();
-	hc_pool *p = hct_create_attach(name, 32, 100, 8);
+	hc_pool *p = hct_create_attach(name, 32, 60000, 8);
+	uint64_t counts[5];
 	hc_service *s = start(name, 0);
 	hc_key_t k[8];
 	hc_page_t pg[8];
@@ -206,6 +211,9 @@ START_TEST(corrupt_ends_prefix)
 	ck_assert_int_eq(hct_hit(p, k + 3, 5), 0); /* neither the bad page nor those after it */
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
 	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 3);
+	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 0);
+	ck_assert_uint_eq(counts[HC_PAGE_FREE], 32 - 3);
 	ck_assert_ok(hc_service_stop(s));
 	check_clean(p);
 	hc_pool_detach(p);

@@ -273,6 +273,51 @@ START_TEST(dead_evictor_finished_or_undone)
 }
 END_TEST
 
+/* Allocate three pages without a key, fill and commit them (READY, ours),
+ * list them for the parent, then wait for it to pin one. */
+static void own_three(hc_pool *p)
+{
+	ck_assert_int_eq(hc_page_alloc(p, 3, 3, sh->pages), 3);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(hct_fill_commit_all(p, sh->pages[i]), 1);
+	__atomic_store_n(&sh->ret, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&sh->ret, __ATOMIC_ACQUIRE) != 2)
+		usleep(100);
+}
+
+/*
+ * A rank that dies owns READY pages it allocated without a key: nothing
+ * could ever find, evict or free them.  Recovery frees them; one that a
+ * live rank has pinned meanwhile is freed when that rank lets go.  Before
+ * the fix they stayed READY, owned by a dead slot, until hc_pool_clear.
+ */
+START_TEST(dead_ranks_unkeyed_pages_reclaimed)
+{
+	struct hc_recovery_report rep;
+	pid_t pid = hct_spawn(name, run_then_die, (void *)own_three);
+	int st;
+
+	while (__atomic_load_n(&sh->ret, __ATOMIC_ACQUIRE) != 1)
+		usleep(100);
+	ck_assert_ok(hc_page_pin(pool, sh->pages[2])); /* a reader of the dead rank's page */
+	__atomic_store_n(&sh->ret, 2, __ATOMIC_RELEASE);
+	st = hct_wait_child(pid);
+	ck_assert(WIFSIGNALED(st));
+	ck_assert_ok(hc_pool_recover(pool, &rep));
+	ck_assert_uint_eq(rep.dead_ranks, 1);
+	ck_assert_uint_eq(rep.reclaimed, 2);
+	ck_assert_uint_eq(rep.orphaned, 1);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(sh->pages[i]), NULL, NULL, NULL), HC_PAGE_FREE);
+	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(sh->pages[2]), NULL, NULL, NULL), HC_PAGE_READY);
+	ck_assert_int_eq(hct_verify(pool, sh->pages[2], 1), 0); /* still readable while we hold it */
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	ck_assert_ok(hc_page_unpin(pool, sh->pages[2]));
+	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(sh->pages[2]), NULL, NULL, NULL), HC_PAGE_FREE);
+	settle();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("recover");
@@ -285,6 +330,7 @@ int main(void)
 	tcase_add_test(tc, dead_builder_others_rebuild);
 	tcase_add_test(tc, dead_dropper_drop_finished);
 	tcase_add_test(tc, dead_evictor_finished_or_undone);
+	tcase_add_test(tc, dead_ranks_unkeyed_pages_reclaimed);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -626,6 +626,31 @@ START_TEST(existing_pool)
 }
 END_TEST
 
+/* --pool twice, with fewer requests than the pool has ticket records: the
+ * second run's tickets have the first's names, and must not meet them (a
+ * ticket ends with its engine).  Before the fix the second run failed with
+ * "TP rank 0 already claimed its share of ticket 'r0' step 0". */
+START_TEST(existing_pool_twice)
+{
+	const char *name = hct_name();
+	struct hc_component_spec kv = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
+					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
+	struct hc_pool_spec ps = { .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
+				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
+	hc_pool *p;
+
+	ck_assert_ok(hc_pool_create(&ps));
+	p = hct_attach(name, HC_ATTACH_ADMIN);
+	for (int run = 0; run < 3; run++) {
+		ck_assert_replay(0, "--pool", name, "--sessions", "4");
+		ck_assert_msg(strstr(out, "13 of 13 requests served"), "run %d: %s", run, out);
+	}
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 /* --speedup paces requests by their timestamps: the 40th request of the
  * slice arrives at 12.075 s, so at 20 times the pace the run takes 0.6 s at
  * least (a lower bound: only a replay that ignored the pace is faster). */
@@ -689,6 +714,7 @@ int main(void)
 	tcase_add_test(tr, hybrids);
 	tcase_add_test(tr, outputs);
 	tcase_add_test(tr, existing_pool);
+	tcase_add_test(tr, existing_pool_twice);
 	tcase_add_test(tr, paced);
 	tcase_add_test(tr, bad_options);
 	suite_add_tcase(s, tr);

@@ -25,6 +25,7 @@ struct seen {
 	hc_page_t pages[NK];
 	uint8_t skip[NK];
 	hc_key_t keys[NK];
+	uint32_t timeout_ms; /* for puppets' joins */
 };
 static struct seen *shared;
 
@@ -243,7 +244,8 @@ static void die_after_lookup(hc_pool *p, void *arg)
 	kill(getpid(), SIGKILL);
 }
 
-/* The builder publishes and dies: the other rank still gets its pages. */
+/* The builder publishes and dies: the other rank, a member of the engine
+ * all along, still gets its pages. */
 START_TEST(builder_dies_after_publishing)
 {
 	hc_page_t pages[NK];
@@ -256,10 +258,11 @@ START_TEST(builder_dies_after_publishing)
 
 	hct_keys(shared->keys, NK, 14);
 	ck_assert_int_eq(hct_store(pool, shared->keys, 4, 0), 4);
+	join(pool, 5, 2, 1, 0);
 	st = in_child(die_after_lookup, &a);
 	ck_assert(WIFSIGNALED(st));
 	ck_assert_int_eq(shared->ret, 4);
-	join(pool, 5, 2, 1, 0);
+	ck_assert_ok(hc_pool_recover(pool, NULL)); /* its pins go; the engine lives on in us */
 	ck_assert_int_eq(hc_evict(pool, 32), 0); /* the ticket still holds all 4 */
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 4);
 	ck_assert_int_eq(t.first, 0);
@@ -558,6 +561,267 @@ START_TEST(ticket_table_full)
 }
 END_TEST
 
+/* ---- puppets' steps: each puppet keeps its own ticket */
+
+static hc_ticket my_tk;
+static hc_page_t my_pages[NK];
+static uint8_t my_skip[NK];
+
+/* arg: engine << 16 | tp << 8 | rank; the ticket timeout from shared */
+static void step_join(hc_pool *p, long arg)
+{
+	join(p, (uint32_t)(arg >> 16), (uint32_t)(arg >> 8) & 0xff, (uint32_t)arg & 0xff, shared->timeout_ms);
+}
+
+static void step_leave(hc_pool *p, long arg)
+{
+	(void)arg;
+	ck_assert_ok(hc_engine_leave(p));
+}
+
+/* arg: presence mask; the answer in shared->ret, the page in shared->pages[0] */
+static void step_reserve_one(hc_pool *p, long arg)
+{
+	struct hc_ticket_name tn = { .request_id = "shared-resv", .step = 0 };
+	struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = 1, .presence = (uint32_t)arg };
+
+	shared->ret = hc_ticket_reserve(p, &tn, &rr, my_pages, my_skip, &my_tk);
+	shared->pages[0] = my_pages[0];
+}
+
+static void step_release_mine(hc_pool *p, long arg)
+{
+	(void)arg;
+	ck_assert_ok(hc_ticket_release(p, &my_tk));
+}
+
+/*
+ * A reservation ticket hands its pages to every rank of the engine: here
+ * rank 1 builds it, rank 0 joins, and (the request cancelled) rank 1 aborts
+ * while rank 0 may still be copying.  The page needs one shard only (the
+ * replicated part; or a head group both ranks share, with one head group
+ * for TP 2), which both may write.  It must not be handed out again while
+ * that copy can land.  Before the fix it went straight back to FREE.
+ */
+static void abort_while_a_co_writer_copies(hc_pool *p, uint32_t presence)
+{
+	struct hct_puppet *r0 = hct_puppet(name);
+	hc_page_t all[32];
+	uint64_t counts[5];
+	int n;
+
+	shared->timeout_ms = 300;
+	hct_puppet_do(r0, step_join, 7 << 16 | 2 << 8 | 0);
+	join(p, 7, 2, 1, 300);
+	step_reserve_one(pool, presence);
+	ck_assert_int_eq(shared->ret, 1);
+	hct_puppet_do(r0, step_reserve_one, presence); /* rank 0 has the page, and copies */
+	ck_assert_int_eq(shared->ret, 1);
+	ck_assert_int_eq(hc_page_abort(pool, &shared->pages[0], 1), 1);
+	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(shared->pages[0]), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
+	ck_assert_ok(hc_pool_count_states(pool, counts));
+	n = hc_page_alloc(pool, (unsigned)counts[HC_PAGE_FREE], 1, all);
+	ck_assert_int_eq(n, (int)counts[HC_PAGE_FREE]);
+	for (int i = 0; i < n; i++)
+		ck_assert_uint_ne(HC_PAGE_ID(all[i]), HC_PAGE_ID(shared->pages[0]));
+	ck_assert_err(hc_page_alloc(pool, 1, 1, all + n), ENOSPC); /* nor past the grace while rank 0 holds it */
+	ck_assert_ok(hc_page_abort(pool, all, (unsigned)n));
+	hct_puppet_do(r0, step_release_mine, 0);
+	hct_puppet_end(r0);
+	ck_assert_ok(hc_ticket_release(pool, &my_tk));
+}
+
+START_TEST(abort_of_a_shared_reservation_quarantines)
+{
+	hct_keys(shared->keys, 1, 31);
+	abort_while_a_co_writer_copies(pool, 2); /* the replicated state only */
+}
+END_TEST
+
+/* The fixture's pool, made again with another shape. */
+static void fresh_pool(uint32_t max_ranks, uint32_t head_groups)
+{
+	struct hct_spec sp;
+
+	hc_pool_detach(pool);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+	name = hct_name();
+	hct_spec_init(&sp, name, 32);
+	sp.spec.head_groups = head_groups;
+	sp.spec.quarantine_ms = 50;
+	sp.spec.max_ranks = max_ranks;
+	ck_assert_ok(hc_pool_create(&sp.spec));
+	pool = hct_attach(name, 0);
+}
+
+START_TEST(abort_with_one_head_group_for_two_ranks)
+{
+	fresh_pool(8, 1); /* MQA-like: both TP ranks hold every head */
+	hct_keys(shared->keys, 1, 32);
+	abort_while_a_co_writer_copies(pool, 1); /* kv only: group 0, written by both */
+}
+END_TEST
+
+/*
+ * A record's page count is read from shared memory: a scribbled or reused
+ * record must not make a joiner write past the array it was given (two
+ * keys, two pages).  Before the fix n was bounded by ticket_keys only.
+ */
+static void step_join_two(hc_pool *p, long arg)
+{
+	struct { hc_page_t pages[2]; hc_page_t canary[1100]; } *out = malloc(sizeof(*out));
+	struct hc_ticket_name tn = { .request_id = "scribbled", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 2 };
+	hc_ticket t;
+
+	(void)arg;
+	ck_assert_ptr_nonnull(out);
+	memset(out->canary, 0xa5, sizeof(out->canary));
+	shared->ret = hc_ticket_lookup(p, &tn, &rq, out->pages, &t);
+	shared->err_has = strstr(hc_last_error(), "corrupt") != NULL;
+	for (size_t i = 0; i < sizeof(out->canary); i++)
+		if (((uint8_t *)out->canary)[i] != 0xa5) {
+			shared->err_has = -1;
+			break;
+		}
+	free(out);
+}
+
+START_TEST(join_bounds_a_scribbled_count)
+{
+	struct hct_puppet *r1 = hct_puppet(name);
+	struct hc_ticket_name tn = { .request_id = "scribbled", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 2 };
+	hc_page_t pages[2];
+	hc_ticket t;
+
+	hct_keys(shared->keys, 2, 33);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 2, 0), 2);
+	join(pool, 4, 2, 0, 300);
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 2);
+	pool->tickets[t.index].n = pool->g.ticket_keys; /* a stray write */
+	shared->timeout_ms = 300;
+	hct_puppet_do(r1, step_join, 4 << 16 | 2 << 8 | 1);
+	hct_puppet_do(r1, step_join_two, 0);
+	ck_assert_int_eq(shared->ret, -EBADMSG);
+	ck_assert_int_eq(shared->err_has, 1); /* and nothing written past its two pages */
+	hct_puppet_end(r1);
+	pool->tickets[t.index].n = 2;
+	ck_assert_ok(hc_ticket_release(pool, &t));
+}
+END_TEST
+
+/*
+ * A builder slot read from a record is checked before it is probed: slot
+ * max_ranks and up lie past the rank table, where the service's lifetime
+ * lock and other pages' pin columns are.  With the service dead, probing
+ * "slot 32" of a 32-slot pool "recovered" it: its pin column is the next
+ * page's column 0, and our pin there was dropped.
+ */
+static void step_lookup_scribbled(hc_pool *p, long arg)
+{
+	struct hc_ticket_name tn = { .request_id = "bad-owner", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	hc_page_t pg[1];
+	hc_ticket t;
+
+	(void)arg;
+	shared->ret = hc_ticket_lookup(p, &tn, &rq, pg, &t);
+	shared->err_has = strstr(hc_last_error(), "past the pool's") != NULL;
+}
+
+static void die_holding_the_service_lock(hc_pool *p, void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&p->ctl->service.life);
+	kill(getpid(), SIGKILL);
+}
+
+START_TEST(builder_slot_past_the_table)
+{
+	struct hct_puppet *r1;
+	struct hc_ticket_name tn = { .request_id = "bad-owner", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	struct hc_seg_ticket *r;
+	hc_page_t pages[2], own[2], mine;
+	hc_ticket t;
+	uint64_t w;
+
+	fresh_pool(32, 0);
+	r1 = hct_puppet(name);
+	ck_assert_ptr_eq((void *)&pool->ranks[pool->g.max_ranks], (void *)pool->ctl); /* what lies past the table */
+	hct_keys(shared->keys, 2, 34);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 2, 0), 2);
+	ck_assert_int_eq(hct_hit(pool, shared->keys, 1), 1);
+	ck_assert(WIFSIGNALED(in_child(die_holding_the_service_lock, NULL))); /* the service "died" */
+	/* Our pin on a page whose column 0 is slot 8's column of the page before. */
+	ck_assert_int_eq(pool->slot, 0);
+	ck_assert_int_eq(hc_page_alloc(pool, 2, 1, own), 2);
+	mine = HC_PAGE_ID(own[0]) > HC_PAGE_ID(own[1]) ? own[0] : own[1];
+	ck_assert_uint_gt(HC_PAGE_ID(mine), 0);
+	ck_assert_int_eq(hct_fill_commit_all(pool, own[0]), 1);
+	ck_assert_int_eq(hct_fill_commit_all(pool, own[1]), 1);
+	ck_assert_ok(hc_page_pin(pool, mine));
+
+	join(pool, 6, 2, 0, 300);
+	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 1);
+	r = &pool->tickets[t.index];
+	w = atomic_load(&r->word);
+	atomic_store(&r->word, hc__tk_with(w, HC_TK_BUILDING, pool->g.max_ranks)); /* a stray write */
+	shared->timeout_ms = 300;
+	hct_puppet_do(r1, step_join, 6 << 16 | 2 << 8 | 1);
+	hct_puppet_do(r1, step_lookup_scribbled, 0);
+	ck_assert_int_eq(shared->ret, -EBADMSG);
+	ck_assert_int_eq(shared->err_has, 1);
+	ck_assert_uint_eq(atomic_load(&hc__pin_row(pool, HC_PAGE_ID(mine))[0]), 1); /* our pin is ours */
+	ck_assert_uint_eq(atomic_load(&pool->ctl->service.state), HC_SVC_NONE);
+	atomic_store(&r->word, w);
+	hct_puppet_end(r1);
+	ck_assert_ok(hc_ticket_release(pool, &t));
+	ck_assert_ok(hc_page_unpin(pool, mine));
+	ck_assert_int_eq(hc_page_free(pool, own, 2), 2);
+}
+END_TEST
+
+/*
+ * A ticket ends with the engine that held it: an engine whose ranks all
+ * left (a finished run) and that is started again under the same id and
+ * the same request names gets fresh tickets, and the tickets the old one
+ * left open hold nothing any more.  Before the fix the second run failed
+ * with "TP rank 0 already claimed its share" (hicache-bench replay --pool,
+ * run twice), and open tickets held their pages until their deadline.
+ */
+START_TEST(ticket_ends_with_its_engine)
+{
+	struct hct_puppet *r1 = hct_puppet(name);
+	struct hc_ticket_name tn = { .request_id = "r0", .step = 0 };
+	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 2 };
+	hc_page_t pages[2];
+	hc_ticket t;
+
+	hct_keys(shared->keys, 2, 35);
+	ck_assert_int_eq(hct_store(pool, shared->keys, 2, 0), 2);
+	shared->timeout_ms = 60000; /* a deadline far away: only the engine's end drops the ticket */
+	for (int run = 0; run < 2; run++) {
+		struct hc_page_info pi;
+
+		hct_puppet_do(r1, step_join, 9 << 16 | 2 << 8 | 1);
+		join(pool, 9, 2, 0, 60000);
+		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 2);
+		ck_assert_int_eq(t.first, 1);
+		ck_assert_ok(hc_ticket_release(pool, &t));
+		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi));
+		ck_assert_int_eq(pi.tickets, 1); /* rank 1 never claims its share: the ticket holds them */
+		ck_assert_ok(hc_engine_leave(pool));
+		hct_puppet_do(r1, step_leave, 0);
+		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi));
+		ck_assert_int_eq(pi.tickets, 0); /* the engine is gone: its ticket holds nothing */
+	}
+	ck_assert_int_eq(hc_evict(pool, 32), 2); /* the engine is gone: nothing holds them */
+	hct_puppet_end(r1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tickets");
@@ -578,6 +842,11 @@ int main(void)
 	tcase_add_test(tc, quota_limits_holds);
 	tcase_add_test(tc, ticket_table_full);
 	tcase_add_test(tc, failure_is_shared);
+	tcase_add_test(tc, abort_of_a_shared_reservation_quarantines);
+	tcase_add_test(tc, abort_with_one_head_group_for_two_ranks);
+	tcase_add_test(tc, join_bounds_a_scribbled_count);
+	tcase_add_test(tc, builder_slot_past_the_table);
+	tcase_add_test(tc, ticket_ends_with_its_engine);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

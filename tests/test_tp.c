@@ -666,6 +666,7 @@ START_TEST(failed_build_is_the_answer)
 	hc_page_t all[8];
 	hc_key_t k[4];
 	int *ret = hct_shared(4096);
+	pid_t pids[2];
 
 	hct_keys(k, 4, 5);
 	ck_assert_int_eq(hc_page_alloc(p, 8, 2, all), 8); /* one writer each: an abort frees at once */
@@ -681,12 +682,21 @@ START_TEST(failed_build_is_the_answer)
 			struct hc_reserve_req rq = { .keys = k, .nkeys = 4 };
 			child_join(c, 1, 2, r);
 			ret[r] = hc_ticket_reserve(c, &nm, &rq, pg, skip, &t);
+			__atomic_store_n(&ret[2 + r], 1, __ATOMIC_RELEASE);
+			/* Rank 0 stays a member until rank 1 is done: a ticket ends with its engine. */
+			while (r == 0 && !__atomic_load_n(&ret[4], __ATOMIC_ACQUIRE))
+				usleep(100);
 			_exit(0);
 		}
-		ck_assert_int_eq(wait_child(pid), 0);
+		pids[r] = pid;
+		while (!__atomic_load_n(&ret[2 + r], __ATOMIC_ACQUIRE))
+			usleep(100);
 		if (r == 0) /* the pool has room again before rank 1 comes */
 			ck_assert_int_eq(hc_page_abort(p, all, 8), 8);
 	}
+	__atomic_store_n(&ret[4], 1, __ATOMIC_RELEASE);
+	for (int r = 0; r < 2; r++)
+		ck_assert_int_eq(wait_child(pids[r]), 0);
 	ck_assert_int_eq(ret[0], -ENOSPC);
 	ck_assert_msg(ret[1] == ret[0], "one ticket, two answers: rank 0 got %d, rank 1 got %d", ret[0], ret[1]);
 	munmap(ret, 4096);

@@ -1039,7 +1039,8 @@ static const char repair_usage[] =
 	"\n"
 	"Run recovery on pool NAME and report what it did: rank slots proven dead\n"
 	"(their robust mutex was left owner-dead) are cleared, their pins dropped,\n"
-	"their reservations quarantined, and pages whose quarantine ran out freed.\n"
+	"their reservations quarantined, the pages they allocated without a key\n"
+	"freed, and pages whose quarantine ran out freed.\n"
 	"Safe while ranks run: a live rank is never touched.\n"
 	"\n"
 	"  --dir DIR    the pool's directory (default " DEFAULT_DIR ")\n"
@@ -1052,7 +1053,9 @@ static const char repair_usage[] =
 	X(released, "quarantined pages whose grace ran out, now free")            \
 	X(promoted, "fully committed reservations made ready")                    \
 	X(unfreed, "half-done frees of dead ranks put back to ready")             \
-	X(bad_words, "page words that made no sense, put in quarantine")
+	X(bad_words, "page words that made no sense, put in quarantine")          \
+	X(reclaimed, "dead ranks' pages allocated without a key, freed")         \
+	X(orphaned, "such pages another rank holds, freed when it lets go")
 
 static int cmd_repair(int argc, char **argv)
 {

@@ -190,6 +190,8 @@ struct hc_recovery_report {
 	uint32_t promoted;          /* fully committed reservations -> READY */
 	uint32_t unfreed;           /* dead ranks' half-done frees -> back to READY */
 	uint32_t bad_words;         /* page words that made no sense, put in quarantine */
+	uint32_t reclaimed;         /* dead ranks' READY pages allocated without a key, freed */
+	uint32_t orphaned;          /* such pages another rank still holds: freed when it lets go */
 };
 
 enum hc_page_state {
