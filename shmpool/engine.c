@@ -145,19 +145,21 @@ void hc__engine_clear_slot(struct hc_pool *p, unsigned slot)
 	if (!e)
 		return;
 	inc = atomic_load_explicit(&r->incarnation, memory_order_relaxed);
-	/* Without the lock (unusable) the tickets are left to expire. */
+	/* Without the lock (unusable) the tickets are left to expire.  The
+	 * tickets end before the membership goes: a rank that dies between
+	 * the two is still a member to its recoverer, who ends them again. */
 	locked = engine_lock(p) == 0;
+	for (unsigned s = 0; s < p->g.max_ranks && last; s++)
+		last = s == slot || !(atomic_load_explicit(&p->ranks[s].engine, memory_order_acquire) == e &&
+				      atomic_load_explicit(&p->ranks[s].incarnation, memory_order_relaxed) == inc);
+	if (locked && last)
+		hc__tickets_end_engine(p, e, inc, slot);
+	HC_POINT(engine_left);
 	atomic_store_explicit(&r->engine, 0, memory_order_release);
 	atomic_store_explicit(&r->quota, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->tp, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->timeout_ms, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->incarnation, 0, memory_order_relaxed);
-	HC_POINT(engine_left);
-	for (unsigned s = 0; s < p->g.max_ranks && last; s++)
-		last = !(atomic_load_explicit(&p->ranks[s].engine, memory_order_acquire) == e &&
-			 atomic_load_explicit(&p->ranks[s].incarnation, memory_order_relaxed) == inc);
-	if (locked && last)
-		hc__tickets_end_engine(p, e, inc, slot);
 	if (locked)
 		engine_unlock(p);
 }

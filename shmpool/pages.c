@@ -827,6 +827,22 @@ int hc_pool_count_states(const hc_pool *p, uint64_t counts[5])
 	return 0;
 }
 
+/* A READY page the dead slot allocated without a key, at word w: freed as
+ * that slot, or made an orphan if a live rank holds it. */
+static void reclaim(struct hc_pool *p, uint32_t id, uint64_t w, unsigned slot, struct hc_recovery_report *rep)
+{
+	int r;
+
+	HC_POINT(recover_orphaned);
+	r = retire_as(p, id, w, slot, HC_RETIRE_FREE, NULL);
+	if (r == -EBUSY) /* a live rank holds it: the last hold frees it */
+		atomic_fetch_or(&p->pages[id].flags, HC_PF_ORPHAN);
+	if (rep && r == 0)
+		rep->reclaimed++;
+	if (rep && r == -EBUSY)
+		rep->orphaned++;
+}
+
 /*
  * Recovery, with the dead slot's mutex held.  Its reservations go to
  * quarantine first, then out of the index: a live co-writer may complete
@@ -867,25 +883,25 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 			} while (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot);
 		} else if (st == HC_PAGE_FREEING && !hc__freeing_checked(w)) {
 			/* Its index entry was never touched: nothing to redo there.
-			 * READY goes back with the owner it had. */
+			 * READY goes back with the owner it had: if that was the
+			 * dead slot and the page has no key, on to free it (a
+			 * rank that died freeing its own page, or a recoverer
+			 * that died reclaiming one). */
 			nw = hc__w_make(HC_PAGE_READY, hc__freeing_owner(w), hc__w_gen(w), 0);
 			if (f & HC_PF_KEYED)
 				hc__index_repair_page(p, i);
-			if (atomic_compare_exchange_strong(&pg->word, &w, nw) && rep)
+			if (!atomic_compare_exchange_strong(&pg->word, &w, nw))
+				continue;
+			if (rep)
 				rep->unfreed++;
+			if (hc__freeing_owner(w) == slot && (f & (HC_PF_ANON | HC_PF_KEYED | HC_PF_ORPHAN)) == HC_PF_ANON)
+				reclaim(p, i, nw, slot, rep);
 		} else if (st == HC_PAGE_FREEING) {
 			/* Checked, nothing held: only the dead retirer moved it. */
 			hc__unkey_at(p, i, w);
 			atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0));
 		} else {
-			HC_POINT(recover_orphaned);
-			int r = retire_as(p, i, w, slot, HC_RETIRE_FREE, NULL);
-			if (r == -EBUSY) /* a live rank holds it: the last hold frees it */
-				atomic_fetch_or(&pg->flags, HC_PF_ORPHAN);
-			if (r == 0 && rep)
-				rep->reclaimed++;
-			if (r == -EBUSY && (rep))
-				rep->orphaned++;
+			reclaim(p, i, w, slot, rep);
 		}
 	}
 }

@@ -66,7 +66,7 @@
 	X(rank_release, 0, "detach: our holds are undone, the slot's mutex not yet let go")            \
 	/* engines (engine.c) */                                                                       \
 	X(engine_joined, 0, "engine join: our membership is stored, the engine lock not yet let go")   \
-	X(engine_left, 0, "engine leave: membership cleared, the engine's tickets not yet ended")      \
+	X(engine_left, 0, "engine leave: the engine's tickets ended (if it was the last), membership not yet cleared") \
 	/* tickets (ticket.c) */                                                                       \
 	X(ticket_taken, 0, "ticket: a record is ours (BUILDING), its name not yet written")            \
 	X(ticket_reused, 0, "ticket: a CLOSED record was taken for a new name")                        \
