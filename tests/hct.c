@@ -337,7 +337,7 @@ static uint8_t key_byte(const hc_key_t key, unsigned comp, unsigned layer, unsig
 	return (uint8_t)(x * UINT64_C(0xff51afd7ed558ccd) >> 56);
 }
 
-int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
+int hct_key_shard(hc_pool *p, hc_page_t pg, const hc_key_t key, uint32_t bit, int fill)
 {
 	struct hc_pool_info info;
 	uint32_t presence;
@@ -348,7 +348,10 @@ int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
 		struct hc_component_info ci;
 		if (!(presence & (1u << c)) || hc_pool_component(p, c, &ci) < 0)
 			continue;
-		for (unsigned g = 0; g < (ci.sharding == HC_REPLICATED ? 1 : info.head_groups); g++)
+		for (unsigned g = 0; g < (ci.sharding == HC_REPLICATED ? 1 : info.head_groups); g++) {
+			uint32_t gb = ci.sharding == HC_REPLICATED ? HC_SHARD_REPLICATED : UINT32_C(1) << g;
+			if (bit && bit != gb)
+				continue;
 			for (unsigned l = 0; l < ci.layers; l++) {
 				uint8_t *a;
 				size_t len;
@@ -362,8 +365,14 @@ int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
 						return -1;
 				}
 			}
+		}
 	}
 	return 0;
+}
+
+int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
+{
+	return hct_key_shard(p, pg, key, 0, fill);
 }
 
 void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg)

@@ -63,6 +63,8 @@ int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed);
  * key, whatever page it lands in (a page read back from L3): 0, or -1 on a
  * mismatch or a page that cannot be addressed. */
 int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill);
+/* The same for one shard: a head group's bit, or HC_SHARD_REPLICATED (0: all). */
+int hct_key_shard(hc_pool *p, hc_page_t pg, const hc_key_t key, uint32_t bit, int fill);
 /* Store keys[0..n) (all new) as READY pages filled by key; their handles in pg. */
 void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg);
 
