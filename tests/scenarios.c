@@ -384,6 +384,10 @@ static const struct hcs_scenario ticket_expiry = {
 	.victims = 7,
 	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
 	.setup = setup_tickets,
+	/* the evictor has chosen the page before the ticket held it, and
+	 * marks it FREEING as rank 1 joins: rank 1 waits it out */
+	.hint = { { 2, HC_PT_evict_victim }, { 0, HC_PT_ticket_released }, { 2, HC_PT_retire_freeing },
+		  { 1, HC_PT_hold_wait } }, .nhint = 4,
 };
 
 /* ---- a death, and two recoverers */
@@ -426,6 +430,8 @@ static const struct hcs_scenario two_recoverers = {
 	.victims = 6,
 	.npages = 6, .quarantine_ms = 50, .max_tickets = 64,
 	.setup = setup_three,
+	/* one recoverer holds the dead slot as the other probes it */
+	.hint = { { 0, HCS_END }, { 1, HC_PT_recover_begin }, { 2, HC_PT_probe_busy } }, .nhint = 3,
 };
 
 /* A rank dies holding things; the next to notice is one that attaches
@@ -504,8 +510,8 @@ static void alloc_four(struct hcs_env *e, hc_pool *p, unsigned me)
 }
 
 /* Reserve keys[0..1] in the two free pages, while the other actor
- * reserves keys[1] and gives it back: the reservation may find a key
- * gone missing since its first look, and no page left for it. */
+ * reserves keys[1] and aborts it into quarantine: the reservation may find
+ * a key gone missing since its first look, and no page left for it. */
 static void reserve_two(struct hcs_env *e, hc_pool *p, unsigned me)
 {
 	hc_page_t pg[2];
@@ -515,19 +521,30 @@ static void reserve_two(struct hcs_env *e, hc_pool *p, unsigned me)
 	EXPECT(e, r, "store", ENOSPC);
 }
 
+/* Through a ticket of a TP 2 engine whose other rank never comes: the
+ * page is shared, so the abort leaves it in quarantine, not FREE. */
 static void reserve_and_abort(struct hcs_env *e, hc_pool *p, unsigned me)
 {
+	struct hc_ticket_name tn = { .request_id = "r", .step = 0 };
 	struct hc_reserve_req rr = { .keys = e->sh->keys + 1, .nkeys = 1 };
 	hc_page_t pg[1];
 	uint8_t skip[1];
-	int r = hc_reserve(p, &rr, pg, skip);
+	hc_ticket t;
+	int r;
 
+	if (join(e, p, 5, 2, 0, 60000, 0) < 0)
+		return;
+	r = hc_ticket_reserve(p, &tn, &rr, pg, skip, &t);
 	e->sh->ret[me][0] = r;
-	EXPECT(e, r, "reserve", ENOSPC);
-	if (r == 1) {
+	EXPECT(e, r, "ticket reserve", ENOSPC);
+	if (r < 0)
+		return;
+	if (r == 1 && pg[0] != HC_PAGE_NONE) {
 		r = hc_page_abort(p, pg, 1);
 		EXPECT(e, r, "abort", 0);
 	}
+	r = hc_ticket_release(p, &t);
+	EXPECT(e, r, "ticket release", 0);
 }
 
 static void setup_tight(struct hcs_env *e)
@@ -558,6 +575,8 @@ static const struct hcs_scenario reserve_runs_short = {
 	.victims = 3,
 	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
 	.setup = setup_tight,
+	/* the key goes missing between the first look and the second */
+	.hint = { { 1, HC_PT_abort_seen }, { 0, HC_PT_reserve_allocated }, { 1, HCS_END } }, .nhint = 3,
 };
 
 /* ---- a page allocated without a key: free against pin */
@@ -705,9 +724,59 @@ static const struct hcs_scenario staging = {
 	.setup = setup_keys,
 };
 
+/* ---- a plain abort against a reader and a writer of the same key */
+
+/* Reserve keys[0], write half of it, abort: quarantined, then FREE. */
+static void aborter(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	struct hc_reserve_req rr = { .keys = e->sh->keys, .nkeys = 1 };
+	hc_page_t pg[1];
+	uint8_t skip[1];
+	int r = hc_reserve(p, &rr, pg, skip);
+
+	e->sh->ret[me][0] = r;
+	EXPECT(e, r, "reserve", ENOSPC);
+	if (r != 1)
+		return;
+	hct_key_shard(p, pg[0], e->sh->keys[0], G0, 1);
+	r = hc_page_abort(p, pg, 1);
+	e->sh->ret[me][1] = r;
+	EXPECT(e, r, "abort", 0);
+}
+
+/* Look keys[0] up (pinned), read it if found, then store it. */
+static void lookup_store(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	hc_page_t pg[1];
+	int r = hc_lookup(p, &rq, pg);
+
+	e->sh->ret[me][0] = r;
+	EXPECT(e, r, "lookup", 0);
+	if (r == 1) {
+		read_check(e, p, pg[0], e->sh->keys[0]);
+		r = hc_page_unpin(p, pg[0]);
+		EXPECT(e, r, "unpin", 0);
+	}
+	r = store(e, p, e->sh->keys, 1, pg);
+	e->sh->ret[me][1] = r;
+	EXPECT(e, r, "store", ENOSPC);
+}
+
+static const struct hcs_scenario abort_vs_lookup = {
+	.name = "abort_vs_lookup",
+	.what = "a rank reserves a key and aborts it while another looks it up and stores it",
+	.nactors = 2,
+	.actor_name = { "aborts", "looks up, stores" },
+	.actor = { aborter, lookup_store },
+	.victims = 3,
+	.npages = 3, .quarantine_ms = 50, .max_tickets = 64,
+	.setup = setup_keys,
+};
+
 const struct hcs_scenario *const hcs_scenarios[] = {
 	&co_writers, &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict, &ticket_expiry,
 	&two_recoverers, &death_found_at_attach, &stripe_death, &alloc_contention, &reserve_runs_short,
-	&anon_free_vs_pin, &prefetch_vs_death, &staging,
+	&anon_free_vs_pin, &abort_vs_lookup, &prefetch_vs_death, &staging,
 };
 const unsigned hcs_nscenarios = sizeof(hcs_scenarios) / sizeof(hcs_scenarios[0]);

@@ -39,6 +39,8 @@ struct ctl {
 	pid_t svc, free_pid;
 	int last;                     /* the actor that ran last, or -1 */
 	int killed_once;
+	uint8_t stale[HCS_ACTORS];    /* it spun, and no other actor moved since */
+	unsigned ui;                  /* the phase of plan->until[] we are in */
 	uint32_t prio[HCS_ACTORS];    /* PCT */
 	unsigned change[16], nchange;
 	uint64_t rng;
@@ -242,11 +244,19 @@ static int parked_at(const struct ctl *c, unsigned a)
 	return (int)atomic_load(&c->e.blk->actor[a].at);
 }
 
-static int spinning(const struct ctl *c, unsigned a)
+static int at_spin_point(const struct ctl *c, unsigned a)
 {
 	unsigned at = (unsigned)parked_at(c, a);
 
 	return at < HC_PT__COUNT && (hc__pt_flags(at) & HC_PTF_SPIN);
+}
+
+/* An actor in a wait loop that tried and found nothing changed: running it
+ * again before another actor moves would only spin.  Once another moves
+ * (a lock may be free now) it is a choice like any other. */
+static int spinning(const struct ctl *c, unsigned a)
+{
+	return c->stale[a] && at_spin_point(c, a);
 }
 
 /* Times actor a has parked at pt so far. */
@@ -274,6 +284,16 @@ static struct hcs_choice pick(struct ctl *c, unsigned en, unsigned spin, unsigne
 		ch.kill = 1;
 		return ch;
 	}
+	/* The phases of a hint: one ends when its actor parks at its point,
+	 * ends, or spins (it waits for someone the hint did not name). */
+	while (c->ui < pl->nuntil) {
+		const struct hcs_until *u = &pl->until[c->ui];
+		if (u->actor < n && (calm >> u->actor & 1) && parked_at(c, u->actor) != (int)u->point) {
+			ch.actor = u->actor;
+			return ch;
+		}
+		c->ui++;
+	}
 	if (!calm) { /* all spin: take turns */
 		for (unsigned i = 1; i <= n; i++)
 			if (en >> ((from + i) % n) & 1) {
@@ -298,8 +318,8 @@ static struct hcs_choice pick(struct ctl *c, unsigned en, unsigned spin, unsigne
 		break;
 	case HCS_PCT:
 		for (unsigned i = 0; i < c->nchange; i++)
-			if (c->change[i] == k && c->last >= 0)
-				c->prio[c->last] = 0; /* the running actor drops below all */
+			if (c->change[i] == k && c->last >= 0) /* the running actor drops below all, */
+				c->prio[c->last] = c->nchange - i; /* and below those that dropped before */
 		for (unsigned a = 0, best = 0; a < n; a++)
 			if ((calm >> a & 1) && c->prio[a] >= best) {
 				best = c->prio[a] + 1;
@@ -386,10 +406,18 @@ static int fork_service(struct ctl *c, int pt)
 	}
 	close(fds[1]);
 	if (pid < 0 || read(fds[0], &b, 1) != 1) {
+		int status = 0;
+
 		close(fds[0]);
 		if (pid > 0)
-			waitpid(pid, NULL, 0);
-		why(c, "the service did not start");
+			waitpid(pid, &status, 0);
+		/* Armed, it died starting: the next service must start in
+		 * its place, after whatever it left. */
+		if (pid > 0 && pt >= 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+			c->run->free_killed = 1;
+			return fork_service(c, -1);
+		}
+		why(c, "the service did not start (status 0x%x)", status);
 		return -1;
 	}
 	close(fds[0]);
@@ -398,9 +426,10 @@ static int fork_service(struct ctl *c, int pt)
 }
 
 /* A process of its own that attaches after the actors (its holder thread
- * recovers the dead ones' slots) and recovers the pool, armed to die at
- * point pt: the points of attach and of recovery outside any actor. */
-static void free_recoverer(struct ctl *c, int pt)
+ * recovers the dead ones' slots) and recovers the pool, then sweeps it past
+ * every grace, armed to die at point pt: the points of attach, recovery and
+ * the sweep outside any actor.  1 if it died at pt (SIGKILL), else 0. */
+static int free_recoverer(struct ctl *c, int pt)
 {
 	pid_t pid = fork();
 	int status;
@@ -414,11 +443,16 @@ static void free_recoverer(struct ctl *c, int pt)
 		if (hc_pool_attach(c->e.name, &o, &p) < 0)
 			_exit(2);
 		hc_pool_recover(p, NULL);
+		/* and once more past every grace: the quarantine sweep */
+		if (!c->e.sc->real_clock)
+			hcs_clock_add(&c->e, c->e.sc->quarantine_ms + 1);
+		hc_pool_recover(p, NULL);
 		hc_pool_detach(p);
 		_exit(0);
 	}
-	if (pid > 0)
-		waitpid(pid, &status, 0);
+	if (pid > 0 && waitpid(pid, &status, 0) == pid)
+		return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+	return 0;
 }
 
 static void collect(void *arg, const char *line)
@@ -534,7 +568,7 @@ int hcs_run(const struct hcs_scenario *sc, const struct hcs_plan *plan, struct h
 			c->prio[a] = 1000 + (uint32_t)(rnd(c) % 1000) * HCS_ACTORS + a; /* distinct */
 		c->nchange = plan->pct_depth < 16 ? plan->pct_depth : 16;
 		for (unsigned i = 0; i < c->nchange; i++)
-			c->change[i] = (unsigned)(rnd(c) % EST_STEPS);
+			c->change[i] = (unsigned)(rnd(c) % (plan->pct_steps ? plan->pct_steps : EST_STEPS));
 	}
 	if (sc->service || sc->backend)
 		hct_mkdtemp(c->e.dir, sizeof(c->e.dir), "sched");
@@ -551,6 +585,7 @@ int hcs_run(const struct hcs_scenario *sc, const struct hcs_plan *plan, struct h
 	for (;;) {
 		unsigned en = 0, spin = 0;
 		struct hcs_choice ch;
+		int was;
 
 		for (unsigned a = 0; a < n; a++)
 			if (c->st[a] == A_PARKED) {
@@ -575,6 +610,7 @@ int hcs_run(const struct hcs_scenario *sc, const struct hcs_plan *plan, struct h
 		for (unsigned a = 0; a < n; a++)
 			run->at[k][a] = (uint16_t)parked_at(c, a);
 		run->chosen[k] = ch;
+		was = parked_at(c, ch.actor);
 		k++;
 		if (ch.kill) {
 			c->killed_once = 1;
@@ -586,6 +622,13 @@ int hcs_run(const struct hcs_scenario *sc, const struct hcs_plan *plan, struct h
 		} else {
 			step(c, ch.actor);
 		}
+		/* Another spin at the same point moved nothing: the others'
+		 * waits stay stale.  Anything else may have. */
+		if (ch.kill || !(at_spin_point(c, ch.actor) && parked_at(c, ch.actor) == was))
+			for (unsigned a = 0; a < n; a++)
+				c->stale[a] = 0;
+		if (!ch.kill)
+			c->stale[ch.actor] = (uint8_t)at_spin_point(c, ch.actor);
 		c->last = ch.actor;
 		if (run->failed)
 			break;
@@ -610,10 +653,12 @@ reap:
 		int status;
 		kill(c->svc, SIGTERM);
 		waitpid(c->svc, &status, 0);
-		if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !(WIFSIGNALED(status) && plan->free_point >= 0))
+		if (plan->free_point >= 0 && !run->free_killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+			run->free_killed = 1; /* the armed one died at its point */
+		else if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
 			why(c, "the service ended with status 0x%x", status);
 	} else if (plan->free_point >= 0) {
-		free_recoverer(c, plan->free_point);
+		run->free_killed = free_recoverer(c, plan->free_point);
 	}
 	if (!run->failed)
 		prove(c);

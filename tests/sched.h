@@ -36,6 +36,13 @@
 
 struct hcs_env;
 
+/* A phase of a hinted schedule: run actor until it parks at point. */
+struct hcs_until {
+	uint8_t actor;
+	uint16_t point;
+};
+#define HCS_END 0xffffu /* no point: until the actor ends */
+
 struct hcs_scenario {
 	const char *name;
 	const char *what;
@@ -59,6 +66,12 @@ struct hcs_scenario {
 	/* In the controller, after recovery: what else must hold; 0, or -1
 	 * with a line in why. */
 	int (*verify)(struct hcs_env *e, char *why, size_t len);
+	/* A race the scenario is there for that the fixed schedules miss,
+	 * as phases: each runs its actor until it parks at its point (HCS_END:
+	 * until it ends); then the sticky policy goes on.  The death sweep
+	 * runs it besides the fixed ones. */
+	struct hcs_until hint[6];
+	unsigned nhint;
 };
 
 /* What a run's actors and its controller share (in shared memory). */
@@ -117,6 +130,7 @@ struct hcs_run {
 	uint64_t hits[HC_PT__COUNT];
 	int diverged;                  /* a forced prefix met another enabled set */
 	int failed;                    /* the run broke an invariant */
+	int free_killed;               /* the free process died at plan->free_point */
 	char deaths[256];              /* who was killed where, a line each */
 	char why[1024];
 };
@@ -127,19 +141,24 @@ struct hcs_run {
  * not spinning (a non-preemptive scheduler), HCS_ROUND takes turns every
  * step, HCS_PCT follows random priorities with change points from a seed.
  * kill_actor/kill_point/kill_nth: kill that actor at its nth park at that
- * point (the death sweep), at most once.
+ * point (the death sweep), at most once.  until[]: phases, as in
+ * hcs_scenario.hint, that come before the policy.
  */
 enum hcs_policy { HCS_STICKY, HCS_ROUND, HCS_PCT };
 struct hcs_plan {
 	enum hcs_policy policy;
 	uint64_t seed;                 /* HCS_PCT */
 	unsigned pct_depth;            /* HCS_PCT: change points */
+	unsigned pct_steps;            /* HCS_PCT: spread over so many steps (0: 160) */
 	const struct hcs_choice *forced;
 	unsigned nforced;
 	int kill_actor;                /* -1: none */
 	unsigned kill_point, kill_nth;
 	/* a process of its own, free, armed to die at a point (-1: none) */
 	int free_point;
+	/* phases to follow before the policy (after forced[]) */
+	const struct hcs_until *until;
+	unsigned nuntil;
 };
 
 /* Run sc once under plan: 0 if every invariant held, else -1 with

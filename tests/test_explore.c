@@ -8,7 +8,9 @@
  * seeds.  Every run must keep every invariant (sched.h).  A failure prints
  * the scenario, the seed and the schedule;
  *   HC_EXPLORE_REPLAY='scenario:0*3 1*2 k1 0*9' tests/test_explore
- * runs that one schedule again, exactly.
+ * runs that one schedule again, exactly (HC_EXPLORE_STEPS=1 also prints
+ * each step: who ran, from which point; HC_EXPLORE_HINT=1 follows the
+ * scenario's hint after the schedule).
  *
  * make check runs a bounded pass: HC_EXPLORE_PREEMPT=1, at most
  * HC_EXPLORE_MAX=3000 schedules and HC_EXPLORE_SECONDS=10 (a quarter under
@@ -152,7 +154,7 @@ static void explore(const struct hcs_scenario *sc)
 	}
 	/* PCT: random priorities, three change points, one kill at a random step. */
 	for (unsigned s = 1; s <= seeds && hct_now() - t0 < seconds + seconds / 2 && failures - f0 < 3; s++) {
-		struct hcs_plan p = { .policy = HCS_PCT, .seed = s, .pct_depth = 3, .kill_actor = -1, .free_point = -1 };
+		struct hcs_plan p = { .policy = HCS_PCT, .seed = s, .pct_depth = 3, .pct_steps = longest, .kill_actor = -1, .free_point = -1 };
 		char how[64];
 
 		if (hcs_run(sc, &p, &run) < 0) {
@@ -199,8 +201,18 @@ static int replay(const char *spec)
 			return 2;
 		}
 		plan.nforced = (unsigned)n;
+		if (getenv("HC_EXPLORE_HINT")) { /* the scenario's hint after the schedule */
+			plan.until = hcs_scenarios[i]->hint;
+			plan.nuntil = hcs_scenarios[i]->nhint;
+		}
 		n = hcs_run(hcs_scenarios[i], &plan, &run);
 		hcs_schedule_str(&run, sched, sizeof(sched));
+		if (getenv("HC_EXPLORE_STEPS")) /* each step: who ran, from which point */
+			for (unsigned k = 0; k < run.nsteps; k++)
+				fprintf(stderr, "  step %u: %s%u (%s) from %s\n", k, run.chosen[k].kill ? "kill " : "",
+					run.chosen[k].actor, hcs_scenarios[i]->actor_name[run.chosen[k].actor],
+					run.at[k][run.chosen[k].actor] < HC_PT__COUNT
+						? hc__pt_name(run.at[k][run.chosen[k].actor]) : "the start");
 		fprintf(stderr, "%s: %s%s\n  schedule: %s\n%s%s", hcs_scenarios[i]->name, n ? "FAILED" : "ok",
 			run.diverged ? " (the run left the schedule: it is not this build's)" : "", sched, run.deaths,
 			run.why);
