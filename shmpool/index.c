@@ -133,11 +133,12 @@ static int keyed_live(const struct hc_pool *p, uint32_t id)
 }
 
 /*
- * EOWNERDEAD on stripe s: a writer died mid-insert or mid-remove.  Drop
- * every entry of stripe s and every entry naming a page that is no longer
- * keyed, then put back one entry for each keyed live page of stripe s.
+ * EOWNERDEAD on stripe s: a writer died mid-insert or mid-remove (or a
+ * repair, which rebuilds them all).  With the stripe held: drop every entry
+ * of stripe s and every entry naming a page that is no longer keyed, then
+ * put back one entry for each keyed live page of stripe s.
  */
-static void rebuild_stripe(struct hc_pool *p, unsigned s)
+void hc__index_rebuild_stripe(struct hc_pool *p, unsigned s)
 {
 	struct hc__khash kh;
 	uint64_t nent = (uint64_t)p->g.index_buckets * HC_BUCKET_ENTRIES;
@@ -163,8 +164,6 @@ static void rebuild_stripe(struct hc_pool *p, unsigned s)
 		if (kh.stripe == s && hc__index_insert(p, &kh, id) < 0)
 			hc__log(HC_LOG_ERR, "index rebuild: page %u is keyed but its buckets are full", id);
 	}
-	hc__log(HC_LOG_WARN, "pool '%s': a writer died holding key index stripe %u; rebuilt it from the page table",
-		p->info.name, s);
 }
 
 void hc__index_lock(struct hc_pool *p, unsigned stripe)
@@ -173,7 +172,9 @@ void hc__index_lock(struct hc_pool *p, unsigned stripe)
 	int r = hc__lock_shared(m);
 
 	if (r == EOWNERDEAD) {
-		rebuild_stripe(p, stripe);
+		hc__index_rebuild_stripe(p, stripe);
+		hc__log(HC_LOG_WARN, "pool '%s': a writer died holding key index stripe %u; rebuilt it from the page table",
+			p->info.name, stripe);
 		hc__count(p, HC_CTR_index_rebuilds, 1);
 		pthread_mutex_consistent(m);
 	} else if (r != 0) {

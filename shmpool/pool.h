@@ -78,6 +78,9 @@ int hc__rank_claim(struct hc_pool *p);
 void hc__rank_release(struct hc_pool *p);
 #define HC_PROBE_RECOVERING 2
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
+/* With the slot's mutex just taken as EOWNERDEAD: undo the dead holder's
+ * holds and make the mutex consistent (the caller then unlocks it). */
+int hc__rank_take_dead(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
 void hc__mutex_init_robust(pthread_mutex_t *m);
 
 /* ranks.c: bumped in every forked child, so handles know they were inherited */
@@ -152,6 +155,7 @@ int hc__index_insert(struct hc_pool *p, const struct hc__khash *kh, uint32_t id)
 int hc__index_remove(struct hc_pool *p, const struct hc__khash *kh, uint32_t id);
 void hc__page_khash(const struct hc_pool *p, uint32_t id, struct hc__khash *kh);
 void hc__index_repair_page(struct hc_pool *p, uint32_t id);
+void hc__index_rebuild_stripe(struct hc_pool *p, unsigned stripe); /* the stripe held */
 
 /* lookup.c, reserve.c: the cores that tickets share */
 void hc__hit_policy(const struct hc__geom *g, uint32_t mask, uint32_t *full, uint32_t *win, uint32_t *maxwin);

@@ -75,7 +75,7 @@ static void recover_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_re
  * pthread_mutex_consistent, in which case the caller must keep the mutex
  * locked (unlocking it now would make it unrecoverable for good).
  */
-static int take_dead_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
+int hc__rank_take_dead(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep)
 {
 	struct hc_seg_rank *r = &p->ranks[slot];
 	uint32_t was = atomic_load_explicit(&r->state, memory_order_relaxed);
@@ -152,7 +152,7 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 		ret = pthread_mutex_trylock(&r->lock);
 	}
 	if (ret == EOWNERDEAD) {
-		if ((ret = take_dead_slot(p, slot, rep)) != 0)
+		if ((ret = hc__rank_take_dead(p, slot, rep)) != 0)
 			return hc__err(ret, "rank slot %u: cannot mark its mutex consistent: %s", slot, strerror(ret));
 	} else if (ret == 0 && atomic_load_explicit(&r->state, memory_order_relaxed) != HC_RANK_FREE) {
 		/* Unlocked but marked live: a scribble.  We hold the lock, so fix it. */
@@ -208,7 +208,7 @@ static void *holder_main(void *arg)
 			}
 			if (ret == EOWNERDEAD) {
 				/* The previous owner died: its holds are ours to undo first. */
-				if ((ret = take_dead_slot(p, s, NULL)) != 0) {
+				if ((ret = hc__rank_take_dead(p, s, NULL)) != 0) {
 					hc__log(HC_LOG_WARN, "rank slot %u: cannot mark its mutex consistent (%s); skipping it",
 						s, strerror(ret));
 					continue;

@@ -370,6 +370,15 @@ int hct_key_shard(hc_pool *p, hc_page_t pg, const hc_key_t key, uint32_t bit, in
 	return 0;
 }
 
+void hct_collect(void *arg, const char *line)
+{
+	struct hct_lines *l = arg;
+	size_t len = strlen(l->all);
+
+	l->n++;
+	snprintf(l->all + len, sizeof(l->all) - len, "%s\n", line);
+}
+
 int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
 {
 	return hct_key_shard(p, pg, key, 0, fill);

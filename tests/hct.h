@@ -65,6 +65,13 @@ int hct_board_read(hc_pool *p, struct hct_board *b, unsigned *seed);
 int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill);
 /* The same for one shard: a head group's bit, or HC_SHARD_REPLICATED (0: all). */
 int hct_key_shard(hc_pool *p, hc_page_t pg, const hc_key_t key, uint32_t bit, int fill);
+/* The lines a report callback got (hc_pool_check, hc_pool_repair): pass
+ * hct_collect and a zeroed struct hct_lines. */
+struct hct_lines {
+	int n;
+	char all[8192];
+};
+void hct_collect(void *arg, const char *line);
 /* Store keys[0..n) (all new) as READY pages filled by key; their handles in pg. */
 void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg);
 

@@ -16,20 +16,6 @@ static hc_pool *pool;
 static hc_key_t keys[4];
 static hc_page_t kp[4]; /* keyed READY pages of keys[0..3] */
 
-struct lines {
-	int n;
-	char all[8192];
-};
-
-static void collect(void *arg, const char *line)
-{
-	struct lines *l = arg;
-	size_t len = strlen(l->all);
-
-	l->n++;
-	snprintf(l->all + len, sizeof(l->all) - len, "%s\n", line);
-}
-
 static void setup(void)
 {
 	name = hct_name();
@@ -48,8 +34,8 @@ static void teardown(void)
 /* Both modes, with what each must say (NULL: nothing). */
 static void expect(const char *live_has, const char *quiet_has)
 {
-	struct lines l = { 0 }, q = { 0 };
-	int n = hc_pool_check(pool, 0, collect, &l), nq = hc_pool_check(pool, HC_CHECK_QUIESCENT, collect, &q);
+	struct hct_lines l = { 0 }, q = { 0 };
+	int n = hc_pool_check(pool, 0, hct_collect, &l), nq = hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_collect, &q);
 
 	ck_assert_int_ge(n, 0);
 	ck_assert_int_ge(nq, n);

@@ -920,6 +920,62 @@ START_TEST(check_pool)
 }
 END_TEST
 
+/* What check names, repair fixes, or says it cannot. */
+START_TEST(repair_damage)
+{
+	const char *name = hct_name();
+	hc_key_t keys[3];
+	hc_page_t pg;
+	json_object *o, *fix;
+	struct hc_lookup_req rq = { .nkeys = 1 };
+	char want[128];
+	uint32_t free_id = 15;
+	hc_pool *p;
+
+	create_tiny(name, "16");
+	p = rank_on(name);
+	hct_keys(keys, 3, 23);
+	ck_assert_int_eq(hct_store(p, keys, 3, 0), 3);
+	rq.keys = &keys[1];
+	ck_assert_int_eq(hc_lookup(p, &rq, &pg), 1);
+	atomic_store(&p->pages[HC_PAGE_ID(pg)].flags, 0); /* READY, no key, no owner: lost */
+	atomic_store(&p->pages[free_id].flags, HC_PF_KEYED);
+	ck_assert_tool(1, "check", name, "--quiescent");
+
+	ck_assert_tool(0, "repair", name, "--json", "--quiescent");
+	o = jparse(r.out);
+	ck_assert_int_eq(jbool(o, "ok"), 1);
+	fix = jget(o, "repair", json_type_object);
+	ck_assert_int_eq(jint(fix, "damaged") + jint(fix, "lost"), 1);
+	ck_assert_int_eq(jint(fix, "bad_words"), 1);
+	ck_assert_int_eq(jint(fix, "index_bad"), 1);
+	ck_assert_int_eq(jint(fix, "unrepaired"), 0);
+	ck_assert_uint_eq(json_object_array_length(jget(o, "lines", json_type_array)), 3);
+	json_object_put(o);
+	ck_assert_tool(0, "check", name, "--quiescent");
+	ck_assert_int_eq(hct_hit(p, keys, 1), 1);
+	ck_assert_int_eq(hct_hit(p, keys + 2, 1), 1);
+
+	/* a damaged page this rank pins: reported, left, exit 1 */
+	rq.keys = &keys[0];
+	ck_assert_int_eq(hc_lookup(p, &rq, &pg), 1);
+	ck_assert_ok(hc_page_pin(p, pg));
+	atomic_store(&p->pages[HC_PAGE_ID(pg)].depth, 77);
+	ck_assert_tool(1, "repair", name);
+	snprintf(want, sizeof(want), "cannot repair: page %u:", HC_PAGE_ID(pg));
+	ck_assert_out_has(want);
+	ck_assert_out_has("partly repaired pool");
+	ck_assert_err_has("could not be repaired");
+	ck_assert_ok(hc_page_unpin(p, pg));
+	ck_assert_tool(0, "repair", name);
+	ck_assert_out_has("fail their check; freed");
+	ck_assert_tool(0, "check", name, "--quiescent");
+
+	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
 START_TEST(keys_list)
 {
 	const char *name = hct_name();
@@ -1506,6 +1562,7 @@ int main(void)
 	tcase_set_timeout(ta, 60);
 	tcase_add_test(ta, stat_formats);
 	tcase_add_test(ta, check_pool);
+	tcase_add_test(ta, repair_damage);
 	tcase_add_test(ta, keys_list);
 	tcase_add_test(ta, evict_and_clear);
 	tcase_add_test(ta, backend_attach_detach);

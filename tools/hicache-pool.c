@@ -1032,19 +1032,42 @@ static int cmd_destroy(int argc, char **argv)
 	return HC_CLI_EXIT_OK;
 }
 
+/* What check and repair print: a violation or a fix a line, or JSON. */
+struct check_out {
+	struct json_object *lines; /* --json: the violations, else NULL: print them */
+};
+
+static void check_report(void *arg, const char *line)
+{
+	struct check_out *co = arg;
+
+	if (co->lines)
+		json_object_array_add(co->lines, json_object_new_string(line));
+	else
+		printf("%s\n", line);
+}
+
 /* ------------------------------------------------------------------ repair */
 
 static const char repair_usage[] =
-	"Usage: " PROG " repair NAME [--dir DIR] [--json]\n"
+	"Usage: " PROG " repair NAME [--dir DIR] [--json] [--quiescent]\n"
 	"\n"
-	"Run recovery on pool NAME and report what it did: rank slots proven dead\n"
-	"(their robust mutex was left owner-dead) are cleared, their pins dropped,\n"
-	"their reservations quarantined, the pages they allocated without a key\n"
-	"freed, and pages whose quarantine ran out freed.\n"
-	"Safe while ranks run: a live rank is never touched.\n"
+	"Repair pool NAME and report what was done.  First recovery: rank slots\n"
+	"proven dead (their robust mutex was left owner-dead) are cleared, their\n"
+	"pins dropped, their reservations quarantined, the pages they allocated\n"
+	"without a key freed, and pages whose quarantine ran out freed.  Then what\n"
+	"the check finds and recovery cannot undo: page words that make no sense,\n"
+	"READY pages that no key finds and no live rank owns, entries that fail\n"
+	"their check, a key index that names the wrong pages (rebuilt from the\n"
+	"page table), tickets of engines that are gone, stray holds.  Each fix is\n"
+	"one line; then the check runs again, and each violation it still finds\n"
+	"is a 'cannot repair' line.  Exit status 0 when none is left, 1 when some\n"
+	"are.  Safe while ranks run: nothing a live rank holds is freed.\n"
 	"\n"
-	"  --dir DIR    the pool's directory (default " DEFAULT_DIR ")\n"
-	"  --json       print one JSON object\n";
+	"  --dir DIR       the pool's directory (default " DEFAULT_DIR ")\n"
+	"  --json          print one JSON object\n"
+	"  --quiescent     no rank is mid-operation: the check at the end counts\n"
+	"                  transient states too (as check --quiescent)\n";
 
 #define REPORT_FIELDS(X)                                                          \
 	X(dead_ranks, "rank slots proven dead and cleared")                       \
@@ -1057,47 +1080,93 @@ static const char repair_usage[] =
 	X(reclaimed, "dead ranks' pages allocated without a key, freed")         \
 	X(orphaned, "such pages another rank holds, freed when it lets go")
 
+#define REPAIR_FIELDS(X)                                                                   \
+	X(bad_words, "page words with an invalid state, owner or aux: quarantined or cleared") \
+	X(holds_cleared, "holds left in the columns of free slots, cleared")                \
+	X(damaged, "READY pages whose entry fails its check, freed")                      \
+	X(lost, "READY pages no key finds and no live rank owns, freed")                  \
+	X(duplicates, "keyed pages whose key a live page already has, freed")             \
+	X(index_bad, "index entries that named no page of their key, dropped")            \
+	X(index_missing, "keyed pages the index did not find, put back")                  \
+	X(tickets_ended, "tickets of gone engines, or damaged, ended")                     \
+	X(ticket_bits, "ticket holds on pages no ticket names, dropped")                  \
+	X(unrepaired, "violations left (the 'cannot repair' lines)")
+
 static int cmd_repair(int argc, char **argv)
 {
-	static const struct option opts[] = { OPTION_DIR, OPTION_JSON, OPTIONS_END };
-	struct hc_recovery_report rep = { 0 };
+	static const struct option opts[] = {
+		OPTION_DIR, OPTION_JSON,
+		{ "quiescent", no_argument, NULL, OPT_QUIESCENT },
+		OPTIONS_END,
+	};
+	struct hc_repair_report rep = { 0 };
+	struct hc_recovery_report first = { 0 };
+	struct check_out co = { NULL };
 	struct hc_pool_info in;
 	struct verb_args va;
 	const char *name;
 	hc_pool *p;
-	int ret, rr;
+	int ret, n;
 
 	if ((ret = parse_args(argc, argv, opts, repair_usage, &va, &name, NULL)) != ARGS_OK)
 		return ret;
-	/* NO_RECOVER: recovery at attach would leave nothing for the report */
+	/* Recovery first, attached without a slot: claiming one as a rank
+	 * would recover the dead slots it probes before the report could
+	 * count them.  Then as a rank (freeing and rebuilding need a slot);
+	 * NO_POPULATE: a tool reads the tables, not every page of the pool. */
 	if (attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
 		return failure("%s", lib_error());
 	log_info = true; /* the library names each dead slot it clears */
-	rr = hc_pool_recover(p, &rep);
+	n = hc_pool_recover(p, &first);
+	hc_pool_detach(p);
+	if (n < 0)
+		return failure("%s", lib_error());
+	if (attach(name, va.dir, HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE, &p) < 0)
+		return failure("%s", lib_error());
 	hc_pool_info(p, &in);
+	if (va.json)
+		co.lines = json_object_new_array();
+	n = hc_pool_repair(p, va.quiescent ? HC_CHECK_QUIESCENT : 0, &rep, check_report, &co);
+#define X(f, what) rep.recovery.f += first.f;
+	REPORT_FIELDS(X)
+#undef X
 	/* Print the report even on failure: what was undone stays undone. */
 	if (va.json) {
-		struct json_object *o = json_object_new_object();
+		struct json_object *o = json_object_new_object(), *fix = json_object_new_object();
 
 		jadd_str(o, "name", in.name);
 		jadd_str(o, "path", in.path);
-		jadd_bool(o, "ok", rr == 0);
-#define X(f, what) jadd_u64(o, #f, rep.f);
+		jadd_bool(o, "ok", n == 0);
+		/* recovery's fields at the top, as before repair did more */
+#define X(f, what) jadd_u64(o, #f, rep.recovery.f);
 		REPORT_FIELDS(X)
 #undef X
-		if (rr < 0)
+#define X(f, what) jadd_u64(fix, #f, rep.f);
+		REPAIR_FIELDS(X)
+#undef X
+		json_object_object_add(o, "repair", fix);
+		json_object_object_add(o, "lines", co.lines);
+		if (n < 0)
 			jadd_str(o, "error", hc_last_error());
 		print_json(o);
 		json_object_put(o);
 	} else {
-		printf("%s pool '%s' at %s\n", rr == 0 ? "repaired" : "partly repaired", in.name, in.path);
-#define X(f, what) printf("  %-13s %10" PRIu32 "  %s\n", #f, rep.f, what);
+		printf("%s pool '%s' at %s\n", n == 0 ? "repaired" : "partly repaired", in.name, in.path);
+		printf(" recovery:\n");
+#define X(f, what) printf("  %-13s %10" PRIu32 "  %s\n", #f, rep.recovery.f, what);
 		REPORT_FIELDS(X)
+#undef X
+		printf(" repair:\n");
+#define X(f, what) printf("  %-13s %10" PRIu32 "  %s\n", #f, rep.f, what);
+		REPAIR_FIELDS(X)
 #undef X
 	}
 	ret = HC_CLI_EXIT_OK;
-	if (rr < 0)
+	if (n < 0)
 		ret = failure("%s", lib_error());
+	else if (n > 0)
+		ret = failure("pool '%s': %d violation%s could not be repaired (the 'cannot repair' lines)", in.name, n,
+			      n == 1 ? "" : "s");
 	hc_pool_detach(p);
 	return ret;
 }
@@ -1297,20 +1366,6 @@ static const char check_usage[] =
 	"  --quiescent     no rank is mid-operation: pages being freed, tickets\n"
 	"                  being built and other transient states count as\n"
 	"                  violations too\n";
-
-struct check_out {
-	struct json_object *lines; /* --json: the violations, else NULL: print them */
-};
-
-static void check_report(void *arg, const char *line)
-{
-	struct check_out *co = arg;
-
-	if (co->lines)
-		json_object_array_add(co->lines, json_object_new_string(line));
-	else
-		printf("%s\n", line);
-}
 
 static int cmd_check(int argc, char **argv)
 {
@@ -1779,7 +1834,7 @@ static const char main_usage[] =
 	"  evict NAME        evict one key, or N pages by policy\n"
 	"  clear NAME        free every READY page of an idle pool\n"
 	"  destroy NAME      remove a pool\n"
-	"  repair NAME       undo what dead ranks held, and report it\n"
+	"  repair NAME       undo what dead ranks held, fix what check finds\n"
 	"  backend attach|detach NAME [SPEC]   change the L3 backend of a running service\n"
 	"  help [VERB]       show the help of a verb\n"
 	"\n"

@@ -557,6 +557,32 @@ HC_API const char *hc_tier_help(unsigned i);
 #define HC_CHECK_QUIESCENT 0x1u /* nothing is mid-operation: transient states count too */
 HC_API int hc_pool_check(hc_pool *pool, unsigned flags, void (*report)(void *arg, const char *line), void *arg);
 
+/* What hc_pool_repair fixed, after what recovery undid. */
+struct hc_repair_report {
+	struct hc_recovery_report recovery;
+	uint32_t bad_words;        /* page words that made no sense (state, owner, aux): quarantined or cleared */
+	uint32_t holds_cleared;    /* hold counts left in the columns of free slots, cleared */
+	uint32_t damaged;          /* READY pages whose entry fails its check, freed */
+	uint32_t lost;             /* READY pages that no key finds and no live rank owns, freed */
+	uint32_t duplicates;       /* keyed pages whose key a live page already has, freed */
+	uint32_t index_bad;        /* index entries that named no page of their key, dropped */
+	uint32_t index_missing;    /* keyed live pages the index did not find, put back */
+	uint32_t tickets_ended;    /* tickets of gone engines, or damaged, ended and their holds dropped */
+	uint32_t ticket_bits;      /* ticket holds on pages no ticket names, dropped */
+	uint32_t unrepaired;       /* violations the check still finds afterwards */
+};
+/*
+ * Fix what hc_pool_check finds and recovery cannot: scribbled or lost
+ * pages, a damaged index, tickets of gone engines, stray holds.  Runs
+ * recovery first; needs an attach with a rank slot.  Safe while ranks run:
+ * nothing a live rank holds is freed.  report() gets a line per fix and one
+ * per violation left ("cannot repair: ..."); flags (HC_CHECK_QUIESCENT)
+ * are those of the check at the end.  Returns the count of violations left
+ * (0: all fixed), or a negative errno.
+ */
+HC_API int hc_pool_repair(hc_pool *pool, unsigned flags, struct hc_repair_report *rep,
+			  void (*report)(void *arg, const char *line), void *arg);
+
 /*
  * L3 storage: a backend plugin (hicache-backend(7)) behind the library's
  * object format.  Every object is checked (header, fingerprint, key,
