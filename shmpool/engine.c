@@ -71,9 +71,9 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
 		return hc__err(EINVAL, "engine join: a quota of 0 pages would let the engine hold nothing; give a page count, or HC_QUOTA_UNLIMITED");
 	timeout = s->ticket_timeout_ms ? s->ticket_timeout_ms : 10000;
 	me = &p->ranks[p->slot];
-	if (atomic_load_explicit(&me->engine, memory_order_relaxed))
+	if (p->eng_id || atomic_load_explicit(&me->engine, memory_order_relaxed))
 		return hc__err(EALREADY, "engine join: this rank already joined engine %u; hc_engine_leave first",
-			       atomic_load_explicit(&me->engine, memory_order_relaxed) - 1);
+			       (p->eng_id ? p->eng_id : atomic_load_explicit(&me->engine, memory_order_relaxed)) - 1);
 	if ((ret = engine_lock(p)) < 0)
 		return ret;
 	for (unsigned slot = 0; slot < p->g.max_ranks; slot++) {
@@ -111,6 +111,10 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
 	atomic_store_explicit(&me->incarnation, inc, memory_order_relaxed);
 	/* Release: the fields above before anyone sees us as a member. */
 	atomic_store_explicit(&me->engine, s->engine_id + 1, memory_order_release);
+	p->eng_id = s->engine_id + 1;
+	p->eng_tp = s->tp_size << 16 | s->tp_rank;
+	p->eng_timeout_ms = timeout;
+	p->eng_inc = inc;
 	HC_POINT(engine_joined);
 out:
 	engine_unlock(p);
@@ -125,7 +129,7 @@ int hc_engine_leave(hc_pool *p)
 		return hc__err(EINVAL, "engine leave: pool is NULL");
 	if ((ret = hc__need_slot(p, "engine leave")) < 0)
 		return ret;
-	if (!atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed))
+	if (!p->eng_id && !atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed))
 		return hc__err(ENOENT, "engine leave: this rank has not joined an engine");
 	hc__engine_clear_slot(p, (unsigned)p->slot);
 	return 0;
@@ -142,9 +146,19 @@ void hc__engine_clear_slot(struct hc_pool *p, unsigned slot)
 	uint32_t e = atomic_load_explicit(&r->engine, memory_order_acquire), inc, last = 1;
 	int locked;
 
+	inc = atomic_load_explicit(&r->incarnation, memory_order_relaxed);
+	if ((int)slot == p->slot) {
+		/* Our own leave or detach: the engine we joined, whatever our
+		 * slot says now (only a scribble changes it); the private copy
+		 * goes too. */
+		e = p->eng_id;
+		inc = p->eng_inc;
+		p->eng_id = p->eng_tp = p->eng_timeout_ms = p->eng_inc = 0;
+		if (!e)
+			atomic_store_explicit(&r->engine, 0, memory_order_release);
+	}
 	if (!e)
 		return;
-	inc = atomic_load_explicit(&r->incarnation, memory_order_relaxed);
 	/* Without the lock (unusable) the tickets are left to expire.  The
 	 * tickets end before the membership goes: a rank that dies between
 	 * the two is still a member to its recoverer, who ends them again. */

@@ -528,6 +528,12 @@ static const char *hold_name(uint32_t one)
 	return one == HC_PIN_ONE ? "pinned" : "locked";
 }
 
+/* How long a hold waits out a FREEING page at most, however long each
+ * probe of its freer takes: a freer holds FREEING for microseconds, and a
+ * probe of a slot whose lock word names another thread (a recoverer, or a
+ * scribbled holder_tid) takes HC_PROBE_RETRIES waits. */
+#define HC_HOLD_WAIT_MS 1000
+
 /*
  * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
  * lock (HC_LOCK_ONE).  Returns 1 if the rank held nothing on the page
@@ -544,7 +550,7 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, co
 {
 	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
 	uint32_t v;
-	uint64_t w;
+	uint64_t w, give_up = 0;
 
 	/* Threads of this process share the counter: never let a half pass
 	 * 65535 or dip below a hold another thread has, even for an instant. */
@@ -571,6 +577,13 @@ int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, co
 		if (spin % 4096 == 0 || hc__sched_on()) {
 			if (spin >= 4096u * 2048u)
 				break;
+			if (!hc__sched_on()) { /* a time bound too: 2048 slow probes would take half a minute */
+				uint64_t now = hc__mono_ms();
+				if (!give_up)
+					give_up = now + HC_HOLD_WAIT_MS;
+				else if (now >= give_up)
+					break;
+			}
 			if (hc__w_owner(w) < p->g.max_ranks)
 				hc__rank_probe(p, hc__w_owner(w), NULL);
 			sched_yield();

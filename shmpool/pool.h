@@ -59,6 +59,12 @@ struct hc_pool {
 
 	_Atomic uint32_t cursor; /* where the next allocation scan starts (a hint) */
 
+	/* engine.c: what this rank joined with (id + 1, tp_size << 16 | tp_rank,
+	 * ticket timeout, incarnation; all 0 while in no engine).  Its slot's
+	 * copies are written by this rank alone while it lives, so a slot that
+	 * disagrees was scribbled: ticket.c checks before it trusts them. */
+	uint32_t eng_id, eng_tp, eng_timeout_ms, eng_inc;
+
 	/* lib/dev_cuda.c: this process's registration of the envelopes with
 	 * CUDA (its own lock guards both); detach calls dev_unreg first. */
 	void *dev_reg;

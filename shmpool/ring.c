@@ -58,18 +58,25 @@ int hc__ring_attach(struct hc__ring *v, void *mem, uint64_t bytes, uint32_t n, u
 	return 0;
 }
 
+/*
+ * The other side's index is kept (v->theirs) only once it is checked: a
+ * refused one kept would make mine - theirs wrap, pass for room or entries
+ * on every later call without another read, and a consumer would go round
+ * a ring of garbage for ever (a producer, overwrite what is unread).
+ */
 int hc__ring_room(struct hc__ring *v, uint32_t want)
 {
 	uint32_t used = v->mine - v->theirs, room;
 
-	if (v->n - used < want) {
+	if (used > v->n || v->n - used < want) {
 		/* Acquire: pairs with the consumer's release of head, so the
 		 * slots below it are copied out before we write them again. */
-		v->theirs = atomic_load_explicit(&v->r->head, memory_order_acquire);
-		used = v->mine - v->theirs;
+		uint32_t head = atomic_load_explicit(&v->r->head, memory_order_acquire);
+		used = v->mine - head;
 		if (used > v->n)
 			return hc__err(EPROTO, "ring: the consumer's head (%u) is %u entries behind our tail (%u), more than the %u it holds",
-				       v->theirs, used, v->mine, v->n);
+				       head, used, v->mine, v->n);
+		v->theirs = head;
 	}
 	room = v->n - used;
 	return (int)(room < want ? room : want);
@@ -105,13 +112,14 @@ int hc__ring_avail(struct hc__ring *v, uint32_t want)
 {
 	uint32_t have = v->theirs - v->mine;
 
-	if (have < want) {
+	if (have > v->n || have < want) {
 		/* Acquire: pairs with the producer's release of tail. */
-		v->theirs = atomic_load_explicit(&v->r->tail, memory_order_acquire);
-		have = v->theirs - v->mine;
+		uint32_t tail = atomic_load_explicit(&v->r->tail, memory_order_acquire);
+		have = tail - v->mine;
 		if (have > v->n)
 			return hc__err(EPROTO, "ring: the producer's tail (%u) is %u entries past our head (%u), more than the %u it holds",
-				       v->theirs, have, v->mine, v->n);
+				       tail, have, v->mine, v->n);
+		v->theirs = tail;
 	}
 	return (int)(have < want ? have : want);
 }

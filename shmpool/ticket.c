@@ -55,16 +55,36 @@ static inline uint64_t all_shares(uint32_t tp)
 	return tp >= 32 ? HC_TK_CLAIMED : (UINT64_C(1) << tp) - 1;
 }
 
-static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name, struct tk_name *nm, const char *op)
+/*
+ * This rank's membership as it joined (engine.c keeps the private copy).
+ * Its slot says the same unless it was scribbled, and what it says is used
+ * below as a shift count (the TP rank), a loop bound (the TP size) and a
+ * wait (the timeout): a slot that disagrees is refused, never used.
+ */
+static int membership(const struct hc_pool *p, const char *op)
 {
 	const struct hc_seg_rank *me = &p->ranks[p->slot];
+	uint32_t e = atomic_load_explicit(&me->engine, memory_order_relaxed);
+	uint32_t tp = atomic_load_explicit(&me->tp, memory_order_relaxed);
+	uint32_t to = atomic_load_explicit(&me->timeout_ms, memory_order_relaxed);
+	uint32_t inc = atomic_load_explicit(&me->incarnation, memory_order_relaxed);
+
+	if (!p->eng_id)
+		return hc__err(EINVAL, "%s: this rank has joined no engine: call hc_engine_join first", op);
+	if (e != p->eng_id || tp != p->eng_tp || to != p->eng_timeout_ms || inc != p->eng_inc)
+		return hc__err(EBADMSG, "%s: rank slot %d says engine %lld, TP rank %u of %u, ticket timeout %u ms, incarnation %u, but this rank joined engine %u as TP rank %u of %u (%u ms, incarnation %u): the segment is corrupt; run hicache-pool check",
+			       op, p->slot, (long long)e - 1, tp & 0xffff, tp >> 16, to, inc, p->eng_id - 1, p->eng_tp & 0xffff,
+			       p->eng_tp >> 16, p->eng_timeout_ms, p->eng_inc);
+	return 0;
+}
+
+static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name, struct tk_name *nm, const char *op)
+{
 	size_t len;
 
 	memset(nm, 0, sizeof(*nm));
-	nm->engine = atomic_load_explicit(&me->engine, memory_order_relaxed);
-	if (!nm->engine)
-		return hc__err(EINVAL, "%s: this rank has joined no engine: call hc_engine_join first", op);
-	nm->inc = atomic_load_explicit(&me->incarnation, memory_order_relaxed);
+	nm->engine = p->eng_id;
+	nm->inc = p->eng_inc;
 	if (!name || !name->request_id)
 		return hc__err(EINVAL, "%s: the ticket name%s is NULL", op, name ? "'s request id" : "");
 	len = strnlen(name->request_id, HC_REQUEST_ID_MAX + 1);
@@ -273,8 +293,12 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 {
 	struct hc_seg_ticket *r = &p->tickets[t];
 	_Atomic uint64_t *list = tk_pages(p, t);
-	uint32_t n = r->n <= p->g.ticket_keys ? r->n : p->g.ticket_keys;
+	/* Each read once: another process may scribble them meanwhile, and n
+	 * bounds the walk of the list (a second read could be past it). */
+	uint32_t n = __atomic_load_n(&r->n, __ATOMIC_RELAXED), kind = __atomic_load_n(&r->kind, __ATOMIC_RELAXED);
 
+	if (n > p->g.ticket_keys)
+		n = p->g.ticket_keys;
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t e = atomic_load_explicit(&list[i], memory_order_relaxed);
 		hc_page_t h = e & ((UINT64_C(1) << HC_TP_SKIP_SHIFT) - 1);
@@ -282,7 +306,7 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 		if (e == HC_PAGE_NONE || HC_PAGE_ID(h) >= p->g.npages)
 			continue;
 		HC_POINT(ticket_drop);
-		if (r->kind == HC_TK_LOOKUP) {
+		if (kind == HC_TK_LOOKUP) {
 			_Atomic uint64_t *tw = &hc__tmask_row(p, HC_PAGE_ID(h))[t / 64];
 			if (atomic_load_explicit(tw, memory_order_relaxed) & (UINT64_C(1) << (t % 64)))
 				atomic_fetch_and(tw, ~(UINT64_C(1) << (t % 64)));
@@ -462,7 +486,7 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 {
 	struct hc_seg_ticket *r = &p->tickets[t];
 	_Atomic uint64_t *list = tk_pages(p, t);
-	uint32_t n = r->n, i; /* once: another process may scribble it */
+	uint32_t n = __atomic_load_n(&r->n, __ATOMIC_RELAXED), i; /* once: another process may scribble it */
 	int ret = 0;
 
 	*held = 0;
@@ -476,16 +500,23 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 	}
 	for (i = 0; i < n; i++) {
 		uint64_t e = atomic_load_explicit(&list[i], memory_order_relaxed);
+		unsigned why = (unsigned)(e >> HC_TP_SKIP_SHIFT);
 
-		if (c->nw.kind == HC_TK_RESERVE && e != HC_PAGE_NONE && (e >> HC_TP_SKIP_SHIFT)) {
-			c->skip[i] = (uint8_t)(e >> HC_TP_SKIP_SHIFT);
+		if (c->nw.kind == HC_TK_RESERVE && e != HC_PAGE_NONE && why) {
+			/* The builder writes a skip reason alone, and only one
+			 * the API defines: the caller may index by it. */
+			if ((why != HC_SKIP_READY && why != HC_SKIP_BUSY) || (e & ((UINT64_C(1) << HC_TP_SKIP_SHIFT) - 1)))
+				return hc__err(EBADMSG, "%s: ticket %u entry %u is 0x%llx, no skip reason (%d or %d) alone: the segment is corrupt; run hicache-pool check",
+					       c->op, t, i, (unsigned long long)e, HC_SKIP_READY, HC_SKIP_BUSY);
+			c->skip[i] = (uint8_t)why;
 			continue;
 		}
 		if (e == HC_PAGE_NONE)
 			continue;
-		if (HC_PAGE_ID(e) >= p->g.npages)
-			return hc__err(EBADMSG, "%s: ticket %u names page %u, past the pool's %u: the segment is corrupt",
-				       c->op, t, HC_PAGE_ID(e), p->g.npages);
+		/* A handle: an id of the pool, a generation, nothing above it. */
+		if (HC_PAGE_ID(e) >= p->g.npages || e != HC_PAGE_MAKE(HC_PAGE_ID(e), HC_PAGE_GEN(e)))
+			return hc__err(EBADMSG, "%s: ticket %u entry %u is 0x%llx, no handle of a page of the pool's %u: the segment is corrupt; run hicache-pool check",
+				       c->op, t, i, (unsigned long long)e, p->g.npages);
 		c->pages[i] = e;
 	}
 	/*
@@ -531,27 +562,27 @@ static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n)
 
 static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, struct tk_call *c, hc_ticket *out)
 {
-	const struct hc_seg_rank *me;
 	struct tk_name nm;
 	uint64_t w = 0;
 	unsigned t = 0;
 	uint32_t held = 0, tpw;
+	int32_t res_err;
 	int ret, n = 0;
 	hc_ticket res; /* *out is written only on success: a live handle is never lost */
 	uint32_t g0;
 
-	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = name_init(p, name, &nm, c->op)) < 0)
+	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = membership(p, c->op)) < 0 ||
+	    (ret = name_init(p, name, &nm, c->op)) < 0)
 		return ret;
 	if (!out)
 		return hc__err(EINVAL, "%s: the ticket handle is NULL", c->op);
 	if (c->nkeys > p->g.ticket_keys)
 		return hc__err(E2BIG, "%s: %u keys, but a ticket of pool '%s' names at most %u (ticket_keys)", c->op,
 			       c->nkeys, p->info.name, p->g.ticket_keys);
-	me = &p->ranks[p->slot];
-	tpw = atomic_load_explicit(&me->tp, memory_order_relaxed);
+	tpw = p->eng_tp; /* the slot's copy may be scribbled (membership()) */
 	c->nw.tp = tpw >> 16;
 	c->nw.rank = tpw & 0xffff;
-	c->nw.timeout_ms = atomic_load_explicit(&me->timeout_ms, memory_order_relaxed);
+	c->nw.timeout_ms = p->eng_timeout_ms;
 	c->nw.nkeys = c->nkeys;
 	memset(&res, 0, sizeof(res));
 
@@ -633,9 +664,15 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 			}
 		}
 		hc__count(p, HC_CTR_tickets_joined, 1);
-		if (r->result < 0)
-			return hc__err(-r->result, "%s: the first rank of engine %u failed ticket '%s' step %u with %s; every rank gets the same answer (try again under a new step)",
-				       c->op, nm.engine - 1, nm.req, nm.step, strerror(-r->result));
+		if ((res_err = __atomic_load_n(&r->result, __ATOMIC_RELAXED)) < 0) {
+			/* An errno the builder published, or a scribble (whose
+			 * negation might not even be an int). */
+			if (res_err < -4095)
+				res_err = -EBADMSG;
+			undo_join(p, c, (uint32_t)n); /* nothing, unless the record was scribbled: no handle keeps them */
+			return hc__err(-res_err, "%s: the first rank of engine %u failed ticket '%s' step %u with %s; every rank gets the same answer (try again under a new step)",
+				       c->op, nm.engine - 1, nm.req, nm.step, strerror(-res_err));
+		}
 		goto done;
 	}
 	return hc__err(EAGAIN, "%s: ticket '%s' step %u kept changing under us; try again", c->op, nm.req, nm.step);
