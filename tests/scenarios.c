@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hicache/service.h>
 
@@ -694,7 +695,7 @@ static void stager(struct hcs_env *e, hc_pool *p, unsigned me)
 	struct hc_prefetch_req pr = { .keys = e->sh->keys, .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[2];
 	hc_req *g, *b, *rq;
-	int r;
+	int r, h;
 
 	if (hc_req_stage(p, 2, 0, &g) < 0)
 		return;
@@ -707,7 +708,19 @@ static void stager(struct hcs_env *e, hc_pool *p, unsigned me)
 	hc_req_free(g);
 	if (hc_req_prefetch(p, &pr, &rq) < 0)
 		return;
-	e->sh->ret[me][2] = take_check(e, p, rq, pg);
+	h = e->sh->ret[me][2] = take_check(e, p, rq, pg);
+	/* buffer_only frees each page once its transfer ended and nobody
+	 * holds it: let the service get there before the run ends (a second,
+	 * at most: the sweep may have killed it) */
+	for (double t0 = hct_now(); h > 0 && hct_now() - t0 < 1.0; usleep(1000)) {
+		int left = 0;
+		for (int i = 0; i < h; i++) {
+			hc_page_t now;
+			left += hc_page_state(p, HC_PAGE_ID(pg[i]), &now, NULL, NULL) == HC_PAGE_READY && now == pg[i];
+		}
+		if (!left)
+			break;
+	}
 }
 
 static const struct hcs_scenario staging = {

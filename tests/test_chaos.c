@@ -112,14 +112,15 @@ static int check_page(hc_pool *p, hc_page_t pg, int w, const char *how)
 
 /* A hit page we hold (pin or ticket) must be the keyed page of the key we
  * asked for: the hold keeps its life, flag and key as they are.  It is
- * READY, or FREEING for a moment (a freer's (C), which sees our hold and
- * puts it back). */
+ * READY, or FREEING and not yet checked for a moment (a freer's (C), which
+ * sees our hold and puts it back; its aux names the READY owner too). */
 static void check_key(hc_pool *p, hc_page_t pg, const uint8_t *key, int w, const char *how)
 {
 	struct hc_page_info pi;
 
 	if (hc_page_info(p, HC_PAGE_ID(pg), &pi) < 0 ||
-	    (pi.state != HC_PAGE_READY && !(pi.state == HC_PAGE_FREEING && pi.aux == 0)) || pi.gen != HC_PAGE_GEN(pg) ||
+	    (pi.state != HC_PAGE_READY && !(pi.state == HC_PAGE_FREEING && !(pi.aux & HC_FREEING_CHECKED))) ||
+	    pi.gen != HC_PAGE_GEN(pg) ||
 	    !pi.keyed || memcmp(pi.key, key, HC_KEY_BYTES) != 0)
 		BAD("worker %d: %s: hit page %u gen %u is not the key's page (now %s gen %u, %skeyed, %s key)", w, how,
 		    HC_PAGE_ID(pg), HC_PAGE_GEN(pg), hc_page_state_name(pi.state), pi.gen, pi.keyed ? "" : "not ",
@@ -746,7 +747,7 @@ static void end_replacement(hc_pool *p, const char *name, struct step *st, pid_t
 }
 
 /*
- * A freer killed right after (C) (READY -> FREEING, aux 0) leaves the page
+ * A freer killed right after (C) (READY -> FREEING, unchecked) leaves the page
  * FREEING under a dead slot until someone recovers it.  Found (fixed on main by 8ab2d2f): a rank
  * claiming its share of a lookup ticket that holds the page waits for
  * FREEING to end (hc__hold, wait_freeing) without ever probing the freer:

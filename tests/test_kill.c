@@ -29,7 +29,8 @@
 struct shared {
 	/* who the test believes holds each page, or 0: a tag, (life << 32) |
 	 * (gen << 8) | COMMITTED | (worker + 1), where life counts the worker's
-	 * starts and COMMITTED says the page is READY */
+	 * starts and COMMITTED says the page is READY, or its last commit is
+	 * under way (recovery frees a dead worker's READY page at once) */
 	_Atomic uint64_t own[NPAGES];
 	/* per worker, the parent's last SIGKILL to it: (life << 32) | when (ms),
 	 * one word, so a reader never pairs one life with another's time */
@@ -159,12 +160,16 @@ static void __attribute__((noreturn)) worker(int w, unsigned seed)
 				const uint32_t shards[3] = { 1, 2, HC_SHARD_REPLICATED };
 				for (int s = 0; s < 3; s++) {
 					hct_fill(p, pg, shards[s]);
+					/* Before the last shard: a death once it is in
+					 * leaves the page READY, which recovery frees
+					 * at once, quarantine or not. */
+					if (s == 2)
+						committed(w, pg);
 					ret = hc_page_commit(p, pg, shards[s]);
 					if (ret != (s == 2))
 						record(&sh->errors, "commit", ret);
 				}
 				atomic_fetch_add(&sh->commits, 1);
-				committed(w, pg);
 				mine[n++] = pg;
 				hct_board_put(&sh->board, pg);
 			}
