@@ -619,7 +619,7 @@ static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 {
 	_Atomic uint32_t *c;
-	uint32_t v;
+	uint32_t v, f;
 	uint64_t w;
 	int ret;
 
@@ -627,6 +627,10 @@ static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *
 		return ret;
 	c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
 	w = atomic_load_explicit(&p->pages[HC_PAGE_ID(page)].word, memory_order_relaxed);
+	/* Read with the word, on its line: after our count drops, another
+	 * rank's lookup may have written the line, and a second read would
+	 * miss.  An orphan marked after this read is the sweep's to free. */
+	f = atomic_load_explicit(&p->pages[HC_PAGE_ID(page)].flags, memory_order_relaxed);
 	if (hc__w_gen(w) != HC_PAGE_GEN(page))
 		return hc__err(ESTALE, "%s: page %u generation %u is gone (now generation %u)", op, HC_PAGE_ID(page),
 			       HC_PAGE_GEN(page), hc__w_gen(w));
@@ -639,7 +643,8 @@ static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *
 	HC_POINT(unpin_dropped);
 	if (v == one) { /* the page is no longer held by this rank */
 		hc__quota_give(p, 1);
-		free_orphan(p, HC_PAGE_ID(page));
+		if (f & HC_PF_ORPHAN)
+			free_orphan(p, HC_PAGE_ID(page));
 	}
 	return 0;
 }
