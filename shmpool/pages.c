@@ -218,7 +218,14 @@ static int grace_over(const struct hc_pool *p, uint32_t aux)
 
 /* Take up to n FREE pages (or quarantined ones past their grace) from the
  * cursor on; the count taken. */
-static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
+/* The flags of a fresh life: none for a reservation (its reserver keys
+ * it), ANON and its check for a page allocated without a key. */
+static inline uint32_t fresh_flags(const struct hc_pool *p, uint32_t id, int anon)
+{
+	return anon ? HC_PF_ANON | hc__page_check(p, id, 0) : 0;
+}
+
+static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
 	uint32_t id = atomic_load_explicit(&p->cursor, memory_order_relaxed), got = 0, scanned;
@@ -249,7 +256,8 @@ static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, hc_p
 			continue;
 		HC_POINT(alloc_taken);
 		atomic_store_explicit(&p->pages[id].presence, presence, memory_order_relaxed);
-		atomic_store_explicit(&p->pages[id].flags, 0, memory_order_relaxed); /* a fresh life */
+		/* While the CAS left the line ours: another scanner may read it next. */
+		atomic_store_explicit(&p->pages[id].flags, fresh_flags(p, id, anon), memory_order_relaxed);
 		out[got++] = HC_PAGE_MAKE(id, gen);
 	}
 	atomic_store_explicit(&p->cursor, id, memory_order_relaxed); /* a hint: racing threads may share it */
@@ -272,19 +280,24 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 
 /* Free pages first, then evict by policy; all or nothing.  The pages count
  * against this rank's quota until they leave RESERVED. */
-int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op)
+int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out, const char *op)
 {
-	unsigned got;
+	unsigned got, was;
 	int ret;
 
 	if ((ret = hc__quota_take(p, n, op)) < 0)
 		return ret;
-	got = scan_free(p, n, presence, out);
+	got = scan_free(p, n, presence, anon, out);
 
-	if (got < n)
+	if (got < n) {
+		was = got;
 		got += hc__evict_take(p, n - got, presence, out + got);
+		for (unsigned i = was; i < got && anon; i++) /* evicted for us: a fresh life, flags 0 */
+			atomic_store_explicit(&p->pages[HC_PAGE_ID(out[i])].flags, fresh_flags(p, HC_PAGE_ID(out[i]), 1),
+					      memory_order_relaxed);
+	}
 	if (got < n) /* someone freed pages while we evicted: one more look */
-		got += scan_free(p, n - got, presence, out + got);
+		got += scan_free(p, n - got, presence, anon, out + got);
 	if (got == n) {
 		hc__count(p, HC_CTR_allocs, n);
 		return (int)n;
@@ -318,14 +331,9 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 	if (presence == 0 || (presence >> p->g.ncomp) != 0)
 		return hc__err(EINVAL, "alloc: presence mask 0x%x names no component or one past the pool's %u",
 			       presence, p->g.ncomp);
-	if ((ret = hc__alloc(p, n, presence, out, "alloc")) < 0)
-		return ret;
-	/* Before the handles leave us: ours until we free them (recovery
-	 * frees them if we die). */
-	for (unsigned i = 0; i < n; i++)
-		atomic_store_explicit(&p->pages[HC_PAGE_ID(out[i])].flags, HC_PF_ANON | hc__page_check(p, HC_PAGE_ID(out[i]), 0),
-				      memory_order_relaxed);
-	return ret;
+	/* ANON before the handles leave us: ours until we free them
+	 * (recovery frees them if we die). */
+	return hc__alloc(p, n, presence, 1, out, "alloc");
 }
 
 int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group,

@@ -135,7 +135,8 @@ struct hc__holds {
 	uint32_t tickets;     /* tickets holding the page */
 };
 void hc__page_holds(const struct hc_pool *p, uint32_t id, struct hc__holds *h);
-int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out, const char *op);
+/* anon: allocated without a key (HC_PF_ANON), else a reservation to key */
+int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out, const char *op);
 void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n);
 #define HC_RETIRE_FREE 0 /* to FREE */
 #define HC_RETIRE_TAKE 1 /* to RESERVED for this rank, a new generation */

@@ -131,7 +131,7 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 	 * READY: it would reserve their keys again, or fail for want of the
 	 * very pages it took. */
 	hc__spare = (struct hc__spare){ ready, nready, 0 };
-	if (want && (ret = hc__alloc(p, want, presence, pool, "reserve")) < 0)
+	if (want && (ret = hc__alloc(p, want, presence, 0, pool, "reserve")) < 0)
 		goto out;
 	have = want;
 	HC_POINT(reserve_allocated);
@@ -150,7 +150,7 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 			 * for a key that needs one: a pool with exactly the pages
 			 * this call needs must not fail it (nor evict for it). */
 			hc__index_unlock(p, kh[done].stripe);
-			if ((ret = hc__alloc(p, 1, presence, &pool[have], "reserve")) < 0)
+			if ((ret = hc__alloc(p, 1, presence, 0, &pool[have], "reserve")) < 0)
 				goto fail;
 			have++;
 		}
