@@ -186,8 +186,18 @@ static void wait_park(struct ctl *c, unsigned a, uint32_t before)
 			return;
 		}
 		if (waitpid(c->pid[a], &status, WNOHANG) == c->pid[a]) {
-			c->st[a] = A_DEAD;
 			c->pid[a] = 0;
+			/* It may have left the schedule and exited between our
+			 * look at parks and this wait: look again. */
+			if (atomic_load_explicit(&sa->parks, memory_order_acquire) != before &&
+			    atomic_load(&sa->state) == HC_SA_DONE) {
+				c->parks[a] = atomic_load(&sa->parks);
+				c->st[a] = A_DONE;
+				if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+					why(c, "actor %u (%s) exited with status 0x%x", a, c->e.sc->actor_name[a], status);
+				return;
+			}
+			c->st[a] = A_DEAD;
 			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && (atomic_load(&c->e.sh->dying) >> a & 1)) {
 				c->e.killed[a] = 1; /* it ended itself, as its scenario says */
 				return;
