@@ -389,10 +389,14 @@ static_assert(offsetof(struct hc_seg_page, key) == 16, "page entry layout");
  *   bits 54..60 owner rank slot: the builder (BUILDING) or dropper (DROPPING)
  *   bits 38..53 generation, bumped each time the record is taken
  *   bit  37     expired: every share not claimed below is expired
+ *   bit  36     naming: taken, its name not yet written (BUILDING only)
  *   bits  0..31 claimed shares, a bit per TP rank
- * Notes on synchronization: a record is taken (FREE/CLOSED -> BUILDING) by
- * CAS under the ticket stripe lock of its name, which also orders the name
- * fields for every later finder; everything else (n, result, pages,
+ * Notes on synchronization: a record is taken (FREE/CLOSED -> BUILDING
+ * with 'naming') by CAS under the ticket stripe lock of its new name; the
+ * taker writes the name and fields, then stores the word without 'naming'
+ * (release).  A finder of the record's old name holds another stripe, so
+ * it may look in between: it matches no word with 'naming', and checks the
+ * generation around its reads of the name.  Everything else (n, result, pages,
  * deadline) is written by the builder before its release CAS to OPEN, and
  * read only after an acquire load of OPEN.  Shares move by CAS on 'word'
  * alone.  'seq' is written at the take and read by takers of other stripes
@@ -430,6 +434,7 @@ static_assert(sizeof(struct hc_seg_ticket) == 128, "ticket record size");
 #define HC_TK_GEN_SHIFT   38
 #define HC_TK_GEN_MASK    UINT64_C(0xffff)
 #define HC_TK_EXPIRED     (UINT64_C(1) << 37)
+#define HC_TK_NAMING      (UINT64_C(1) << 36)
 #define HC_TK_CLAIMED     UINT64_C(0xffffffff)
 
 static inline unsigned hc__tk_state(uint64_t w) { return (unsigned)(w >> HC_TK_STATE_SHIFT); }

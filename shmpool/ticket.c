@@ -126,7 +126,8 @@ static int matches(const struct hc_pool *p, unsigned t, const struct tk_name *nm
 	uint64_t w1 = atomic_load_explicit(&r->word, memory_order_acquire), w2;
 	int eq;
 
-	if (hc__tk_state(w1) == HC_TK_FREE || atomic_load_explicit(&r->name_hash, memory_order_acquire) != nm->hash)
+	if (hc__tk_state(w1) == HC_TK_FREE || (w1 & HC_TK_NAMING) ||
+	    atomic_load_explicit(&r->name_hash, memory_order_acquire) != nm->hash)
 		return 0;
 	eq = atomic_load_explicit(&r->engine, memory_order_relaxed) == nm->engine &&
 	     atomic_load_explicit(&r->incarnation, memory_order_relaxed) == nm->inc &&
@@ -193,7 +194,9 @@ static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, 
 		return -EAGAIN;
 	taken = ((uint64_t)HC_TK_BUILDING << HC_TK_STATE_SHIFT) | ((uint64_t)p->slot << HC_TK_OWNER_SHIFT) |
 		((uint64_t)((hc__tk_gen(w) + 1) & HC_TK_GEN_MASK) << HC_TK_GEN_SHIFT) | (UINT64_C(1) << nw->rank);
-	if (!atomic_compare_exchange_strong(&r->word, &w, taken))
+	/* 'naming' until the name below is ours: the old name's finders hold
+	 * another stripe and would match its fields in the new generation. */
+	if (!atomic_compare_exchange_strong(&r->word, &w, taken | HC_TK_NAMING))
 		return -EAGAIN;
 	HC_POINT(ticket_taken);
 	if (hc__tk_state(w) == HC_TK_CLOSED)
@@ -214,6 +217,8 @@ static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, 
 	r->keys_fold[0] = nw->fold[0];
 	r->keys_fold[1] = nw->fold[1];
 	atomic_store_explicit(&r->name_hash, nm->hash, memory_order_release);
+	/* Release: the name and fields above before a finder matches it. */
+	atomic_store_explicit(&r->word, taken, memory_order_release);
 	*wout = taken;
 	return 0;
 }
@@ -360,7 +365,7 @@ void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot)
 			/* Nothing was published.  Its reservations, if any, are the dead
 			 * slot's and get quarantined with the rest of its pages. */
 			clear_bit_everywhere(p, t);
-			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~HC_TK_CLAIMED);
+			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~(HC_TK_CLAIMED | HC_TK_NAMING));
 		} else if (hc__tk_state(w) == HC_TK_DROPPING) {
 			drop(p, t, w);
 		}

@@ -376,19 +376,33 @@ static void tk_other(struct hcs_env *e, hc_pool *p, unsigned me)
 	}
 }
 
+/* Two ranks of engine 2 and another engine, on 63 records held open. */
+#define TICKET_ACTORS                                                            \
+	.nactors = 3, .actor_name = { "rank 0", "rank 1", "other engine" },      \
+	.actor = { tk_rank, tk_rank, tk_other }, .victims = 7, .npages = 4,       \
+	.quarantine_ms = 50, .max_tickets = 64, .setup = setup_tickets
+
 static const struct hcs_scenario ticket_expiry = {
 	.name = "ticket_join_vs_expiry",
 	.what = "two ranks share a lookup ticket while a third evicts, lets it expire, and reuses its record",
-	.nactors = 3,
-	.actor_name = { "rank 0", "rank 1", "other engine" },
-	.actor = { tk_rank, tk_rank, tk_other },
-	.victims = 7,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
-	.setup = setup_tickets,
+	TICKET_ACTORS,
 	/* the evictor has chosen the page before the ticket held it, and
 	 * marks it FREEING as rank 1 joins: rank 1 waits it out */
 	.hint = { { 2, HC_PT_evict_victim }, { 0, HC_PT_ticket_released }, { 2, HC_PT_retire_freeing },
 		  { 1, HC_PT_hold_wait } }, .nhint = 4,
+};
+
+/* The same actors: rank 0 has built 't' and let it go, the other engine
+ * expires it and reuses its record for its own ticket, and rank 1 looks 't'
+ * up while the record is taken but not yet named.  It must not take the
+ * record for 't' (it is 'other' now): before the fix it waited for
+ * other's build and got EINVAL, "opened as a lookup of 1 keys". */
+static const struct hcs_scenario ticket_reuse = {
+	.name = "ticket_join_vs_reuse",
+	.what = "a rank looks up a ticket whose record another engine is taking for a new name",
+	TICKET_ACTORS,
+	.hint = { { 0, HC_PT_ticket_released }, { 2, HC_PT_ticket_taken }, { 1, HC_PT_ticket_wait },
+		  { 2, HC_PT_ticket_released }, { 1, HCS_END } }, .nhint = 5,
 };
 
 /* ---- a death, and two recoverers */
@@ -788,7 +802,7 @@ static const struct hcs_scenario abort_vs_lookup = {
 };
 
 const struct hcs_scenario *const hcs_scenarios[] = {
-	&co_writers, &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict, &ticket_expiry,
+	&co_writers, &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict, &ticket_expiry, &ticket_reuse,
 	&two_recoverers, &death_found_at_attach, &stripe_death, &alloc_contention, &reserve_runs_short,
 	&anon_free_vs_pin, &abort_vs_lookup, &prefetch_vs_death, &staging,
 };

@@ -152,6 +152,15 @@ static void explore(const struct hcs_scenario *sc)
 		if (failures - f0 >= 3)
 			break;
 	}
+	/* The scenario's hint: the race it is there for, which the bound
+	 * may not reach. */
+	if (sc->nhint) {
+		struct hcs_plan h = { .policy = HCS_STICKY, .kill_actor = -1, .free_point = -1, .until = sc->hint,
+				      .nuntil = sc->nhint };
+		if (hcs_run(sc, &h, &run) < 0)
+			report(sc, "its hint", &run);
+		schedules++;
+	}
 	/* PCT: random priorities, three change points, one kill at a random step. */
 	for (unsigned s = 1; s <= seeds && hct_now() - t0 < seconds + seconds / 2 && failures - f0 < 3; s++) {
 		struct hcs_plan p = { .policy = HCS_PCT, .seed = s, .pct_depth = 3, .pct_steps = longest, .kill_actor = -1, .free_point = -1 };
