@@ -25,7 +25,7 @@ struct chk {
 	hc__check_fn report;
 	void *arg;
 	int n;
-	int live[HC_MAX_RANKS];
+	uint8_t live[HC_MAX_RANKS];
 	uint32_t keyed_live; /* keyed live pages seen */
 };
 
@@ -85,10 +85,11 @@ static void check_index(struct chk *c)
 				    (atomic_load(&p->pages[id].flags) & HC_PF_KEYED) ? "" : "not ");
 			continue;
 		}
-		hc__page_khash(p, id, &kh);
-		if ((b != kh.b1 && b != kh.b2) || (uint32_t)(e >> 32) != kh.tag)
+		if (!hc__index_entry_placed(p, i, e, id)) {
+			hc__page_khash(p, id, &kh);
 			say(c, "index entry %llu: page %u is in bucket %u with tag 0x%x; its key belongs in %u or %u with 0x%x",
 			    (unsigned long long)i, id, b, (uint32_t)(e >> 32), kh.b1, kh.b2, kh.tag);
+		}
 		else if (seen[id]++)
 			say(c, "index: page %u has more than one entry", id);
 		else
@@ -122,12 +123,37 @@ static void check_index(struct chk *c)
 	free(seen);
 }
 
-/* Does some live slot belong to engine e (id + 1) of incarnation inc? */
-static int engine_alive(const struct chk *c, uint32_t e, uint32_t inc)
+int hc__index_entry_placed(const struct hc_pool *p, uint64_t i, uint64_t e, uint32_t id)
 {
-	for (unsigned s = 0; s < c->p->g.max_ranks; s++)
-		if (c->live[s] && atomic_load(&c->p->ranks[s].engine) == e && atomic_load(&c->p->ranks[s].incarnation) == inc)
+	uint32_t b = (uint32_t)(i / HC_BUCKET_ENTRIES);
+	struct hc__khash kh;
+
+	hc__page_khash(p, id, &kh);
+	return (b == kh.b1 || b == kh.b2) && (uint32_t)(e >> 32) == kh.tag;
+}
+
+int hc__engine_alive(const struct hc_pool *p, const uint8_t *live, uint32_t e, uint32_t inc)
+{
+	for (unsigned s = 0; s < p->g.max_ranks; s++)
+		if (live[s] && atomic_load(&p->ranks[s].engine) == e && atomic_load(&p->ranks[s].incarnation) == inc)
 			return 1;
+	return 0;
+}
+
+int hc__ticket_holds(const struct hc_pool *p, unsigned t, uint32_t id, uint64_t w)
+{
+	const struct hc_seg_ticket *r = &p->tickets[t];
+	uint32_t n = r->n; /* once: it bounds the walk */
+
+	if (hc__tk_state(w) == HC_TK_BUILDING || hc__tk_state(w) == HC_TK_DROPPING)
+		return 1;
+	if (hc__tk_state(w) != HC_TK_OPEN || r->kind != HC_TK_LOOKUP || n > p->g.ticket_keys)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t e = atomic_load(&p->tpages[(size_t)t * p->g.ticket_keys + i]);
+		if (e != HC_PAGE_NONE && HC_PAGE_ID(e) == id)
+			return 1;
+	}
 	return 0;
 }
 
@@ -170,7 +196,7 @@ static void check_tickets(struct chk *c)
 			continue;
 		}
 		if (st == HC_TK_OPEN && quiet(c) &&
-		    !engine_alive(c, atomic_load(&r->engine), atomic_load(&r->incarnation)))
+		    !hc__engine_alive(p, c->live, atomic_load(&r->engine), atomic_load(&r->incarnation)))
 			say(c, "ticket %u: OPEN for engine %u (incarnation %u), which has no live member: it should have ended with it",
 			    t, atomic_load(&r->engine) - 1, atomic_load(&r->incarnation));
 		if (st != HC_TK_OPEN || kind != HC_TK_LOOKUP)
@@ -203,19 +229,11 @@ static void check_tickets(struct chk *c)
 			uint64_t m = atomic_load(&hc__tmask_row(p, id)[k]);
 			for (; m; m &= m - 1) {
 				unsigned t = k * 64 + (unsigned)__builtin_ctzll(m);
-				const struct hc_seg_ticket *r = &p->tickets[t];
-				unsigned st = hc__tk_state(atomic_load(&r->word));
-				uint32_t n = r->n;
-				int ok = st == HC_TK_BUILDING || st == HC_TK_DROPPING;
+				uint64_t w = atomic_load(&p->tickets[t].word);
 
-				if (st == HC_TK_OPEN && r->kind == HC_TK_LOOKUP && n <= p->g.ticket_keys)
-					for (uint32_t i = 0; i < n && !ok; i++) {
-						uint64_t e = atomic_load(&p->tpages[(size_t)t * p->g.ticket_keys + i]);
-						ok = e != HC_PAGE_NONE && HC_PAGE_ID(e) == id;
-					}
-				if (!ok)
+				if (!hc__ticket_holds(p, t, id, w))
 					say(c, "page %u: held by ticket %u, which is %s and does not name it", id, t,
-					    tk_state_name(st));
+					    tk_state_name(hc__tk_state(w)));
 			}
 		}
 	}
@@ -281,7 +299,7 @@ static void check_ready(struct chk *c, uint32_t i, uint64_t w, uint32_t pins)
 {
 	struct hc_pool *p = c->p;
 	struct hc_seg_page *pg = &p->pages[i];
-	uint32_t f = atomic_load(&pg->flags), presence = atomic_load(&pg->presence), want, got;
+	uint32_t f = atomic_load(&pg->flags), presence = atomic_load(&pg->presence);
 	unsigned owner = hc__w_owner(w);
 	int keyed = (f & HC_PF_KEYED) != 0;
 
@@ -295,9 +313,7 @@ static void check_ready(struct chk *c, uint32_t i, uint64_t w, uint32_t pins)
 	}
 	/* What the reserver wrote, against the check it stored with it; in a
 	 * running pool only if the word is still the one we started from. */
-	want = hc__page_check(p, i, keyed);
-	got = f & ~((UINT32_C(1) << HC_PF_CHECK_SHIFT) - 1);
-	if (want != got && atomic_load(&pg->word) == w)
+	if (!hc__page_check_ok(p, i, f) && atomic_load(&pg->word) == w)
 		say(c, "page %u: its %s do not match their check: the page entry was overwritten", i,
 		    keyed ? "key, depth or presence" : "presence");
 	if (keyed)

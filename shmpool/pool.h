@@ -192,6 +192,16 @@ int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op);
 /* check.c */
 typedef void (*hc__check_fn)(void *arg, const char *violation);
 int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void *arg);
+/* The invariants that repair.c mends too.  Is index entry e, in slot i,
+ * where page id's key puts it (one of its buckets, its tag)?  Does a slot
+ * marked in live[] belong to engine e (id + 1) of incarnation inc?  Does
+ * ticket t, at word w, hold page id (building, dropping, or an OPEN
+ * lookup whose answer names it)? */
+int hc__index_entry_placed(const struct hc_pool *p, uint64_t i, uint64_t e, uint32_t id);
+int hc__engine_alive(const struct hc_pool *p, const uint8_t *live, uint32_t e, uint32_t inc);
+int hc__ticket_holds(const struct hc_pool *p, unsigned t, uint32_t id, uint64_t w);
+/* ticket.c: drop ticket t's hold on every page */
+void hc__ticket_clear_bits(struct hc_pool *p, unsigned t);
 
 static inline _Atomic uint32_t *hc__pin_row(const struct hc_pool *p, uint32_t id)
 {
@@ -373,6 +383,12 @@ static inline uint32_t hc__page_check(const struct hc_pool *p, uint32_t id, int 
 			h = hc__mix64(h ^ atomic_load_explicit(&pg->key[i], memory_order_relaxed));
 	}
 	return (uint32_t)(h >> 48) << HC_PF_CHECK_SHIFT;
+}
+
+/* Do flags f carry the check of what page id's reserver wrote? */
+static inline int hc__page_check_ok(const struct hc_pool *p, uint32_t id, uint32_t f)
+{
+	return hc__page_check(p, id, (f & HC_PF_KEYED) != 0) == (f & ~((UINT32_C(1) << HC_PF_CHECK_SHIFT) - 1));
 }
 
 #endif /* HC_SHMPOOL_POOL_H */

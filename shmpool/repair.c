@@ -110,10 +110,9 @@ static void ready_page(struct fix *f, uint32_t id, uint64_t w)
 	struct hc_seg_page *pg = &p->pages[id];
 	uint32_t fl = atomic_load(&pg->flags), presence = atomic_load(&pg->presence);
 	int keyed = (fl & HC_PF_KEYED) != 0;
-	uint32_t want = hc__page_check(p, id, keyed), got = fl & ~((UINT32_C(1) << HC_PF_CHECK_SHIFT) - 1);
 	struct hc__holds h;
 
-	if (presence == 0 || (presence >> p->g.ncomp) != 0 || want != got) {
+	if (presence == 0 || (presence >> p->g.ncomp) != 0 || !hc__page_check_ok(p, id, fl)) {
 		if (atomic_load(&pg->word) == w) /* not a writer's moment */
 			retire(f, id, w, &f->r->damaged, keyed ? "its key, depth or presence fail their check"
 							    : "its presence fails its check");
@@ -219,17 +218,12 @@ static void index_census(struct fix *f, uint32_t *bad, uint32_t *missing)
 		return;
 	for (uint64_t i = 0; i < nent; i++) {
 		uint64_t e = atomic_load(&p->index[i]);
-		uint32_t id = (uint32_t)e - 1, b = (uint32_t)(i / HC_BUCKET_ENTRIES);
-		struct hc__khash kh;
+		uint32_t id = (uint32_t)e - 1;
 
 		if (e == 0)
 			continue;
-		if ((uint32_t)e == 0 || id >= p->g.npages || !hc__keyed_live(p, id, atomic_load(&p->pages[id].word))) {
-			(*bad)++;
-			continue;
-		}
-		hc__page_khash(p, id, &kh);
-		if ((b != kh.b1 && b != kh.b2) || (uint32_t)(e >> 32) != kh.tag || seen[id]++)
+		if ((uint32_t)e == 0 || id >= p->g.npages || !hc__keyed_live(p, id, atomic_load(&p->pages[id].word)) ||
+		    !hc__index_entry_placed(p, i, e, id) || seen[id]++)
 			(*bad)++;
 	}
 	for (uint32_t id = 0; id < p->g.npages; id++)
@@ -275,26 +269,15 @@ static void fix_duplicates(struct fix *f)
 	}
 }
 
-static int engine_alive(const struct fix *f, uint32_t e, uint32_t inc)
-{
-	for (unsigned s = 0; s < f->p->g.max_ranks; s++)
-		if (f->live[s] && atomic_load(&f->p->ranks[s].engine) == e &&
-		    atomic_load(&f->p->ranks[s].incarnation) == inc)
-			return 1;
-	return 0;
-}
-
 /* A record no protocol leaves: its holds dropped, the record freed. */
 static void scrap_ticket(struct fix *f, unsigned t, uint64_t w, const char *why)
 {
 	struct hc_pool *p = f->p;
 	struct hc_seg_ticket *r = &p->tickets[t];
-	uint64_t bit = UINT64_C(1) << (t % 64);
 
 	if (!atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot) | HC_TK_EXPIRED))
 		return;
-	for (uint32_t id = 0; id < p->g.npages; id++)
-		atomic_fetch_and(&hc__tmask_row(p, id)[t / 64], ~bit);
+	hc__ticket_clear_bits(p, t);
 	r->n = 0;
 	atomic_store(&r->word, hc__tk_with(w, HC_TK_FREE, 0) & ~(HC_TK_CLAIMED | HC_TK_EXPIRED));
 	f->r->tickets_ended++;
@@ -321,31 +304,13 @@ static void fix_tickets(struct fix *f)
 					      r->tp_size > HC_TP_MAX ||
 					      (r->kind != HC_TK_LOOKUP && r->kind != HC_TK_RESERVE)))
 			scrap_ticket(f, t, w, "a record that does not add up (pages, keys, TP or kind)");
-		else if (st == HC_TK_OPEN && !engine_alive(f, e, inc)) {
+		else if (st == HC_TK_OPEN && !hc__engine_alive(p, f->live, e, inc)) {
 			hc__tickets_end_engine(p, e, inc, (unsigned)p->slot);
 			f->r->tickets_ended++;
 			say(f, "fixed: ticket %u: OPEN for engine %u (incarnation %u), which has no live member; ended", t,
 			    e - 1, inc);
 		}
 	}
-}
-
-/* Does ticket t, as it is now, hold page id? */
-static int ticket_holds(const struct hc_pool *p, unsigned t, uint32_t id, uint64_t w)
-{
-	const struct hc_seg_ticket *r = &p->tickets[t];
-	uint32_t n = r->n;
-
-	if (hc__tk_state(w) == HC_TK_BUILDING || hc__tk_state(w) == HC_TK_DROPPING)
-		return 1;
-	if (hc__tk_state(w) != HC_TK_OPEN || r->kind != HC_TK_LOOKUP || n > p->g.ticket_keys)
-		return 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t e = atomic_load(&p->tpages[(size_t)t * p->g.ticket_keys + i]);
-		if (e != HC_PAGE_NONE && HC_PAGE_ID(e) == id)
-			return 1;
-	}
-	return 0;
 }
 
 /* A ticket's bit on a page it does not name: dropped, then put back if
@@ -367,7 +332,7 @@ static void fix_ticket_bits(struct fix *f)
 					continue;
 				}
 				w = atomic_load(&p->tickets[t].word);
-				if (ticket_holds(p, t, id, w))
+				if (hc__ticket_holds(p, t, id, w))
 					continue;
 				atomic_fetch_and(row, ~bit);
 				if (atomic_load(&p->tickets[t].word) != w) {
@@ -419,8 +384,6 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep,
 	fix_ticket_bits(f);
 	fix_index(f);
 	fix_duplicates(f);
-	/* What was freed into quarantine, and what its grace let go. */
-	hc__page_sweep(p, NULL);
 	ret = hc__pool_check(p, flags, left, f);
 	if (ret >= 0)
 		f->r->unrepaired = (uint32_t)ret;

@@ -260,7 +260,7 @@ static inline _Atomic uint64_t *tk_pages(const struct hc_pool *p, unsigned t)
 	return p->tpages + (size_t)t * p->g.ticket_keys;
 }
 
-static void clear_bit_everywhere(struct hc_pool *p, unsigned t)
+void hc__ticket_clear_bits(struct hc_pool *p, unsigned t)
 {
 	const uint64_t bit = UINT64_C(1) << (t % 64);
 
@@ -364,7 +364,7 @@ void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot)
 		if (hc__tk_state(w) == HC_TK_BUILDING) {
 			/* Nothing was published.  Its reservations, if any, are the dead
 			 * slot's and get quarantined with the rest of its pages. */
-			clear_bit_everywhere(p, t);
+			hc__ticket_clear_bits(p, t);
 			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~(HC_TK_CLAIMED | HC_TK_NAMING));
 		} else if (hc__tk_state(w) == HC_TK_DROPPING) {
 			drop(p, t, w);
@@ -601,7 +601,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 		if (ret == 1) { /* we are first */
 			n = build(p, t, c, &held);
 			if (n < 0) { /* publish the failure: every rank gets the same answer */
-				clear_bit_everywhere(p, t);
+				hc__ticket_clear_bits(p, t);
 				r->n = 0;
 				r->result = n;
 			}
