@@ -201,8 +201,6 @@ static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, 
 	HC_POINT(ticket_taken);
 	if (hc__tk_state(w) == HC_TK_CLOSED)
 		HC_POINT(ticket_reused);
-	/* The generation moved: finders ignore the old name from here. */
-	atomic_store_explicit(&r->name_hash, 0, memory_order_release);
 	atomic_store_explicit(&r->engine, nm->engine, memory_order_relaxed);
 	atomic_store_explicit(&r->incarnation, nm->inc, memory_order_relaxed);
 	atomic_store_explicit(&r->step, nm->step, memory_order_relaxed);
