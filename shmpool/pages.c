@@ -216,8 +216,6 @@ static int grace_over(const struct hc_pool *p, uint32_t aux)
 	return elapsed >= p->quarantine_ms && elapsed < UINT32_C(1) << 31;
 }
 
-/* Take up to n FREE pages (or quarantined ones past their grace) from the
- * cursor on; the count taken. */
 /* The flags of a fresh life: none for a reservation (its reserver keys
  * it), ANON and its check for a page allocated without a key. */
 static inline uint32_t fresh_flags(const struct hc_pool *p, uint32_t id, int anon)
@@ -225,6 +223,8 @@ static inline uint32_t fresh_flags(const struct hc_pool *p, uint32_t id, int ano
 	return anon ? HC_PF_ANON | hc__page_check(p, id, 0) : 0;
 }
 
+/* Take up to n FREE pages (or quarantined ones past their grace) from the
+ * cursor on; the count taken. */
 static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
