@@ -370,6 +370,12 @@ int hct_key_shard(hc_pool *p, hc_page_t pg, const hc_key_t key, uint32_t bit, in
 	return 0;
 }
 
+void hct_nothing(hc_pool *p, void *arg)
+{
+	(void)p;
+	(void)arg;
+}
+
 void hct_collect(void *arg, const char *line)
 {
 	struct hct_lines *l = arg;

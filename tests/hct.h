@@ -113,6 +113,9 @@ void hct_rmtree(const char *dir);
  * runs fn, detaches and exits 0 (100 if it could not attach).  Returns the
  * child's wait status. */
 int hct_in_child(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg);
+/* A step that does nothing: the child attaches, detaches and exits, so its
+ * slot was a rank once. */
+void hct_nothing(hc_pool *p, void *arg);
 /* The same in two steps, for children that run side by side: fork one (its
  * pid), and wait for it (HCT_CHILD_MAX_MS at most: a hung child is shown,
  * killed and fails the test; its wait status). */

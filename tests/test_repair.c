@@ -36,12 +36,6 @@ static struct hc_seg_page *pg(hc_page_t h)
 	return &pool->pages[HC_PAGE_ID(h)];
 }
 
-static void nothing(hc_pool *p, void *arg)
-{
-	(void)p;
-	(void)arg;
-}
-
 /* Repair; it must say has (a line) and leave no violation; then the check
  * agrees, in both modes. */
 static void repaired(struct hc_repair_report *rep, const char *has)
@@ -88,7 +82,7 @@ START_TEST(lost_pages_are_freed)
 	hc_page_t a;
 	uint64_t w;
 
-	ck_assert_int_eq(hct_in_child(name, nothing, NULL), 0); /* slot + 1 was a rank once */
+	ck_assert_int_eq(hct_in_child(name, hct_nothing, NULL), 0); /* slot + 1 was a rank once */
 	ck_assert_int_eq(hc_page_alloc(pool, 1, 3, &a), 1);
 	ck_assert_int_eq(hct_fill_commit_all(pool, a), 1);
 	w = atomic_load(&pg(a)->word);
@@ -193,7 +187,7 @@ START_TEST(bad_words_and_stray_holds)
 	hc_page_t f = HC_PAGE_MAKE(15, 0);
 	uint64_t w = atomic_load(&pg(kp[3])->word);
 
-	ck_assert_int_eq(hct_in_child(name, nothing, NULL), 0);
+	ck_assert_int_eq(hct_in_child(name, hct_nothing, NULL), 0);
 	atomic_store(&pg(kp[3])->word, hc__w_make(6, 0, hc__w_gen(w), 0)); /* a state that does not exist */
 	atomic_store(&pg(f)->word, hc__w_make(HC_PAGE_FREE, 0, 0, 0x77));  /* aux on a FREE page */
 	atomic_store(&hc__pin_row(pool, HC_PAGE_ID(kp[0]))[pool->slot + 1], 3);
