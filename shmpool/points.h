@@ -61,6 +61,10 @@
 	/* the sweep of every recovery (pages.c) */                                                    \
 	X(sweep_seen, 0, "sweep: a page to settle is read (quarantine ran out, or complete)")          \
 	X(sweep_unkeyed, 0, "sweep: a quarantined page is out of the index, not yet FREE")              \
+	/* repair of damage (repair.c) */                                                              \
+	X(repair_page_seen, 0, "repair: a page is read, not yet mended")                               \
+	X(repair_scrapped, 0, "repair: a damaged ticket is DROPPING as ours, its holds not yet dropped") \
+	X(repair_bit_dropped, 0, "repair: a stray ticket bit is dropped, the record not yet read again") \
 	/* rank slots (ranks.c) */                                                                     \
 	X(rank_claimed, 0, "claim: the slot's mutex is ours, the high-water mark not yet raised")      \
 	X(rank_release, 0, "detach: our holds are undone, the slot's mutex not yet let go")            \

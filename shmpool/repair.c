@@ -159,6 +159,7 @@ static void fix_pages(struct fix *f)
 	for (uint32_t id = 0; id < p->g.npages; id++) {
 		uint64_t w = atomic_load(&p->pages[id].word);
 
+		HC_POINT(repair_page_seen);
 		if (bad_word(f, id, w))
 			continue;
 		if (hc__w_state(w) == HC_PAGE_READY)
@@ -277,6 +278,9 @@ static void scrap_ticket(struct fix *f, unsigned t, uint64_t w, const char *why)
 
 	if (!atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot) | HC_TK_EXPIRED))
 		return;
+	/* A death here leaves a ticket DROPPING by a dead slot: its recoverer
+	 * drops its holds (bounded by ticket_keys) and closes it. */
+	HC_POINT(repair_scrapped);
 	hc__ticket_clear_bits(p, t);
 	r->n = 0;
 	atomic_store(&r->word, hc__tk_with(w, HC_TK_FREE, 0) & ~(HC_TK_CLAIMED | HC_TK_EXPIRED));
@@ -300,9 +304,9 @@ static void fix_tickets(struct fix *f)
 			scrap_ticket(f, t, w, "an invalid state");
 		else if ((st == HC_TK_BUILDING || st == HC_TK_DROPPING) && owner >= p->g.max_ranks)
 			scrap_ticket(f, t, w, "an owner past the rank table");
-		else if (st == HC_TK_OPEN && (r->n > r->nkeys || r->nkeys > p->g.ticket_keys || r->tp_size == 0 ||
-					      r->tp_size > HC_TP_MAX ||
-					      (r->kind != HC_TK_LOOKUP && r->kind != HC_TK_RESERVE)))
+		else if ((st == HC_TK_OPEN || st == HC_TK_CLOSED) && /* no writer at work on it */
+			 (r->n > r->nkeys || r->nkeys > p->g.ticket_keys || r->tp_size == 0 || r->tp_size > HC_TP_MAX ||
+			  (r->kind != HC_TK_LOOKUP && r->kind != HC_TK_RESERVE)))
 			scrap_ticket(f, t, w, "a record that does not add up (pages, keys, TP or kind)");
 		else if (st == HC_TK_OPEN && !hc__engine_alive(p, f->live, e, inc)) {
 			hc__tickets_end_engine(p, e, inc, (unsigned)p->slot);
@@ -335,6 +339,7 @@ static void fix_ticket_bits(struct fix *f)
 				if (hc__ticket_holds(p, t, id, w))
 					continue;
 				atomic_fetch_and(row, ~bit);
+				HC_POINT(repair_bit_dropped);
 				if (atomic_load(&p->tickets[t].word) != w) {
 					atomic_fetch_or(row, bit);
 					continue;

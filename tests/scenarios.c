@@ -305,18 +305,26 @@ static const struct hcs_scenario lookup_vs_evict = {
 
 static hc_ticket bg[63];
 
+/* The controller joins engine 9 as rank 0 of TP 2; rank 1 never comes, so
+ * its tickets stay OPEN for an hour. */
+static void ctl_join(struct hcs_env *e)
+{
+	struct hc_engine_spec es = { .engine_id = 9, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED,
+				     .ticket_timeout_ms = 3600u * 1000u };
+
+	ck_assert_ok(hc_engine_join(e->p, &es));
+}
+
 /* 63 of the 64 records held open by an engine of the controller's (rank 1
  * never comes), so the scenario's tickets take the last and then reuse. */
 static void setup_tickets(struct hcs_env *e)
 {
 	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 1 };
-	struct hc_engine_spec es = { .engine_id = 9, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED,
-				     .ticket_timeout_ms = 3600u * 1000u };
 	hc_page_t pg[1];
 	char id[16];
 
 	setup_store(e, 2);
-	ck_assert_ok(hc_engine_join(e->p, &es));
+	ctl_join(e);
 	for (int i = 0; i < 63; i++) {
 		struct hc_ticket_name tn = { .request_id = id, .step = 0 };
 		snprintf(id, sizeof(id), "bg-%d", i);
@@ -801,9 +809,66 @@ static const struct hcs_scenario abort_vs_lookup = {
 	.setup = setup_keys,
 };
 
+/* ---- a repair while a rank works */
+
+static hc_ticket dmg;
+
+/* keys[0..2] READY, and damage: a lookup ticket of keys[1] (engine 9,
+ * whose rank 1 never comes) recording more pages than keys, a stray bit of
+ * a free ticket record on keys[0]'s page, and a READY page nothing can
+ * find or free. */
+static void setup_damage(struct hcs_env *e)
+{
+	struct hc_ticket_name tn = { .request_id = "dmg", .step = 0 };
+	struct hc_lookup_req rq = { .keys = e->sh->keys + 1, .nkeys = 1 };
+	hc_page_t pg[1], lost;
+
+	setup_store(e, 3);
+	ctl_join(e);
+	ck_assert_int_eq(hc_ticket_lookup(e->p, &tn, &rq, pg, &dmg), 1);
+	ck_assert_ok(hc_ticket_release(e->p, &dmg));
+	e->p->tickets[dmg.index].n = 9;
+	atomic_fetch_or(&hc__tmask_row(e->p, HC_PAGE_ID(e->sh->pages[0]))[0], UINT64_C(1) << 40);
+	ck_assert_int_eq(hc_page_alloc(e->p, 1, 3, &lost), 1);
+	ck_assert_int_eq(hct_fill_commit_all(e->p, lost), 1);
+	atomic_store(&e->p->pages[HC_PAGE_ID(lost)].flags, 0);
+}
+
+/* Pin, read and unpin keys[0..2], then store keys[3]. */
+static void repair_reader(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	hc_page_t pg[1];
+	int r;
+
+	reader_actor(e, p, me);
+	r = store(e, p, e->sh->keys + 3, 1, pg);
+	e->sh->ret[me][1] = r;
+	EXPECT(e, r, "store", ENOSPC);
+}
+
+static void repairer(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	int r = hc_pool_repair(p, 0, NULL, NULL, NULL);
+
+	e->sh->ret[me][0] = r;
+	EXPECT(e, r, "repair", 0);
+}
+
+static const struct hcs_scenario repair_vs_rank = {
+	.name = "repair_vs_rank",
+	.what = "a repair mends a damaged pool while a rank pins, reads and stores in it",
+	.nactors = 2,
+	.actor_name = { "rank", "repairs" },
+	.actor = { repair_reader, repairer },
+	.victims = 3,
+	.npages = 8, .quarantine_ms = 50, .max_tickets = 64,
+	.setup = setup_damage,
+	.repairs = 1,
+};
+
 const struct hcs_scenario *const hcs_scenarios[] = {
 	&co_writers, &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict, &ticket_expiry, &ticket_reuse,
 	&two_recoverers, &death_found_at_attach, &stripe_death, &alloc_contention, &reserve_runs_short,
-	&anon_free_vs_pin, &abort_vs_lookup, &prefetch_vs_death, &staging,
+	&anon_free_vs_pin, &abort_vs_lookup, &repair_vs_rank, &prefetch_vs_death, &staging,
 };
 const unsigned hcs_nscenarios = sizeof(hcs_scenarios) / sizeof(hcs_scenarios[0]);

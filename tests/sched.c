@@ -481,6 +481,8 @@ static void prove(struct ctl *c)
 
 	if (hc_pool_recover(p, NULL) < 0)
 		why(c, "recover: %s", hc_last_error());
+	if (c->e.sc->repairs && hc_pool_repair(p, 0, NULL, NULL, NULL) < 0)
+		why(c, "repair: %s", hc_last_error());
 	if (c->e.sc->real_clock)
 		usleep((c->e.sc->quarantine_ms + 5) * 1000);
 	else

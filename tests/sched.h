@@ -72,6 +72,9 @@ struct hcs_scenario {
 	 * runs it besides the fixed ones. */
 	struct hcs_until hint[6];
 	unsigned nhint;
+	/* 1: the proof runs hc_pool_repair after recovery, as an operator
+	 * would after a repair that died (a scenario that damages the pool) */
+	int repairs;
 };
 
 /* What a run's actors and its controller share (in shared memory). */
