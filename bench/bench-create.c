@@ -11,7 +11,7 @@
  *            the existing file.
  *
  * An attach maps the file afresh, so it has no page-table entries for it
- * yet, exactly like a second process (DESIGN.md section 5): that is the
+ * yet, exactly like a second process (doc/design.md, "Memory and page faults"): that is the
  * cost every rank pays.  Files go in /dev/shm and are removed, also on
  * SIGINT/SIGTERM.
  */

@@ -2,7 +2,7 @@
 /*
  * bench-file.c - the file backend's put and get against fio with its
  * io_uring engine, in the same run, on the same directory, at the same
- * block size and queue depth (DESIGN.md section 10).
+ * block size and queue depth (doc/design.md, "Measuring").
  *
  * Ours:  hc_store_put / hc_store_get of every page of a pool, through the
  *        file backend (one object per page: a 4096-byte header and the

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-gpu.c - the CUDA device path (include/hicache/device.h) on GPU 0
- * against what the GPU's copy engines do alone, in the same run (DESIGN.md
- * section 10).  Target: 0.9 of peak for the better path on 256 KiB runs.
+ * against what the GPU's copy engines do alone, in the same run (doc/design.md,
+ * "Measuring").  Target: 0.9 of peak for the better path on 256 KiB runs.
  *
  * Ours:  one hc_dev_load or hc_dev_store of every page and every layer,
  *        timed on the host from the call to hc_xfer_wait, on each path:

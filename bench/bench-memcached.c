@@ -2,7 +2,7 @@
 /*
  * bench-memcached.c - the memcached backend's put and get against a plain
  * libmemcached loop doing the same sets and multi-gets of the same bytes to
- * the same servers, in the same run (DESIGN.md section 10).  Target: at
+ * the same servers, in the same run (doc/design.md, "Measuring").  Target: at
  * least 0.9.
  *
  * Servers: --servers N real memcached servers (default 2) started here on

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench-service.c - the service's request path (include/hicache/service.h)
- * against peers measured in the same run (DESIGN.md section 10).
+ * against peers measured in the same run (doc/design.md, "Measuring").
  *
  * The service runs two ways: embedded (hc_service_start in this process,
  * a thread of its own) and in a forked process (the real deployment: the

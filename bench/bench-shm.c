@@ -2,7 +2,7 @@
 /*
  * bench-shm.c - the shm backend's put and get against memcpy plus the
  * library's checksum (XXH3) of the same bytes, with the same threads, in
- * the same run (DESIGN.md section 10).  Target: at least 0.8.
+ * the same run (doc/design.md, "Measuring").  Target: at least 0.8.
  *
  * Ours:  hc_store_put / hc_store_get of every page of a pool through the
  *        shm backend, T threads, each one call over its slice of the pages.

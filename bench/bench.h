@@ -5,8 +5,8 @@
  * the way out, and table printing.  Header-only: each benchmark is one
  * translation unit, so the static state below exists once per program.
  *
- * Benchmarks compare against a peer measured in the same run (DESIGN.md
- * section 10): every figure is printed next to its peer and their ratio.
+ * Benchmarks compare against a peer measured in the same run (doc/design.md,
+ * "Measuring"): every figure is printed next to its peer and their ratio.
  */
 #ifndef HC_BENCH_BENCH_H
 #define HC_BENCH_BENCH_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * devmap.h - the index arithmetic between envelopes and a rank's device KV
- * (DESIGN.md sections 2 and 8), in plain C so that the host implementation,
+ * (doc/design.md, "Keys" and "The device path"), in plain C so that the host implementation,
  * the direct copy path and a gather kernel share one definition.
  *
  * A rank of an engine with TP size S and rank r holds, of each sharded K/V

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * keys.c - page keys (DESIGN.md section 2): the namespace seed and the key
+ * keys.c - page keys (doc/design.md, "Keys"): the namespace seed and the key
  * chain.  Both must stay byte-identical to SGLang's, so that the two can
  * share pages: any change here is a change of format, not a refactoring.
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* plugin.h - finding, loading and checking backend plugins (DESIGN.md section 6). */
+/* plugin.h - finding, loading and checking backend plugins (doc/design.md, "The plugin ABI"). */
 #ifndef HC_LIB_PLUGIN_H
 #define HC_LIB_PLUGIN_H
 

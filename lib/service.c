@@ -332,7 +332,7 @@ static void started(hc_service *s, int r)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Undo what dead ranks held (DESIGN.md section 5): their lifetime locks
+/* Undo what dead ranks held (doc/design.md, "Death and recovery"): their lifetime locks
  * say so at once, so the pool does not wait for the next attach. */
 static void recover(hc_service *s)
 {

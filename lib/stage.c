@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * stage.c - the arbiter of a buffer_only pool (DESIGN.md section 7).  Its
+ * stage.c - the arbiter of a buffer_only pool (doc/design.md, "buffer_only").  Its
  * pages only stage transfers between GPUs and L3, and the service alone
  * decides who may use them:
  *

@@ -152,7 +152,7 @@ void hc__writer_kick(hc_service *s);
 /* Pages in the writer's jobs now. */
 unsigned hc__writer_busy(hc_service *s);
 
-/* stage.c: buffer_only's arbiter (DESIGN.md section 7).  Everything runs
+/* stage.c: buffer_only's arbiter (doc/design.md, "buffer_only").  Everything runs
  * under mu, save start and stop (the dispatcher's, with no worker yet or
  * left) and pump (the dispatcher's; it takes mu).  A cache pool has none:
  * s->stage is NULL and the transfer engine never calls in. */

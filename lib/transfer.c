@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * transfer.c - the transfer engine of the service (DESIGN.md section 7):
+ * transfer.c - the transfer engine of the service (doc/design.md, "The transfer engine"):
  * the jobs made of the ranks' requests, the workers that run them against
  * the backend through the store, and the merging that reads each key from
  * L3 once however many ranks or engines ask for it.

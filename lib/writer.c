@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * writer.c - the write policy: which pages the service backs up to L3 on
- * its own, without a rank asking (DESIGN.md section 7).
+ * its own, without a rank asking (doc/design.md, "The transfer engine").
  *
  * The dispatcher thread scans the page table when ranks say something
  * changed (the service record's dirty_seq), at start (a restarted service

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * ring.h - the pieces of the per-rank request path (DESIGN.md sections 3
- * and 5), in shared memory between two processes that trust each other
+ * ring.h - the pieces of the per-rank request path (doc/design.md, "Rings
+ * and requests" and "Memory and page faults"), in shared memory between two processes that trust each other
  * with nothing: a single-producer/single-consumer ring of fixed-size
  * entries (io_uring's submission and completion queues), a doorbell that
  * a consumer sleeps on after a short spin, and the producer's allocator

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_keys.c - the namespace seed and the key chain, checked against an
- * independent implementation of DESIGN.md section 2 in Python's hashlib, run
+ * independent implementation of the key rule (doc/design.md, "Keys") in Python's hashlib, run
  * at test time: the keys must be byte-identical to SGLang's, and a second
  * implementation of the rule is the only way to see that ours says it.
  */
@@ -14,7 +14,7 @@
 #include "hct.h"
 
 /*
- * The rule in Python, from the text of DESIGN.md, not from keys.c.  argv:
+ * The rule in Python, from the text of doc/design.md, not from keys.c.  argv:
  * extra_key cache_salt, each "-" for absent or "=" and its UTF-8 bytes in
  * hex; then pairs of page_tokens and comma-separated decimal token ids.
  * Prints the seed ("none" if absent), then for each pair its keys and "--".

@@ -654,7 +654,7 @@ END_TEST
 
 /*
  * "Every other rank that arrives with the same name gets exactly the same
- * pages" (DESIGN.md, tickets).  Found (fixed on main by 725988b): a builder whose reservation fails
+ * pages" (doc/design.md, "Tickets").  Found (fixed on main by 725988b): a builder whose reservation fails
  * (ENOSPC) gives the record back unpublished, so the next rank builds again
  * and gets pages: rank 0 stored nothing, rank 1 fills a shard of pages whose
  * other shard nobody will write.

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hicached - the service daemon: one per pool, it owns the pool's L3
- * backend and answers the ranks' requests (DESIGN.md sections 3 and 7).
+ * backend and answers the ranks' requests (doc/design.md, "Rings and
+ * requests" and "The transfer engine").
  *
  * It creates the pool if it does not exist (or checks that the geometry it
  * was given agrees with the one that does), starts the service, and waits

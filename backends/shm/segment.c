@@ -415,7 +415,7 @@ static int seg_map(struct hc_shm_seg *s, int fd, char *err, size_t errlen)
 	return 0;
 }
 
-/* Populate this process's page tables (DESIGN.md section 5: every open does). */
+/* Populate this process's page tables (doc/design.md, "Memory and page faults": every open does). */
 static int populate(struct hc_shm_seg *s, char *err, size_t errlen)
 {
 	if (madvise(s->base, s->map_bytes, MADV_POPULATE_WRITE) == 0)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.h - copies between the pool's envelopes and a rank's device KV,
- * layer by layer (DESIGN.md section 8).
+ * layer by layer (doc/design.md, "The device path").
  *
  * A rank describes its device KV once (hc_dev_open): for each component it
  * copies, the K and V base address of every layer (a state component: one

@@ -102,7 +102,7 @@ enum hc_evict_policy {
 	HC_EVICT_LRU = 1,   /* exact: least recently used first, ties deepest first (tests, replay) */
 };
 
-/* When pages go to L3 (DESIGN.md section 7).  The service finds the pages
+/* When pages go to L3 (doc/design.md, "The transfer engine").  The service finds the pages
  * to write by itself (see hicached(8)); the pool keeps the policy, since
  * eviction under write_back depends on it even while no service runs. */
 enum hc_write_policy {
@@ -298,7 +298,7 @@ HC_API int hc_page_presence(const hc_pool *pool, hc_page_t page, uint32_t *prese
 HC_API uint32_t hc_page_needed(const hc_pool *pool, uint32_t presence);
 
 /*
- * Keys (DESIGN.md section 2).  A key names one full page of a sequence by
+ * Keys (doc/design.md, "Keys").  A key names one full page of a sequence by
  * its tokens and its position: SHA-256(previous key || this page's token
  * ids as uint32 little-endian).  The first page's "previous key" is the
  * namespace seed, or nothing.  Byte-identical to SGLang's, so the two share

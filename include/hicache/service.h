@@ -2,7 +2,8 @@
 /*
  * service.h - the service that moves pages between the pool and L3
  * (hicached(8), or embedded in one process), and the requests a rank
- * sends it through its rings in the segment (DESIGN.md sections 3 and 7).
+ * sends it through its rings in the segment (doc/design.md, "Rings and
+ * requests" and "The transfer engine").
  *
  * A rank never blocks on L3: it posts a request on its own ring and polls
  * or waits for the completion.  One service serves a pool at a time; it
@@ -32,7 +33,7 @@ HC_API int hc_req_exists(hc_pool *pool, const hc_key_t *keys, unsigned n, hc_req
 HC_API int hc_req_backup(hc_pool *pool, const hc_page_t *pages, unsigned n, hc_req **out);
 
 /*
- * Prefetch from L3 (DESIGN.md section 7).  The service finds the longest
+ * Prefetch from L3 (doc/design.md, "The transfer engine").  The service finds the longest
  * prefix of keys it can make READY (in L3, or READY or being read already),
  * reserves its missing pages all or nothing, reads and checks them, and
  * commits them: READY for every rank at once.  A page that fails a check
@@ -73,7 +74,7 @@ HC_API int hc_req_prefetch(hc_pool *pool, const struct hc_prefetch_req *req, hc_
 HC_API int hc_req_prefetch_take(hc_req *req, hc_page_t *pages, hc_ticket *t);
 
 /*
- * buffer_only pools (DESIGN.md section 7): the pool only stages transfers,
+ * buffer_only pools (doc/design.md, "buffer_only"): the pool only stages transfers,
  * and the service is the one arbiter of its pages.  Prefetches park until
  * the read staging has room for all their keys; a write asks first for a
  * grant of staging pages:
