@@ -85,7 +85,7 @@
 	/* the request path's rings (ring.c) */                                                        \
 	X(ring_posted, 0, "ring: entries are written, the tail not yet published")                     \
 	X(ring_consumed, 0, "ring: entries are copied out, the head not yet published")                \
-	/* the service (lib/service.c, lib/req.c, lib/stage.c, lib/transfer.c) */                      \
+	/* the service (lib/service/service.c, lib/service/request.c, lib/service/stage.c, lib/service/transfer.c) */                      \
 	X(service_locked, 0, "service: its lifetime lock is ours, LIVE not yet stored")                \
 	X(service_stopping, 0, "service: stopping; its record is not yet cleared")                     \
 	X(stage_granted, 0, "staging: a write grant is counted, its completion not yet posted")        \

@@ -65,11 +65,11 @@ struct hc_pool {
 	 * disagrees was scribbled: ticket.c checks before it trusts them. */
 	uint32_t eng_id, eng_tp, eng_timeout_ms, eng_inc;
 
-	/* lib/dev_cuda.c: this process's registration of the envelopes with
+	/* lib/device/cuda.c: this process's registration of the envelopes with
 	 * CUDA (its own lock guards both); detach calls dev_unreg first. */
 	void *dev_reg;
 	void (*dev_unreg)(struct hc_pool *p);
-	/* lib/req.c: this handle's request path (its rings' private views and
+	/* lib/service/request.c: this handle's request path (its rings' private views and
 	 * outstanding requests), made at the first request; freed at detach. */
 	void *reqs;
 	void (*reqs_fini)(struct hc_pool *p);
@@ -244,7 +244,7 @@ struct hc__spare {
 extern _Thread_local struct hc__spare hc__spare;
 int hc__spared(uint32_t id);
 
-/* hc_lookup's private flag: the lookup is a prefetch's take (req.c). */
+/* hc_lookup's private flag: the lookup is a prefetch's take (lib/service/request.c). */
 #define HC__LOOKUP_TAKE 0x80000000u
 
 /* The bucket of value v in a histogram (hc_hist_bound_us's bounds). */

@@ -15,7 +15,7 @@
 
 #include <hicache/backend.h>
 
-#include "../lib/store.h"
+#include "../lib/l3/store.h"
 #include "hct.h"
 #include "mcd.h"
 

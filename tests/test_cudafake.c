@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_cudafake.c - dev_cuda.c on a fake CUDA runtime (dev_cuda.h's
+ * test_cudafake.c - lib/device/cuda.c on a fake CUDA runtime (cuda.h's
  * table), so the CUDA kind runs in 'make check' on machines without a GPU:
  * registration in chunks and its undoing, direct copies that never cross a
  * chunk, the kernel path's index upload (the fake launch runs the kernel's
@@ -23,7 +23,7 @@
 
 #include <hicache/device.h>
 
-#include "../lib/dev_cuda.h"
+#include "../lib/device/cuda.h"
 #include "../shmpool/pool.h"
 #include "hct.h"
 

@@ -6,7 +6,7 @@
  */
 #include <stdlib.h>
 
-#include "../lib/devmap.h"
+#include "../lib/device/map.h"
 #include "hct.h"
 
 struct pool {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_devreg.c - the chunked, multi-threaded registration that pins a
- * pool for CUDA (devreg.c), with fake register functions: every chunk once,
+ * pool for CUDA (lib/device/reg.c), with fake register functions: every chunk once,
  * the threads really overlap, and a failure anywhere undoes exactly what
  * was registered.
  */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../lib/dev.h"
+#include "../lib/device/dev.h"
 #include "hct.h"
 
 #define NCH 64

@@ -19,7 +19,7 @@
 
 #include <hicache/backend.h>
 
-#include "../lib/store.h"
+#include "../lib/l3/store.h"
 #include "hct.h"
 
 static char dir[64];

@@ -24,7 +24,7 @@
 
 #include <hicache/backend.h>
 
-#include "../lib/plugin.h"
+#include "../lib/l3/plugin.h"
 #include "hct.h"
 #include "mcd.h"
 

@@ -2,7 +2,7 @@
 /* test_object.c - the L3 object header: built, then checked field by field. */
 #include <stdlib.h>
 
-#include "../lib/object.h"
+#include "../lib/l3/object.h"
 #include "hct.h"
 
 static struct hc_pool *pool;

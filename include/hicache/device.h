@@ -70,7 +70,7 @@ enum hc_dev_path {
 	HC_PATH_AUTO = 0,   /* direct when a layer's runs average 64 KiB or more, else kernel
 	                     * (CUDA: always direct where the kernel path cannot run) */
 	HC_PATH_DIRECT = 1, /* one copy per contiguous run, merged where adjacent on both sides */
-	HC_PATH_KERNEL = 2, /* one gather/scatter per layer, item by item (devidx.h's arithmetic) */
+	HC_PATH_KERNEL = 2, /* one gather/scatter per layer, item by item (lib/device/index.h) */
 };
 
 struct hc_dev_spec {

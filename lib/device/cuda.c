@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * dev_cuda.c - HC_DEV_CUDA: copies between the envelopes and a CUDA
+ * cuda.c - HC_DEV_CUDA: copies between the envelopes and a CUDA
  * device, on a stream of the device's own, with one event per layer.
  * Built only with CUDA (configure --with-cuda); the kernel is in
- * devkernel.cu, and every runtime call goes through dev_cuda.h's table.
+ * kernel.cu, and every runtime call goes through cuda.h's table.
  *
  * Registration: the first CUDA device opened on a pool handle registers
  * the envelopes (cudaHostRegister, portable and mapped) in chunks from
- * several threads (devreg.c); hc_pool_detach undoes it through the pool's
+ * several threads (reg.c); hc_pool_detach undoes it through the pool's
  * dev_unreg hook.  reg_mu guards every pool's dev_reg, and is held while
  * a registration is made.  A direct copy never crosses a chunk boundary:
  * CUDA documents copies within one registration, not across two.
@@ -32,8 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shmpool/pool.h"
-#include "dev_cuda.h"
+#include "../../shmpool/pool.h"
+#include "cuda.h"
 
 #define REG_CHUNK_DEFAULT (1ull << 30)
 #define REG_CHUNK_ALIGN (2ull << 20)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * reqwire.h - the bytes of a request and of its completion on a rank's
+ * wire.h - the bytes of a request and of its completion on a rank's
  * rings (shmpool/ring.h, the RINGS region of layout.h), shared by the
- * rank's side (req.c) and the service (service.c).  Both ends may be other
+ * rank's side (request.c) and the service (service.c).  Both ends may be other
  * builds and either may scribble: the service checks every field of a
  * request before it uses it, the rank every field of a completion.
  *
@@ -19,7 +19,7 @@
 #include <assert.h>
 #include <stdint.h>
 
-#include "../shmpool/pool.h"
+#include "../../shmpool/pool.h"
 
 enum hc__op {
 	HC__OP_NOP = 0,

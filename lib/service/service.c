@@ -7,7 +7,7 @@
  * This file is the service's life and its rings: the dispatcher thread
  * takes requests off the ranks' request rings, checks them and hands them
  * to the transfer engine (transfer.c) as jobs; completions come back
- * through hc__svc_complete.  svc.h says who touches what.  In shared
+ * through hc__svc_complete.  service.h says who touches what.  In shared
  * memory the service is the consumer of every request ring and the
  * producer of every completion ring, and it writes the service record only
  * while it holds its lock.  A completion ring that is full drops the
@@ -26,8 +26,8 @@
 
 #include <hicache/service.h>
 
-#include "store.h"
-#include "svc.h"
+#include "../l3/store.h"
+#include "service.h"
 
 #define DEFAULT_BATCH 128
 #define DEFAULT_QD 256
@@ -223,7 +223,7 @@ static int serve_slot(hc_service *s, unsigned slot)
 		}
 		size = e.epoch == epoch ? take_args(s, v, &e) : -ESTALE;
 		/* Seqlock reader: the arguments are ours only if the slot did
-		 * not change owner while we copied them (reqwire.h). */
+		 * not change owner while we copied them (wire.h). */
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&s->p->ranks[slot].epoch, memory_order_relaxed) != epoch)
 			size = -ESTALE;

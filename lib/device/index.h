@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * devidx.h - the index arithmetic of one layer of a transfer, shared by the
- * C code (the runs of devmap.c, the host implementation's gather loop) and
- * the CUDA gather/scatter kernel (devkernel.cu).  No libc, no pool: only the
+ * index.h - the index arithmetic of one layer of a transfer, shared by the
+ * C code (the runs of map.c, the host implementation's gather loop) and
+ * the CUDA gather/scatter kernel (kernel.cu).  No libc, no pool: only the
  * numbers of struct hc__dl, which the host fills once per layer
- * (hc__dl_init in devmap.h), so the tests on CPU exercise what the kernel
+ * (hc__dl_init in map.h), so the tests on CPU exercise what the kernel
  * computes.
  *
  * The work of a layer is a list of items, one per (component, K or V,

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shmpool/pool.h"
-#include "svc.h"
+#include "../../shmpool/pool.h"
+#include "service.h"
 
 #define SCAN_MIN_MS 2      /* between two scans, however busy the ranks are */
 #define SCAN_IDLE_MS 1000  /* a scan at least this often, changes or not */

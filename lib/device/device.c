@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.c - layer-wise transfers between envelopes and a rank's device KV
- * (include/hicache/device.h), over the runs and items of devmap.c, moved
+ * (include/hicache/device.h), over the runs and items of map.c, moved
  * by a kind (dev.h).
  *
  * Notes on synchronization (process-private):
@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "../shmpool/pool.h"
+#include "../../shmpool/pool.h"
 #include "dev.h"
 
 /* The runs of one layer into *runs (grown as needed). */

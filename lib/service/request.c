@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * req.c - a rank's requests to the service (include/hicache/service.h),
- * through its rank slot's rings (reqwire.h).
+ * request.c - a rank's requests to the service (include/hicache/service.h),
+ * through its rank slot's rings (wire.h).
  *
  * Notes on synchronization (process-private): a pool handle has one
  * struct reqs, made at its first request.  mu guards everything in it: the
@@ -18,7 +18,7 @@
 
 #include <hicache/service.h>
 
-#include "reqwire.h"
+#include "wire.h"
 
 #define SPIN_NS 20000u      /* a busy service answers within a few microseconds */
 #define LIVENESS_MS 100     /* while waiting, look at the service this often */
@@ -93,7 +93,7 @@ static int reqs_get(hc_pool *p, const char *op, struct reqs **out)
 	q->argmem = blk + p->g.rg.arg_off;
 	/* Our slot's epoch was bumped when we claimed it, before anything of
 	 * ours went into the argument area: the service drops what a dead
-	 * owner left in the ring (reqwire.h). */
+	 * owner left in the ring (wire.h). */
 	q->epoch = atomic_load_explicit(&p->ranks[p->slot].epoch, memory_order_acquire);
 	q->cap = p->g.sq_entries * 2;
 	q->live = calloc(q->cap, sizeof(*q->live));

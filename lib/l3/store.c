@@ -37,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shmpool/pool.h"
+#include "../../shmpool/pool.h"
 #include "object.h"
 #include "plugin.h"
 #include "store.h"

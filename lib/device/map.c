@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* devmap.c - runs between envelopes and a rank's device KV (devmap.h). */
+/* map.c - runs between envelopes and a rank's device KV (map.h). */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../shmpool/layout.h"
-#include "../shmpool/pool.h"
-#include "devmap.h"
+#include "../../shmpool/layout.h"
+#include "../../shmpool/pool.h"
+#include "map.h"
 
-static_assert(HC__DL_MAX_COMPS == HC_MAX_COMPONENTS, "devidx.h holds every component");
+static_assert(HC__DL_MAX_COMPS == HC_MAX_COMPONENTS, "index.h holds every component");
 
 struct range {
 	uint64_t lo, hi;

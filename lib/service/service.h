@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * svc.h - the service's insides, shared by its two halves: service.c (its
+ * service.h - the service's insides, shared by its two halves: service.c (its
  * life, and the rings: requests in, completions out) and transfer.c (the
  * transfer engine: jobs, merging, workers, the backend).
  *
@@ -22,7 +22,7 @@
 
 #include <hicache/service.h>
 
-#include "reqwire.h"
+#include "wire.h"
 
 struct slot_view {
 	int ok;                  /* views made for this epoch */

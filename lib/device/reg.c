@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * devreg.c - registering a large range in chunks from several threads
+ * reg.c - registering a large range in chunks from several threads
  * (dev.h).  Pinning is page by page in the kernel, so one thread pinning
  * hundreds of GiB takes minutes; chunks taken from a shared counter by a
  * few threads take a fraction of that.  Whoever registers (CUDA's
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../shmpool/pool.h"
+#include "../../shmpool/pool.h"
 #include "dev.h"
 
 struct reg_run {

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../shmpool/pool.h"
+#include "../../shmpool/pool.h"
 #include "plugin.h"
 
 #ifndef HC_BACKEND_DIR

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dev.h - what device.c (the API, the queue, the worker) shares with the
- * kinds that move the bytes: dev_host.c (host memory) and dev_cuda.c (a
+ * kinds that move the bytes: host.c (host memory) and cuda.c (a
  * CUDA device).  A kind is a table of operations, as SQLite's VFS is.
  *
  * Who touches what (process-private):
@@ -20,7 +20,7 @@
 
 #include <hicache/device.h>
 
-#include "devmap.h"
+#include "map.h"
 
 struct hc__dev_ops {
 	const char *name;
@@ -96,7 +96,7 @@ struct hc_dev {
 	void *kd;                 /* the kind's */
 };
 
-/* devreg.c: register [base, base+len) in chunks from several threads, all
+/* reg.c: register [base, base+len) in chunks from several threads, all
  * or nothing: on a failure every chunk that was registered is undone and
  * the first error returned.  unreg undoes a whole registration. */
 struct hc__reg_job {
@@ -110,7 +110,7 @@ struct hc__reg_job {
 int hc__reg_parallel(const struct hc__reg_job *j, struct hc_dev_stats *st);
 void hc__unreg_parallel(const struct hc__reg_job *j);
 
-/* devkernel.cu (nvcc): one gather/scatter launch for the items of L on a
+/* kernel.cu (nvcc): one gather/scatter launch for the items of L on a
  * cudaStream_t; env is the envelopes at an address the device can use,
  * the index arrays are device memory.  Returns a cudaError_t. */
 int hc__gather_launch(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,

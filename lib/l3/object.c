@@ -9,7 +9,7 @@
 #define XXH_INLINE_ALL /* inlined XXH3 runs 3-4x faster than the shared library's */
 #include <xxhash.h>
 
-#include "../shmpool/layout.h"
+#include "../../shmpool/layout.h"
 #include "object.h"
 
 #define OFF_MAGIC    0

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * dev_cuda.h - the CUDA runtime calls of dev_cuda.c, through a table (as
+ * cuda.h - the CUDA runtime calls of cuda.c, through a table (as
  * SQLite's VFS routes its system calls): the library fills it with the
  * runtime's functions, and the tests on machines without a GPU replace
  * them with a fake runtime over host memory (tests/test_cudafake.c), so
- * everything dev_cuda.c does but the kernel itself runs in 'make check'.
+ * everything cuda.c does but the kernel itself runs in 'make check'.
  * Replace it only while no CUDA device is open.
  */
 #ifndef HC_LIB_DEV_CUDA_H
@@ -35,7 +35,7 @@ struct hc__cuda_rt {
 	cudaError_t (*EventSynchronize)(cudaEvent_t e);
 	cudaError_t (*EventDestroy)(cudaEvent_t e);
 	cudaError_t (*GetLastError)(void);
-	/* devkernel.cu's launch (hc__gather_launch) */
+	/* kernel.cu's launch (hc__gather_launch) */
 	int (*gather)(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
 		      const uint64_t *slots, const uint64_t *state_slots, int store, void *stream);
 };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * devmap.h - the index arithmetic between envelopes and a rank's device KV
+ * map.h - the index arithmetic between envelopes and a rank's device KV
  * (doc/design.md, "Keys" and "The device path"), in plain C so that the host implementation,
  * the direct copy path and a gather kernel share one definition.
  *
@@ -29,7 +29,7 @@
 
 #include <hicache/hicache.h>
 
-#include "devidx.h"
+#include "index.h"
 
 struct hc__geom;
 
@@ -76,7 +76,7 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
  * The runs of one layer for pages[0..n) (page ids) whose tokens sit in
  * slots[i * T + t] (K/V) and whose state sits in state_slots[i]; a page
  * contributes only the components of its presence[i] (NULL: all).  Built
- * on the items of devidx.h, in their order.  Appends
+ * on the items of index.h, in their order.  Appends
  * to runs (capacity cap) and returns the count, -ENOSPC if cap is too
  * small (with the count needed in *need), or -ERANGE naming a slot out of
  * bounds.
@@ -87,7 +87,7 @@ int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsign
 
 /*
  * One layer of a transfer as the shared index arithmetic sees it
- * (devidx.h): the components of pl that have this layer, with their
+ * (index.h): the components of pl that have this layer, with their
  * offsets and this layer's device bases, for n pages.  -E2BIG when the
  * items of the layer do not fit 32 bits.
  */

@@ -14,14 +14,14 @@
  *   reading it again: it completes once its own reads and every job it
  *   waits for are done.
  * A job's completion (hc__svc_complete) is posted when both are done; the
- * keys it registered leave the map then.  See svc.h for what mu guards.
+ * keys it registered leave the map then.  See service.h for what mu guards.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "store.h"
-#include "svc.h"
+#include "../l3/store.h"
+#include "service.h"
 
 #define KM_BUCKETS 4096 /* in-flight keys are at most a few thousand */
 
@@ -783,7 +783,7 @@ static void run(hc_service *s, struct job **js, unsigned m)
 
 	if (!s->st) { /* detached (hicache-pool backend detach) */
 		for (unsigned i = 0; i < m; i++)
-			js[i]->result = -ENODEV; /* the rank says so (req.c) */
+			js[i]->result = -ENODEV; /* the rank says so (request.c) */
 		return;
 	}
 	switch (j->op) {

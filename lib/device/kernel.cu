@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * devkernel.cu - the gather/scatter kernel of the CUDA kernel path
- * (dev_cuda.c): one launch per layer, a block per item of devidx.h (a
+ * kernel.cu - the gather/scatter kernel of the CUDA kernel path
+ * (cuda.c): one launch per layer, a block per item of index.h (a
  * page's tokens of one head group, K or V, or one state piece), its
  * threads copying words of L.align bytes between the mapped envelopes and
  * the device pools.  The envelope side of an item is contiguous, so a
  * warp's loads are; the device side is one slot per token.
  *
- * The index arithmetic is devidx.h's, which the host implementation and
+ * The index arithmetic is index.h's, which the host implementation and
  * the CPU tests run too; this file adds only the loop and the launch.
  * Slots were checked against the pools when the transfer was made.
  */

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * dev_host.c - HC_DEV_HOST: host memory stands in for the device.  The
+ * host.c - HC_DEV_HOST: host memory stands in for the device.  The
  * issuer copies each layer before it marks it, so an issued layer has
  * arrived.  The kernel path runs the kernel's loop in C (hc__dl_copy).
  */
 #include <errno.h>
 #include <string.h>
 
-#include "../shmpool/pool.h"
+#include "../../shmpool/pool.h"
 #include "dev.h"
 
 static int host_open(hc_dev *d, const struct hc_dev_spec *s)
