@@ -118,7 +118,7 @@ struct hc_service {
 void hc__svc_complete(hc_service *s, struct job *j);
 void hc__svc_post(hc_service *s, const struct waiter *w, int result, uint32_t where);
 
-/* transfer.c */
+/* transfer.c: the job queue, its workers, and merging */
 int hc__xfer_start(hc_service *s);
 /* Stop the workers once every queued job is done. */
 void hc__xfer_stop(hc_service *s);
@@ -138,6 +138,22 @@ void hc__xfer_drop(hc_service *s, struct job *j);
 void hc__svc_page_key(const hc_pool *p, uint32_t id, hc_key_t key);
 /* Queue a job of the service's own (items: malloc'd, taken). */
 int hc__xfer_internal(hc_service *s, uint8_t op, void *items, uint32_t n);
+/* Under mu: the job reading key, or NULL; register j as reading key
+ * (-ENOMEM, or -EEXIST when another job has it). */
+struct job *hc__km_find(struct keymap *m, const uint8_t *key);
+int hc__km_add(struct keymap *m, const uint8_t *key, struct job *j);
+/* Under mu: j waits for a to end. */
+int hc__xfer_depend(struct job *j, struct job *a);
+/* L3 has no object of key: unmark a READY page of it; whether one is READY. */
+int hc__xfer_l3_absent(hc_service *s, const hc_key_t *key);
+
+/* backup.c: run m backups that share puts. */
+void hc__xfer_backups(hc_service *s, struct job **js, unsigned m);
+
+/* prefetch.c: run a prefetch (0, or -errno); help the oldest long read
+ * (a worker with no job to start, under mu). */
+int hc__xfer_prefetch(hc_service *s, struct job *j);
+void hc__xfer_help(hc_service *s);
 
 /* writer.c: the write policy.  start stores the policy in the service
  * record and makes the page map; due says whether the dispatcher should

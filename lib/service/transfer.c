@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * transfer.c - the transfer engine of the service (doc/design.md, "The transfer engine"):
- * the jobs made of the ranks' requests, the workers that run them against
- * the backend through the store, and the merging that reads each key from
- * L3 once however many ranks or engines ask for it.
+ * transfer.c - the transfer engine of the service (doc/design.md, "The
+ * transfer engine"): the jobs made of the ranks' requests, the workers
+ * that run them against the backend through the store (backups in
+ * backup.c, prefetches in prefetch.c), and the merging that reads each
+ * key from L3 once however many ranks or engines ask for it.
  *
  * Merging, two ways:
  * - by ticket: a prefetch naming the same ticket, keys and parameters as
@@ -82,7 +83,7 @@ static struct kent **km_bucket(struct keymap *m, const uint8_t *key)
 	return &m->b[hc__mix64(x) & (KM_BUCKETS - 1)];
 }
 
-static struct job *km_find(struct keymap *m, const uint8_t *key)
+struct job *hc__km_find(struct keymap *m, const uint8_t *key)
 {
 	for (struct kent *e = *km_bucket(m, key); e; e = e->next)
 		if (!memcmp(e->key, key, sizeof(hc_key_t)))
@@ -90,7 +91,7 @@ static struct job *km_find(struct keymap *m, const uint8_t *key)
 	return NULL;
 }
 
-static int km_add(struct keymap *m, const uint8_t *key, struct job *j)
+int hc__km_add(struct keymap *m, const uint8_t *key, struct job *j)
 {
 	struct kent **b = km_bucket(m, key), *e = malloc(sizeof(*e));
 
@@ -154,7 +155,7 @@ static int add_waiter(struct job *j, const struct waiter *w)
 }
 
 /* j waits for a (under mu). */
-static int depend(struct job *j, struct job *a)
+int hc__xfer_depend(struct job *j, struct job *a)
 {
 	for (unsigned i = 0; i < a->ndependents; i++)
 		if (a->dependents[i] == j)
@@ -255,7 +256,7 @@ static void job_finish(hc_service *s, struct job *j)
  * again and write_back stops counting it clean.  (A backup of it ending
  * meanwhile may have its mark cleared: the page is written once more.)
  * Returns whether key is READY in the pool. */
-static int l3_absent(hc_service *s, const hc_key_t *key)
+int hc__xfer_l3_absent(hc_service *s, const hc_key_t *key)
 {
 	struct hc_lookup_req lr = { .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH | HC_LOOKUP_PIN };
 	struct hc_seg_page *pg;
@@ -294,7 +295,7 @@ static int do_exists(hc_service *s, const hc_key_t *keys, uint32_t n, uint32_t *
 			if (status[i] != 1) {
 				ret = (int)(done + i); /* absent, or unreadable: the prefix ends */
 				if (status[i] == 0)
-					l3_absent(s, &keys[ret]);
+					hc__xfer_l3_absent(s, &keys[ret]);
 			}
 		done += k;
 	}
@@ -314,467 +315,6 @@ void hc__svc_page_key(const hc_pool *p, uint32_t id, hc_key_t key)
 	}
 }
 
-/* ---- backups: pages in prefix order, several small backups in one put
- *
- * A backup's result is how many of its first pages are in L3.  The first
- * failure cancels the pages after it; its errno goes in where.  The
- * writer's own jobs (lenient) are pages picked from a scan, each on its
- * own: one evicted since (its pin fails) or one that fails is skipped, and
- * the rest go on.  Small backups queued together share puts: a rank that
- * backs up each request's few new pages would otherwise get one worker,
- * and a queue depth of one put, per request. */
-
-struct bput {                /* a put being gathered */
-	hc_page_t *batch;
-	uint32_t *pos;           /* each entry's index in its backup */
-	int *status;
-	unsigned k;
-};
-
-struct bstate {              /* one backup's way through its pages */
-	uint32_t done;           /* pages looked at */
-	int64_t bad;             /* the index of the first failure; -1: none */
-	int err;
-	unsigned k0, k1;         /* its entries in this round's put */
-	int live;
-};
-
-/* Pin j's next pages for the put, up to room entries: the flag set
- * afterwards is about these very pages.  One already in L3 is skipped. */
-static void bk_pin(hc_service *s, const struct job *j, struct bstate *st, struct bput *b, unsigned room)
-{
-	hc_pool *p = s->p;
-	const hc_page_t *pages = j->items;
-
-	st->k0 = b->k;
-	for (; st->done < j->n && b->k < room; st->done++) {
-		hc_page_t h = pages[st->done];
-		uint32_t id = HC_PAGE_ID(h);
-		int r = id < p->g.npages ? hc_page_pin(p, h) : -EINVAL;
-		if (r < 0 && j->internal) {
-			hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
-			continue;
-		}
-		if (r < 0) {
-			st->bad = st->done;
-			st->err = r;
-			break;
-		}
-		if (atomic_load_explicit(&p->pages[id].flags, memory_order_acquire) & HC_PF_IN_L3) {
-			hc_page_unpin(p, h);
-			hc__svc_count(s, HC_CTR_l3_backup_skips, 1);
-			if (s->stage)
-				hc__stage_release(s, h, 0); /* its write is done */
-			continue;
-		}
-		b->batch[b->k] = h;
-		b->pos[b->k++] = st->done;
-	}
-	st->k1 = b->k;
-}
-
-/* After the put: mark what is in L3, take back what was written past a
- * failure, and let the pins go. */
-static void bk_settle(hc_service *s, const struct job *j, struct bstate *st, const struct bput *b)
-{
-	hc_pool *p = s->p;
-
-	for (unsigned i = st->k0; i < st->k1 && !j->internal; i++)
-		if (b->status[i] != 0 && (st->bad < 0 || b->pos[i] < st->bad)) {
-			st->bad = b->pos[i];
-			st->err = b->status[i];
-		}
-	for (unsigned i = st->k0; i < st->k1; i++) {
-		struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(b->batch[i])];
-		if (b->status[i] == 0 && (st->bad < 0 || b->pos[i] < st->bad)) {
-			atomic_fetch_or_explicit(&pg->flags, HC_PF_IN_L3, memory_order_release);
-			hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
-			hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
-		} else if (b->status[i] != 0) {
-			hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
-		} else {
-			/* Stored after the failure: a suffix nobody can reach
-			 * is waste in L3, so it goes again. */
-			hc_key_t key;
-			int stt;
-			hc__svc_page_key(p, HC_PAGE_ID(b->batch[i]), key);
-			hc_store_delete(s->st, (const hc_key_t *)&key, 1, &stt);
-		}
-		hc_page_unpin(p, b->batch[i]);
-		if (s->stage)
-			hc__stage_release(s, b->batch[i], 0); /* written, or failed: its staging ends */
-	}
-}
-
-/* j is done with its pages: its result.  buffer_only: the pages a failure
- * (or a cancel) cut off are dropped with it, not left for the writer: L3
- * keeps prefixes only. */
-static void bk_end(hc_service *s, struct job *j, const struct bstate *st)
-{
-	const hc_page_t *pages = j->items;
-
-	if (st->bad >= 0) {
-		hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
-		j->where = (uint32_t)(st->err < 0 ? -st->err : EIO);
-		j->result = (int)st->bad;
-	} else if (st->done == j->n) {
-		j->result = (int)j->n;
-	} else { /* cancelled before its last round */
-		j->where = ECANCELED;
-		j->result = -ECANCELED;
-	}
-	for (uint32_t i = j->result >= 0 ? (uint32_t)j->result : 0; s->stage && !j->internal && i < j->n; i++)
-		if (HC_PAGE_ID(pages[i]) < s->p->g.npages)
-			hc__stage_release(s, pages[i], 0);
-}
-
-/* Back up m jobs: in rounds of one put of at most a batch, each job
- * adding its next pages in order until the batch is full.  A job stops at
- * its first failure, or when cancelled (at its next round). */
-static void do_backups(hc_service *s, struct job **js, unsigned m)
-{
-	unsigned bp = js[0]->internal ? s->put_pages : s->o.batch_pages, live = m;
-	struct bput b = { .batch = calloc(bp, sizeof(*b.batch)), .pos = calloc(bp, sizeof(*b.pos)),
-			  .status = calloc(bp, sizeof(*b.status)) };
-	struct bstate *st = calloc(m, sizeof(*st));
-
-	if (!b.batch || !b.pos || !b.status || !st) {
-		for (unsigned i = 0; i < m; i++)
-			js[i]->result = -ENOMEM;
-		goto out;
-	}
-	for (unsigned i = 0; i < m; i++)
-		st[i] = (struct bstate){ .bad = -1, .live = 1 };
-	while (live) {
-		b.k = 0;
-		for (unsigned i = 0; i < m; i++) {
-			st[i].k0 = st[i].k1 = b.k;
-			if (!st[i].live || b.k == bp)
-				continue;
-			if (atomic_load_explicit(&js[i]->cancel, memory_order_relaxed) && st[i].done < js[i]->n) {
-				st[i].live = 0;
-				live--;
-				bk_end(s, js[i], &st[i]);
-				continue;
-			}
-			bk_pin(s, js[i], &st[i], &b, bp);
-		}
-		if (b.k) {
-			hc_store_put(s->st, b.batch, b.k, b.status);
-			hc__svc_count(s, HC_CTR_l3_backup_puts, 1);
-		}
-		for (unsigned i = 0; i < m; i++) {
-			if (!st[i].live)
-				continue;
-			bk_settle(s, js[i], &st[i], &b);
-			if (st[i].bad >= 0 || st[i].done == js[i]->n) {
-				st[i].live = 0;
-				live--;
-				bk_end(s, js[i], &st[i]);
-			}
-		}
-	}
-out:
-	free(b.batch);
-	free(b.pos);
-	free(b.status);
-	free(st);
-}
-
-/* Is key READY in the pool now? */
-static int in_l2(hc_service *s, const hc_key_t *key)
-{
-	struct hc_lookup_req lr = { .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
-	hc_page_t h;
-
-	return hc_lookup(s->p, &lr, &h) == 1;
-}
-
-/* Step 1: the longest prefix of keys that is in L3, READY, or being read. */
-static int pf_prefix(hc_service *s, struct job *j, int *status)
-{
-	const hc_key_t *keys = j->items;
-	uint32_t done = 0;
-
-	while (done < j->n) {
-		unsigned k = j->n - done < s->o.batch_pages ? j->n - done : s->o.batch_pages;
-		int r;
-		if (atomic_load_explicit(&j->cancel, memory_order_relaxed))
-			return (int)done; /* cancelled: what is known so far */
-		r = hc_store_exists(s->st, keys + done, k, status);
-		hc__svc_count(s, HC_CTR_l3_exists_keys, k);
-		if (r < 0)
-			return r;
-		for (unsigned i = 0; i < k; i++) {
-			int busy;
-			if (status[i] == 1)
-				continue;
-			pthread_mutex_lock(&s->mu);
-			busy = km_find(s->keys, keys[done + i]) != NULL;
-			pthread_mutex_unlock(&s->mu);
-			if (!busy && !(status[i] == 0 ? l3_absent(s, &keys[done + i]) : in_l2(s, &keys[done + i])))
-				return (int)(done + i);
-		}
-		done += k;
-	}
-	return (int)j->n;
-}
-
-/* Step 2, under mu: reserve the prefix's missing pages all or nothing, and
- * register them; keys another job reads make this one wait for it. */
-static int pf_reserve(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, uint8_t *skip)
-{
-	struct hc_reserve_req rr = { .keys = j->items, .nkeys = len, .first_depth = j->pf.first_depth,
-				     .presence = j->pf.presence };
-	const hc_key_t *keys = j->items;
-	int r = hc_reserve(s->p, &rr, pages, skip);
-
-	if (r < 0)
-		return r;
-	j->mine = malloc((size_t)(r ? r : 1) * sizeof(hc_key_t));
-	if (!j->mine) {
-		for (uint32_t i = 0; i < len; i++)
-			if (!skip[i])
-				hc_page_abort(s->p, &pages[i], 1);
-		return hc__err(ENOMEM, "prefetch: no memory");
-	}
-	for (uint32_t i = 0; i < len; i++) {
-		if (skip[i] == HC_SKIP_BUSY) {
-			struct job *a = km_find(s->keys, keys[i]);
-			/* Not ours: a rank is storing it, and it will be READY. */
-			if (a && a != j && depend(j, a) == 0)
-				hc__svc_count(s, HC_CTR_l3_prefetch_shared, 1);
-		} else if (!skip[i]) {
-			if (km_add(s->keys, keys[i], j) == 0)
-				memcpy(j->mine[j->nmine++], keys[i], sizeof(hc_key_t));
-		}
-	}
-	return r;
-}
-
-/* Step 3: read the reserved pages and commit them in prefix order; the
- * first that fails ends the prefix, and every reserved page from it on is
- * given back unread or unused.
- *
- * A long read is cut into parts that idle workers help with: one worker
- * reading a 1000-page prefetch alone leaves the others idle, and with a
- * backend that copies on the caller's thread (shm) that halves the
- * bandwidth.  Parts may end in any order; they are settled (committed or
- * given back) in order, by one thread at a time, so the ranks only ever
- * see a prefix. */
-struct pf_help {
-	struct pf_help *next;    /* on s->helps while parts are left (under mu) */
-	struct job *j;
-	const hc_page_t *pages;  /* the reservation */
-	const uint32_t *at;      /* the indices in pages of those to read, nread */
-	int *status;             /* one per entry of at */
-	uint8_t *done;           /* one per part */
-	uint32_t nread, part;    /* entries; entries per part */
-	/* under mu */
-	uint32_t claimed;        /* entries before it are claimed */
-	uint32_t fail;           /* the first entry that failed; nread: none */
-	uint32_t settled;        /* entries before it are committed or given back */
-	unsigned inflight;       /* parts claimed and not settled */
-	int settling;            /* a thread settles parts (with mu let go) */
-	/* the settling thread's */
-	int failed;              /* the prefix has ended */
-};
-
-/* Under mu: claim the next part of h, or take h off the list: none is
- * left, the prefix ended before it, or the job is cancelled. */
-static int pf_claim(hc_service *s, struct pf_help *h, uint32_t *first)
-{
-	if (h->claimed < h->nread && h->claimed <= h->fail &&
-	    !atomic_load_explicit(&h->j->cancel, memory_order_relaxed)) {
-		*first = h->claimed;
-		h->claimed += h->nread - h->claimed < h->part ? h->nread - h->claimed : h->part;
-		h->inflight++;
-		return 1;
-	}
-	for (struct pf_help **pp = &s->helps; *pp; pp = &(*pp)->next)
-		if (*pp == h) {
-			*pp = h->next;
-			break;
-		}
-	return 0;
-}
-
-/* Commit entry x, or give its page back once the prefix has ended (the
- * settling thread's; read: it was read, not skipped by a cancel or a
- * failure before it). */
-static void pf_settle(hc_service *s, struct pf_help *h, uint32_t x, int read)
-{
-	hc_pool *p = s->p;
-	hc_page_t pg = h->pages[h->at[x]];
-	uint32_t pres;
-
-	if (!h->failed && read && h->status[x] == 0 && hc_page_presence(p, pg, &pres) == 0) {
-		/* From L3: a backup of it has nothing to do.  Set while the page
-		 * is still our reservation. */
-		atomic_fetch_or_explicit(&p->pages[HC_PAGE_ID(pg)].flags, HC_PF_IN_L3, memory_order_relaxed);
-		if (hc_page_commit(p, pg, hc_page_needed(p, pres)) >= 0) {
-			HC_POINT(prefetch_committed);
-			h->j->l3_pages++;
-			hc__svc_count(s, HC_CTR_l3_prefetch_pages, 1);
-			hc__svc_count(s, HC_CTR_l3_prefetch_bytes, p->g.envelope_bytes);
-			return;
-		}
-	}
-	if (!h->failed) {
-		h->failed = 1;
-		h->j->where = h->at[x];
-		if (read)
-			hc__svc_count(s, h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails, 1);
-	}
-	if (!read || h->status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */
-		hc_page_abort(p, &pg, 1);
-}
-
-/* Under mu, let go while it reads and settles: read parts of h until none
- * is left.  The owner and its helpers alike; h is the owner's, and stays
- * until no part is in flight. */
-static void pf_read_parts(hc_service *s, struct pf_help *h, int helper)
-{
-	hc_page_t *batch = malloc((size_t)h->part * sizeof(*batch));
-	uint32_t first;
-
-	while (pf_claim(s, h, &first)) {
-		uint32_t k = h->nread - first < h->part ? h->nread - first : h->part, bad = h->nread;
-		int *status = h->status + first;
-		pthread_mutex_unlock(&s->mu);
-		for (uint32_t x = 0; x < k; x++)
-			if (batch)
-				batch[x] = h->pages[h->at[first + x]];
-			else
-				status[x] = -ENOMEM; /* not read: the prefix ends here */
-		if (batch)
-			hc_store_get(s->st, batch, k, status);
-		if (helper)
-			hc__svc_count(s, HC_CTR_l3_prefetch_helped, 1);
-		for (uint32_t x = 0; x < k && bad == h->nread; x++)
-			if (status[x] != 0)
-				bad = first + x;
-		pthread_mutex_lock(&s->mu);
-		if (bad < h->fail)
-			h->fail = bad;
-		h->done[first / h->part] = 1;
-		/* Settle the parts done from the first unsettled on, unless a
-		 * thread is at it: it will find this one done too. */
-		if (!h->settling) {
-			h->settling = 1;
-			while (h->settled < h->claimed && h->done[h->settled / h->part]) {
-				uint32_t from = h->settled, to = h->nread - from < h->part ? h->nread : from + h->part;
-				pthread_mutex_unlock(&s->mu);
-				for (uint32_t x = from; x < to; x++)
-					pf_settle(s, h, x, 1);
-				pthread_mutex_lock(&s->mu);
-				h->settled = to;
-			}
-			h->settling = 0;
-		}
-		if (--h->inflight == 0)
-			pthread_cond_broadcast(&s->helped);
-	}
-	free(batch);
-}
-
-/* Returns the reads that failed (0 or 1). */
-static int pf_read(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, const uint8_t *skip)
-{
-	struct pf_help h = { .j = j, .pages = pages };
-	uint32_t *at = malloc((size_t)len * sizeof(*at));
-	int *status = malloc((size_t)len * sizeof(*status));
-	uint8_t *done = NULL;
-
-	for (uint32_t i = 0; at && i < len; i++)
-		if (!skip[i])
-			at[h.nread++] = i;
-	/* A part per worker, at least 16 pages (below that, handing a part
-	 * over costs more than reading it), at most a backend call's batch. */
-	h.part = (h.nread + s->nworkers - 1) / s->nworkers;
-	h.part = h.part < 16 ? 16 : h.part;
-	h.part = h.part > s->o.batch_pages ? s->o.batch_pages : h.part;
-	if (at && status)
-		done = calloc(h.nread / h.part + 1, 1);
-	if (!done) {
-		for (uint32_t i = 0; i < len; i++)
-			if (!skip[i])
-				hc_page_abort(s->p, &pages[i], 1);
-		free(at);
-		free(status);
-		return hc__err(ENOMEM, "prefetch: no memory");
-	}
-	h.at = at;
-	h.status = status;
-	h.done = done;
-	h.fail = h.nread;
-	pthread_mutex_lock(&s->mu);
-	if (h.nread > h.part) {
-		struct pf_help **pp = &s->helps;
-		while (*pp)
-			pp = &(*pp)->next;
-		*pp = &h; /* last: the oldest read is helped first */
-		pthread_cond_broadcast(&s->work);
-	}
-	pf_read_parts(s, &h, 0);
-	while (h.inflight)
-		pthread_cond_wait(&s->helped, &s->mu);
-	pthread_mutex_unlock(&s->mu);
-	/* Every part claimed is settled; the rest was never read. */
-	for (uint32_t x = h.settled; x < h.nread; x++)
-		pf_settle(s, &h, x, 0);
-	free(at);
-	free(status);
-	free(done);
-	return h.failed;
-}
-
-/* A worker with no job to start: help the oldest long read (under mu). */
-static void pf_help(hc_service *s)
-{
-	pf_read_parts(s, s->helps, 1);
-}
-
-static int do_prefetch(hc_service *s, struct job *j)
-{
-	int *status = calloc(s->o.batch_pages, sizeof(*status));
-	hc_page_t *pages = calloc(j->n, sizeof(*pages));
-	uint8_t *skip = calloc(j->n, 1);
-	int r, len;
-
-	hc__svc_count(s, HC_CTR_l3_prefetch_keys, j->n);
-	if (!status || !pages || !skip) {
-		r = -ENOMEM;
-		goto out;
-	}
-	if (j->n < s->o.prefetch_threshold) {
-		r = 0; /* too short to be worth asking L3 */
-		goto out;
-	}
-	if ((r = len = pf_prefix(s, j, status)) <= 0)
-		goto out;
-	pthread_mutex_lock(&s->mu);
-	r = pf_reserve(s, j, (uint32_t)len, pages, skip);
-	if (s->stage) {
-		hc__stage_reserved(s, j, r); /* what it does not use goes back */
-		j->repark = r == -ENOSPC; /* buffer_only parks rather than fails */
-	}
-	pthread_mutex_unlock(&s->mu);
-	if (r < 0) {
-		if (r == -ENOSPC && !j->repark)
-			hc__svc_count(s, HC_CTR_l3_prefetch_nospace, 1);
-		goto out;
-	}
-	r = pf_read(s, j, (uint32_t)len, pages, skip);
-	for (int i = 0; s->stage && i < len; i++)
-		if (!skip[i]) /* read or not, its staging ends once its ranks are done */
-			hc__stage_release(s, pages[i], 1);
-out:
-	free(status);
-	free(pages);
-	free(skip);
-	return r < 0 ? r : 0;
-}
 
 /* Run m jobs: one, or backups that share puts. */
 static void run(hc_service *s, struct job **js, unsigned m)
@@ -791,10 +331,10 @@ static void run(hc_service *s, struct job **js, unsigned m)
 		j->result = do_exists(s, j->items, j->n, &j->where);
 		break;
 	case HC__OP_BACKUP:
-		do_backups(s, js, m);
+		hc__xfer_backups(s, js, m);
 		break;
 	case HC__OP_PREFETCH:
-		j->result = do_prefetch(s, j);
+		j->result = hc__xfer_prefetch(s, j);
 		break;
 	default:
 		j->result = -EOPNOTSUPP;
@@ -840,7 +380,7 @@ static void *worker(void *arg)
 		while (!s->qhead && !s->helps && !s->workers_stop)
 			pthread_cond_wait(&s->work, &s->mu);
 		if (!s->qhead && s->helps) {
-			pf_help(s);
+			hc__xfer_help(s);
 			continue;
 		}
 		if (!s->qhead)
@@ -996,7 +536,7 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 					pthread_mutex_unlock(&s->mu);
 				}
 				struct job *xp = &x;
-				do_backups(s, &xp, 1);
+				hc__xfer_backups(s, &xp, 1);
 				if (s->stage) {
 					pthread_mutex_lock(&s->mu);
 					hc__stage_backup(s, (const hc_page_t *)(const void *)items, e->n, 1);
