@@ -22,7 +22,7 @@
 
 #include <hicache/service.h>
 
-#include "../tools/cli.h"
+#include "../tools/cli/cli.h"
 #include "../tools/replay/workload.h"
 #include "hct.h"
 #include "mcd.h"

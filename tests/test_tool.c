@@ -3,7 +3,7 @@
  * test_tool.c - hicache-pool, run as a program: every verb end to end, its
  * JSON checked against the library's own view, exit status 2 and a message
  * naming the bad thing for each kind of command-line error, and exit 1 for
- * failures.  The parsers in tools/cli.c are also tested directly.
+ * failures.  The parsers in tools/cli/cli.c are also tested directly.
  */
 #include <ctype.h>
 #include <fcntl.h>
@@ -24,7 +24,7 @@
 #include "hct.h"
 
 /* The parsers are not in any library; compile them in to test them directly. */
-#include "../tools/cli.h"
+#include "../tools/cli/cli.h"
 
 #define TOOL_OUT_MAX (256 * 1024)
 

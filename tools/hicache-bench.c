@@ -30,7 +30,7 @@
 
 #include <hicache/hicache.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "../bench/bench.h" /* pipe helpers shared with the benchmarks */
 #include "replay/model.h" /* the words pages hold */
 #include "replay/replay.h"

@@ -11,7 +11,7 @@
 #include <hicache/hicache.h>
 #include <hicache/service.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 #define HCD_PROG "hicached"
 

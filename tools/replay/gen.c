@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli.h"
+#include "../cli/cli.h"
 #include "workload.h"
 
 #define B HC_RP_BLOCK_TOKENS

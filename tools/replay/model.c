@@ -27,7 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../cli.h"
+#include "../cli/cli.h"
 #include "model.h"
 
 struct comp_def {

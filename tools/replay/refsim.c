@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../cli.h"
+#include "../cli/cli.h"
 #include "lru.h"
 #include "workload.h"
 

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../cli.h"
+#include "../cli/cli.h"
 #include "lru.h"
 #include "replay.h"
 #include "report.h"

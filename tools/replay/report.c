@@ -16,7 +16,7 @@
 
 #include <json-c/json.h>
 
-#include "../cli.h"
+#include "../cli/cli.h"
 #include "report.h"
 
 double hc_rp_now(void)

@@ -13,7 +13,7 @@
 
 #include <json-c/json.h>
 
-#include "../cli.h"
+#include "../cli/cli.h"
 #include "workload.h"
 
 /* A field that must be an integer in [0, max]. */

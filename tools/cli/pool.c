@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli_pool.c - the options that describe a pool at its creation, for every
+ * pool.c - the options that describe a pool at its creation, for every
  * tool that creates one ('hicache-pool create', hicached): parsed one at a
  * time from any source, checked as a whole before creating, and compared
  * with a pool that already exists, so a daemon restarted with another

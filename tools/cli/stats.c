@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cli_stats.c - a pool's counters and gauges as the tools show them: the
+ * stats.c - a pool's counters and gauges as the tools show them: the
  * gauge table, and the Prometheus text exposition, shared by hicache-pool
  * stat and hicached's /metrics.
  */

@@ -3,7 +3,7 @@
  * cli.h - argument parsing shared by the command-line tools (hicache-pool,
  * hicache-bench, hicached): strict numbers, sizes with K/M/G/T suffixes,
  * component specs, NUMA options, fingerprint hex, and the options that
- * describe a pool at its creation (cli_pool.c).
+ * describe a pool at its creation (pool.c).
  *
  * Every parser returns 0 or a negative errno (-EINVAL for malformed input,
  * -ERANGE for a number out of range) and, on failure, leaves one line in
@@ -83,7 +83,7 @@ char *hc_cli_format_size(uint64_t bytes, char *buf, size_t len);
 char *hc_cli_format_time(uint64_t unix_ns, char *buf, size_t len);
 
 /*
- * ---- a pool's creation options (cli_pool.c), shared by 'hicache-pool
+ * ---- a pool's creation options (pool.c), shared by 'hicache-pool
  * create' and hicached: one option at a time from any source (a command
  * line, a config file), then hc_cli_pool_finish() to create the pool, or
  * hc_cli_pool_agrees() to check an existing one against them.
@@ -128,7 +128,7 @@ int hc_cli_pool_finish(struct hc_cli_pool *cp);
  * naming each option that differs, with both values. */
 int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool);
 
-/* ---- a pool's stats as the tools show them (cli_stats.c) */
+/* ---- a pool's stats as the tools show them (stats.c) */
 
 #include <stdio.h>
 
