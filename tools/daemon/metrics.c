@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hicached-metrics.c - GET /metrics over HTTP for Prometheus: the pool's
+ * metrics.c - GET /metrics over HTTP for Prometheus: the pool's
  * counters and gauges (the service's among them), as hicache-pool stat
  * --prometheus prints them.  One thread, one connection at a time: a
  * scrape is a few KiB every few seconds.  It reads the pool through a

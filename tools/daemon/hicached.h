@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hicached.h - the parts of the service daemon hicached(8): its settings
- * from the command line and the config file (hicached-conf.c), its log
- * (hicached-log.c), and main (hicached.c), which creates or checks the
+ * from the command line and the config file (conf.c), its log (log.c),
+ * GET /metrics (metrics.c), and main (main.c), which creates or checks the
  * pool and runs the service until a signal stops it.
  */
 #ifndef HC_TOOLS_HICACHED_H
@@ -11,7 +11,7 @@
 #include <hicache/hicache.h>
 #include <hicache/service.h>
 
-#include "cli/cli.h"
+#include "../cli/cli.h"
 
 #define HCD_PROG "hicached"
 
@@ -50,7 +50,7 @@ void hcd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void hcd_log_lib(int level, const char *msg, void *arg);
 
 /* GET /metrics on addr (HOST:PORT) from a thread of its own, reading the
- * pool read-only (hicached-metrics.c).  0, or -errno logged. */
+ * pool read-only (metrics.c).  0, or -errno logged. */
 int hcd_metrics_start(const char *addr, const char *pool, const char *dir);
 void hcd_metrics_stop(void);
 

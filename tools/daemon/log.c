@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hicached-log.c - the daemon's log: one line per message, with a
+ * log.c - the daemon's log: one line per message, with a
  * timestamp and a level, written with one write(2) so lines from the
  * service thread and main never interleave, on stderr or appended to a
  * file.  SIGHUP reopens the file under the same name, so logrotate can

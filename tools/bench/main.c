@@ -30,10 +30,10 @@
 
 #include <hicache/hicache.h>
 
-#include "cli/cli.h"
-#include "../bench/bench.h" /* pipe helpers shared with the benchmarks */
-#include "replay/model.h" /* the words pages hold */
-#include "replay/replay.h"
+#include "../cli/cli.h"
+#include "../../bench/bench.h" /* pipe helpers shared with the benchmarks */
+#include "../replay/model.h" /* the words pages hold */
+#include "../replay/replay.h"
 
 #define PROG          "hicache-bench"
 #define MAX_RANKS     64

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * hicached-conf.c - hicached's settings.  One table names every option
+ * conf.c - hicached's settings.  One table names every option
  * once: its command-line name, its section and key in the config file
  * (hicache.conf(5)), its type, the field it sets and its help.  The
  * command line (getopt_long), the config file (inih) and --help are all

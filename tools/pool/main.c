@@ -26,7 +26,7 @@
 #include <hicache/hicache.h>
 #include <hicache/service.h>
 
-#include "cli/cli.h"
+#include "../cli/cli.h"
 
 #define PROG "hicache-pool"
 #define DEFAULT_DIR "/dev/shm"
