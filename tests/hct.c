@@ -19,8 +19,6 @@
 #ifdef HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
-#include <hicache/service.h>
-
 #include "hct.h"
 
 const char *hct_name(void)
@@ -508,13 +506,21 @@ pid_t hct_service_child(const char *name, const struct hc_service_opts *o)
 	return pid;
 }
 
-int hct_service_child_stop(pid_t pid)
+void hct_service_child_stop(pid_t pid)
 {
 	int st;
 
 	kill(pid, SIGTERM);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	return st;
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
+}
+
+hc_service *hct_service_start(const char *name, const struct hc_service_opts *o)
+{
+	hc_service *s = NULL;
+
+	ck_assert_msg(hc_service_start(name, o, &s) == 0, "service: %s", hc_last_error());
+	return s;
 }
 
 /* A hung child says where each of its threads is before it is killed. */

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <hicache/hicache.h>
+#include <hicache/service.h>
 
 #include "../shmpool/pool.h"
 
@@ -96,10 +97,12 @@ void hct_print_violation(void *arg, const char *line);
  * threads must not fork, since a lock one of them holds at that moment
  * (the allocator's, under ASan) stays held in the child for good.
  */
-struct hc_service_opts;
 pid_t hct_service_child(const char *name, const struct hc_service_opts *o);
-/* Stop it (SIGTERM: hc_service_stop, a clean exit); its wait status. */
-int hct_service_child_stop(pid_t pid);
+/* Stop it (SIGTERM: hc_service_stop); one that does not exit 0 fails the test. */
+void hct_service_child_stop(pid_t pid);
+/* A service in this process (hc_service_start with o); one that is refused
+ * fails the test.  For tests that fork no ranks: stop it with hc_service_stop. */
+hc_service *hct_service_start(const char *name, const struct hc_service_opts *o);
 
 /* A fresh directory /tmp/hct-TAG-XXXXXX, its path in buf (len >= 64). */
 void hct_mkdtemp(char *buf, size_t len, const char *tag);

@@ -20,11 +20,8 @@
 static hc_service *start(const char *name, const char *backend)
 {
 	struct hc_service_opts o = { .backend = backend, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
-	hc_service *s = NULL;
-	int r = hc_service_start(name, &o, &s);
 
-	ck_assert_msg(r == 0, "service: %s", hc_last_error());
-	return s;
+	return hct_service_start(name, &o);
 }
 
 /* A service in a child process (no write policy: only what is asked). */
@@ -132,8 +129,7 @@ START_TEST(exists_and_backup)
 	}
 	st = hct_in_child(name, other_rank, NULL);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "other rank: status 0x%x", st);
-	st = hct_service_child_stop(svc);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
+	hct_service_child_stop(svc);
 	ck_assert_int_eq(hc_service_probe(p, NULL), 0);
 	{
 		int v = 0;

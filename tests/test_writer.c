@@ -36,10 +36,8 @@ static hc_service *start(const char *name, enum hc_write_policy wp, unsigned sel
 {
 	struct hc_service_opts o = { .backend = l3spec, .batch_pages = 4, .write_policy = wp,
 				     .select_hits = select_hits, .writeback_pct = pct };
-	hc_service *s = NULL;
 
-	ck_assert_msg(hc_service_start(name, &o, &s) == 0, "service: %s", hc_last_error());
-	return s;
+	return hct_service_start(name, &o);
 }
 
 /* Is key's READY page marked in L3?  (-1: not in the pool.) */
