@@ -31,11 +31,34 @@ const char *hct_name(void)
 	return b;
 }
 
+/* Is what pid made left over: its process gone, or ours when 'mine'? */
+static int gone(int pid, int mine)
+{
+	return pid > 0 && (pid == getpid() ? mine : kill(pid, 0) != 0);
+}
+
+static void sweep_l3(int mine)
+{
+	DIR *d = opendir("/tmp");
+	struct dirent *e;
+	char path[512];
+	int pid;
+
+	while (d && (e = readdir(d)))
+		if (sscanf(e->d_name, "hct-l3-%d-", &pid) == 1 && gone(pid, mine)) {
+			snprintf(path, sizeof(path), "/tmp/%s", e->d_name);
+			hct_rmtree(path);
+		}
+	if (d)
+		closedir(d);
+}
+
 void hct_sweep(int mine)
 {
 	DIR *d = opendir("/dev/shm");
 	struct dirent *e;
 
+	sweep_l3(mine);
 	if (!d)
 		return;
 	while ((e = readdir(d))) {
@@ -49,7 +72,7 @@ void hct_sweep(int mine)
 		else
 			continue;
 		pid = atoi(n);
-		if (pid <= 0 || (pid == getpid() && !mine) || (pid != getpid() && kill(pid, 0) == 0))
+		if (!gone(pid, mine))
 			continue;
 		char path[512];
 		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
@@ -473,6 +496,34 @@ void hct_rmtree(const char *dir)
 {
 	if (dir[0])
 		nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char hct_l3_dir[64];
+char hct_l3_spec[128];
+static pid_t l3_owner; /* the process that made it: not a child that inherits the name */
+
+static void l3_at_exit(void)
+{
+	if (l3_owner == getpid())
+		hct_l3_teardown();
+}
+
+void hct_l3_setup(void)
+{
+	char tag[32];
+
+	snprintf(tag, sizeof(tag), "l3-%d", (int)getpid());
+	hct_mkdtemp(hct_l3_dir, sizeof(hct_l3_dir), tag);
+	snprintf(hct_l3_spec, sizeof(hct_l3_spec), "file:dir=%s", hct_l3_dir);
+	if (l3_owner != getpid())
+		atexit(l3_at_exit);
+	l3_owner = getpid();
+}
+
+void hct_l3_teardown(void)
+{
+	hct_rmtree(hct_l3_dir);
+	hct_l3_dir[0] = '\0';
 }
 
 pid_t hct_service_child(const char *name, const struct hc_service_opts *o)

@@ -23,7 +23,8 @@
 /* A fresh pool name "hctest-<pid>-<n>" (static storage, 8 rotating buffers). */
 const char *hct_name(void);
 
-/* Remove /dev/shm/hicache.hctest-<pid>-* of dead pids, and of ours if 'mine'. */
+/* Remove /dev/shm/hicache.hctest-<pid>-* and /tmp/hct-l3-<pid>-* of dead
+ * pids, and of ours if 'mine'. */
 void hct_sweep(int mine);
 
 /*
@@ -108,6 +109,17 @@ hc_service *hct_service_start(const char *name, const struct hc_service_opts *o)
 void hct_mkdtemp(char *buf, size_t len, const char *tag);
 /* Remove dir and everything under it; quiet when it is gone. */
 void hct_rmtree(const char *dir);
+/*
+ * A test's L3 directory, a checked fixture (hct_l3_setup, hct_l3_teardown)
+ * or called by a fixture of the test's own: hct_l3_dir is a fresh
+ * /tmp/hct-l3-<pid>-XXXXXX and hct_l3_spec the file backend on it.  It is
+ * removed by the teardown, at the exit of a test that failed a check (its
+ * teardown does not run), or by hct_sweep once its process is gone.
+ */
+extern char hct_l3_dir[64];
+extern char hct_l3_spec[128];
+void hct_l3_setup(void);
+void hct_l3_teardown(void);
 
 /* How long hct_in_child waits before it shows the child's threads and kills it. */
 #define HCT_CHILD_MAX_MS 25000

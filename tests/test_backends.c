@@ -6,11 +6,9 @@
  * through the raw ABI.  Then the loader's refusals of broken plugins.
  */
 #include <dirent.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <hicache/backend.h>
@@ -37,24 +35,9 @@ struct backend {
 	void (*cleanup)(void);
 };
 
-static char tmpdir[256];
-
 static void mem_setup(char *spec, size_t len)
 {
 	snprintf(spec, len, "mem");
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path);
-}
-
-static void rm_tmpdir(void)
-{
-	if (tmpdir[0])
-		nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	tmpdir[0] = '\0';
 }
 
 /* shm stores: /dev/shm/hicache-l3.hctl3-<suite pid>-<test pid>, swept by main */
@@ -94,17 +77,15 @@ static void shm_sweep(void)
 /* file stores: a fresh directory under /tmp (a disk, so O_DIRECT is used) */
 static void file_setup(char *spec, size_t len)
 {
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/hctl3-file-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	snprintf(spec, len, "file:dir=%s,queue_depth=32", tmpdir);
+	hct_l3_setup();
+	snprintf(spec, len, "%s,queue_depth=32", hct_l3_spec);
 }
 
 /* the fault fixture with no fault armed: objects as files in a fresh directory */
 static void fault_setup(char *spec, size_t len)
 {
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/hctl3-fault-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	snprintf(spec, len, "fault:dir=%s", tmpdir);
+	hct_l3_setup();
+	snprintf(spec, len, "fault:dir=%s", hct_l3_dir);
 }
 
 /* memcached: real servers on free loopback ports, started by the test's
@@ -138,8 +119,8 @@ static void mcd_cleanup(void)
 static const struct backend backends[] = {
 	{ "mem", mem_setup, NULL },
 	{ "shm", shm_setup, shm_cleanup },
-	{ "file", file_setup, rm_tmpdir },
-	{ "fault", fault_setup, rm_tmpdir },
+	{ "file", file_setup, hct_l3_teardown },
+	{ "fault", fault_setup, hct_l3_teardown },
 	{ "memcached (1 server)", mcd1_setup, mcd_cleanup },
 	{ "memcached (3 servers)", mcd3_setup, mcd_cleanup },
 };
@@ -1174,7 +1155,7 @@ START_TEST(eagain_race)
 	e.pool_name = hct_name();
 	e.p = hct_create_attach(e.pool_name, NPAGES, 100, 8);
 	e.b->setup(e.spec, sizeof(e.spec));
-	snprintf(e.spec, sizeof(e.spec), "file:dir=%s,queue_depth=1", tmpdir);
+	snprintf(e.spec, sizeof(e.spec), "%s,queue_depth=1", hct_l3_spec);
 	e.st = open_store(&e, 64);
 	for (unsigned i = 0; i < 3; i++) {
 		a[i] = (struct eagain_arg){ .e = &e, .id = i };

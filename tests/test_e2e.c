@@ -126,16 +126,15 @@ START_TEST(store_backup_evict_prefetch_load)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, NRANKS * NK + 8, 100, 8);
-	char dir[64], spec[192], shm_path[128] = "";
+	char spec[192], shm_path[128] = "";
 	struct hc_service_opts so = { .backend = spec, .write_policy = HC_WRITE_NONE };
 	unsigned ids[NRANKS];
 	pid_t pid[NRANKS], svc;
 	struct hc_stats st;
 	int s;
 
-	hct_mkdtemp(dir, sizeof(dir), "e2e");
 	if (_i == 0) {
-		snprintf(spec, sizeof(spec), "file:dir=%s", dir);
+		snprintf(spec, sizeof(spec), "%s", hct_l3_spec);
 	} else {
 		snprintf(spec, sizeof(spec), "shm:name=hct-e2e-%d,capacity=64M", (int)getpid());
 		snprintf(shm_path, sizeof(shm_path), "/dev/shm/hicache-l3.hct-e2e-%d", (int)getpid());
@@ -161,7 +160,6 @@ START_TEST(store_backup_evict_prefetch_load)
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
-	hct_rmtree(dir);
 	if (shm_path[0])
 		unlink(shm_path);
 }
@@ -173,6 +171,7 @@ int main(void)
 	TCase *tc = tcase_create("e2e");
 
 	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, hct_l3_setup, hct_l3_teardown);
 	tcase_add_loop_test(tc, store_backup_evict_prefetch_load, 0, 2); /* file, shm */
 	suite_add_tcase(s, tc);
 	return hct_run(s);

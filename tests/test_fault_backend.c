@@ -22,14 +22,13 @@
 #include "../lib/l3/store.h"
 #include "hct.h"
 
-static char dir[64];
 static const char *pool_name;
 static hc_pool *pool;
 static hc_store *st;
 
 static void setup(void)
 {
-	hct_mkdtemp(dir, sizeof(dir), "fault");
+	hct_l3_setup();
 	pool_name = hct_name();
 	pool = hct_create_attach(pool_name, 64, 100, 8);
 	st = NULL;
@@ -41,7 +40,7 @@ static void teardown(void)
 		hc_store_close(st);
 	hc_pool_detach(pool);
 	hc_pool_destroy(pool_name, NULL, HC_DESTROY_FORCE);
-	hct_rmtree(dir);
+	hct_l3_teardown();
 }
 
 /* A store on p over this test's directory, with plugin options after dir,
@@ -54,7 +53,7 @@ static hc_store *open_with(hc_pool *p, const char *opts, const struct hc_store_o
 	hc_store *s = NULL;
 	int r;
 
-	snprintf(spec, sizeof(spec), "fault:dir=%s%s%s", dir, *opts ? "," : "", opts);
+	snprintf(spec, sizeof(spec), "fault:dir=%s%s%s", hct_l3_dir, *opts ? "," : "", opts);
 	r = hc_store_open(p, spec, so ? so : &plain, &s);
 	ck_assert_msg(r == 0, "open %s: %d %s", spec, r, hc_last_error());
 	return s;
@@ -286,7 +285,7 @@ START_TEST(close_while_hung)
 {
 	const struct hc_backend *be;
 	void *inst, *raw_inst;
-	struct hc_be_option opt[2] = { { "dir", dir }, { "hang_exists_at", "1" } };
+	struct hc_be_option opt[2] = { { "dir", hct_l3_dir }, { "hang_exists_at", "1" } };
 	struct raw r;
 	char err[256] = "";
 
@@ -353,7 +352,7 @@ START_TEST(survives_kill)
 		_exit(0);
 	waitpid(dead, &wst, 0);
 	/* a temp file of a dead writer, swept at open */
-	snprintf(tmp, sizeof(tmp), "%s/.tmp.%d.0", dir, (int)dead);
+	snprintf(tmp, sizeof(tmp), "%s/.tmp.%d.0", hct_l3_dir, (int)dead);
 	close(open(tmp, O_CREAT | O_WRONLY, 0644));
 	hct_keys(k, 8, 4);
 	wst = hct_in_child(pool_name, put_and_die, k);
@@ -394,17 +393,17 @@ START_TEST(ctl_keys)
 	/* open refuses what ctl refuses, naming it, and a missing or bad dir */
 	ck_assert_err(hc_store_open(pool, "fault", NULL, &bad), EINVAL);
 	ck_assert_msg_has("dir=PATH");
-	snprintf(spec, sizeof(spec), "fault:dir=%s,hang_get_at=soon", dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,hang_get_at=soon", hct_l3_dir);
 	ck_assert_err(hc_store_open(pool, spec, NULL, &bad), EINVAL);
 	ck_assert_msg_has("hang_get_at=soon");
-	snprintf(spec, sizeof(spec), "fault:dir=%s,fail_gets_at=1", dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,fail_gets_at=1", hct_l3_dir);
 	ck_assert_err(hc_store_open(pool, spec, NULL, &bad), EINVAL);
 	ck_assert_msg_has("unknown option 'fail_gets_at'");
-	snprintf(spec, sizeof(spec), "fault:dir=%s/none", dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s/none", hct_l3_dir);
 	ck_assert_err(hc_store_open(pool, spec, NULL, &bad), ENOENT);
-	snprintf(spec, sizeof(spec), "%s/file", dir);
+	snprintf(spec, sizeof(spec), "%s/file", hct_l3_dir);
 	close(open(spec, O_CREAT | O_WRONLY, 0644));
-	snprintf(spec, sizeof(spec), "fault:dir=%s/file", dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s/file", hct_l3_dir);
 	ck_assert_err(hc_store_open(pool, spec, NULL, &bad), ENOTDIR);
 	ck_assert_ptr_null(bad);
 }

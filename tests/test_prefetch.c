@@ -25,22 +25,6 @@
 #include "../shmpool/pool.h"
 #include "hct.h"
 
-/* ---- a temporary L3 directory */
-
-static char l3dir[64];
-static char l3spec[128];
-
-static void l3_setup(void)
-{
-	hct_mkdtemp(l3dir, sizeof(l3dir), "prefetch");
-	snprintf(l3spec, sizeof(l3spec), "file:dir=%s", l3dir);
-}
-
-static void l3_teardown(void)
-{
-	hct_rmtree(l3dir);
-}
-
 static void backup(hc_pool *p, const hc_page_t *pg, unsigned n)
 {
 	hc_req *rq;
@@ -67,7 +51,7 @@ static uint64_t ctr(hc_pool *p, enum hc_counter c)
 
 static struct hc_service_opts opts(unsigned threshold)
 {
-	return (struct hc_service_opts){ .backend = l3spec, .batch_pages = 4, .prefetch_threshold = threshold,
+	return (struct hc_service_opts){ .backend = hct_l3_spec, .batch_pages = 4, .prefetch_threshold = threshold,
 					 .write_policy = HC_WRITE_NONE };
 }
 
@@ -233,7 +217,7 @@ static void files_now(char (*names)[4096], unsigned *n)
 {
 	fn_names = names;
 	fn_n = 0;
-	nftw(l3dir, list_one, 16, FTW_PHYS);
+	nftw(hct_l3_dir, list_one, 16, FTW_PHYS);
 	*n = fn_n;
 }
 
@@ -401,7 +385,7 @@ START_TEST(cancel)
 	int h;
 
 	/* every backend op takes 150 ms: 8 pages in batches of 2, 600 ms */
-	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=150000", l3dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=150000", hct_l3_dir);
 	s = hct_service_start(name, &o);
 	hct_keys(k, 8, 11);
 	hct_store_by_key(p, k, 8, 0, pg);
@@ -460,7 +444,7 @@ START_TEST(parts_settle_in_order)
 	hc_page_t pg[N];
 	int h, res;
 
-	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=20000,corrupt_get_at=26", l3dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=20000,corrupt_get_at=26", hct_l3_dir);
 	s = hct_service_start(name, &o);
 	hct_keys(k, N, 12);
 	hct_store_by_key(p, k, N, 0, pg);
@@ -508,7 +492,7 @@ START_TEST(backups_share_puts)
 	uint64_t puts;
 
 	/* the 8th page written (request 3's second) fails */
-	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=100000,fail_put_at=8", l3dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=100000,fail_put_at=8", hct_l3_dir);
 	s = hct_service_start(name, &o);
 	hct_keys(k, R * PER, 13);
 	hct_store_by_key(p, k, R * PER, 0, pg);
@@ -605,7 +589,7 @@ int main(void)
 	TCase *tc = tcase_create("prefetch");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, l3_setup, l3_teardown);
+	tcase_add_checked_fixture(tc, hct_l3_setup, hct_l3_teardown);
 	tcase_add_test(tc, roundtrip);
 	tcase_add_test(tc, corrupt_ends_prefix);
 	tcase_add_test(tc, ranks_agree);

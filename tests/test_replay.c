@@ -27,25 +27,13 @@
 #include "hct.h"
 #include "mcd.h"
 
-static char dir[64];
-
-static void dir_setup(void)
-{
-	hct_mkdtemp(dir, sizeof(dir), "replay");
-}
-
-static void dir_teardown(void)
-{
-	hct_rmtree(dir);
-}
-
 /* A trace file of these lines in the test's directory: its path. */
 static const char *trace_of(const char *name, const char *text)
 {
 	static char path[128];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(path, sizeof(path), "%s/%s", hct_l3_dir, name);
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(fputs(text, f) >= 0, 1);
@@ -151,7 +139,7 @@ START_TEST(trace_bad_lines)
 	{
 		struct hc_rp_workload w;
 		char path[128];
-		snprintf(path, sizeof(path), "%s/none.jsonl", dir);
+		snprintf(path, sizeof(path), "%s/none.jsonl", hct_l3_dir);
 		ck_assert_int_eq(hc_rp_trace_load(path, 0, &w), -ENOENT);
 		ck_assert_ptr_nonnull(strstr(hc_cli_error(), "none.jsonl"));
 	}
@@ -402,14 +390,14 @@ static const char *in_dir(const char *name)
 	static int k;
 
 	k = (k + 1) % 4;
-	snprintf(path[k], sizeof(path[k]), "%s/%s", dir, name);
+	snprintf(path[k], sizeof(path[k]), "%s/%s", hct_l3_dir, name);
 	return path[k];
 }
 
 /* Directories the file backend left in the test's directory. */
 static int leftovers(void)
 {
-	DIR *d = opendir(dir);
+	DIR *d = opendir(hct_l3_dir);
 	struct dirent *e;
 	int n = 0;
 
@@ -485,7 +473,8 @@ START_TEST(backends)
 	for (unsigned i = 0; i < 4; i++) {
 		json_object *j;
 		ck_assert_replay(0, "--trace", slice(), "--requests", "60", "--page-tokens", "128", "--kv", "kv,bf16,2,16,1",
-				 "--pool-pages", "700", "--backend", be[i], "--dir", dir, "--json", in_dir("c.json"));
+				 "--pool-pages", "700", "--backend", be[i], "--dir", hct_l3_dir,
+				 "--json", in_dir("c.json"));
 		j = json_object_from_file(in_dir("c.json"));
 		ck_assert_ptr_nonnull(j);
 		ck_assert_int_eq(jget(j, "workload.served"), 60);
@@ -495,7 +484,7 @@ START_TEST(backends)
 		ck_assert_int_eq(jget(j, "bytes.bad"), 0);
 		json_object_put(j);
 		ck_assert_replay(0, "--sessions", "12", "--seed", "1", "--kv", "kv,bf16,2,16,1", "--pool-pages", "150",
-				 "--backend", be[i], "--dir", dir, "--json", in_dir("c.json"));
+				 "--backend", be[i], "--dir", hct_l3_dir, "--json", in_dir("c.json"));
 		j = json_object_from_file(in_dir("c.json"));
 		ck_assert_ptr_nonnull(j);
 		ck_assert_msg(jget(j, "tokens.l3") > 0, "%s: no L3 hit\n%s", be[i], out);
@@ -530,13 +519,13 @@ START_TEST(hybrids)
 	json_object *j;
 
 	ck_assert_replay(0, "--sessions", "12", "--kv", "full,bf16,2,16,1", "--kv", "swa,bf16,2,16,1,window=2",
-			 "--pool-pages", "600", "--backend", "file", "--dir", dir, "--json", in_dir("e.json"));
+			 "--pool-pages", "600", "--backend", "file", "--dir", hct_l3_dir, "--json", in_dir("e.json"));
 	j = json_object_from_file(in_dir("e.json"));
 	ck_assert_int_gt(jget(j, "tokens.l2") + jget(j, "tokens.l3"), jget(j, "tokens.total") / 10);
 	ck_assert_int_eq(jget(j, "bytes.bad"), 0);
 	json_object_put(j);
 	ck_assert_replay(0, "--sessions", "12", "--kv", "full,bf16,2,16,1", "--state", "st,f32,8192,1", "--pool-pages",
-			 "600", "--backend", "file", "--dir", dir, "--json", in_dir("f.json"));
+			 "600", "--backend", "file", "--dir", hct_l3_dir, "--json", in_dir("f.json"));
 	j = json_object_from_file(in_dir("f.json"));
 	ck_assert_int_gt(jget(j, "tokens.l2") + jget(j, "tokens.l3"), jget(j, "tokens.total") / 10);
 	ck_assert_int_eq(jget(j, "bytes.bad"), 0);
@@ -556,7 +545,8 @@ START_TEST(outputs)
 	int rows = 0;
 
 	ck_assert_replay(0, "--sessions", "16", "--kv", "kv,bf16,2,16,1", "--pool-pages", "200", "--backend", "file",
-			 "--dir", dir, "--json", in_dir("g.json"), "--csv", in_dir("g.csv"), "--svg", in_dir("g.svg"));
+			 "--dir", hct_l3_dir, "--json", in_dir("g.json"), "--csv", in_dir("g.csv"),
+			 "--svg", in_dir("g.svg"));
 	ck_assert_msg(strstr(out, "hit tokens") && strstr(out, "L2 -> GPU (loads)") && strstr(out, "prefill saved"),
 		      "%s", out);
 	j = json_object_from_file(in_dir("g.json"));
@@ -589,15 +579,13 @@ START_TEST(existing_pool)
 					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
 	struct hc_pool_spec ps = { .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
 				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
-	char spec[128];
-	struct hc_service_opts so = { .backend = spec };
+	struct hc_service_opts so = { .backend = hct_l3_spec };
 	json_object *j;
 	hc_pool *p;
 	pid_t svc;
 
 	ck_assert_ok(hc_pool_create(&ps));
 	p = hct_attach(name, HC_ATTACH_ADMIN);
-	snprintf(spec, sizeof(spec), "file:dir=%s", dir);
 	svc = hct_service_child(name, &so);
 	ck_assert_replay(0, "--pool", name, "--sessions", "12", "--json", in_dir("h.json"));
 	ck_assert_msg(strstr(out, "L3 hicached (pid"), "%s", out);
@@ -694,7 +682,7 @@ int main(void)
 	TCase *tc = tcase_create("workload");
 	TCase *tr = tcase_create("run");
 
-	tcase_add_checked_fixture(tc, dir_setup, dir_teardown);
+	tcase_add_checked_fixture(tc, hct_l3_setup, hct_l3_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, trace_slice);
 	tcase_add_test(tc, trace_good_lines);
@@ -705,7 +693,7 @@ int main(void)
 	tcase_add_test(tc, refsim_against_naive);
 	suite_add_tcase(s, tc);
 	/* each test runs the replay up to ~12 times, processes and all */
-	tcase_add_checked_fixture(tr, dir_setup, dir_teardown);
+	tcase_add_checked_fixture(tr, hct_l3_setup, hct_l3_teardown);
 	tcase_set_timeout(tr, 120);
 	tcase_add_test(tr, reference_check);
 	tcase_add_test(tr, backends);

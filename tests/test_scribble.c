@@ -950,7 +950,6 @@ static void collect(void *arg, const char *line)
 }
 
 static const char *name;
-static char l3_dir[128], l3_spec[160]; /* the service's backend: an empty file store */
 /* The ranks, the scribbler, the service; 0 once reaped. */
 #define SCRIBBLER RANKS
 #define SERVICE   (RANKS + 1)
@@ -988,7 +987,6 @@ static uint64_t base_seed(void)
 static void setup(void)
 {
 	name = NULL;
-	l3_dir[0] = 0;
 	memset(kids, 0, sizeof(kids));
 	hct_sweep(0);
 }
@@ -999,8 +997,7 @@ static void teardown(void)
 	if (name)
 		hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 	name = NULL;
-	hct_rmtree(l3_dir);
-	l3_dir[0] = 0;
+	hct_l3_teardown();
 	if (sh)
 		munmap(sh, sizeof(*sh));
 	sh = NULL;
@@ -1009,7 +1006,7 @@ static void teardown(void)
 START_TEST(scribble_while_ranks_work)
 {
 	struct hct_spec spec;
-	struct hc_service_opts so = { .backend = l3_spec, .write_policy = HC_WRITE_NONE, .workers = 1 };
+	struct hc_service_opts so = { .backend = hct_l3_spec, .write_policy = HC_WRITE_NONE, .workers = 1 };
 	struct lines live = { 0 }, quiet = { 0 };
 	hc_pool *p;
 	uint64_t t0, deadline;
@@ -1032,8 +1029,7 @@ START_TEST(scribble_while_ranks_work)
 	ck_assert_ok(hc_pool_create(&spec.spec));
 	p = hct_attach(name, HC_ATTACH_ADMIN); /* no slot, no holder thread: forks cleanly */
 	sh = hct_shared(sizeof(*sh));
-	hct_mkdtemp(l3_dir, sizeof(l3_dir), "scribble");
-	snprintf(l3_spec, sizeof(l3_spec), "file:dir=%s", l3_dir);
+	hct_l3_setup(); /* the service's backend: an empty file store */
 
 	/* A service answers the ranks' L3 requests over the rings: a process
 	 * of the library that must survive the damage too. */

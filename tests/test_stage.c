@@ -20,20 +20,6 @@
 
 #include "hct.h"
 
-static char l3dir[64];
-static char l3spec[128];
-
-static void l3_setup(void)
-{
-	hct_mkdtemp(l3dir, sizeof(l3dir), "stage");
-	snprintf(l3spec, sizeof(l3spec), "file:dir=%s", l3dir);
-}
-
-static void l3_teardown(void)
-{
-	hct_rmtree(l3dir);
-}
-
 static hc_pool *buffer_pool(const char *name, uint32_t npages, uint32_t max_ranks)
 {
 	struct hct_spec s;
@@ -48,7 +34,7 @@ static hc_pool *buffer_pool(const char *name, uint32_t npages, uint32_t max_rank
 
 static struct hc_service_opts opts(unsigned park_ms, unsigned hold_ms)
 {
-	return (struct hc_service_opts){ .backend = l3spec, .batch_pages = 4, .write_park_ms = park_ms,
+	return (struct hc_service_opts){ .backend = hct_l3_spec, .batch_pages = 4, .write_park_ms = park_ms,
 					 .stage_hold_ms = hold_ms };
 }
 
@@ -314,7 +300,7 @@ START_TEST(failures_release_their_staging)
 	hc_key_t k[4];
 	hc_req *g, *b, *rq;
 
-	snprintf(spec, sizeof(spec), "fault:dir=%s,fail_put_at=3,corrupt_get_at=1", l3dir);
+	snprintf(spec, sizeof(spec), "fault:dir=%s,fail_put_at=3,corrupt_get_at=1", hct_l3_dir);
 	o.backend = spec;
 	o.retries = -1;
 	s = hct_service_start(name, &o);
@@ -713,7 +699,7 @@ static Suite *suite(void)
 	Suite *s = suite_create("stage");
 	TCase *t = tcase_create("buffer_only");
 
-	tcase_add_checked_fixture(t, l3_setup, l3_teardown);
+	tcase_add_checked_fixture(t, hct_l3_setup, hct_l3_teardown);
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, write_then_read_frees_every_page);
 	tcase_add_test(t, prefetch_held_until_taken_or_freed);

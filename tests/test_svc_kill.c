@@ -28,18 +28,6 @@
 #include "../shmpool/pool.h"
 #include "hct.h"
 
-static char l3dir[64];
-
-static void l3_setup(void)
-{
-	hct_mkdtemp(l3dir, sizeof(l3dir), "svckill");
-}
-
-static void l3_teardown(void)
-{
-	hct_rmtree(l3dir);
-}
-
 /* ---- what the rank processes share with the test */
 
 #define NRANK 3
@@ -70,7 +58,7 @@ struct rank_arg {
 };
 
 /* A test's pool, the board its ranks share with it, and its service's
- * options: the fault backend on l3dir. */
+ * options: the fault backend on hct_l3_dir. */
 struct env {
 	const char *name;
 	hc_pool *p;
@@ -84,7 +72,7 @@ struct env {
 /* The service's backend: extra is more of its options, or "". */
 static void env_backend(struct env *e, const char *extra, unsigned batch)
 {
-	snprintf(e->spec, sizeof(e->spec), "fault:dir=%s%s", l3dir, extra);
+	snprintf(e->spec, sizeof(e->spec), "fault:dir=%s%s", hct_l3_dir, extra);
 	e->o = (struct hc_service_opts){ .backend = e->spec, .batch_pages = batch, .workers = 4,
 					 .write_policy = HC_WRITE_NONE };
 }
@@ -352,7 +340,7 @@ static void read_back(hc_pool *p, const hc_key_t *k, unsigned n)
 /* Puts cut short by a death leave temp files; the next open sweeps them. */
 static unsigned temp_files(void)
 {
-	DIR *d = opendir(l3dir);
+	DIR *d = opendir(hct_l3_dir);
 	struct dirent *e;
 	unsigned n = 0;
 
@@ -703,7 +691,7 @@ int main(void)
 	TCase *tc = tcase_create("svc_kill");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, l3_setup, l3_teardown);
+	tcase_add_checked_fixture(tc, hct_l3_setup, hct_l3_teardown);
 	tcase_add_test(tc, service_killed_midflight);
 	tcase_add_test(tc, rank_killed_midflight);
 	tcase_add_test(tc, restart_among_retrying_ranks);

@@ -18,23 +18,9 @@
 #include "../shmpool/pool.h"
 #include "hct.h"
 
-static char l3dir[64];
-static char l3spec[128];
-
-static void l3_setup(void)
-{
-	hct_mkdtemp(l3dir, sizeof(l3dir), "writer");
-	snprintf(l3spec, sizeof(l3spec), "file:dir=%s", l3dir);
-}
-
-static void l3_teardown(void)
-{
-	hct_rmtree(l3dir);
-}
-
 static hc_service *start(const char *name, enum hc_write_policy wp, unsigned select_hits, unsigned pct)
 {
-	struct hc_service_opts o = { .backend = l3spec, .batch_pages = 4, .write_policy = wp,
+	struct hc_service_opts o = { .backend = hct_l3_spec, .batch_pages = 4, .write_policy = wp,
 				     .select_hits = select_hits, .writeback_pct = pct };
 
 	return hct_service_start(name, &o);
@@ -140,7 +126,7 @@ START_TEST(l3_forgets)
 	ck_assert_uint_eq(wait_in_l3(p, k, N, N), N);
 	/* the objects go while no service runs; the marks stay */
 	ck_assert_ok(hc_service_stop(s));
-	ck_assert_msg(hc_store_open(p, l3spec, NULL, &st) == 0, "store: %s", hc_last_error());
+	ck_assert_msg(hc_store_open(p, hct_l3_spec, NULL, &st) == 0, "store: %s", hc_last_error());
 	ck_assert_int_eq(hc_store_delete(st, (const hc_key_t *)k, N, status), N);
 	for (int i = 0; i < N; i++)
 		ck_assert_int_eq(status[i], 0);
@@ -249,7 +235,7 @@ START_TEST(write_none_and_bad_options)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 32, 100, 4);
 	hc_service *s = start(name, HC_WRITE_NONE, 0, 0);
-	struct hc_service_opts o = { .backend = l3spec };
+	struct hc_service_opts o = { .backend = hct_l3_spec };
 	hc_key_t k[4];
 
 	hct_keys(k, 4, 10);
@@ -277,7 +263,7 @@ int main(void)
 	TCase *tc = tcase_create("writer");
 
 	tcase_set_timeout(tc, 60);
-	tcase_add_checked_fixture(tc, l3_setup, l3_teardown);
+	tcase_add_checked_fixture(tc, hct_l3_setup, hct_l3_teardown);
 	tcase_add_test(tc, write_through_and_catch_up);
 	tcase_add_test(tc, l3_forgets);
 	tcase_add_test(tc, selective_after_hits);
