@@ -465,6 +465,29 @@ int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n)
 	return h;
 }
 
+struct hc_stats hct_stats(hc_pool *p)
+{
+	struct hc_stats st;
+
+	ck_assert_ok(hc_pool_stats(p, &st));
+	return st;
+}
+
+void hct_counters(hc_pool *p, uint64_t out[HC_CTR__COUNT])
+{
+	struct hc_stats st = hct_stats(p);
+
+	memcpy(out, st.counter, sizeof(st.counter));
+}
+
+uint64_t hct_counter(hc_pool *p, enum hc_counter c)
+{
+	uint64_t v[HC_CTR__COUNT];
+
+	hct_counters(p, v);
+	return v[c];
+}
+
 void *hct_shared(size_t bytes)
 {
 	void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -87,6 +87,12 @@ int hct_l3_exists(hc_pool *p, const hc_key_t *keys, unsigned n);
 /* Plain prefix lookup (no pin): the hit length. */
 int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n);
 
+/* The pool's stats; an error fails the test.  hct_counters and hct_counter
+ * are the one place tests read the pool's counters (HC_CTR_*). */
+struct hc_stats hct_stats(hc_pool *p);
+void hct_counters(hc_pool *p, uint64_t out[HC_CTR__COUNT]);
+uint64_t hct_counter(hc_pool *p, enum hc_counter c);
+
 /* Zeroed shared memory that forked children write and the parent reads. */
 void *hct_shared(size_t bytes);
 /* A report function for hc_pool_check that prints each violation. */

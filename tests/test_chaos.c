@@ -582,8 +582,7 @@ START_TEST(random_kills)
 			}
 			ret = hc_pool_check(p, 0, print_violation, NULL);
 			if (getenv("CHAOS_DEBUG")) {
-				struct hc_stats d;
-				hc_pool_stats(p, &d);
+				struct hc_stats d = hct_stats(p);
 				fprintf(stderr, "chaos: stopped: FREE %llu RESERVED %llu READY %llu (keyed %llu) QUARANTINE %llu FREEING %llu; pinned %llu locked %llu ticket-held %llu open tickets %u\n",
 					(unsigned long long)d.pages[0], (unsigned long long)d.pages[1], (unsigned long long)d.pages[2],
 					(unsigned long long)d.keyed, (unsigned long long)d.pages[3], (unsigned long long)d.pages[4],
@@ -630,15 +629,15 @@ START_TEST(random_kills)
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
 
 	/* Every dead rank's holds were undone; nothing is held or in flight. */
-	ck_assert_ok(hc_pool_stats(p, &st));
+	st = hct_stats(p);
 	ck_assert_uint_eq(st.pin_count, 0);
 	ck_assert_uint_eq(st.lock_count, 0);
 	ck_assert_uint_eq(st.ticket_pages, 0);
 	ck_assert_uint_eq(st.open_tickets, 0);
 	ck_assert_uint_eq(st.live_ranks, 1);
 	ck_assert_uint_eq(st.engines, 0);
-	ck_assert_uint_ge(st.counter[HC_CTR_recoveries], landed);
-	ck_assert_uint_gt(st.counter[HC_CTR_recoveries], 0);
+	ck_assert_uint_ge(hct_counter(p, HC_CTR_recoveries), landed);
+	ck_assert_uint_gt(hct_counter(p, HC_CTR_recoveries), 0);
 	for (unsigned slot = 0; slot < 32; slot++) {
 		struct hc_rank_info ri;
 		struct hc_pool_info info;
@@ -676,7 +675,7 @@ START_TEST(random_kills)
 	ck_assert_int_eq(hc_pool_clear(p), (int)ready);
 	ck_assert_ok(hc_pool_count_states(p, counts));
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], NPAGES);
-	ck_assert_ok(hc_pool_stats(p, &st));
+	st = hct_stats(p);
 	ck_assert_uint_eq(st.keyed, 0);
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
 	munmap(sh, sizeof(*sh));

@@ -151,10 +151,10 @@ START_TEST(store_backup_evict_prefetch_load)
 	}
 	hct_service_child_stop(svc);
 	/* every page read from L3 once, every request answered whole */
-	ck_assert_ok(hc_pool_stats(p, &st));
-	ck_assert_uint_eq(st.counter[HC_CTR_l3_prefetch_pages], NRANKS * NK);
-	ck_assert_uint_eq(st.counter[HC_CTR_l3_backup_pages], NRANKS * NK);
-	ck_assert_uint_eq(st.counter[HC_CTR_req_done], 2 * NRANKS);
+	st = hct_stats(p);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), NRANKS * NK);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_backup_pages), NRANKS * NK);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_req_done), 2 * NRANKS);
 	ck_assert_uint_eq(st.pinned_pages, 0);
 	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 0);
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);

@@ -121,9 +121,9 @@ START_TEST(all_or_nothing_when_pinned)
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
 	ck_assert_err(hc_page_alloc(p, 4, 1, out), ENOSPC);
 	ck_assert_msg_has("evictable");
-	ck_assert_ok(hc_pool_stats(p, &st));
+	st = hct_stats(p);
 	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 0);
-	ck_assert_uint_eq(st.counter[HC_CTR_alloc_fails], 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_alloc_fails), 1);
 	ck_assert_int_eq(hc_page_alloc(p, 2, 1, out), 2); /* the two unpinned ones */
 	ck_assert_int_eq(hct_hit(p, k, 8), 6);
 	ck_assert_int_eq(hc_page_abort(p, out, 2), 2);

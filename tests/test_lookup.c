@@ -187,9 +187,8 @@ START_TEST(alloc_evicts_when_full)
 	ck_assert_int_eq(hct_store(pool, c, 8, 0), 8);
 	ck_assert_int_eq(hct_hit(pool, c, 8), 8);
 	{
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(pool, &st));
-		ck_assert_uint_ge(st.counter[HC_CTR_evictions], 8);
+		struct hc_stats st = hct_stats(pool);
+		ck_assert_uint_ge(hct_counter(pool, HC_CTR_evictions), 8);
 		ck_assert_uint_eq(st.pages[HC_PAGE_READY], 64);
 		ck_assert_uint_eq(st.keyed, 64);
 	}
@@ -205,7 +204,6 @@ START_TEST(reserve_takes_exactly_the_free_pages)
 	hc_page_t pages[64];
 	uint8_t skip[64];
 	struct hc_reserve_req rr = { .keys = k, .nkeys = 8 };
-	struct hc_stats st;
 
 	hct_keys(k, 64, 21);
 	hct_keys(fill, 60, 22);
@@ -214,8 +212,7 @@ START_TEST(reserve_takes_exactly_the_free_pages)
 	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 4);
 	for (int i = 0; i < 8; i++)
 		ck_assert_int_eq(skip[i], i < 4 ? 0 : HC_SKIP_READY);
-	ck_assert_ok(hc_pool_stats(pool, &st));
-	ck_assert_uint_eq(st.counter[HC_CTR_evictions], 0);
+	ck_assert_uint_eq(hct_counter(pool, HC_CTR_evictions), 0);
 	ck_assert_ok(hc_page_abort(pool, pages, 4));
 }
 END_TEST
@@ -417,7 +414,7 @@ START_TEST(clear_empties_when_nothing_is_held)
 	for (int i = 0; i < 6; i++)
 		ck_assert_ok(hc_page_unpin(pool, pages[i]));
 	ck_assert_int_eq(hc_pool_clear(pool), 6);
-	ck_assert_ok(hc_pool_stats(pool, &st));
+	st = hct_stats(pool);
 	ck_assert_uint_eq(st.pages[HC_PAGE_FREE], 64);
 	ck_assert_uint_eq(st.keyed, 0);
 	ck_assert_int_eq(hct_hit(pool, keys, 6), 0);

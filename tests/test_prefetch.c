@@ -41,14 +41,6 @@ static void evict(hc_pool *p, const hc_key_t *keys, unsigned n)
 	ck_assert_int_eq(hct_hit(p, keys, n), 0);
 }
 
-static uint64_t ctr(hc_pool *p, enum hc_counter c)
-{
-	struct hc_stats st;
-
-	ck_assert_ok(hc_pool_stats(p, &st));
-	return st.counter[c];
-}
-
 static struct hc_service_opts opts(unsigned threshold)
 {
 	return (struct hc_service_opts){ .backend = hct_l3_spec, .batch_pages = 4, .prefetch_threshold = threshold,
@@ -111,23 +103,22 @@ START_TEST(roundtrip)
 		ck_assert(atomic_load(&p->pages[HC_PAGE_ID(pg[i])].flags) & HC_PF_IN_L3);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_reqs), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), 10);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_reqs), 1);
 	{
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(p, &st));
+		struct hc_stats st = hct_stats(p);
 		ck_assert_uint_eq(st.hist[HC_HIST_backup].count, 1);
 		ck_assert_uint_eq(st.hist[HC_HIST_prefetch].count, 1);
 		ck_assert_uint_eq(st.hist[HC_HIST_exists].count, 0);
 		ck_assert_uint_ge(st.hist[HC_HIST_prefetch].sum_us, 1); /* a read from the file backend takes time */
 	}
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_done), 1);    /* the backup */
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_partial), 1); /* 10 of 12 */
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_req_done), 1);    /* the backup */
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_req_partial), 1); /* 10 of 12 */
 	/* again: all READY, nothing read, and a backup of them skips them all */
 	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 10);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), 10);
 	backup(p, pg, 10);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_skips), 10);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_backup_skips), 10);
 	for (int i = 0; i < 10; i++)
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	/* nothing at all in L3: an empty hit, nothing reserved */
@@ -191,8 +182,8 @@ START_TEST(corrupt_ends_prefix)
 	ck_assert_int_eq(res, 3);
 	check_unpin(p, pg, k, 3);
 	ck_assert_int_eq(hct_hit(p, k + 3, 5), 0); /* neither the bad page nor those after it */
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 3);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_corrupt), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), 3);
 	ck_assert_ok(hc_pool_count_states(p, counts));
 	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 0);
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], 32 - 3);
@@ -319,7 +310,7 @@ START_TEST(ranks_agree)
 	ck_assert_mem_eq(b->pages[0], b->pages[1], (size_t)b->hit[0] * sizeof(hc_page_t));
 	ck_assert_int_eq(b->hit[2], NKEYS - 4); /* it waited for all */
 	/* every key read from L3 once, though three requests asked */
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), NKEYS);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), NKEYS);
 	ck_assert_int_eq(hct_hit(p, k, NKEYS), NKEYS);
 	hct_service_child_stop(svc);
 	check_clean(p);
@@ -349,15 +340,15 @@ START_TEST(no_space)
 	 * never evicted to make room for it */
 	ck_assert_int_eq(hct_hit(p, k, 20), 0);
 	{
-		uint64_t ev = ctr(p, HC_CTR_evictions);
+		uint64_t ev = hct_counter(p, HC_CTR_evictions);
 		ck_assert_int_eq(prefetch_all(p, k, 20, pg, &res), 0);
 		ck_assert_int_eq(hct_hit(p, k + 10, 10), 10);
-		ck_assert_uint_eq(ctr(p, HC_CTR_evictions), ev);
+		ck_assert_uint_eq(hct_counter(p, HC_CTR_evictions), ev);
 	}
 	ck_assert_int_eq(res, -ENOSPC);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_nospace), 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_failed), 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 0);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_nospace), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_req_failed), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), 0);
 	/* a prefix that fits is fine */
 	ck_assert_int_eq(prefetch_all(p, k, 10, pg, &res), 10);
 	check_unpin(p, pg, k, 10);
@@ -391,7 +382,7 @@ START_TEST(cancel)
 	hct_store_by_key(p, k, 8, 0, pg);
 	ck_assert_ok(hc_req_backup(p, pg, 8, &r1));
 	ck_assert_ok(hc_req_exists(p, k, 8, &r2)); /* queued behind it: one worker */
-	for (int i = 0; i < 2500 && ctr(p, HC_CTR_l3_backup_pages) == 0; i++)
+	for (int i = 0; i < 2500 && hct_counter(p, HC_CTR_l3_backup_pages) == 0; i++)
 		usleep(2000); /* cancel them while the backup writes */
 	ck_assert_ok(hc_req_cancel(r2));
 	ck_assert_ok(hc_req_cancel(r1));
@@ -401,15 +392,15 @@ START_TEST(cancel)
 	ck_assert_err(hc_req_cancel(r1), EALREADY);
 	ck_assert_ok(hc_req_free(r1));
 	ck_assert_ok(hc_req_free(r2));
-	ck_assert_uint_eq(ctr(p, HC_CTR_svc_cancelled), 2);
-	h = (int)ctr(p, HC_CTR_l3_backup_pages);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_svc_cancelled), 2);
+	h = (int)hct_counter(p, HC_CTR_l3_backup_pages);
 	ck_assert_msg(h >= 1 && h < 8, "%d pages backed up before the cancel", h);
 	/* the rest goes now; evict all, then cancel a prefetch of them */
 	backup(p, pg, 8);
 	evict(p, k, 8);
 	pr.keys = k;
 	ck_assert_ok(hc_req_prefetch(p, &pr, &r1));
-	for (int i = 0; i < 2500 && ctr(p, HC_CTR_l3_prefetch_pages) == 0; i++)
+	for (int i = 0; i < 2500 && hct_counter(p, HC_CTR_l3_prefetch_pages) == 0; i++)
 		usleep(2000); /* cancel it while it reads */
 	ck_assert_ok(hc_req_cancel(r1));
 	ck_assert_err(hc_req_wait(r1, 5000), ECANCELED);
@@ -458,15 +449,15 @@ START_TEST(parts_settle_in_order)
 	check_unpin(p, pg, k, h);
 	for (int i = h; i < N; i++) /* each alone: a later part read first is not kept either */
 		ck_assert_msg(hct_hit(p, k + i, 1) == 0, "key %d of %d is READY past the prefix's end at %d", i, N, h);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), (uint64_t)h);
-	ck_assert_uint_ge(ctr(p, HC_CTR_l3_prefetch_helped), 1);
-	ck_assert_uint_le(ctr(p, HC_CTR_l3_prefetch_helped), N / 4 - 1); /* the owner reads one at least */
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_corrupt), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), (uint64_t)h);
+	ck_assert_uint_ge(hct_counter(p, HC_CTR_l3_prefetch_helped), 1);
+	ck_assert_uint_le(hct_counter(p, HC_CTR_l3_prefetch_helped), N / 4 - 1); /* the owner reads one at least */
 	/* the pages reserved past the corrupt one went back: the rest fits */
 	ck_assert_int_eq(prefetch_all(p, k, N, pg, &res), N);
 	ck_assert_int_eq(res, N);
 	check_unpin(p, pg, k, N);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), N);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), N);
 	ck_assert_ok(hc_service_stop(s));
 	check_clean(p);
 	hc_pool_detach(p);
@@ -503,12 +494,12 @@ START_TEST(backups_share_puts)
 		ck_assert_msg(res == (r == 3 ? 1 : PER), "request %d: %d of %d pages", r, res, PER);
 		ck_assert_ok(hc_req_free(rq[r]));
 	}
-	puts = ctr(p, HC_CTR_l3_backup_puts);
+	puts = hct_counter(p, HC_CTR_l3_backup_puts);
 	ck_assert_msg(puts >= 1 && puts < R, "%llu puts for %d queued backups", (unsigned long long)puts, R);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_pages), R * PER - 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_backup_fails), 2); /* the page, and its request cut short */
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_partial), 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_req_done), R - 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_backup_pages), R * PER - 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_backup_fails), 2); /* the page, and its request cut short */
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_req_partial), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_req_done), R - 1);
 	for (int i = 0; i < R * PER; i++)
 		ck_assert_int_eq(!!(atomic_load(&p->pages[HC_PAGE_ID(pg[i])].flags) & HC_PF_IN_L3), i != 7);
 	ck_assert_ok(hc_service_stop(s));
@@ -537,7 +528,7 @@ START_TEST(threshold_and_bad_input)
 	evict(p, k, 4);
 	/* below the threshold: L3 is not asked */
 	ck_assert_int_eq(prefetch_all(p, k, 3, pg, &res), 0);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 0);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), 0);
 	ck_assert_int_eq(prefetch_all(p, k, 4, pg, &res), 4);
 	for (int i = 0; i < 4; i++)
 		ck_assert_ok(hc_page_unpin(p, pg[i]));

@@ -90,14 +90,14 @@ START_TEST(dead_rank_holds_undone)
 	die_in_child(hold_everything);
 	ck_assert_int_eq(sh->ret, 3);
 	settle();
-	ck_assert_ok(hc_pool_stats(pool, &st));
+	st = hct_stats(pool);
 	ck_assert_uint_eq(st.pin_count, 0);
 	ck_assert_uint_eq(st.lock_count, 0);
 	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 0);
 	ck_assert_uint_eq(st.pages[HC_PAGE_READY], 4);
 	ck_assert_uint_eq(st.keyed, 4);
-	ck_assert_uint_ge(st.counter[HC_CTR_recoveries], 1);
-	ck_assert_uint_ge(st.counter[HC_CTR_quarantines], 4);
+	ck_assert_uint_ge(hct_counter(pool, HC_CTR_recoveries), 1);
+	ck_assert_uint_ge(hct_counter(pool, HC_CTR_quarantines), 4);
 	ck_assert_int_eq(hct_hit(pool, sh->keys, 8), 4);
 	ck_assert_int_eq(hct_store(pool, sh->keys, 8, 0), 4); /* the dead rank's keys are free to store again */
 	ck_assert_int_eq(hc_evict(pool, 32), 8);
@@ -137,7 +137,6 @@ static void die_mid_insert(hc_pool *p)
 START_TEST(dead_index_writer_stripe_rebuilt)
 {
 	struct hc__khash kh;
-	struct hc_stats st;
 
 	key_in_stripe(pool, 5, sh->keys[0], 1);
 	key_in_stripe(pool, 5, sh->keys[1], 99991);
@@ -147,8 +146,7 @@ START_TEST(dead_index_writer_stripe_rebuilt)
 	ck_assert_uint_eq(kh.stripe, 5);
 	/* A writer of stripe 5 gets EOWNERDEAD and rebuilds the stripe first. */
 	ck_assert_int_eq(hct_store(pool, sh->keys + 2, 1, 0), 1);
-	ck_assert_ok(hc_pool_stats(pool, &st));
-	ck_assert_uint_eq(st.counter[HC_CTR_index_rebuilds], 1);
+	ck_assert_uint_eq(hct_counter(pool, HC_CTR_index_rebuilds), 1);
 	ck_assert_int_eq(hc_pool_check(pool, 0, hct_print_violation, NULL), 0);
 	settle();
 	ck_assert_int_eq(hct_hit(pool, sh->keys + 2, 1), 1);
@@ -267,7 +265,7 @@ START_TEST(dead_evictor_finished_or_undone)
 	settle();
 	ck_assert_int_eq(hct_hit(pool, sh->keys, 1), 0);     /* aux 1: finished, gone */
 	ck_assert_int_eq(hct_hit(pool, sh->keys + 1, 1), 1); /* aux 0: back to READY, findable */
-	ck_assert_ok(hc_pool_stats(pool, &st));
+	st = hct_stats(pool);
 	ck_assert_uint_eq(st.keyed, 1);
 	ck_assert_uint_eq(st.pages[HC_PAGE_FREEING], 0);
 }

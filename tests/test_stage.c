@@ -45,21 +45,13 @@ static hc_service *start(const char *name, unsigned park_ms, unsigned hold_ms)
 	return hct_service_start(name, &o);
 }
 
-static uint64_t ctr(hc_pool *p, enum hc_counter c)
-{
-	struct hc_stats st;
-
-	ck_assert_ok(hc_pool_stats(p, &st));
-	return st.counter[c];
-}
-
 /* Counter c once it reaches want (5 s at most): the service counts some
  * things just after what a test can see of them. */
 static uint64_t ctr_reach(hc_pool *p, enum hc_counter c, uint64_t want)
 {
 	uint64_t v = 0;
 
-	for (int i = 0; i < 500 && (v = ctr(p, c)) < want; i++)
+	for (int i = 0; i < 500 && (v = hct_counter(p, c)) < want; i++)
 		usleep(10000);
 	return v;
 }
@@ -179,8 +171,7 @@ START_TEST(write_then_read_frees_every_page)
 	ck_assert_int_eq(hc_req_wait(g, 10000), 8);
 	ck_assert_uint_eq(info(p).stage_write, 8);
 	{
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(p, &st)); /* the same gauge, as the tools see it */
+		struct hc_stats st = hct_stats(p); /* the same gauge, as the tools see it */
 		ck_assert_uint_eq(st.stage_write_pages, 8);
 		ck_assert_uint_eq(st.stage_read_pages, 0);
 	}
@@ -207,15 +198,14 @@ START_TEST(write_then_read_frees_every_page)
 	read_keys(p, k, 8, 0);
 	ck_assert(drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
-	ck_assert_uint_eq(ctr(p, HC_CTR_stage_grants), 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_stage_grant_pages), 8);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_grants), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_grant_pages), 8);
 	ck_assert_uint_ge(ctr_reach(p, HC_CTR_stage_released, 16), 16);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_pages), 8);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), 8);
 	{
 		/* tokens by tier: the prefetch read 8 pages of 16 tokens from
 		 * L3; its take is not an L2 hit */
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(p, &st));
+		struct hc_stats st = hct_stats(p);
 		ck_assert_uint_eq(st.tokens[HC_TIER_l3].count, 1);
 		ck_assert_uint_eq(st.tokens[HC_TIER_l3].sum, 8 * 16);
 		ck_assert_uint_eq(st.tokens[HC_TIER_l3].bucket[4], 1); /* 128: [128, 256) */
@@ -246,7 +236,7 @@ START_TEST(prefetch_held_until_taken_or_freed)
 		ck_assert_ok(hc_req_prefetch(p, &pr, &again));
 		ck_assert_int_eq(hc_req_wait(again, 10000), 6);
 		ck_assert_ok(hc_req_free(again));
-		ck_assert_uint_eq(ctr(p, HC_CTR_stage_parked_reads), 0);
+		ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_parked_reads), 0);
 	}
 	ck_assert_ok(hc_req_free(rq)); /* never taken */
 	ck_assert(drained(p));
@@ -273,11 +263,11 @@ START_TEST(grant_given_back_unwritten)
 	ck_assert_int_eq(hc_req_wait(g, 10000), 4);
 	hct_store_by_key(p, k, 4, 0, pg);
 	usleep(50000); /* the writer's turns come and go: the pages are the rank's */
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 0);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 0);
 	ck_assert_ok(hc_req_free(g));
 	ck_assert(drained(p));
 	ck_assert_int_eq(hct_l3_exists(p, k, 4), 4);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 4);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 4);
 	read_keys(p, k, 4, 0);
 	ck_assert(drained(p));
 	ck_assert_ok(hc_service_stop(s));
@@ -314,7 +304,7 @@ START_TEST(failures_release_their_staging)
 	ck_assert_ok(hc_req_free(g));
 	ck_assert(drained(p));
 	ck_assert_int_eq(hct_l3_exists(p, k, 4), 2);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 0); /* the cut-off page was not written after */
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 0); /* the cut-off page was not written after */
 	/* the first read comes back corrupt: the prefix ends before it */
 	pr.keys = k;
 	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
@@ -322,7 +312,7 @@ START_TEST(failures_release_their_staging)
 	ck_assert_ok(hc_req_free(rq));
 	ck_assert(drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_prefetch_corrupt), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_corrupt), 1);
 	read_keys(p, k, 2, 0); /* the next read is good */
 	ck_assert(drained(p));
 	ck_assert_ok(hc_service_stop(s));
@@ -362,7 +352,7 @@ START_TEST(write_grants_fifo_by_class)
 	ck_assert_int_eq(hc_req_wait(d, 10000), -ETIMEDOUT);
 	ck_assert_msg_has("write_park_ms");
 	ck_assert_int_eq(hc_req_wait(e, 10000), -ETIMEDOUT);
-	ck_assert_uint_eq(ctr(p, HC_CTR_stage_dropped), 2);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_dropped), 2);
 	ck_assert_ok(hc_req_free(d));
 	ck_assert_ok(hc_req_free(e));
 	ck_assert_ok(hc_req_free(g));
@@ -411,7 +401,7 @@ START_TEST(reads_park_at_the_read_cap)
 		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[12 + i], 0), 0);
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
 	}
-	ck_assert_uint_ge(ctr(p, HC_CTR_stage_parked_reads), 1);
+	ck_assert_uint_ge(hct_counter(p, HC_CTR_stage_parked_reads), 1);
 	/* 19 keys can never be staged at once in 20 pages (reads get 18) */
 	pr.keys = k;
 	pr.first_depth = 0;
@@ -529,7 +519,7 @@ START_TEST(dead_rank_gives_back)
 	ck_assert(drained(p));
 	WAIT_GAUGE(p, stage_write, 0);
 	WAIT_GAUGE(p, stage_read, 0);
-	ck_assert_uint_ge(ctr(p, HC_CTR_stage_expired), 2);
+	ck_assert_uint_ge(hct_counter(p, HC_CTR_stage_expired), 2);
 	hct_service_child_stop(svc);
 	finish(p, name);
 }
@@ -604,7 +594,7 @@ START_TEST(many_ranks_under_pressure)
 	WAIT_GAUGE(p, stage_read, 0);
 	WAIT_GAUGE(p, stage_write, 0);
 	ck_assert_uint_eq(info(p).parked_reads + info(p).parked_writes, 0);
-	ck_assert_uint_eq(ctr(p, HC_CTR_stage_dropped), 0);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_dropped), 0);
 	hct_service_child_stop(svc);
 	finish(p, name);
 }

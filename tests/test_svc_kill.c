@@ -280,18 +280,10 @@ static void busy_rank(hc_pool *p, void *arg)
 	}
 }
 
-static struct hc_stats stats(hc_pool *p)
-{
-	struct hc_stats st;
-
-	ck_assert_ok(hc_pool_stats(p, &st));
-	return st;
-}
-
 /* Nothing reserved, half-done, quarantined or held: every page FREE or READY. */
 static void check_idle(hc_pool *p, uint32_t live)
 {
-	struct hc_stats st = stats(p);
+	struct hc_stats st = hct_stats(p);
 
 	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 0);
 	ck_assert_uint_eq(st.pages[HC_PAGE_FREEING], 0);
@@ -534,7 +526,8 @@ START_TEST(rank_killed_midflight)
 	hc_pool *p = env_init(&e, 64, 4, ",delay_us=20000", 1);
 	struct board *b = e.b;
 	pid_t svc = hct_service_child(e.name, &e.o);
-	struct hc_stats s0, s1;
+	uint64_t c0[HC_CTR__COUNT], c1[HC_CTR__COUNT], want;
+	struct hc_stats s1;
 	struct hc_rank_info ri;
 	hc_key_t ka[NA], kv[NV];
 	hc_page_t pa[NA];
@@ -553,14 +546,15 @@ START_TEST(rank_killed_midflight)
 	ck_assert(wait_for(&b->step[SURVIVOR], 1));
 	/* the victim posts its two requests; once the service has taken both,
 	 * it dies holding pins and a reservation */
-	s0 = stats(p);
+	hct_counters(p, c0);
 	e.pid[VICTIM] = hct_spawn(e.name, victim, &e.ra[VICTIM]);
 	ck_assert_msg(wait_for(&b->step[VICTIM], 1), "victim: %s", b->why[VICTIM]);
-	for (int i = 0; i < 5000 && stats(p).counter[HC_CTR_svc_requests] < s0.counter[HC_CTR_svc_requests] + 2; i++)
+	for (int i = 0; i < 5000 && hct_counter(p, HC_CTR_svc_requests) < c0[HC_CTR_svc_requests] + 2; i++)
 		usleep(1000);
-	s1 = stats(p);
-	ck_assert_uint_eq(s1.counter[HC_CTR_svc_requests], s0.counter[HC_CTR_svc_requests] + 2);
-	ck_assert_uint_eq(s1.counter[HC_CTR_l3_prefetch_pages], s0.counter[HC_CTR_l3_prefetch_pages]); /* in flight */
+	hct_counters(p, c1);
+	s1 = hct_stats(p);
+	ck_assert_uint_eq(c1[HC_CTR_svc_requests], c0[HC_CTR_svc_requests] + 2);
+	ck_assert_uint_eq(c1[HC_CTR_l3_prefetch_pages], c0[HC_CTR_l3_prefetch_pages]); /* in flight */
 	ck_assert_uint_ge(s1.pin_count, NV);
 	ck_assert_uint_ge(s1.pages[HC_PAGE_RESERVED], NW);
 	ck_assert_int_eq(kill(e.pid[VICTIM], SIGKILL), 0);
@@ -571,7 +565,7 @@ START_TEST(rank_killed_midflight)
 	ok = 0;
 	for (int i = 0; i < 3000 && !ok; i++) {
 		ok = atomic_load(&p->ranks[b->slot[VICTIM]].state) == HC_RANK_FREE &&
-		     stats(p).counter[HC_CTR_recoveries] > s0.counter[HC_CTR_recoveries];
+		     hct_counter(p, HC_CTR_recoveries) > c0[HC_CTR_recoveries];
 		if (!ok)
 			usleep(1000);
 	}
@@ -586,17 +580,17 @@ START_TEST(rank_killed_midflight)
 	ck_assert_msg(wait_for(&b->step[SURVIVOR], 3), "survivor: %s", b->why[SURVIVOR]);
 	/* the dead rank's requests are done: its prefetch made A READY, its
 	 * backup put its pages in L3 */
-	for (int i = 0; i < 5000 && stats(p).counter[HC_CTR_l3_prefetch_pages] <
-					     s0.counter[HC_CTR_l3_prefetch_pages] + NA + NS; i++)
+	want = c0[HC_CTR_l3_prefetch_pages] + NA + NS;
+	for (int i = 0; i < 5000 && hct_counter(p, HC_CTR_l3_prefetch_pages) < want; i++)
 		usleep(1000);
-	s1 = stats(p);
-	ck_assert_uint_eq(s1.counter[HC_CTR_l3_prefetch_pages], s0.counter[HC_CTR_l3_prefetch_pages] + NA + NS);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_pages), want);
 	ck_assert_int_eq(hct_hit(p, ka, NA), NA);
 	check_ready(p, ka, NA);
 	hct_keys(kv, NV, 42);
 	ck_assert_int_eq(hct_l3_exists(p, kv, NV), NV);
 	/* the reservation's quarantine runs out at the service's next sweep */
-	for (int i = 0; i < 3000 && (stats(p).pages[HC_PAGE_QUARANTINE] || stats(p).pages[HC_PAGE_RESERVED]); i++)
+	for (int i = 0; i < 3000 && (hct_stats(p).pages[HC_PAGE_QUARANTINE] || hct_stats(p).pages[HC_PAGE_RESERVED]);
+	     i++)
 		usleep(1000);
 	check_idle(p, 3);
 	/* every slot but the dead rank's is held: a new rank gets that one */

@@ -131,10 +131,9 @@ START_TEST(lookup_same_answer_despite_changes)
 	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EALREADY);
 	ck_assert_msg_has("already claimed");
 	{
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(pool, &st));
-		ck_assert_uint_eq(st.counter[HC_CTR_tickets_opened], 1);
-		ck_assert_uint_eq(st.counter[HC_CTR_tickets_joined], 1);
+		struct hc_stats st = hct_stats(pool);
+		ck_assert_uint_eq(hct_counter(pool, HC_CTR_tickets_opened), 1);
+		ck_assert_uint_eq(hct_counter(pool, HC_CTR_tickets_joined), 1);
 		ck_assert_uint_eq(st.open_tickets, 0);
 	}
 }
@@ -230,11 +229,7 @@ START_TEST(latecomer_after_timeout)
 	ck_assert_int_eq(pi.tickets, 0);
 	ck_assert_int_eq(pi.pins, 1);
 	ck_assert_ok(hc_ticket_release(pool, &t));
-	{
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(pool, &st));
-		ck_assert_uint_eq(st.counter[HC_CTR_tickets_expired], 1);
-	}
+	ck_assert_uint_eq(hct_counter(pool, HC_CTR_tickets_expired), 1);
 }
 END_TEST
 
@@ -332,9 +327,9 @@ START_TEST(two_engines_one_page)
 	ck_assert_int_eq(shared->ret, 0);
 	for (int i = 0; i < 4; i++)
 		ck_assert_int_eq(shared->skip[i], HC_SKIP_BUSY);
-	ck_assert_ok(hc_pool_stats(pool, &st));
-	ck_assert_uint_eq(st.counter[HC_CTR_reserves], 4);
-	ck_assert_uint_eq(st.counter[HC_CTR_reserve_skips], 4);
+	st = hct_stats(pool);
+	ck_assert_uint_eq(hct_counter(pool, HC_CTR_reserves), 4);
+	ck_assert_uint_eq(hct_counter(pool, HC_CTR_reserve_skips), 4);
 	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 4);
 	ck_assert_ok(hc_ticket_release(pool, &t));
 	ck_assert_int_eq(hc_page_abort(pool, pages, 4), 4); /* our rank 1 never comes */
@@ -525,8 +520,7 @@ START_TEST(failure_is_shared)
 	ck_assert_int_eq(shared->ret, -EDQUOT);
 	ck_assert_int_eq(shared->err_has, 1);
 	{
-		struct hc_stats st;
-		ck_assert_ok(hc_pool_stats(pool, &st));
+		struct hc_stats st = hct_stats(pool);
 		ck_assert_uint_eq(st.pin_count, 0);
 		ck_assert_uint_eq(st.ticket_pages, 0);
 		ck_assert_uint_eq(st.open_tickets, 0);

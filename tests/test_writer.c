@@ -56,14 +56,6 @@ static unsigned wait_in_l3(hc_pool *p, const hc_key_t *k, unsigned n, unsigned w
 	return c;
 }
 
-static uint64_t ctr(hc_pool *p, enum hc_counter c)
-{
-	struct hc_stats st;
-
-	ck_assert_ok(hc_pool_stats(p, &st));
-	return st.counter[c];
-}
-
 static void finish(hc_pool *p, const char *name)
 {
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
@@ -82,11 +74,11 @@ START_TEST(write_through_and_catch_up)
 	ck_assert_int_eq(hct_store(p, k, 10, 0), 10);
 	ck_assert_uint_eq(wait_in_l3(p, k, 10, 10), 10);
 	ck_assert_int_eq(hct_l3_exists(p, k, 16), 10);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 10);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 10);
 	{
 		/* the writer's backups are timed with the ranks' (none here) */
 		struct hc_stats st;
-		for (int i = 0; i < 100 && (hc_pool_stats(p, &st), st.hist[HC_HIST_backup].count) == 0; i++)
+		for (int i = 0; i < 100 && (st = hct_stats(p)).hist[HC_HIST_backup].count == 0; i++)
 			usleep(10000);
 		ck_assert_uint_ge(st.hist[HC_HIST_backup].count, 1);
 		ck_assert_uint_le(st.hist[HC_HIST_backup].count, 10);
@@ -99,7 +91,7 @@ START_TEST(write_through_and_catch_up)
 	s = start(name, HC_WRITE_THROUGH, 0, 0);
 	ck_assert_uint_eq(wait_in_l3(p, k, 16, 16), 16);
 	ck_assert_int_eq(hct_l3_exists(p, k, 16), 16);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 16);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 16);
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }
@@ -134,11 +126,11 @@ START_TEST(l3_forgets)
 	s = start(name, HC_WRITE_THROUGH, 0, 0);
 	usleep(50000); /* its catch-up scan finds every page marked: nothing to write */
 	ck_assert_uint_eq(count_in_l3(p, k, N), N);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), N);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), N);
 	/* an existence query stops at the first key: that page is written again */
 	ck_assert_int_eq(hct_l3_exists(p, k, N), 0);
-	ck_assert_int_eq(in_l3(p, k[0]) == 0 || ctr(p, HC_CTR_l3_writer_pages) > N, 1);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_forgotten), 1);
+	ck_assert_int_eq(in_l3(p, k[0]) == 0 || hct_counter(p, HC_CTR_l3_writer_pages) > N, 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_forgotten), 1);
 	for (int i = 0; i < 1000 && hct_l3_exists(p, k, 1) != 1; i++)
 		usleep(10000);
 	ck_assert_int_eq(in_l3(p, k[0]), 1);
@@ -150,14 +142,14 @@ START_TEST(l3_forgets)
 	ck_assert_ok(hc_req_free(rq));
 	for (int i = 0; i < N; i++)
 		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	ck_assert_uint_ge(ctr(p, HC_CTR_l3_forgotten), N);
+	ck_assert_uint_ge(hct_counter(p, HC_CTR_l3_forgotten), N);
 	ck_assert_uint_eq(wait_in_l3(p, k, N, N), N);
 	ck_assert_int_eq(hct_l3_exists(p, k, N), N);
 	/* each page forgotten, and written again once for each time it was: an
 	 * absence heard before a rewrite ended may land after it (the wait loop
 	 * above asks while the writer works), and costs one more write, never
 	 * a mark on a page that is not in L3 */
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), N + ctr(p, HC_CTR_l3_forgotten));
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), N + hct_counter(p, HC_CTR_l3_forgotten));
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }
@@ -184,7 +176,7 @@ START_TEST(selective_after_hits)
 	usleep(200000);
 	ck_assert_int_eq(in_l3(p, k[2]), 0);
 	ck_assert_int_eq(in_l3(p, k[3]), 0);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 2);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 2);
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }
@@ -244,7 +236,7 @@ START_TEST(write_none_and_bad_options)
 	ck_assert_int_eq(hct_hit(p, k, 4), 4);
 	usleep(300000);
 	ck_assert_uint_eq(count_in_l3(p, k, 4), 0);
-	ck_assert_uint_eq(ctr(p, HC_CTR_l3_writer_pages), 0);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 0);
 	ck_assert_ok(hc_service_stop(s));
 	o.write_policy = (enum hc_write_policy)7;
 	ck_assert_err(hc_service_start(name, &o, &s), EINVAL);
