@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #endif
 #include "hct.h"
+#include "hctbe.h"
 
 const char *hct_name(void)
 {
@@ -463,6 +464,14 @@ int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n)
 
 	free(pages);
 	return h;
+}
+
+uint64_t hct_store_stat(hc_store *st, const char *name)
+{
+	struct hct_stat s = { .name = name };
+
+	ck_assert_ok(hc_store_stats(st, hct_stat_emit, &s));
+	return hct_stat_value(&s, 0);
 }
 
 struct hc_stats hct_stats(hc_pool *p)

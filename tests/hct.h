@@ -93,6 +93,9 @@ struct hc_stats hct_stats(hc_pool *p);
 void hct_counters(hc_pool *p, uint64_t out[HC_CTR__COUNT]);
 uint64_t hct_counter(hc_pool *p, enum hc_counter c);
 
+/* Stat name of a store (hc_store_stats): emitted once, or the test fails. */
+uint64_t hct_store_stat(hc_store *st, const char *name);
+
 /* Zeroed shared memory that forked children write and the parent reads. */
 void *hct_shared(size_t bytes);
 /* A report function for hc_pool_check that prints each violation. */

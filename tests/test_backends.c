@@ -258,31 +258,6 @@ static int get_keys(struct env *e, const hc_key_t *keys, unsigned n, uint32_t sa
 	return hits;
 }
 
-struct stat_find {
-	const char *name;
-	uint64_t value;
-	int found;
-};
-
-static void stat_emit(void *arg, const char *name, uint64_t v)
-{
-	struct stat_find *f = arg;
-
-	if (strcmp(name, f->name) == 0) {
-		f->value = v;
-		f->found++;
-	}
-}
-
-static uint64_t stat_of(hc_store *st, const char *name)
-{
-	struct stat_find f = { .name = name };
-
-	ck_assert_ok(hc_store_stats(st, stat_emit, &f));
-	ck_assert_msg(f.found == 1, "stat %s emitted %d times", name, f.found);
-	return f.value;
-}
-
 /* ---- raw ABI helpers: one op, submitted and reaped */
 
 static int64_t raw1(struct env *e, uint32_t opcode, const uint8_t *name, const struct iovec *iov, unsigned iovcnt)
@@ -348,9 +323,9 @@ START_TEST(roundtrip)
 	ck_assert_int_eq(get_keys(&e, k, 40, 7, BOTH, st), 40);
 	for (int i = 0; i < 40; i++)
 		ck_assert_int_eq(st[i], 0);
-	ck_assert_uint_eq(stat_of(e.st, "lib_hits"), 40);
-	ck_assert_uint_eq(stat_of(e.st, "lib_puts"), 40);
-	ck_assert_uint_eq(stat_of(e.st, "lib_corrupt"), 0);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_hits"), 40);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_puts"), 40);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_corrupt"), 0);
 	/* read again: a get does not consume */
 	ck_assert_int_eq(get_keys(&e, k, 40, 7, BOTH, st), 40);
 	env_close(&e);
@@ -375,7 +350,7 @@ START_TEST(exists_mixed)
 	ck_assert_int_eq(get_keys(&e, k, 64, 1, BOTH, st), 32);
 	for (int i = 0; i < 64; i++)
 		ck_assert_int_eq(st[i], i % 2 == 0 ? 0 : -ENOENT);
-	ck_assert_uint_eq(stat_of(e.st, "lib_misses"), 32);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_misses"), 32);
 	env_close(&e);
 }
 END_TEST
@@ -515,11 +490,11 @@ START_TEST(raw_ops)
 		ck_assert_msg(r == -ENOENT || r == -EOPNOTSUPP, "%s: cancel of nothing: %d", e.b->name, r);
 	}
 	/* the standard statistics exist; unknown ctl keys are -ENOENT */
-	stat_of(e.st, "objects");
-	stat_of(e.st, "bytes");
-	stat_of(e.st, "gets");
-	stat_of(e.st, "puts");
-	stat_of(e.st, "evictions");
+	hct_store_stat(e.st, "objects");
+	hct_store_stat(e.st, "bytes");
+	hct_store_stat(e.st, "gets");
+	hct_store_stat(e.st, "puts");
+	hct_store_stat(e.st, "evictions");
 	ck_assert_err(hc_store_ctl(e.st, "no_such_option", NULL, out, sizeof(out)), ENOENT);
 	ck_assert_msg_has("no_such_option");
 	ck_assert_err(hc_store_ctl(e.st, "no_such_option", "1", NULL, 0), ENOENT);
@@ -607,7 +582,7 @@ START_TEST(concurrent_store)
 		pthread_join(t[i], NULL);
 		ck_assert_msg(!w[i].bad, "%s: thread %u: %s", e.b->name, i, w[i].why);
 	}
-	ck_assert_uint_eq(stat_of(e.st, "lib_hits"), 4 * 3 * 24);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_hits"), 4 * 3 * 24);
 	env_close(&e);
 }
 END_TEST
@@ -765,8 +740,8 @@ START_TEST(corrupt_objects)
 	for (int i = 0; i < 5; i++)
 		ck_assert_msg(st[i] == -EBADMSG, "%s: corrupt object %d: status %d", e.b->name, i, st[i]);
 	ck_assert_int_eq(st[5], 0);
-	ck_assert_uint_eq(stat_of(e.st, "lib_corrupt"), 5);
-	ck_assert_uint_eq(stat_of(e.st, "lib_hits"), 1);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_corrupt"), 5);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_hits"), 1);
 	ck_assert_msg(strstr(logged, "treated as a miss") != NULL, "no warning logged: '%s'", logged);
 	hc_set_log(NULL, NULL);
 	env_close(&e);
@@ -842,13 +817,13 @@ START_TEST(presence)
 	put_keys(&e, k + 2, 2, 4, KV);    /* objects with the KV component only */
 	/* a page that needs less than the object holds: read whole, then copied */
 	ck_assert_int_eq(get_keys(&e, k, 2, 4, KV, st), 2);
-	ck_assert_uint_eq(stat_of(e.st, "lib_rereads"), 2);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_rereads"), 2);
 	ck_assert_int_eq(get_keys(&e, k, 2, 4, STATE, st), 2);
 	/* a page that needs more than the object holds: a miss */
 	ck_assert_int_eq(get_keys(&e, k + 2, 2, 4, BOTH, st), 0);
 	ck_assert_int_eq(st[0], -ENOENT);
 	ck_assert_int_eq(get_keys(&e, k + 2, 2, 4, KV, st), 2);
-	ck_assert_uint_eq(stat_of(e.st, "lib_corrupt"), 0);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_corrupt"), 0);
 	env_close(&e);
 }
 END_TEST
@@ -911,7 +886,7 @@ START_TEST(store_errors)
 	make_ready(&e, k, 1, 1, BOTH, pg);
 	ck_assert_int_eq(hc_store_get(e.st, pg, 1, st), 0);
 	ck_assert_int_eq(st[0], -ESTALE);
-	ck_assert_uint_eq(stat_of(e.st, "lib_get_errors"), 1);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_get_errors"), 1);
 	env_close(&e);
 }
 END_TEST
@@ -1019,7 +994,7 @@ START_TEST(put_failure)
 	ck_assert_int_eq(st[2], 0);
 	ck_assert_msg_has("Input/output error"); /* the first failure, for hc_last_error */
 	ck_assert_msg_has("backend mem: put of key");
-	ck_assert_uint_eq(stat_of(e.st, "lib_put_errors"), 2);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_put_errors"), 2);
 	for (int i = 0; i < 3; i++) {
 		struct hc_page_info pi;
 		hc_page_info(e.p, HC_PAGE_ID(pg[i]), &pi);
@@ -1078,8 +1053,8 @@ START_TEST(newer_format)
 	ck_assert_int_eq(get_keys(&e, k, 2, 3, BOTH, st), 1);
 	ck_assert_int_eq(st[0], -EPROTO);
 	ck_assert_int_eq(st[1], 0);
-	ck_assert_uint_eq(stat_of(e.st, "lib_corrupt"), 0);
-	ck_assert_uint_eq(stat_of(e.st, "lib_misses"), 1);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_corrupt"), 0);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_misses"), 1);
 	env_close(&e);
 }
 END_TEST
@@ -1099,7 +1074,7 @@ START_TEST(bogus_results)
 	ck_assert_ok(hc_store_ctl(e.st, "result", "-4294967296", NULL, 0));
 	ck_assert_int_eq(get_keys(&e, k, 1, 1, BOTH, st), 0);
 	ck_assert_int_eq(st[0], -EIO);
-	ck_assert_uint_eq(stat_of(e.st, "lib_hits"), 0);
+	ck_assert_uint_eq(hct_store_stat(e.st, "lib_hits"), 0);
 	/* a PUT completing with INT32_MIN, and one with a positive result */
 	make_ready(&e, k + 1, 1, 1, BOTH, pg);
 	ck_assert_ok(hc_store_ctl(e.st, "result", "-2147483648", NULL, 0));

@@ -115,28 +115,6 @@ static uint64_t ctl_u64(const char *key)
 	return strtoull(out, NULL, 10);
 }
 
-struct stat_find {
-	const char *name;
-	uint64_t value;
-};
-
-static void stat_emit(void *arg, const char *name, uint64_t v)
-{
-	struct stat_find *f = arg;
-
-	if (strcmp(name, f->name) == 0)
-		f->value = v;
-}
-
-static uint64_t stat_of(const char *name)
-{
-	struct stat_find f = { .name = name, .value = UINT64_MAX };
-
-	ck_assert_ok(hc_store_stats(st, stat_emit, &f));
-	ck_assert_msg(f.value != UINT64_MAX, "no stat %s", name);
-	return f.value;
-}
-
 START_TEST(fail_at_and_every)
 {
 	hc_key_t k[6];
@@ -192,14 +170,14 @@ START_TEST(corrupt_and_short)
 	ck_assert_int_eq(s[0], 0);
 	ck_assert_int_eq(s[1], -EBADMSG); /* the library's checksum caught the flipped byte */
 	ck_assert_int_eq(s[2], 0);
-	ck_assert_uint_eq(stat_of("lib_corrupt"), 1);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_corrupt"), 1);
 	/* the 5th get: half the object, which the library's length check catches */
 	ck_assert_int_eq(get_n(k, 3, s), 2);
 	ck_assert_int_eq(s[1], -EBADMSG);
-	ck_assert_uint_eq(stat_of("lib_corrupt"), 2);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_corrupt"), 2);
 	/* the objects themselves are whole */
 	ck_assert_int_eq(get_n(k, 3, s), 3);
-	ck_assert_uint_eq(stat_of("lib_corrupt"), 2);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_corrupt"), 2);
 }
 END_TEST
 
@@ -276,7 +254,7 @@ START_TEST(hang_and_cancel)
 	ck_assert_int_eq(c.result, 0);
 	ck_assert_uint_eq(ctl_u64("cancels"), 2);
 	ck_assert_uint_eq(ctl_u64("inflight"), 0);
-	ck_assert_uint_eq(stat_of("errors"), 2);
+	ck_assert_uint_eq(hct_store_stat(st, "errors"), 2);
 }
 END_TEST
 
@@ -359,7 +337,7 @@ START_TEST(survives_kill)
 	ck_assert_msg(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL, "child: status 0x%x", wst);
 	st = open_on(pool, "");
 	ck_assert_int_eq(access(tmp, F_OK), -1);
-	ck_assert_uint_eq(stat_of("objects"), 8);
+	ck_assert_uint_eq(hct_store_stat(st, "objects"), 8);
 	ck_assert_int_eq(hc_store_exists(st, k, 8, s), 8);
 	ck_assert_int_eq(get_n(k, 8, s), 8);
 }
@@ -421,18 +399,18 @@ START_TEST(retries)
 	hct_keys(k, 4, 21);
 	ck_assert_int_eq(put_n(pool, st, k, 4, s), 4);
 	ck_assert_int_eq(get_n(k, 4, s), 4); /* the EAGAIN of get 2 was tried again */
-	ck_assert_uint_eq(stat_of("lib_retries"), 1);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_retries"), 1);
 	ck_assert_uint_eq(ctl_u64("gets"), 5);
 	/* always EAGAIN: three tries, then the error */
 	ck_assert_ok(hc_store_ctl(st, "fail_get_every", "1", NULL, 0));
 	ck_assert_int_eq(get_n(k, 1, s), 0);
 	ck_assert_int_eq(s[0], -EAGAIN);
-	ck_assert_uint_eq(stat_of("lib_retries"), 3);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_retries"), 3);
 	/* EIO is no transient failure: one try */
 	ck_assert_ok(hc_store_ctl(st, "fail_get_errno", "5", NULL, 0));
 	ck_assert_int_eq(get_n(k, 1, s), 0);
 	ck_assert_int_eq(s[0], -EIO);
-	ck_assert_uint_eq(stat_of("lib_retries"), 3);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_retries"), 3);
 }
 END_TEST
 
@@ -454,8 +432,8 @@ START_TEST(timeout_cancels)
 	ck_assert_int_eq(s[1], -ETIMEDOUT);
 	ck_assert(hct_now() - t0 >= 0.09);
 	ck_assert(hct_now() - t0 < 5.0);
-	ck_assert_uint_eq(stat_of("lib_timeouts"), 1);
-	ck_assert_uint_eq(stat_of("lib_orphans"), 0);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_timeouts"), 1);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_orphans"), 0);
 	ck_assert_uint_eq(ctl_u64("cancels"), 1);
 	ck_assert_uint_eq(ctl_u64("inflight"), 0);
 }
@@ -486,7 +464,7 @@ START_TEST(orphan_until_reaped)
 	ck_assert_int_eq(s[1], 0);
 	hc_page_presence(pool, pg[1], &pres);
 	ck_assert_int_eq(hc_page_commit(pool, pg[1], hc_page_needed(pool, pres)), 1);
-	ck_assert_uint_eq(stat_of("lib_orphans"), 1);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_orphans"), 1);
 	ck_assert_uint_eq(hc__store_orphans(st), 1);
 	/* the page is still reserved: nobody reuses what the backend may write */
 	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(pg[0]), &h, NULL, NULL), HC_PAGE_RESERVED);
@@ -499,7 +477,7 @@ START_TEST(orphan_until_reaped)
 		usleep(1000);
 	}
 	ck_assert_uint_eq(hc__store_orphans(st), 0);
-	ck_assert_uint_eq(stat_of("lib_late"), 1);
+	ck_assert_uint_eq(hct_store_stat(st, "lib_late"), 1);
 	ck_assert_int_ne(hc_page_state(pool, HC_PAGE_ID(pg[0]), &h, NULL, NULL), HC_PAGE_RESERVED);
 	ck_assert_int_eq(hct_hit(pool, k, 2), 0); /* key 0 is not READY, so no prefix */
 	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);

@@ -31,6 +31,7 @@
 #include <hicache/backend.h>
 
 #include "hct.h"
+#include "hctbe.h"
 
 #define MiB (1024u * 1024u)
 
@@ -284,31 +285,6 @@ static void exist_set(void *be, uint8_t (*n)[HC_BE_NAME_BYTES], const char *want
 			ck_assert_msg(exists(be, n[i]) == (want[i] == '1'), "object %d: exists is not %c", i, want[i]);
 }
 
-struct statq {
-	const char *name;
-	uint64_t value;
-	int found;
-};
-
-static void stat_emit(void *arg, const char *name, uint64_t v)
-{
-	struct statq *q = arg;
-
-	if (strcmp(name, q->name) == 0) {
-		q->value = v;
-		q->found++;
-	}
-}
-
-static uint64_t stat_of(void *be, const char *name)
-{
-	struct statq q = { .name = name };
-
-	ck_assert_int_eq(B->stats(be, stat_emit, &q), 0);
-	ck_assert_msg(q.found == 1, "stat %s emitted %d times", name, q.found);
-	return q.value;
-}
-
 static const char *ctl_get(void *be, const char *key)
 {
 	static char out[512];
@@ -371,11 +347,11 @@ START_TEST(roundtrip_aligned)
 	ck_assert_int_eq(stat(path, &st), 0);
 	ck_assert_int_eq(st.st_size, 16384);
 	ck_assert_str_eq(ctl_get(be, "direct_active"), "yes"); /* /tmp takes O_DIRECT */
-	ck_assert_uint_gt(stat_of(be, "direct_ios"), 0);
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 16384);
-	ck_assert_uint_eq(stat_of(be, "hits"), 1);
-	ck_assert_uint_eq(stat_of(be, "errors"), 0);
+	ck_assert_uint_gt(hct_be_stat(B, be, "direct_ios"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 16384);
+	ck_assert_uint_eq(hct_be_stat(B, be, "hits"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "errors"), 0);
 	ck_assert_int_eq(temps(), 0);
 	B->close(be);
 	free(a), free(b), free(c), free(out);
@@ -402,7 +378,7 @@ START_TEST(roundtrip_misaligned)
 	ck_assert_uint_eq(out[9000 + 6008 - 17 - 4096], 0xEE);
 	ck_assert_uint_eq(out[0], 0xEE);
 	ck_assert_uint_eq(out[18], 0xEE);
-	ck_assert_uint_gt(stat_of(be, "buffered_ios"), 0);
+	ck_assert_uint_gt(hct_be_stat(B, be, "buffered_ios"), 0);
 	B->close(be);
 	free(raw), free(out);
 }
@@ -457,19 +433,19 @@ START_TEST(overwrite_delete)
 	put_pat(be, name, 5000, 1);
 	put_pat(be, name, 3000, 2);
 	ck_assert(has_pat(be, name, 3000, 2));
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 3000);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 3000);
 	ck_assert_int_eq(run1(be, HC_BE_OP_DELETE, name, NULL, 0), 0);
 	obj_path(path, sizeof(path), name, 0);
 	ck_assert_int_eq(access(path, F_OK), -1);
 	ck_assert_int_eq(exists(be, name), 0);
 	ck_assert_int_eq(has_pat(be, name, 3000, 2), 0);
 	ck_assert_int_eq(run1(be, HC_BE_OP_DELETE, name, NULL, 0), -ENOENT);
-	ck_assert_uint_eq(stat_of(be, "objects"), 0);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 0);
-	ck_assert_uint_eq(stat_of(be, "deletes"), 2);
-	ck_assert_uint_eq(stat_of(be, "misses"), 1);
-	ck_assert_uint_eq(stat_of(be, "errors"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "deletes"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "misses"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "errors"), 0);
 	B->close(be);
 }
 END_TEST
@@ -502,7 +478,7 @@ START_TEST(exists_batch)
 		got += n;
 	}
 	ck_assert_int_eq(B->reap(be, c, 40, -1), 0); /* nothing in flight: at once */
-	ck_assert_uint_eq(stat_of(be, "exists"), 40);
+	ck_assert_uint_eq(hct_be_stat(B, be, "exists"), 40);
 	B->close(be);
 }
 END_TEST
@@ -532,7 +508,7 @@ START_TEST(bad_ops)
 	ck_assert_int_eq(B->reap(be, &c, 0, -1), 0);
 	ck_assert_int_eq(B->reap(be, NULL, 1, 0), -EINVAL);
 	ck_assert_int_eq(B->cancel(be, 12345), -ENOENT);
-	ck_assert_uint_eq(stat_of(be, "errors"), 4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "errors"), 4);
 	B->close(be);
 }
 END_TEST
@@ -548,34 +524,34 @@ START_TEST(capacity_lru)
 	for (int i = 0; i < 7; i++)
 		mkname(n[i], 7, i);
 	ck_assert_str_eq(ctl_get(be, "capacity"), "65536");
-	ck_assert_uint_eq(stat_of(be, "capacity_bytes"), 65536);
+	ck_assert_uint_eq(hct_be_stat(B, be, "capacity_bytes"), 65536);
 	for (int i = 0; i < 4; i++)
 		put_pat(be, n[i], 16384, i);
 	ck_assert(has_pat(be, n[0], 16384, 0)); /* 0 is now the most recent; 1 the least */
 	put_pat(be, n[4], 16384, 4);
 	exist_set(be, n, "10111");
-	ck_assert_uint_eq(stat_of(be, "evictions"), 1);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 65536);
+	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 65536);
 	/* EXISTS does not count as a use: 2 goes next */
 	put_pat(be, n[5], 16384, 5);
 	exist_set(be, n, "100111");
 	/* an overwrite replaces its own bytes first */
 	put_pat(be, n[5], 16384, 55);
-	ck_assert_uint_eq(stat_of(be, "evictions"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 2);
 	/* bigger than the capacity: never fits */
 	ck_assert_int_eq(put(be, n[6], big, 65 * 1024), -ENOSPC);
-	ck_assert_uint_eq(stat_of(be, "errors"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "errors"), 1);
 	/* exactly the capacity: everything else goes */
 	put_pat(be, n[6], 65536, 6);
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
 	ck_assert(has_pat(be, n[6], 65536, 6));
-	ck_assert_uint_eq(stat_of(be, "reserved_bytes"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "reserved_bytes"), 0);
 	/* ctl shrinks it: the object no longer fits and goes */
 	ck_assert_int_eq(B->ctl(be, "capacity", "32K", NULL, 0), 0);
-	ck_assert_uint_eq(stat_of(be, "objects"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 0);
 	ck_assert_int_eq(B->ctl(be, "capacity", "unlimited", NULL, 0), 0);
 	ck_assert_str_eq(ctl_get(be, "capacity"), "unlimited");
-	ck_assert_uint_eq(stat_of(be, "capacity_bytes"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "capacity_bytes"), 0);
 	B->close(be);
 	free(big);
 }
@@ -608,8 +584,8 @@ START_TEST(reopen_rebuilds)
 		set_mtime(n[i], when[i]);
 
 	be = open_be(NULL);
-	ck_assert_uint_eq(stat_of(be, "objects"), 5);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 4096 * 15);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 5);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 4096 * 15);
 	for (int i = 0; i < 5; i++)
 		ck_assert(has_pat(be, n[i], 4096 * (i + 1), 20 + i));
 	B->close(be);
@@ -620,7 +596,7 @@ START_TEST(reopen_rebuilds)
 	log_clear();
 	be = open_be("capacity=40K"); /* 16K (3) and 8K (1) go: 36K of 60K stay */
 	exist_set(be, n, "10101");
-	ck_assert_uint_eq(stat_of(be, "evictions"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 2);
 	ck_assert_int_eq(logged(HC_BE_LOG_INFO, "3 objects"), 1);
 	/* ...and the LRU order goes on from there: 4 (mtime 3000) is the oldest left */
 	put_pat(be, n[1], 8192, 99);
@@ -681,9 +657,9 @@ START_TEST(sweep_and_ignore)
 	log_clear();
 	be = open_be(NULL);
 	ck_assert_int_eq(temps(), 0);
-	ck_assert_uint_eq(stat_of(be, "temp_swept"), 2);
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
-	ck_assert_uint_eq(stat_of(be, "ignored_files"), 6);
+	ck_assert_uint_eq(hct_be_stat(B, be, "temp_swept"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "ignored_files"), 6);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, "6 entries are not objects"), 1);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, ""), 1);
 	ck_assert(has_pat(be, name, 5000, 1));
@@ -852,7 +828,7 @@ START_TEST(ctl_and_stats)
 	ck_assert_str_eq(ctl_get(be, "capacity"), "2048");
 	ck_assert_int_eq(B->ctl(be, "capacity", NULL, NULL, 0), -EINVAL);
 	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		stat_of(be, names[i]);
+		hct_be_stat(B, be, names[i]);
 	ck_assert_int_eq(B->stats(be, NULL, NULL), -EINVAL);
 	B->close(be);
 }
@@ -958,30 +934,30 @@ START_TEST(fixed_buffers)
 	mkname(name, 13, 1);
 	ck_assert_int_eq(B->reg_mem(be, mem, len), 0);
 	ck_assert_int_eq(B->reg_mem(be, mem + 4096, 4096), -EINVAL); /* overlaps */
-	ck_assert_uint_eq(stat_of(be, "fixed_buffers"), 1);
-	ck_assert_uint_eq(stat_of(be, "fixed_bytes"), len);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_buffers"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_bytes"), len);
 	fill(mem, 65536, 3, 0);
 	ck_assert_int_eq(put(be, name, mem, 65536), 0);
 	memset(mem + MiB, 0, 65536);
 	ck_assert_int_eq(get(be, name, mem + MiB, 65536), 65536);
 	ck_assert(same(mem + MiB, 65536, 3, 0));
-	ck_assert_uint_ge(stat_of(be, "fixed_ios"), 2);
+	ck_assert_uint_ge(hct_be_stat(B, be, "fixed_ios"), 2);
 	/* one iovec inside, one outside: a READ_FIXED and a READV */
-	uint64_t before = stat_of(be, "fixed_ios");
+	uint64_t before = hct_be_stat(B, be, "fixed_ios");
 	ck_assert_int_eq(run1(be, HC_BE_OP_GET, name, mixed, 2), 65536);
 	ck_assert(same(mem + 4096, 4096, 3, 0));
 	ck_assert(same(out, 4096, 3, 4096));
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), before + 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), before + 1);
 	/* an iovec running past the region is not fixed */
 	ck_assert_int_eq(get(be, name, mem + len - 2048, 4096), 65536);
 	ck_assert(same(mem + len - 2048, 4096, 3, 0));
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), before + 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), before + 1);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, ""), 0);
 	ck_assert_int_eq(B->unreg_mem(be, mem), 0);
 	ck_assert_int_eq(B->unreg_mem(be, mem), -EINVAL);
-	ck_assert_uint_eq(stat_of(be, "fixed_buffers"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_buffers"), 0);
 	ck_assert_int_eq(get(be, name, mem, 65536), 65536); /* plain again */
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), before + 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), before + 1);
 	B->close(be);
 	munmap(mem, len + 4096);
 	free(out);
@@ -1007,16 +983,16 @@ START_TEST(fixed_chunks)
 	mem = (uint8_t *)(((uintptr_t)raw + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
 	madvise(mem, len, MADV_HUGEPAGE);
 	ck_assert_int_eq(B->reg_mem(be, mem, len), 0);
-	ck_assert_uint_eq(stat_of(be, "fixed_buffers"), 2);
-	ck_assert_uint_eq(stat_of(be, "fixed_bytes"), len);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_buffers"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_bytes"), len);
 	mkname(name, 14, 1);
 	/* in the second chunk: fixed; across the 1 GiB line: plain */
 	fill(mem + 1200 * MiB, 8192, 4, 0);
 	ck_assert_int_eq(put(be, name, mem + 1200 * MiB, 8192), 0);
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), 1);
 	ck_assert_int_eq(get(be, name, mem + 1024 * MiB - 4096, 8192), 8192);
 	ck_assert(same(mem + 1024 * MiB - 4096, 8192, 4, 0));
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), 1);
 	ck_assert_int_eq(B->unreg_mem(be, mem), 0);
 	B->close(be);
 	munmap(raw, len + 2 * MiB);
@@ -1043,13 +1019,13 @@ START_TEST(fixed_refused)
 	ck_assert_int_eq(B->reg_mem(be, mem + len, len), 0);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, "fixed buffers unavailable"), 1); /* once, not per region */
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, "RLIMIT_MEMLOCK"), 1);
-	ck_assert_uint_eq(stat_of(be, "fixed_buffers"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_buffers"), 0);
 	mkname(name, 15, 1);
 	fill(mem, 65536, 5, 0);
 	ck_assert_int_eq(put(be, name, mem, 65536), 0);
 	ck_assert_int_eq(get(be, name, mem + len, 65536), 65536);
 	ck_assert(same(mem + len, 65536, 5, 0));
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), 0);
 	ck_assert_int_eq(B->unreg_mem(be, mem), 0);
 	ck_assert_int_eq(B->unreg_mem(be, mem + len), 0);
 	B->close(be);
@@ -1063,12 +1039,12 @@ START_TEST(fixed_off)
 	uint8_t *mem = aligned(MiB), name[HC_BE_NAME_BYTES];
 
 	ck_assert_int_eq(B->reg_mem(be, mem, MiB), 0);
-	ck_assert_uint_eq(stat_of(be, "fixed_buffers"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_buffers"), 0);
 	mkname(name, 16, 1);
 	fill(mem, 8192, 6, 0);
 	ck_assert_int_eq(put(be, name, mem, 8192), 0);
 	ck_assert(has_pat(be, name, 8192, 6));
-	ck_assert_uint_eq(stat_of(be, "fixed_ios"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "fixed_ios"), 0);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, ""), 0);
 	ck_assert_int_eq(B->unreg_mem(be, mem), 0);
 	B->close(be);
@@ -1101,12 +1077,12 @@ START_TEST(direct_fallback)
 	be = open_be(NULL);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, "refuses O_DIRECT"), 1);
 	ck_assert_str_eq(ctl_get(be, "direct_active"), "no");
-	ck_assert_uint_eq(stat_of(be, "direct_fallbacks"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "direct_fallbacks"), 1);
 	mkname(name, 17, 1);
 	for (int i = 0; i < 4; i++)
 		put_pat(be, name, 16384, 7 + i);
 	ck_assert(has_pat(be, name, 16384, 10));
-	ck_assert_uint_eq(stat_of(be, "direct_ios"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "direct_ios"), 0);
 	ck_assert_int_eq(logged(HC_BE_LOG_WARN, ""), 1);
 	B->close(be);
 }
@@ -1212,10 +1188,11 @@ START_TEST(threads)
 	for (int i = 0; i < T_SUB * T_OPS; i++)
 		memset(T.buf[i], 0, T_LEN);
 	run_phase(HC_BE_OP_GET);
-	ck_assert_uint_eq(stat_of(T.be, "objects"), T_SUB * T_OPS);
-	ck_assert_uint_eq(stat_of(T.be, "inflight"), 0);
-	ck_assert_uint_eq(stat_of(T.be, "errors"), 0);
-	fprintf(stderr, "threads: %" PRIu64 " I/Os tried again (-EAGAIN, or their thread exited)\n", stat_of(T.be, "retries"));
+	ck_assert_uint_eq(hct_be_stat(B, T.be, "objects"), T_SUB * T_OPS);
+	ck_assert_uint_eq(hct_be_stat(B, T.be, "inflight"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, T.be, "errors"), 0);
+	fprintf(stderr, "threads: %" PRIu64 " I/Os tried again (-EAGAIN, or their thread exited)\n",
+		hct_be_stat(B, T.be, "retries"));
 	B->close(T.be);
 	for (int i = 0; i < T_SUB * T_OPS; i++)
 		free(T.buf[i]);
@@ -1269,7 +1246,7 @@ START_TEST(exiting_threads)
 	for (unsigned i = 0; i < N; i++)
 		ck_assert(has_pat(be, ops[i].name, LEN, 200 + i));
 	fprintf(stderr, "exiting_threads: %" PRIu64 " I/Os tried again (-EAGAIN, or their thread exited)\n",
-		stat_of(be, "retries"));
+		hct_be_stat(B, be, "retries"));
 	B->close(be);
 	free(buf);
 }
@@ -1356,9 +1333,9 @@ START_TEST(get_races)
 	atomic_store(&R.stop_reaper, 1);
 	pthread_join(rp, NULL);
 	ck_assert_int_eq(atomic_load(&R.bad), 0);
-	ck_assert_uint_gt(stat_of(R.be, "evictions"), 0);
-	ck_assert_uint_le(stat_of(R.be, "bytes"), 160 * 1024);
-	fprintf(stderr, "get_races: %" PRIu64 " I/Os tried again\n", stat_of(R.be, "retries"));
+	ck_assert_uint_gt(hct_be_stat(B, R.be, "evictions"), 0);
+	ck_assert_uint_le(hct_be_stat(B, R.be, "bytes"), 160 * 1024);
+	fprintf(stderr, "get_races: %" PRIu64 " I/Os tried again\n", hct_be_stat(B, R.be, "retries"));
 	B->close(R.be);
 	free(a), free(b);
 }
@@ -1409,8 +1386,8 @@ START_TEST(cancel)
 	}
 	ck_assert_int_eq(B->cancel(be, 0), -ENOENT); /* reaped: gone */
 	ck_assert_int_eq(temps(), 0);
-	ck_assert_uint_eq(stat_of(be, "canceled"), (uint64_t)canceled);
-	ck_assert_uint_eq(stat_of(be, "reserved_bytes"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "canceled"), (uint64_t)canceled);
+	ck_assert_uint_eq(hct_be_stat(B, be, "reserved_bytes"), 0);
 	/* A canceled GET ends too. */
 	for (unsigned i = 0; i < N; i++)
 		ops[i].opcode = HC_BE_OP_GET;

@@ -26,6 +26,7 @@
 
 #include "../lib/l3/plugin.h"
 #include "hct.h"
+#include "hctbe.h"
 #include "mcd.h"
 
 static struct hct_mcd mcd;
@@ -183,31 +184,6 @@ static int64_t get_obj(void *inst, uint32_t id, uint32_t ver, size_t room, int *
 	return r;
 }
 
-struct statq {
-	const char *name;
-	uint64_t v;
-	int found;
-};
-
-static void emit_cb(void *arg, const char *n, uint64_t v)
-{
-	struct statq *q = arg;
-
-	if (strcmp(n, q->name) == 0) {
-		q->v = v;
-		q->found++;
-	}
-}
-
-static uint64_t stat_of(void *inst, const char *name)
-{
-	struct statq q = { name, 0, 0 };
-
-	ck_assert_int_eq(B->stats(inst, emit_cb, &q), 0);
-	ck_assert_msg(q.found == 1, "stat %s emitted %d times", name, q.found);
-	return q.v;
-}
-
 /* ---- straight to one server, around the plugin */
 
 static memcached_st *direct(unsigned server)
@@ -357,7 +333,7 @@ START_TEST(small_items)
 		ck_assert_int_eq(put_obj(inst, i, 1, sizes[i]), 0);
 		chunks += (sizes[i] + 64511) / 64512;
 	}
-	ck_assert_uint_eq(stat_of(inst, "items_written"), chunks + ns);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "items_written"), chunks + ns);
 	/* exact buffers, then one byte short, then 100 KiB too long */
 	for (unsigned i = 0; i < ns; i++) {
 		ck_assert_int_eq(get_obj(inst, i, 1, sizes[i], &got), (int64_t)sizes[i]);
@@ -393,10 +369,10 @@ START_TEST(small_items)
 		char *v;
 		struct op o = { .opcode = HC_BE_OP_PUT, .id = 50, .iovcnt = 2,
 				.iov = { { src, 4096 }, { src + 4096, len - 4096 } } };
-		uint64_t written = stat_of(inst, "items_written");
+		uint64_t written = hct_be_stat(B, inst, "items_written");
 		run_ops(inst, &o, 1);
 		ck_assert_int_eq(o.result, 0);
-		ck_assert_uint_eq(stat_of(inst, "items_written") - written, 1 + (len - 4096 + 64511) / 64512);
+		ck_assert_uint_eq(hct_be_stat(B, inst, "items_written") - written, 1 + (len - 4096 + 64511) / 64512);
 		mc = direct((unsigned)home_of(50));
 		item_key(50, -1, key);
 		v = memcached_get(mc, key, strlen(key), &vlen, &flags, &rc);
@@ -457,8 +433,8 @@ START_TEST(down_at_open)
 	servers_up(3, NULL);
 	hct_mcd_kill(&mcd, 2, SIGKILL);
 	inst = must_open("connect_timeout_ms=300,eject_after=1,eject_s=30");
-	ck_assert_uint_eq(stat_of(inst, "servers"), 3);
-	ck_assert_uint_eq(stat_of(inst, "servers_up"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "servers"), 3);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "servers_up"), 2);
 	for (uint32_t id = 0; id < 60; id++) {
 		int64_t r = put_obj(inst, id, 1, 3000);
 		ck_assert_msg(r == 0 || r == -ECONNREFUSED || r == -EHOSTDOWN, "put %u: %lld", id, (long long)r);
@@ -474,7 +450,7 @@ START_TEST(down_at_open)
 	}
 	/* keys stay with their server: about a third fail, the rest are whole */
 	ck_assert_msg(ok >= 20 && homed_dead >= 5, "%u of 60 puts stored with one of three servers down", ok);
-	ck_assert_uint_gt(stat_of(inst, "server_errors"), 0);
+	ck_assert_uint_gt(hct_be_stat(B, inst, "server_errors"), 0);
 	B->close(inst);
 }
 END_TEST
@@ -509,7 +485,7 @@ START_TEST(evicted_chunks)
 	}
 	memcached_free(mc);
 	ck_assert_msg(hits > 0 && hits < nobj, "%u of %u objects whole after eviction", hits, nobj);
-	ck_assert_msg(partial > 0 || stat_of(inst, "missing_chunks") > 0,
+	ck_assert_msg(partial > 0 || hct_be_stat(B, inst, "missing_chunks") > 0,
 		      "no object lost a chunk but kept its manifest: the test did not test");
 	B->close(inst);
 }
@@ -577,10 +553,10 @@ START_TEST(inconsistent_items)
 	free(v);
 	for (uint32_t id = 1; id <= 6; id++)
 		ck_assert_msg(get_obj(inst, id, 1, len, &got) == -ENOENT, "object %u read", id);
-	ck_assert_uint_eq(stat_of(inst, "missing_chunks"), 1);
-	ck_assert_uint_eq(stat_of(inst, "inconsistent"), 2);
-	ck_assert_uint_eq(stat_of(inst, "bad_manifests"), 3);
-	ck_assert_uint_eq(stat_of(inst, "misses"), 6);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "missing_chunks"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "inconsistent"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "bad_manifests"), 3);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "misses"), 6);
 	/* exists reads manifests only: 3 and 4 are gone, the others look there */
 	for (uint32_t id = 1; id <= 5; id++)
 		ck_assert_int_eq(op1(inst, HC_BE_OP_EXISTS, id, NULL, 0), id == 3 || id == 4 ? 0 : 1);
@@ -642,7 +618,7 @@ START_TEST(other_chunk_size)
 	ck_assert_int_eq(put_obj(a, 1, 3, len), 0);
 	ck_assert_int_eq(get_obj(b, 1, 3, len, &got), (int64_t)len);
 	ck_assert_int_eq(got, 3);
-	ck_assert_uint_eq(stat_of(b, "round_trips"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, b, "round_trips"), 2);
 	ck_assert_int_eq(put_obj(b, 2, 3, len), 0);
 	ck_assert_int_eq(get_obj(a, 2, 3, len, &got), (int64_t)len);
 	ck_assert_int_eq(got, 3);
@@ -659,7 +635,7 @@ START_TEST(other_chunk_size)
 		ck_assert_int_eq(memcmp(buf, src, sizeof(buf)), 0);
 		free(src);
 	}
-	ck_assert_uint_eq(stat_of(b, "errors"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, b, "errors"), 0);
 	B->close(a);
 	B->close(b);
 }
@@ -719,7 +695,7 @@ START_TEST(cancel_queued)
 		/* reaped: no longer in flight */
 		ck_assert_int_eq(B->cancel(inst, 0), -ENOENT);
 		ck_assert_int_eq(B->cancel(inst, N - 1), -ENOENT);
-		ck_assert_uint_eq(stat_of(inst, "canceled"), canceled);
+		ck_assert_uint_eq(hct_be_stat(B, inst, "canceled"), canceled);
 		B->close(inst);
 	}
 	free(iov.iov_base);
@@ -865,7 +841,7 @@ START_TEST(server_killed)
 		memcached_free(mc);
 		ck_assert_msg(on1 > 0, "no new object on the restarted server");
 	}
-	ck_assert_uint_gt(stat_of(inst, "server_errors"), 0);
+	ck_assert_uint_gt(hct_be_stat(B, inst, "server_errors"), 0);
 	B->close(s[0].inst);
 	B->close(s[1].inst);
 	B->close(inst);
@@ -908,14 +884,14 @@ START_TEST(server_hung)
 		free(b);
 	}
 	fprintf(stderr, "server_hung: hung %llu, skipped %llu, timeouts %llu\n",
-		(unsigned long long)stat_of(inst, "hung"), (unsigned long long)stat_of(inst, "skipped"),
-		(unsigned long long)stat_of(inst, "timeouts"));
+		(unsigned long long)hct_be_stat(B, inst, "hung"), (unsigned long long)hct_be_stat(B, inst, "skipped"),
+		(unsigned long long)hct_be_stat(B, inst, "timeouts"));
 	/* a put there fails at once; elsewhere it works */
 	for (uint32_t id = 0; id < 60; id++)
 		ck_assert_int_eq(put_obj(inst, id, 2, 30000), home[id] == 1 ? -EHOSTDOWN : 0);
 	/* each worker timed out at most once before it was left alone */
-	ck_assert_uint_le(stat_of(inst, "hung"), 2);
-	ck_assert_uint_ge(stat_of(inst, "skipped"), 3 * on1);
+	ck_assert_uint_le(hct_be_stat(B, inst, "hung"), 2);
+	ck_assert_uint_ge(hct_be_stat(B, inst, "skipped"), 3 * on1);
 	kill(mcd.pid[1], SIGCONT);
 	usleep(2500 * 1000);
 	for (uint32_t id = 0; id < 60; id++) {

@@ -31,6 +31,7 @@
 #include <hicache/backend.h>
 
 #include "../backends/shm/layout.h"
+#include "hctbe.h"
 
 #define PREFIX "hctshm-"
 #define FILE_PREFIX "hicache-l3." PREFIX
@@ -213,33 +214,6 @@ static int64_t del(void *be, uint32_t id)
 	return op1v(be, HC_BE_OP_DELETE, id, NULL, 0);
 }
 
-struct statq {
-	const char *name;
-	uint64_t v;
-	int found;
-};
-
-static void emit_cb(void *arg, const char *n, uint64_t v)
-{
-	struct statq *q = arg;
-
-	for (const char *p = n; *p; p++)
-		ck_assert_msg((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_', "stat name %s", n);
-	if (strcmp(n, q->name) == 0) {
-		q->v = v;
-		q->found = 1;
-	}
-}
-
-static uint64_t stat_of(void *be, const char *name)
-{
-	struct statq q = { name, 0, 0 };
-
-	ck_assert_int_eq(B->stats(be, emit_cb, &q), 0);
-	ck_assert_msg(q.found, "no stat %s", name);
-	return q.v;
-}
-
 static void assert_check(void *be)
 {
 	char out[512] = "";
@@ -390,13 +364,13 @@ START_TEST(test_roundtrip)
 	r = get(be, 4, dst, 3 * K4);
 	ck_assert_int_eq(r, 3 * K4);
 	ck_assert_int_eq(memcmp(dst, big, 3 * K4), 0);
-	ck_assert_uint_eq(stat_of(be, "objects"), 4);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 5106 + 1 + (1u << 20) + 1 + 3 * K4);
-	ck_assert_uint_eq(stat_of(be, "capacity_bytes"), 4u << 20);
-	ck_assert_uint_eq(stat_of(be, "hits"), 5);
-	ck_assert_uint_eq(stat_of(be, "misses"), 1);
-	ck_assert_uint_eq(stat_of(be, "puts"), 4);
-	ck_assert_uint_eq(stat_of(be, "openers"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 5106 + 1 + (1u << 20) + 1 + 3 * K4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "capacity_bytes"), 4u << 20);
+	ck_assert_uint_eq(hct_be_stat(B, be, "hits"), 5);
+	ck_assert_uint_eq(hct_be_stat(B, be, "misses"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "puts"), 4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "openers"), 1);
 	assert_check(be);
 	free(src);
 	free(dst);
@@ -415,17 +389,17 @@ START_TEST(test_overwrite_delete)
 	get_obj(be, 1, 2, 3000);
 	put_obj(be, 1, 3, 70000);
 	get_obj(be, 1, 3, 70000);
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
-	ck_assert_uint_eq(stat_of(be, "bytes"), 70000);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), (1u << 20) - 18 * K4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "bytes"), 70000);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), (1u << 20) - 18 * K4);
 	ck_assert_int_eq(del(be, 1), 0);
 	ck_assert_int_eq(del(be, 1), -ENOENT);
 	ck_assert_int_eq(exists(be, 1), 0);
 	ck_assert_int_eq(get(be, 1, err, sizeof(err)), -ENOENT);
-	ck_assert_uint_eq(stat_of(be, "objects"), 0);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 1u << 20);
-	ck_assert_uint_eq(stat_of(be, "deletes"), 2);
-	ck_assert_uint_eq(stat_of(be, "errors"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 1u << 20);
+	ck_assert_uint_eq(hct_be_stat(B, be, "deletes"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "errors"), 0);
 	assert_check(be);
 	B->close(be);
 }
@@ -494,7 +468,7 @@ START_TEST(test_exists_batch_and_reap)
 	ck_assert_int_eq(B->cancel(be, 1), -EOPNOTSUPP);
 	ck_assert_int_eq(B->reg_mem(be, buf, sizeof(buf)), 0);
 	ck_assert_int_eq(B->unreg_mem(be, buf), 0);
-	ck_assert_uint_eq(stat_of(be, "errors"), 7);
+	ck_assert_uint_eq(hct_be_stat(B, be, "errors"), 7);
 	B->close(be);
 }
 END_TEST
@@ -509,7 +483,7 @@ START_TEST(test_lru_capacity)
 
 	for (uint32_t id = 1; id <= 4; id++) /* A B C D, 4 blocks each: full */
 		put_obj(be, id, 1, 4 * K4);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 0);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 0);
 	get_obj(be, 1, 1, 4 * K4);            /* A is now the most recent */
 	ck_assert_int_eq(exists(be, 2), 1);   /* EXISTS does not touch */
 	put_obj(be, 5, 1, 4 * K4);            /* E evicts B; order C D A E */
@@ -522,12 +496,12 @@ START_TEST(test_lru_capacity)
 	put_obj(be, 4, 2, 4 * K4);
 	ck_assert_int_eq(exists(be, 1), 0);
 	get_obj(be, 4, 2, 4 * K4);            /* order E F D, 5 blocks free */
-	ck_assert_uint_eq(stat_of(be, "evictions"), 3);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 5 * K4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 3);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 5 * K4);
 	put_obj(be, 7, 1, 6 * K4);            /* G evicts E only */
 	ck_assert_int_eq(exists(be, 5), 0);
 	ck_assert_int_eq(exists(be, 6), 1);
-	ck_assert_uint_eq(stat_of(be, "evictions"), 4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 4);
 	{
 		uint8_t *huge = obj(9, 1, 16 * K4 + 1);
 		ck_assert_int_eq(put(be, 9, huge, 16 * K4 + 1), -ENOSPC);
@@ -537,7 +511,7 @@ START_TEST(test_lru_capacity)
 	ck_assert_int_eq(put(be, 9, buf, sizeof(buf)), 0); /* the whole capacity: everything else goes */
 	for (uint32_t id = 1; id <= 7; id++)
 		ck_assert_int_eq(exists(be, id), 0);
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
 	assert_check(be);
 	B->close(be);
 
@@ -637,19 +611,19 @@ START_TEST(test_pinned_not_evicted)
 		ck_assert_int_eq(put(be, 4, s, 12 * K4), -EBUSY);
 		ck_assert_int_eq(exists(be, 1), 1);
 		ck_assert_int_eq(exists(be, 3), 1);
-		ck_assert_uint_ge(stat_of(be, "put_waits"), 1);
+		ck_assert_uint_ge(hct_be_stat(B, be, "put_waits"), 1);
 		/* Deleted while pinned: gone from the index, its space still held. */
 		ck_assert_int_eq(del(be, 1), 0);
 		ck_assert_int_eq(exists(be, 1), 0);
-		ck_assert_uint_eq(stat_of(be, "free_bytes"), 0);
+		ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 0);
 		assert_check(be);
 		/* The reader dies holding its pin: the next shortage finds it. */
 		kill_child(reader);
 		ck_assert_int_eq(put(be, 4, s, 12 * K4), 0);
 		free(s);
 	}
-	ck_assert_uint_ge(stat_of(be, "recoveries"), 1);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 4 * K4);
+	ck_assert_uint_ge(hct_be_stat(B, be, "recoveries"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 4 * K4);
 	ck_assert_ptr_nonnull(strstr(logbuf, "died"));
 	get_obj(be, 4, 1, 12 * K4);
 	assert_check(be);
@@ -669,14 +643,14 @@ START_TEST(test_kill_mid_put)
 	/* Readers see the old object whole, and nothing of the new one. */
 	get_obj(be, 1, 1, 6 * K4);
 	ck_assert_int_eq(exists(be, 2), 0);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 256 * K4 / 4 - 21 * K4);
-	ck_assert_uint_eq(stat_of(be, "objects"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 256 * K4 / 4 - 21 * K4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 1);
 	assert_check(be);
 	kill_child(w1);
 	kill_child(w2);
 	ck_assert_int_eq(B->ctl(be, "recover", "1", NULL, 0), 0);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 256 * K4 / 4 - 6 * K4); /* reclaimed */
-	ck_assert_uint_eq(stat_of(be, "recoveries"), 2);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 256 * K4 / 4 - 6 * K4); /* reclaimed */
+	ck_assert_uint_eq(hct_be_stat(B, be, "recoveries"), 2);
 	get_obj(be, 1, 1, 6 * K4);
 	ck_assert_int_eq(exists(be, 2), 0);
 	put_obj(be, 2, 3, 5 * K4);
@@ -748,12 +722,12 @@ START_TEST(test_kill_holding_lock)
 	/* The next locker rebuilds: the invariants hold (the reader's pin
 	 * counted, the writer's blocks kept), only the broken object is lost. */
 	assert_check(be);
-	ck_assert_uint_eq(stat_of(be, "rebuilds"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "rebuilds"), 1);
 	ck_assert_ptr_nonnull(strstr(logbuf, "died holding the metadata lock"));
-	ck_assert_uint_eq(stat_of(be, "objects"), 11);
+	ck_assert_uint_eq(hct_be_stat(B, be, "objects"), 11);
 	ck_assert_int_eq(exists(be, 7), 0);
 	ck_assert_int_eq(exists(be, 50), 0);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), (256 - 95 + 10 - 6) * K4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), (256 - 95 + 10 - 6) * K4);
 	/* The LRU order survived: 1 is the least recent (2 blocks), so 166
 	 * blocks evict it alone. */
 	put_obj(be, 100, 1, 166 * K4);
@@ -765,7 +739,7 @@ START_TEST(test_kill_holding_lock)
 	kill_child(reader);
 	kill_child(writer);
 	ck_assert_int_eq(B->ctl(be, "recover", "1", NULL, 0), 0);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), (167 - 166 + 6) * K4);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), (167 - 166 + 6) * K4);
 	assert_check(be);
 	B->close(be);
 }
@@ -868,7 +842,7 @@ START_TEST(test_create_race)
 		be = must_open(name, "create=no", "destroy_on_close=1");
 		for (uint32_t c = 0; c < RACERS; c++)
 			get_obj(be, c, (uint32_t)round, 5000 + c);
-		ck_assert_uint_eq(stat_of(be, "opens"), RACERS + 1);
+		ck_assert_uint_eq(hct_be_stat(B, be, "opens"), RACERS + 1);
 		B->close(be);
 	}
 }
@@ -899,10 +873,10 @@ START_TEST(test_openers)
 	}
 	ck_assert(WIFSIGNALED(reap_child(pid)));
 	c = must_open(name, "create=auto");
-	ck_assert_uint_eq(stat_of(a, "openers"), 2);
-	ck_assert_uint_ge(stat_of(a, "recoveries"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, a, "openers"), 2);
+	ck_assert_uint_ge(hct_be_stat(B, a, "recoveries"), 1);
 	B->close(c);
-	ck_assert_uint_eq(stat_of(a, "openers"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, a, "openers"), 1);
 	B->close(a);
 }
 END_TEST
@@ -1100,8 +1074,8 @@ START_TEST(test_concurrent)
 	ck_assert_uint_gt(ss->verified, 100);
 	fprintf(stderr, "concurrent: %llu ops, %llu puts, %llu verified gets, %llu evictions\n",
 		(unsigned long long)ss->ops, (unsigned long long)ss->puts, (unsigned long long)ss->verified,
-		(unsigned long long)stat_of(be, "store_evictions"));
-	ck_assert_uint_gt(stat_of(be, "store_evictions"), 10);
+		(unsigned long long)hct_be_stat(B, be, "store_evictions"));
+	ck_assert_uint_gt(hct_be_stat(B, be, "store_evictions"), 10);
 	assert_check(be);
 	verify_all(be);
 	B->close(be);
@@ -1138,14 +1112,15 @@ START_TEST(test_chaos_kill)
 	ck_assert_int_ge(kills, 25);
 	fprintf(stderr, "chaos: %d kills, %llu ops, %llu verified gets, %llu recoveries, %llu rebuilds\n", kills,
 		(unsigned long long)ss->ops, (unsigned long long)ss->verified,
-		(unsigned long long)stat_of(be, "recoveries"), (unsigned long long)stat_of(be, "rebuilds"));
+		(unsigned long long)hct_be_stat(B, be, "recoveries"),
+		(unsigned long long)hct_be_stat(B, be, "rebuilds"));
 	ck_assert_int_eq(B->ctl(be, "recover", "1", NULL, 0), 0);
 	assert_check(be);
-	ck_assert_uint_eq(stat_of(be, "openers"), 1);
+	ck_assert_uint_eq(hct_be_stat(B, be, "openers"), 1);
 	verify_all(be);
 	for (uint32_t id = 0; id < IDS; id++)
 		del(be, id);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), 320 * 1024); /* nothing leaked */
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 320 * 1024); /* nothing leaked */
 	B->close(be);
 }
 END_TEST
@@ -1427,7 +1402,7 @@ START_TEST(test_ctl)
 	assert_check(be);
 	get_obj(be, 1, 1, 9000);
 	get_obj(be, 2, 1, 20000);
-	ck_assert_uint_eq(stat_of(be, "free_bytes"), (1u << 20) - 5 * 8192);
+	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), (1u << 20) - 5 * 8192);
 	ck_assert_int_eq(B->ctl(be, "destroy_on_close", "1", NULL, 0), 0);
 	B->close(be);
 	ck_assert_int_eq(access(spath(name), F_OK), -1);
