@@ -298,11 +298,11 @@ static const char *cell(double median, double best)
 static int create_pool(struct bench *b)
 {
 	/* 64 bytes of KV per page: one token, one head of 32 bytes, K and V. */
-	struct hc_component_spec kv = {
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
 		.name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
 		.kv_heads = 1, .head_bytes = 32, .layers = 1,
 	};
-	struct hc_pool_spec s = {
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
 		.name = b->name, .model_id = "bench-alloc", .page_tokens = 1, .tp_size = 1,
 		.comps = &kv, .ncomp = 1, .capacity_pages = POOL_PAGES, .max_ranks = b->o.max_ranks,
 	};

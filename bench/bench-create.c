@@ -53,7 +53,7 @@ struct bench {
  * 2 MiB envelopes: 64 tokens x 8 KV heads x 256 B (128 dims of bf16) x K/V
  * x 8 layers.  The pool's size is what matters here, not its shape.
  */
-static const struct hc_component_spec kv = {
+static const struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
 	.name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
 	.kv_heads = 8, .head_bytes = 256, .layers = 8,
 };
@@ -67,7 +67,7 @@ static double gbps(uint64_t bytes, uint64_t ns)
 
 static int ours_create(struct bench *b, uint64_t capacity, uint64_t *ns)
 {
-	struct hc_pool_spec s = {
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
 		.name = b->name, .model_id = "bench-create", .page_tokens = 64, .tp_size = 1,
 		.comps = &kv, .ncomp = 1, .capacity_bytes = capacity,
 	};
@@ -93,7 +93,7 @@ static int ours_attach(struct bench *b, uint64_t *ns, uint64_t *seg)
 		fprintf(stderr, "bench-create: hc_pool_attach: %s\n", hc_last_error());
 		return ret;
 	}
-	hc_pool_info(p, &info);
+	hc_pool_info(p, &info, sizeof(info));
 	*seg = info.segment_bytes;
 	hc_pool_detach(p);
 	return 0;

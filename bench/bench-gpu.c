@@ -218,7 +218,7 @@ static void reserve(struct bpool *bp, hc_page_t *pages, unsigned n)
 {
 	hc_key_t *keys = xmalloc(n * sizeof(*keys));
 	uint8_t *skip = xmalloc(n);
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n };
 
 	for (unsigned i = 0; i < n; i++)
 		for (unsigned j = 0; j < HC_KEY_BYTES; j += 8) {
@@ -246,10 +246,10 @@ static void release(struct bpool *bp, const hc_page_t *pages, unsigned n)
 
 static void pool_make(struct bpool *bp, uint32_t tp, unsigned n)
 {
-	struct hc_component_spec kv = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
 					.sharding = HC_SHARDED, .kv_heads = KV_HEADS, .head_bytes = HEAD_BYTES,
 					.layers = LAYERS };
-	struct hc_pool_spec ps = { .model_id = "bench/gpu", .page_tokens = PAGE_TOKENS, .tp_size = tp, .comps = &kv,
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .model_id = "bench/gpu", .page_tokens = PAGE_TOKENS, .tp_size = tp, .comps = &kv,
 				   .ncomp = 1, .capacity_pages = 2 * (uint64_t)n, .max_ranks = 4 };
 	struct hc_pool_info pi;
 
@@ -263,8 +263,8 @@ static void pool_make(struct bpool *bp, uint32_t tp, unsigned n)
 		l3b_die("create a pool");
 	if (hc_pool_attach(bp->name, NULL, &bp->p) < 0)
 		l3b_die("attach the pool");
-	hc_pool_info(bp->p, &pi);
-	hc_pool_component(bp->p, 0, &bp->ci);
+	hc_pool_info(bp->p, &pi, sizeof(pi));
+	hc_pool_component(bp->p, 0, &bp->ci, sizeof(bp->ci));
 	bp->env_bytes = pi.envelope_bytes;
 	if (bp->ci.groups != tp || bp->ci.bytes != PAGE_BYTES) {
 		fprintf(stderr, "bench-gpu: pool %s has %u head groups and %llu bytes of K/V a page, not %u and %llu\n",
@@ -287,9 +287,9 @@ static void pool_make(struct bpool *bp, uint32_t tp, unsigned n)
 
 static hc_dev *dev_open(struct bpool *bp, const struct kvset *s, enum hc_dev_kind kind, enum hc_dev_path path)
 {
-	struct hc_dev_comp c = { .comp = 0, .k = s->k, .v = s->v, .token_bytes = TOKEN_BYTES,
+	struct hc_dev_comp c = { .size = sizeof(struct hc_dev_comp), .comp = 0, .k = s->k, .v = s->v, .token_bytes = TOKEN_BYTES,
 				 .token_stride = TOKEN_BYTES, .slots = s->slots };
-	struct hc_dev_spec spec = { .kind = kind, .device = 0, .tp_size = 1, .tp_rank = 0, .comps = &c, .ncomp = 1,
+	struct hc_dev_spec spec = { .size = sizeof(struct hc_dev_spec), .kind = kind, .device = 0, .tp_size = 1, .tp_rank = 0, .comps = &c, .ncomp = 1,
 				    .path = path };
 	hc_dev *d;
 
@@ -325,7 +325,7 @@ static struct {
 /* One whole transfer: seconds from the call to hc_xfer_wait's return. */
 static double xfer(hc_dev *d, int store, const hc_page_t *pages, unsigned n, const uint64_t *slots, unsigned flags)
 {
-	struct hc_xfer_req rq = { .pages = pages, .n = n, .slots = slots, .flags = flags };
+	struct hc_xfer_req rq = { .size = sizeof(struct hc_xfer_req), .pages = pages, .n = n, .slots = slots, .flags = flags };
 	uint64_t t0 = bench_now_ns(), t1;
 	hc_xfer *x = NULL;
 
@@ -490,7 +490,7 @@ static double compute_alone(uint64_t ns)
 /* A load, and layer l's compute as soon as layer l is in: seconds until both are done. */
 static double load_and_compute(hc_dev *d, const hc_page_t *pages, unsigned n, const uint64_t *slots, uint64_t ns)
 {
-	struct hc_xfer_req rq = { .pages = pages, .n = n, .slots = slots };
+	struct hc_xfer_req rq = { .size = sizeof(struct hc_xfer_req), .pages = pages, .n = n, .slots = slots };
 	uint64_t t0 = bench_now_ns(), t1;
 	hc_xfer *x;
 
@@ -627,7 +627,7 @@ int main(int argc, char **argv)
 			bp->dev[i] = dev_open(bp, &G.gpu, HC_DEV_CUDA, path_of[i]);
 		bp->host = dev_open(bp, &G.host, HC_DEV_HOST, HC_PATH_AUTO);
 	}
-	hc_dev_stats(p1.dev[0], &st);
+	hc_dev_stats(p1.dev[0], &st, sizeof(st));
 	printf("registration of the TP 1 pool (cudaHostRegister): %.0f MiB in %u chunks by %u threads, %.1f ms, %.2f GB/s\n",
 	       (double)st.reg_bytes / 1048576, st.reg_chunks, st.reg_threads, (double)st.reg_ns / 1e6,
 	       st.reg_ns ? (double)st.reg_bytes / (double)st.reg_ns : 0.0);

@@ -174,7 +174,7 @@ static void fail(struct report *r, int err, const char *fmt, ...)
 static inline int ours_lookup(hc_pool *p, const hc_key_t *q, unsigned n, bool pin, hc_page_t *pages,
 			      struct report *r)
 {
-	struct hc_lookup_req req = { .keys = q, .nkeys = n, .flags = pin ? HC_LOOKUP_PIN : 0 };
+	struct hc_lookup_req req = { .size = sizeof(struct hc_lookup_req), .keys = q, .nkeys = n, .flags = pin ? HC_LOOKUP_PIN : 0 };
 	int hit = hc_lookup(p, &req, pages), ret;
 
 	if (__builtin_expect(hit != (int)n, 0)) {
@@ -300,7 +300,7 @@ static int send_report(int fd, struct report *r)
 
 static void __attribute__((noreturn)) worker(struct bench *b, unsigned idx, int cmd_fd, int rep_fd)
 {
-	const struct hc_attach_opts ao = { .flags = HC_ATTACH_NO_POPULATE };
+	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	struct wctx *c = calloc(1, sizeof(*c));
 	struct report r = { 0 };
 	struct cmd cmd;
@@ -561,11 +561,11 @@ static int check_space(void)
 static int create_pool(struct bench *b)
 {
 	/* The smallest envelope there is: one replicated 4 KiB state snapshot. */
-	static const struct hc_component_spec st = {
+	static const struct hc_component_spec st = { .size = sizeof(struct hc_component_spec),
 		.name = "state", .dtype = HC_DTYPE_UINT8, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
 		.bytes_per_layer = 4096, .layers = 1,
 	};
-	struct hc_pool_spec s = {
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
 		.name = b->name, .model_id = "bench-lookup", .page_tokens = 1, .tp_size = 1,
 		.comps = &st, .ncomp = 1, .capacity_pages = POOL_PAGES, .max_ranks = MAX_RANKS,
 		.flags = HC_CREATE_NO_POPULATE,
@@ -581,7 +581,7 @@ static int create_pool(struct bench *b)
  * pages per second, or a negative errno. */
 static int fill_ours(struct bench *b, double *rate, struct hc_pool_info *info)
 {
-	const struct hc_attach_opts ao = { .flags = HC_ATTACH_NO_POPULATE };
+	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	hc_page_t pages[FILL_BATCH];
 	uint8_t skip[FILL_BATCH];
 	hc_pool *p = NULL;
@@ -593,7 +593,7 @@ static int fill_ours(struct bench *b, double *rate, struct hc_pool_info *info)
 		fprintf(stderr, "bench-lookup: hc_pool_attach: %s\n", hc_last_error());
 		return ret;
 	}
-	if ((ret = hc_pool_info(p, info)) < 0) {
+	if ((ret = hc_pool_info(p, info, sizeof(*info))) < 0) {
 		fprintf(stderr, "bench-lookup: hc_pool_info: %s\n", hc_last_error());
 		goto out;
 	}
@@ -601,7 +601,7 @@ static int fill_ours(struct bench *b, double *rate, struct hc_pool_info *info)
 	t0 = bench_now_ns();
 	for (unsigned i = 0; i < b->o.keys; i += FILL_BATCH) {
 		unsigned n = b->o.keys - i < FILL_BATCH ? b->o.keys - i : FILL_BATCH;
-		struct hc_reserve_req req = { .keys = b->keys + i, .nkeys = n, .presence = 1 };
+		struct hc_reserve_req req = { .size = sizeof(struct hc_reserve_req), .keys = b->keys + i, .nkeys = n, .presence = 1 };
 
 		ret = hc_reserve(p, &req, pages, skip);
 		if (ret != (int)n) {
@@ -669,7 +669,7 @@ static int fill_ck(struct bench *b, double *rate)
 /* After the runs: nothing may stay pinned, and every key is still there. */
 static int check_pool(struct bench *b)
 {
-	const struct hc_attach_opts ao = { .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
 	struct hc_stats s;
 	hc_pool *p;
 	int ret;
@@ -678,7 +678,7 @@ static int check_pool(struct bench *b)
 		fprintf(stderr, "bench-lookup: hc_pool_attach (admin): %s\n", hc_last_error());
 		return ret;
 	}
-	ret = hc_pool_stats(p, &s);
+	ret = hc_pool_stats(p, &s, sizeof(s));
 	if (ret < 0)
 		fprintf(stderr, "bench-lookup: hc_pool_stats: %s\n", hc_last_error());
 	else if (s.pin_count != 0 || s.keyed != b->o.keys || s.pages[HC_PAGE_READY] != b->o.keys) {

@@ -274,7 +274,7 @@ struct svc {
 
 static void svc_start(struct svc *v, struct l3b *b, const char *spec, int proc)
 {
-	struct hc_service_opts o = { .backend = spec, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .write_policy = HC_WRITE_NONE };
 	int ready[2], go[2];
 	char c;
 
@@ -552,7 +552,7 @@ static double svc_prefetch(struct l3b *b, unsigned per_req)
 		unsigned k = 0;
 		for (; k < INFLIGHT && i < b->npages; k++, i += per_req) {
 			unsigned m = b->npages - i < per_req ? b->npages - i : per_req;
-			struct hc_prefetch_req pr = { .keys = &b->keys[i], .nkeys = m, .first_depth = i,
+			struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = &b->keys[i], .nkeys = m, .first_depth = i,
 						      .policy = HC_PREFETCH_WAIT_COMPLETE };
 			at[k] = i;
 			if (hc_req_prefetch(b->p, &pr, &r[k]) < 0)

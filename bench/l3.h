@@ -68,10 +68,10 @@ static inline uint64_t l3b_keys(struct l3b *b, uint64_t x)
 /* Create, attach and fill the pool; page_kib is a multiple of 256. */
 static inline void l3b_pool(struct l3b *b, unsigned npages, unsigned page_kib)
 {
-	struct hc_component_spec kv = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
 					.sharding = HC_SHARDED, .kv_heads = 8, .head_bytes = 256,
 					.layers = page_kib / 256 };
-	struct hc_pool_spec ps = { .model_id = "bench/l3", .page_tokens = 64, .tp_size = 1, .comps = &kv,
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .model_id = "bench/l3", .page_tokens = 64, .tp_size = 1, .comps = &kv,
 				   .ncomp = 1, .capacity_pages = npages, .max_ranks = 4 };
 	struct hc_reserve_req rq;
 	struct hc_pool_info pi;
@@ -88,14 +88,14 @@ static inline void l3b_pool(struct l3b *b, unsigned npages, unsigned page_kib)
 	bench_cleanup_add(b->shm_path);
 	if (hc_pool_attach(b->pool, NULL, &b->p) < 0)
 		l3b_die("attach the pool");
-	hc_pool_info(b->p, &pi);
+	hc_pool_info(b->p, &pi, sizeof(pi));
 	b->npages = npages;
 	b->env_bytes = pi.envelope_bytes;
 	b->keys = calloc(npages, sizeof(*b->keys));
 	b->pages = calloc(npages, sizeof(*b->pages));
 	skip = calloc(npages, 1);
 	x = l3b_keys(b, x);
-	rq = (struct hc_reserve_req){ .keys = b->keys, .nkeys = npages };
+	rq = (struct hc_reserve_req){ .size = sizeof(struct hc_reserve_req), .keys = b->keys, .nkeys = npages };
 	if (hc_reserve(b->p, &rq, b->pages, skip) != (int)npages)
 		l3b_die("reserve the pages");
 	XXH3_64bits_reset(&s);
@@ -115,7 +115,7 @@ static inline void l3b_pool(struct l3b *b, unsigned npages, unsigned page_kib)
 
 static inline void l3b_open(struct l3b *b, const char *spec, unsigned qd)
 {
-	struct hc_store_opts o = { .queue_depth = qd };
+	struct hc_store_opts o = { .size = sizeof(struct hc_store_opts), .queue_depth = qd };
 
 	if (hc_store_open(b->p, spec, &o, &b->st) < 0)
 		l3b_die(spec);
@@ -178,7 +178,7 @@ static inline double l3b_put(struct l3b *b, unsigned threads)
  * (timed), commit, and check every byte came back. */
 static inline double l3b_get(struct l3b *b, unsigned threads)
 {
-	struct hc_reserve_req rq = { .keys = b->keys, .nkeys = b->npages };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = b->keys, .nkeys = b->npages };
 	uint8_t *skip = calloc(b->npages, 1);
 	XXH3_state_t s;
 	double secs;
@@ -209,7 +209,7 @@ static inline double l3b_get(struct l3b *b, unsigned threads)
  * in the pool's flags knows them yet. */
 static inline void l3b_rekey(struct l3b *b, uint64_t seed)
 {
-	struct hc_reserve_req rq = { .keys = b->keys, .nkeys = b->npages };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = b->keys, .nkeys = b->npages };
 	uint8_t *skip = calloc(b->npages, 1);
 
 	for (unsigned i = 0; i < b->npages; i++)

@@ -50,14 +50,17 @@ static void engine_unlock(struct hc_pool *p)
 		pthread_mutex_unlock(&p->ctl->engine_lock.m);
 }
 
-int hc_engine_join(hc_pool *p, const struct hc_engine_spec *s)
+int hc_engine_join(hc_pool *p, const struct hc_engine_spec *spec)
 {
+	struct hc_engine_spec sb, *s = &sb;
 	struct hc_seg_rank *me;
 	uint32_t timeout, inc = 0;
 	int ret;
 
-	if (!p || !s)
+	if (!p || !spec)
 		return hc__err(EINVAL, "engine join: %s is NULL", p ? "spec" : "pool");
+	if ((ret = HC__ABI_IN(s, spec, "hc_engine_join", "hc_engine_spec")) < 0)
+		return ret;
 	if ((ret = hc__need_slot(p, "engine join")) < 0)
 		return ret;
 	if (s->engine_id > HC_ENGINE_ID_MAX)

@@ -331,7 +331,7 @@ int hc_pool_clear(hc_pool *p)
 		return hc__err(EINVAL, "clear: pool is NULL");
 	if ((ret = hc__need_slot(p, "clear")) < 0)
 		return ret;
-	hc_pool_recover(p, NULL); /* dead ranks' holds are not holds */
+	hc_pool_recover(p, NULL, 0); /* dead ranks' holds are not holds */
 	if (describe_holds(p, why, sizeof(why)))
 		return hc__err(EBUSY, "clear: pool '%s' is in use: %s; wait until the ranks let go", p->info.name, why);
 	for (uint32_t id = 0; id < p->g.npages; id++) {

@@ -264,11 +264,15 @@ uint32_t hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t 
 
 int hc_lookup(hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages)
 {
+	struct hc_lookup_req rb;
 	int hold, ret, hit;
 	uint32_t newly;
 
 	if (!p)
 		return hc__err(EINVAL, "lookup: pool is NULL");
+	if ((ret = HC__ABI_IN(&rb, req, "hc_lookup", "hc_lookup_req")) < 0)
+		return ret;
+	req = &rb;
 	if ((ret = hc__lookup_check(p, req, pages, "lookup")) < 0)
 		return ret;
 	hold = (req->flags & HC_LOOKUP_PIN) != 0;

@@ -62,12 +62,15 @@ uint32_t hc__now_ms(void)
 const char *hc_page_state_name(enum hc_page_state s)
 {
 	static const char *const names[] = { "FREE", "RESERVED", "READY", "QUARANTINE", "FREEING" };
+	static_assert(sizeof(names) / sizeof(names[0]) == HC_PAGE__COUNT, "a name per page state");
 
-	return (unsigned)s < 5 ? names[s] : "INVALID";
+	return (unsigned)s < HC_PAGE__COUNT ? names[s] : "INVALID";
 }
 
 uint32_t hc_page_needed(const hc_pool *p, uint32_t presence)
 {
+	if (!p)
+		return 0;
 	return ((presence & p->g.sharded_mask) ? p->all_groups : 0) |
 	       ((presence & p->g.replicated_mask) ? HC_SHARD_REPLICATED : 0);
 }
@@ -362,8 +365,15 @@ int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer
 
 void *hc_page_envelope(const hc_pool *p, hc_page_t page)
 {
-	if (HC_PAGE_ID(page) >= p->g.npages)
+	if (!p) {
+		hc__err(EINVAL, "envelope: pool is NULL");
 		return NULL;
+	}
+	if (HC_PAGE_ID(page) >= p->g.npages) {
+		hc__err(EINVAL, "envelope: page id %u is out of range: the pool has %u pages", HC_PAGE_ID(page),
+			p->g.npages);
+		return NULL;
+	}
 	return p->env + (size_t)HC_PAGE_ID(page) * p->g.envelope_bytes;
 }
 
@@ -842,15 +852,21 @@ int hc_page_presence(const hc_pool *p, hc_page_t page, uint32_t *presence)
 	return 0;
 }
 
-int hc_pool_count_states(const hc_pool *p, uint64_t counts[5])
+int hc_pool_count_states(const hc_pool *p, uint64_t *counts, unsigned n)
 {
-	memset(counts, 0, 5 * sizeof(counts[0]));
+	uint64_t c[HC_PAGE__COUNT] = { 0 };
+
+	if (!p || (!counts && n))
+		return hc__err(EINVAL, "count states: %s is NULL", p ? "counts" : "pool");
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		unsigned s = hc__w_state(atomic_load_explicit(&p->pages[i].word, memory_order_relaxed));
-		if (s < 5)
-			counts[s]++;
+		if (s < HC_PAGE__COUNT)
+			c[s]++;
 	}
-	return 0;
+	n = n < HC_PAGE__COUNT ? n : HC_PAGE__COUNT;
+	if (n)
+		memcpy(counts, c, n * sizeof(c[0]));
+	return (int)n;
 }
 
 /* A READY page the dead slot allocated without a key, at word w: freed as

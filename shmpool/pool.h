@@ -77,6 +77,25 @@ struct hc_pool {
 
 /* error.c */
 int hc__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+ * abi.c: the public structs across versions.  hc__abi_in reads the
+ * caller's struct (leading uint32_t size) into dst, the library's own of
+ * dsize bytes; hc__abi_in_array reads n of them, strided by element 0's
+ * size, into dst[n]; hc__abi_out writes src (ssize bytes) into the
+ * caller's out of size bytes.  v1size is the struct's size in the first
+ * version of the ABI: its sizeof until a member is appended, and then the
+ * offset of that member.  0, or -EINVAL with the error line set.
+ */
+int hc__abi_in(void *dst, size_t dsize, const void *src, size_t v1size, const char *fn, const char *type);
+int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_t v1size, const char *fn,
+		     const char *type);
+int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn,
+		const char *type);
+/* The common case: dst and src of one type, whose first version is today's. */
+#define HC__ABI_IN(dst, src, fn, type) hc__abi_in((dst), sizeof(*(dst)), (src), sizeof(*(dst)), (fn), (type))
+#define HC__ABI_OUT(out, size, src, fn, type) \
+	hc__abi_out((out), (size), (src), sizeof(*(src)), sizeof(*(src)), (fn), (type))
 void hc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ranks.c */
@@ -84,6 +103,8 @@ int hc__rank_claim(struct hc_pool *p);
 void hc__rank_release(struct hc_pool *p);
 #define HC_PROBE_RECOVERING 2
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
+/* hc_pool_recover into the library's own report (rep not NULL). */
+int hc__recover(struct hc_pool *p, struct hc_recovery_report *rep);
 /* With the slot's mutex just taken as EOWNERDEAD: undo the dead holder's
  * holds and make the mutex consistent (the caller then unlocks it). */
 int hc__rank_take_dead(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);

@@ -297,11 +297,12 @@ void hc__rank_release(struct hc_pool *p)
 	p->slot = -1;
 }
 
-int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *out)
+int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *info, size_t size)
 {
+	struct hc_rank_info ob, *out = &ob;
 	struct hc_seg_rank *r;
 
-	if (!p || !out)
+	if (!p || !info)
 		return hc__err(EINVAL, "rank: NULL argument");
 	if (slot >= p->g.max_ranks)
 		return hc__err(EINVAL, "rank slot %u is out of range: the pool has %u", slot, p->g.max_ranks);
@@ -332,20 +333,17 @@ int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *out)
 		if (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot)
 			out->reserved++;
 	}
-	return 0;
+	return HC__ABI_OUT(info, size, out, "hc_pool_rank", "hc_rank_info");
 }
 
-int hc_pool_recover(hc_pool *p, struct hc_recovery_report *rep)
+int hc__recover(hc_pool *p, struct hc_recovery_report *rep)
 {
-	struct hc_recovery_report local;
 	int bad = 0;
 
 	if (!p)
 		return hc__err(EINVAL, "recover: pool is NULL");
 	if (p->readonly)
 		return hc__err(EROFS, "recover: pool '%s' is attached read-only", p->info.name);
-	if (!rep)
-		rep = &local;
 	memset(rep, 0, sizeof(*rep));
 	for (unsigned s = 0; s < p->g.max_ranks; s++)
 		if (hc__rank_probe(p, s, rep) < 0)
@@ -353,4 +351,18 @@ int hc_pool_recover(hc_pool *p, struct hc_recovery_report *rep)
 	hc__page_sweep(p, rep);
 	hc__tickets_sweep(p);
 	return bad ? hc__err(ENOTRECOVERABLE, "%d rank slot(s) have unusable mutexes", bad) : 0;
+}
+
+int hc_pool_recover(hc_pool *p, struct hc_recovery_report *rep, size_t size)
+{
+	struct hc_recovery_report local = { 0 };
+	int ret;
+
+	/* Checked first: a bad size must not cost a recovery's findings. */
+	if (rep && (ret = HC__ABI_OUT(rep, size, &local, "hc_pool_recover", "hc_recovery_report")) < 0)
+		return ret;
+	ret = hc__recover(p, &local);
+	if (rep)
+		HC__ABI_OUT(rep, size, &local, "hc_pool_recover", "hc_recovery_report");
+	return ret;
 }

@@ -357,10 +357,10 @@ static void left(void *arg, const char *line)
 	say(f, "cannot repair: %s", line);
 }
 
-int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep,
+int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, size_t size,
 		   void (*report)(void *arg, const char *line), void *arg)
 {
-	struct hc_repair_report mine;
+	struct hc_repair_report mine = { 0 };
 	struct fix *f;
 	int ret;
 
@@ -371,15 +371,16 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep,
 	if (p->readonly || p->slot < 0)
 		return hc__err(EPERM, "repair: pool '%s' is attached without a rank slot; attach it as a rank (not HC_ATTACH_ADMIN or READONLY)",
 			       p->info.name);
+	/* Checked first: a bad size must not cost a repair's findings. */
+	if (rep && (ret = HC__ABI_OUT(rep, size, &mine, "hc_pool_repair", "hc_repair_report")) < 0)
+		return ret;
 	if (!(f = calloc(1, sizeof(*f))))
 		return hc__err(ENOMEM, "repair: no memory");
-	memset(&mine, 0, sizeof(mine));
 	f->p = p;
-	f->r = rep ? rep : &mine;
-	memset(f->r, 0, sizeof(*f->r));
+	f->r = &mine;
 	f->report = report;
 	f->arg = arg;
-	if ((ret = hc_pool_recover(p, &f->r->recovery)) < 0)
+	if ((ret = hc__recover(p, &f->r->recovery)) < 0)
 		goto out;
 	for (unsigned s = 0; s < p->g.max_ranks; s++)
 		f->live[s] = (int)s == p->slot || hc__rank_probe(p, s, NULL) == 1;
@@ -394,5 +395,7 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep,
 		f->r->unrepaired = (uint32_t)ret;
 out:
 	free(f);
+	if (rep)
+		HC__ABI_OUT(rep, size, &mine, "hc_pool_repair", "hc_repair_report");
 	return ret;
 }

@@ -196,10 +196,14 @@ out:
 
 int hc_reserve(hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip)
 {
+	struct hc_reserve_req rb;
 	int ret;
 
 	if (!p)
 		return hc__err(EINVAL, "reserve: pool is NULL");
+	if ((ret = HC__ABI_IN(&rb, req, "hc_reserve", "hc_reserve_req")) < 0)
+		return ret;
+	req = &rb;
 	if ((ret = hc__need_slot(p, "reserve")) < 0 || (ret = hc__reserve_check(p, req, pages, skip, "reserve")) < 0)
 		return ret;
 	return hc__reserve(p, req, pages, skip);

@@ -302,8 +302,26 @@ static int publish_anon(int fd, const char *path)
 	return linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
 }
 
-int hc_pool_create(const struct hc_pool_spec *s)
+/* The caller's spec and components, in this library's layout (abi.c). */
+static int spec_in(const struct hc_pool_spec *spec, struct hc_pool_spec *s, struct hc_component_spec *cs)
 {
+	int ret;
+
+	if ((ret = HC__ABI_IN(s, spec, "hc_pool_create", "hc_pool_spec")) < 0)
+		return ret;
+	if (!s->comps || s->ncomp == 0 || s->ncomp > HC_MAX_COMPONENTS)
+		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, s->ncomp);
+	if ((ret = hc__abi_in_array(cs, sizeof(*cs), s->comps, s->ncomp, sizeof(*cs), "hc_pool_create",
+				    "hc_component_spec")) < 0)
+		return ret;
+	s->comps = cs;
+	return 0;
+}
+
+int hc_pool_create(const struct hc_pool_spec *spec)
+{
+	struct hc_component_spec comps[HC_MAX_COMPONENTS];
+	struct hc_pool_spec sb, *s = &sb;
 	char path[PATH_MAX], tmp[PATH_MAX + 64] = "";
 	bool anon = false;
 	struct hc__geom g;
@@ -318,8 +336,10 @@ int hc_pool_create(const struct hc_pool_spec *s)
 	int fd = -1, ret, err;
 	uint64_t avail, phys;
 
-	if (!s)
+	if (!spec)
 		return hc__err(EINVAL, "pool spec is NULL");
+	if ((ret = spec_in(spec, s, comps)) < 0)
+		return ret;
 	if ((ret = hc__pt_env()) < 0)
 		return ret;
 	if ((ret = pool_path(s->dir, s->name, path, sizeof(path))) < 0)
@@ -620,20 +640,27 @@ static void fill_info(struct hc_pool *p, const char *name, const char *path, con
 	i->arg_bytes = p->g.arg_bytes;
 }
 
-int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **out)
+int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool **out)
 {
+	struct hc_attach_opts ob, *o = NULL;
 	char path[PATH_MAX];
 	struct hc_seg_hdr h;
 	struct hc_seg_comp rc[HC_MAX_COMPONENTS];
 	struct stat st;
 	struct statfs sfs;
 	struct hc_pool *p;
-	unsigned flags = o ? o->flags : 0;
+	unsigned flags;
 	int ret, huge;
 
 	if (!out)
 		return hc__err(EINVAL, "attach: out is NULL");
 	*out = NULL;
+	if (opts) {
+		if ((ret = HC__ABI_IN(&ob, opts, "hc_pool_attach", "hc_attach_opts")) < 0)
+			return ret;
+		o = &ob;
+	}
+	flags = o ? o->flags : 0;
 	if ((ret = pool_path(o ? o->dir : NULL, name, path, sizeof(path))) < 0)
 		return ret;
 	if (flags & ~(unsigned)(HC_ATTACH_ADMIN | HC_ATTACH_READONLY | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE))
@@ -704,7 +731,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *o, hc_pool **o
 		p->info.self_slot = p->slot;
 	}
 	if (!(flags & HC_ATTACH_NO_RECOVER))
-		hc_pool_recover(p, NULL);
+		hc_pool_recover(p, NULL, 0);
 	p->cursor = p->slot >= 0 ? (uint32_t)((uint64_t)p->g.npages * (unsigned)p->slot / p->g.max_ranks) : 0;
 	*out = p;
 	return 0;
@@ -740,7 +767,7 @@ int hc_pool_detach(hc_pool *p)
 
 int hc_pool_destroy(const char *name, const char *dir, unsigned flags)
 {
-	struct hc_attach_opts o = { .dir = dir, .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
 	char path[PATH_MAX];
 	hc_pool *p;
 	int ret, live = 0;
@@ -771,20 +798,18 @@ int hc_pool_destroy(const char *name, const char *dir, unsigned flags)
 	return 0;
 }
 
-int hc_pool_info(const hc_pool *p, struct hc_pool_info *out)
+int hc_pool_info(const hc_pool *p, struct hc_pool_info *out, size_t size)
 {
-	if (!p || !out)
-		return hc__err(EINVAL, "info: NULL argument");
-	*out = p->info;
-	return 0;
+	if (!p)
+		return hc__err(EINVAL, "info: NULL pool");
+	return HC__ABI_OUT(out, size, &p->info, "hc_pool_info", "hc_pool_info");
 }
 
-int hc_pool_component(const hc_pool *p, unsigned comp, struct hc_component_info *out)
+int hc_pool_component(const hc_pool *p, unsigned comp, struct hc_component_info *out, size_t size)
 {
-	if (!p || !out)
-		return hc__err(EINVAL, "component: NULL argument");
+	if (!p)
+		return hc__err(EINVAL, "component: NULL pool");
 	if (comp >= p->g.ncomp)
 		return hc__err(EINVAL, "component %u is out of range: the pool has %u", comp, p->g.ncomp);
-	*out = p->g.comps[comp];
-	return 0;
+	return HC__ABI_OUT(out, size, &p->g.comps[comp], "hc_pool_component", "hc_component_info");
 }

@@ -117,11 +117,16 @@ static void hist_add(struct hc_hist *h, const _Atomic uint64_t *w)
 	h->sum += atomic_load_explicit(&w[HC_HIST_BUCKETS], memory_order_relaxed);
 }
 
-int hc_pool_stats(hc_pool *p, struct hc_stats *out)
+static_assert(HC_CTR__COUNT <= HC_CTR_MAX && HC_HIST__COUNT <= HC_HIST_MAX && HC_TIER__COUNT <= HC_TIER_MAX &&
+		      HC_PAGE__COUNT <= HC_PAGE_STATES_MAX,
+	      "hc_stats has room for every counter, histogram, tier and page state");
+
+int hc_pool_stats(hc_pool *p, struct hc_stats *stats, size_t size)
 {
 	uint32_t engines[HC_MAX_RANKS];
+	struct hc_stats ob, *out = &ob;
 
-	if (!p || !out)
+	if (!p || !stats)
 		return hc__err(EINVAL, "stats: %s is NULL", p ? "out" : "pool");
 	memset(out, 0, sizeof(*out));
 	for (unsigned row = 0; row <= p->g.max_ranks; row++)
@@ -139,7 +144,7 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 		uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
 		struct hc__holds h;
 
-		if (hc__w_state(w) < 5)
+		if (hc__w_state(w) < HC_PAGE__COUNT)
 			out->pages[hc__w_state(w)]++;
 		if (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED)
 			out->keyed++;
@@ -171,16 +176,17 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *out)
 		out->open_tickets += st == HC_TK_BUILDING || st == HC_TK_OPEN || st == HC_TK_DROPPING;
 	}
 	service_gauges(p, out);
-	return 0;
+	return HC__ABI_OUT(stats, size, out, "hc_pool_stats", "hc_stats");
 }
 
-int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *out)
+int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *info, size_t size)
 {
+	struct hc_page_info ob, *out = &ob;
 	const struct hc_seg_page *pg;
 	struct hc__holds h;
 	uint64_t w;
 
-	if (!p || !out)
+	if (!p || !info)
 		return hc__err(EINVAL, "page info: %s is NULL", p ? "out" : "pool");
 	if (id >= p->g.npages)
 		return hc__err(EINVAL, "page info: page id %u is out of range: the pool has %u pages", id, p->g.npages);
@@ -204,5 +210,5 @@ int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *out)
 	out->pins = h.pins;
 	out->locks = h.locks;
 	out->tickets = h.tickets;
-	return 0;
+	return HC__ABI_OUT(info, size, out, "hc_page_info", "hc_page_info");
 }

@@ -78,13 +78,20 @@ static int membership(const struct hc_pool *p, const char *op)
 	return 0;
 }
 
-static int name_init(const struct hc_pool *p, const struct hc_ticket_name *name, struct tk_name *nm, const char *op)
+static int name_init(const struct hc_pool *p, const struct hc_ticket_name *given, struct tk_name *nm, const char *op)
 {
+	struct hc_ticket_name nb, *name = NULL;
 	size_t len;
+	int ret;
 
 	memset(nm, 0, sizeof(*nm));
 	nm->engine = p->eng_id;
 	nm->inc = p->eng_inc;
+	if (given) {
+		if ((ret = HC__ABI_IN(&nb, given, op, "hc_ticket_name")) < 0)
+			return ret;
+		name = &nb;
+	}
 	if (!name || !name->request_id)
 		return hc__err(EINVAL, "%s: the ticket name%s is NULL", op, name ? "'s request id" : "");
 	len = strnlen(name->request_id, HC_REQUEST_ID_MAX + 1);
@@ -563,6 +570,19 @@ static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n)
 		hc__quota_give(p, gone);
 }
 
+/* The caller's handle: its size, which the library writes up to. */
+static int handle_ok(const hc_ticket *t, const char *op)
+{
+	if (!t)
+		return hc__err(EINVAL, "%s: the ticket handle is NULL", op);
+	if (t->size < sizeof(*t) || t->size > 65536)
+		return hc__err(EINVAL,
+			       "%s: the ticket handle has size %u, which no version of it has (the first is %zu bytes):"
+			       " set .size = sizeof(hc_ticket) before the call",
+			       op, t->size, sizeof(*t));
+	return 0;
+}
+
 static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, struct tk_call *c, hc_ticket *out)
 {
 	struct tk_name nm;
@@ -571,14 +591,14 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 	uint32_t held = 0, tpw;
 	int32_t res_err;
 	int ret, n = 0;
-	hc_ticket res; /* *out is written only on success: a live handle is never lost */
+	hc_ticket res = { .size = sizeof(hc_ticket) }; /* *out is written only on success: a live handle is never lost */
 	uint32_t g0;
 
 	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = membership(p, c->op)) < 0 ||
 	    (ret = name_init(p, name, &nm, c->op)) < 0)
 		return ret;
-	if (!out)
-		return hc__err(EINVAL, "%s: the ticket handle is NULL", c->op);
+	if ((ret = handle_ok(out, c->op)) < 0)
+		return ret;
 	if (c->nkeys > p->g.ticket_keys)
 		return hc__err(E2BIG, "%s: %u keys, but a ticket of pool '%s' names at most %u (ticket_keys)", c->op,
 			       c->nkeys, p->info.name, p->g.ticket_keys);
@@ -686,7 +706,8 @@ done:
 	res.n = (uint32_t)n;
 	res.held = held;
 	res.pages = c->pages;
-	*out = res;
+	res.size = out->size;
+	hc__abi_out(out, out->size, &res, sizeof(res), sizeof(res), c->op, "hc_ticket");
 	if (c->nw.kind == HC_TK_RESERVE) { /* the answer is how many pages to write */
 		int m = 0;
 		for (unsigned i = 0; i < c->nkeys; i++)
@@ -699,11 +720,15 @@ done:
 int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct hc_lookup_req *req,
 		     hc_page_t *pages, hc_ticket *t)
 {
-	struct tk_call c = { .op = "ticket lookup", .lreq = req, .pages = pages };
+	struct tk_call c = { .op = "ticket lookup", .pages = pages };
+	struct hc_lookup_req rb;
 	int ret;
 
 	if (!p)
 		return hc__err(EINVAL, "ticket lookup: pool is NULL");
+	if ((ret = HC__ABI_IN(&rb, req, "hc_ticket_lookup", "hc_lookup_req")) < 0)
+		return ret;
+	c.lreq = req = &rb;
 	if ((ret = hc__lookup_check(p, req, pages, c.op)) < 0)
 		return ret;
 	c.nkeys = req->nkeys;
@@ -717,11 +742,15 @@ int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct
 int hc_ticket_reserve(hc_pool *p, const struct hc_ticket_name *name, const struct hc_reserve_req *req,
 		      hc_page_t *pages, uint8_t *skip, hc_ticket *t)
 {
-	struct tk_call c = { .op = "ticket reserve", .rreq = req, .pages = pages, .skip = skip };
+	struct tk_call c = { .op = "ticket reserve", .pages = pages, .skip = skip };
+	struct hc_reserve_req rb;
 	int ret;
 
 	if (!p)
 		return hc__err(EINVAL, "ticket reserve: pool is NULL");
+	if ((ret = HC__ABI_IN(&rb, req, "hc_ticket_reserve", "hc_reserve_req")) < 0)
+		return ret;
+	c.rreq = req = &rb;
 	if ((ret = hc__reserve_check(p, req, pages, skip, c.op)) < 0)
 		return ret;
 	c.nkeys = req->nkeys;
@@ -736,7 +765,7 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 
 	if (!p || !t)
 		return hc__err(EINVAL, "ticket release: %s is NULL", p ? "ticket" : "pool");
-	if ((ret = hc__need_slot(p, "ticket release")) < 0)
+	if ((ret = hc__need_slot(p, "ticket release")) < 0 || (ret = handle_ok(t, "ticket release")) < 0)
 		return ret;
 	if (t->released)
 		return hc__err(EALREADY, "ticket release: ticket %u was already released by this rank", t->index);

@@ -85,9 +85,10 @@ void hct_sweep(int mine)
 void hct_spec_init(struct hct_spec *s, const char *name, uint32_t npages)
 {
 	memset(s, 0, sizeof(*s));
-	s->comps[0] = (struct hc_component_spec){ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
+	s->spec.size = sizeof(s->spec);
+	s->comps[0] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
 						  .sharding = HC_SHARDED, .kv_heads = 4, .head_bytes = 64, .layers = 2 };
-	s->comps[1] = (struct hc_component_spec){ .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
+	s->comps[1] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
 						  .sharding = HC_REPLICATED, .bytes_per_layer = 1024, .layers = 2 };
 	s->spec.name = name;
 	s->spec.model_id = "test/model-7b";
@@ -101,7 +102,7 @@ void hct_spec_init(struct hct_spec *s, const char *name, uint32_t npages)
 
 hc_pool *hct_attach(const char *name, unsigned flags)
 {
-	struct hc_attach_opts o = { .flags = flags | HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = flags | HC_ATTACH_NO_POPULATE };
 	hc_pool *p = NULL;
 	int ret = hc_pool_attach(name, &o, &p);
 
@@ -135,11 +136,11 @@ static int shard_runs(hc_pool *p, hc_page_t page, uint32_t group_bit, int fill)
 	struct hc_pool_info info;
 	uint32_t presence = 0;
 
-	hc_pool_info(p, &info);
+	hc_pool_info(p, &info, sizeof(info));
 	hc_page_presence(p, page, &presence);
 	for (unsigned c = 0; c < info.ncomp; c++) {
 		struct hc_component_info ci;
-		hc_pool_component(p, c, &ci);
+		hc_pool_component(p, c, &ci, sizeof(ci));
 		if (!(presence & (1u << c)))
 			continue;
 		if ((ci.sharding == HC_REPLICATED) != (group_bit == HC_SHARD_REPLICATED))
@@ -364,11 +365,11 @@ int hct_key_shard(hc_pool *p, hc_page_t pg, const hc_key_t key, uint32_t bit, in
 	struct hc_pool_info info;
 	uint32_t presence;
 
-	if (hc_pool_info(p, &info) < 0 || hc_page_presence(p, pg, &presence) < 0)
+	if (hc_pool_info(p, &info, sizeof(info)) < 0 || hc_page_presence(p, pg, &presence) < 0)
 		return -1;
 	for (unsigned c = 0; c < info.ncomp; c++) {
 		struct hc_component_info ci;
-		if (!(presence & (1u << c)) || hc_pool_component(p, c, &ci) < 0)
+		if (!(presence & (1u << c)) || hc_pool_component(p, c, &ci, sizeof(ci)) < 0)
 			continue;
 		for (unsigned g = 0; g < (ci.sharding == HC_REPLICATED ? 1 : info.head_groups); g++) {
 			uint32_t gb = ci.sharding == HC_REPLICATED ? HC_SHARD_REPLICATED : UINT32_C(1) << g;
@@ -415,7 +416,7 @@ int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
 void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg)
 {
 	uint8_t *skip = calloc(n, 1);
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = n, .first_depth = depth0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .first_depth = depth0 };
 	uint32_t pres;
 
 	ck_assert_ptr_nonnull(skip);
@@ -432,7 +433,7 @@ int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0)
 {
 	hc_page_t *pages = calloc(n, sizeof(*pages));
 	uint8_t *skip = calloc(n, 1);
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n, .first_depth = depth0 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .first_depth = depth0 };
 	int m = hc_reserve(p, &rq, pages, skip);
 
 	for (unsigned i = 0; m > 0 && i < n; i++) {
@@ -459,7 +460,7 @@ int hct_l3_exists(hc_pool *p, const hc_key_t *keys, unsigned n)
 int hct_hit(hc_pool *p, const hc_key_t *keys, unsigned n)
 {
 	hc_page_t *pages = calloc(n, sizeof(*pages));
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = n };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n };
 	int h = hc_lookup(p, &rq, pages);
 
 	free(pages);
@@ -478,7 +479,7 @@ struct hc_stats hct_stats(hc_pool *p)
 {
 	struct hc_stats st;
 
-	ck_assert_ok(hc_pool_stats(p, &st));
+	ck_assert_ok(hc_pool_stats(p, &st, sizeof(st)));
 	return st;
 }
 
@@ -486,7 +487,7 @@ void hct_counters(hc_pool *p, uint64_t out[HC_CTR__COUNT])
 {
 	struct hc_stats st = hct_stats(p);
 
-	memcpy(out, st.counter, sizeof(st.counter));
+	memcpy(out, st.counter, HC_CTR__COUNT * sizeof(out[0]));
 }
 
 uint64_t hct_counter(hc_pool *p, enum hc_counter c)
@@ -658,7 +659,7 @@ pid_t hct_spawn(const char *pool_name, void (*fn)(hc_pool *, void *), void *arg)
 	if (pid == 0) {
 		hc_pool *p;
 		signal(SIGUSR2, dump_stack);
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		if (hc_pool_attach(pool_name, &o, &p) < 0)
 			_exit(100);
 		fn(p, arg);
@@ -716,7 +717,7 @@ struct hct_puppet {
 
 static void puppet_main(const char *pool_name, struct hct_puppet_ctl *c)
 {
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	unsigned seen = 0;
 	hc_pool *p;
 

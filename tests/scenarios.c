@@ -30,7 +30,7 @@
 static int join(struct hcs_env *e, hc_pool *p, uint32_t engine, uint32_t tp, uint32_t rank, uint32_t timeout_ms,
 		uint32_t quota)
 {
-	struct hc_engine_spec es = { .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
 				     .quota_pages = quota ? quota : HC_QUOTA_UNLIMITED, .ticket_timeout_ms = timeout_ms };
 	int r = hc_engine_join(p, &es);
 
@@ -68,7 +68,7 @@ static void read_check(struct hcs_env *e, hc_pool *p, hc_page_t h, const hc_key_
  * negative errno. */
 static int store(struct hcs_env *e, hc_pool *p, const hc_key_t *keys, unsigned n, hc_page_t *pg)
 {
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = n };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n };
 	uint8_t skip[HCS_KEYS];
 	int r = hc_reserve(p, &rr, pg, skip), c;
 
@@ -111,12 +111,12 @@ static void setup_three(struct hcs_env *e)
  * rank 0, if it built the ticket, aborts instead of committing. */
 static void co_write(struct hcs_env *e, hc_pool *p, unsigned me, int abort_first)
 {
-	struct hc_ticket_name tn = { .request_id = "w", .step = 0 };
-	struct hc_reserve_req rr = { .keys = e->sh->keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "w", .step = 0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = e->sh->keys, .nkeys = 2 };
 	uint32_t mine = me == 0 ? (G0 | REPL) : G1;
 	hc_page_t pg[2];
 	uint8_t skip[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	int r;
 
 	if (join(e, p, 1, 2, me, 60000, 0) < 0)
@@ -206,7 +206,7 @@ static hc_page_t ctl_anon[2];
  * controller's, so the next allocation needs the sweep. */
 static void setup_quarantined(struct hcs_env *e)
 {
-	struct hc_reserve_req rr = { .keys = e->sh->keys, .nkeys = 2 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = e->sh->keys, .nkeys = 2 };
 	uint8_t skip[2];
 	hc_page_t pg[2];
 
@@ -226,7 +226,7 @@ static void setup_quarantined(struct hcs_env *e)
 
 static void sweep_actor(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	int r = hc_pool_recover(p, NULL);
+	int r = hc_pool_recover(p, NULL, 0);
 
 	(void)me;
 	EXPECT(e, r, "recover", 0);
@@ -266,7 +266,7 @@ static const struct hcs_scenario sweep_vs_allocator = {
 
 static void reader_actor(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 3, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 3, .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[3];
 	int h = hc_lookup(p, &rq, pg);
 
@@ -309,7 +309,7 @@ static hc_ticket bg[63];
  * its tickets stay OPEN for an hour. */
 static void ctl_join(struct hcs_env *e)
 {
-	struct hc_engine_spec es = { .engine_id = 9, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 9, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED,
 				     .ticket_timeout_ms = 3600u * 1000u };
 
 	ck_assert_ok(hc_engine_join(e->p, &es));
@@ -319,15 +319,16 @@ static void ctl_join(struct hcs_env *e)
  * never comes), so the scenario's tickets take the last and then reuse. */
 static void setup_tickets(struct hcs_env *e)
 {
-	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 1 };
 	hc_page_t pg[1];
 	char id[16];
 
 	setup_store(e, 2);
 	ctl_join(e);
 	for (int i = 0; i < 63; i++) {
-		struct hc_ticket_name tn = { .request_id = id, .step = 0 };
+		struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 };
 		snprintf(id, sizeof(id), "bg-%d", i);
+		bg[i].size = sizeof(bg[i]);
 		ck_assert_int_eq(hc_ticket_lookup(e->p, &tn, &rq, pg, &bg[i]), 1);
 		ck_assert_ok(hc_ticket_release(e->p, &bg[i]));
 	}
@@ -336,10 +337,10 @@ static void setup_tickets(struct hcs_env *e)
 /* Ranks 0 and 1 of engine 2: the same lookup ticket, pages read. */
 static void tk_rank(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_ticket_name tn = { .request_id = "t", .step = 0 };
-	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "t", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 2 };
 	hc_page_t pg[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	int h;
 
 	if (join(e, p, 2, 2, me, 500, 0) < 0)
@@ -360,10 +361,10 @@ static void tk_rank(struct hcs_env *e, hc_pool *p, unsigned me)
  * which must reuse a record. */
 static void tk_other(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_ticket_name tn = { .request_id = "other", .step = 0 };
-	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "other", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 1 };
 	hc_page_t pg[1];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	int r;
 
 	if (join(e, p, 3, 1, 0, 500, 0) < 0)
@@ -371,7 +372,7 @@ static void tk_other(struct hcs_env *e, hc_pool *p, unsigned me)
 	r = hc_evict(p, 2); /* ticket-held pages are put back */
 	EXPECT(e, r, "evict", 0);
 	hcs_clock_add(e, 10000);
-	r = hc_pool_recover(p, NULL);
+	r = hc_pool_recover(p, NULL, 0);
 	EXPECT(e, r, "recover", 0);
 	r = hc_ticket_lookup(p, &tn, &rq, pg, &t);
 	e->sh->ret[me][0] = r;
@@ -418,8 +419,8 @@ static const struct hcs_scenario ticket_reuse = {
 /* Hold one of everything, then die. */
 static void hold_and_die(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 2, .flags = HC_LOOKUP_PIN };
-	struct hc_reserve_req rr = { .keys = e->sh->keys + 2, .nkeys = 2 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = e->sh->keys + 2, .nkeys = 2 };
 	hc_page_t pg[2], anon;
 	uint8_t skip[2];
 	int r;
@@ -548,11 +549,11 @@ static void reserve_two(struct hcs_env *e, hc_pool *p, unsigned me)
  * page is shared, so the abort leaves it in quarantine, not FREE. */
 static void reserve_and_abort(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_ticket_name tn = { .request_id = "r", .step = 0 };
-	struct hc_reserve_req rr = { .keys = e->sh->keys + 1, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "r", .step = 0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = e->sh->keys + 1, .nkeys = 1 };
 	hc_page_t pg[1];
 	uint8_t skip[1];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	int r;
 
 	if (join(e, p, 5, 2, 0, 60000, 0) < 0)
@@ -679,8 +680,8 @@ static int take_check(struct hcs_env *e, hc_pool *p, hc_req *rq, hc_page_t *pg)
 
 static void prefetcher(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req lr = { .keys = e->sh->keys, .nkeys = 3 };
-	struct hc_prefetch_req pr = { .keys = e->sh->keys, .nkeys = 3, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 3 };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = e->sh->keys, .nkeys = 3, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[3];
 	hc_req *rq;
 	int h, r;
@@ -714,7 +715,7 @@ static const struct hcs_scenario prefetch_vs_death = {
 /* buffer_only: a write grant, pages stored and backed up, then read back. */
 static void stager(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_prefetch_req pr = { .keys = e->sh->keys, .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = e->sh->keys, .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[2];
 	hc_req *g, *b, *rq;
 	int r, h;
@@ -764,7 +765,7 @@ static const struct hcs_scenario staging = {
 /* Reserve keys[0], write half of it, abort: quarantined, then FREE. */
 static void aborter(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_reserve_req rr = { .keys = e->sh->keys, .nkeys = 1 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = e->sh->keys, .nkeys = 1 };
 	hc_page_t pg[1];
 	uint8_t skip[1];
 	int r = hc_reserve(p, &rr, pg, skip);
@@ -782,7 +783,7 @@ static void aborter(struct hcs_env *e, hc_pool *p, unsigned me)
 /* Look keys[0] up (pinned), read it if found, then store it. */
 static void lookup_store(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req rq = { .keys = e->sh->keys, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 1, .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[1];
 	int r = hc_lookup(p, &rq, pg);
 
@@ -811,7 +812,7 @@ static const struct hcs_scenario abort_vs_lookup = {
 
 /* ---- a repair while a rank works */
 
-static hc_ticket dmg;
+static hc_ticket dmg = { .size = sizeof(hc_ticket) };
 
 /* keys[0..2] READY, and damage: a lookup ticket of keys[1] (engine 9,
  * whose rank 1 never comes) recording more pages than keys, a stray bit of
@@ -819,8 +820,8 @@ static hc_ticket dmg;
  * find or free. */
 static void setup_damage(struct hcs_env *e)
 {
-	struct hc_ticket_name tn = { .request_id = "dmg", .step = 0 };
-	struct hc_lookup_req rq = { .keys = e->sh->keys + 1, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "dmg", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys + 1, .nkeys = 1 };
 	hc_page_t pg[1], lost;
 
 	setup_store(e, 3);
@@ -848,7 +849,7 @@ static void repair_reader(struct hcs_env *e, hc_pool *p, unsigned me)
 
 static void repairer(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	int r = hc_pool_repair(p, 0, NULL, NULL, NULL);
+	int r = hc_pool_repair(p, 0, NULL, 0, NULL, NULL);
 
 	e->sh->ret[me][0] = r;
 	EXPECT(e, r, "repair", 0);

@@ -350,7 +350,7 @@ static int fork_actor(struct ctl *c, unsigned a)
 		return -1;
 	}
 	if (pid == 0) {
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		hc_pool *p;
 
 		hc__sched_observe(c->e.blk);
@@ -388,7 +388,7 @@ static int fork_service(struct ctl *c, int pt)
 		return -1;
 	pid = fork();
 	if (pid == 0) {
-		struct hc_service_opts o = { .backend = spec, .batch_pages = 4, .workers = 1 };
+		struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .batch_pages = 4, .workers = 1 };
 		hc_service *s;
 		sigset_t set;
 		int sig;
@@ -445,18 +445,18 @@ static int free_recoverer(struct ctl *c, int pt)
 	int status;
 
 	if (pid == 0) {
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		hc_pool *p;
 
 		hc__sched_observe(c->e.blk);
 		hc__pt_arm((unsigned)pt, HC_PTA_KILL, 1);
 		if (hc_pool_attach(c->e.name, &o, &p) < 0)
 			_exit(2);
-		hc_pool_recover(p, NULL);
+		hc_pool_recover(p, NULL, 0);
 		/* and once more past every grace: the quarantine sweep */
 		if (!c->e.sc->real_clock)
 			hcs_clock_add(&c->e, c->e.sc->quarantine_ms + 1);
-		hc_pool_recover(p, NULL);
+		hc_pool_recover(p, NULL, 0);
 		hc_pool_detach(p);
 		_exit(0);
 	}
@@ -476,18 +476,18 @@ static void collect(void *arg, const char *line)
 static void prove(struct ctl *c)
 {
 	hc_pool *p = c->e.p;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 	int n;
 
-	if (hc_pool_recover(p, NULL) < 0)
+	if (hc_pool_recover(p, NULL, 0) < 0)
 		why(c, "recover: %s", hc_last_error());
-	if (c->e.sc->repairs && hc_pool_repair(p, 0, NULL, NULL, NULL) < 0)
+	if (c->e.sc->repairs && hc_pool_repair(p, 0, NULL, 0, NULL, NULL) < 0)
 		why(c, "repair: %s", hc_last_error());
 	if (c->e.sc->real_clock)
 		usleep((c->e.sc->quarantine_ms + 5) * 1000);
 	else
 		hcs_clock_add(&c->e, c->e.sc->quarantine_ms + 1);
-	if (hc_pool_recover(p, NULL) < 0)
+	if (hc_pool_recover(p, NULL, 0) < 0)
 		why(c, "recover: %s", hc_last_error());
 	n = hc_pool_check(p, HC_CHECK_QUIESCENT, collect, c);
 	if (n < 0)
@@ -496,7 +496,7 @@ static void prove(struct ctl *c)
 		why(c, "%u unexpected errors in actors; first: %s", atomic_load(&c->e.sh->errors), c->e.sh->error);
 	if (atomic_load(&c->e.sh->reads_bad))
 		why(c, "%u reads by actors saw wrong bytes", atomic_load(&c->e.sh->reads_bad));
-	hc_pool_count_states(p, counts);
+	hc_pool_count_states(p, counts, HC_PAGE__COUNT);
 	if (counts[HC_PAGE_RESERVED] || counts[HC_PAGE_FREEING])
 		why(c, "lost: %llu pages RESERVED and %llu FREEING with every actor ended", (unsigned long long)counts[1],
 		    (unsigned long long)counts[4]);
@@ -504,7 +504,7 @@ static void prove(struct ctl *c)
 		struct hc_page_info pi;
 		hc_page_t h;
 
-		if (hc_page_info(p, id, &pi) < 0)
+		if (hc_page_info(p, id, &pi, sizeof(pi)) < 0)
 			continue;
 		if (pi.state == HC_PAGE_QUARANTINE && pi.pins + pi.locks == 0)
 			why(c, "lost: page %u is still in quarantine, nothing holds it, past its grace", id);
@@ -515,7 +515,7 @@ static void prove(struct ctl *c)
 				why(c, "lost: page %u is READY, unkeyed and not the controller's (slot %u)", id, pi.owner);
 			continue;
 		}
-		struct hc_lookup_req rq = { .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+		struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
 		if (hc_lookup(p, &rq, &h) != 1 || HC_PAGE_ID(h) != id)
 			why(c, "lost: page %u is READY and keyed, and its key does not find it", id);
 		else if (hct_key_shard(p, h, pi.key, 0, 0) < 0)
@@ -532,7 +532,7 @@ static int make_pool(struct ctl *c)
 {
 	const struct hcs_scenario *sc = c->e.sc;
 	struct hct_spec sp;
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 
 	snprintf(c->e.name, sizeof(c->e.name), "%s", hct_name());
 	hct_spec_init(&sp, c->e.name, sc->npages);

@@ -141,7 +141,7 @@ struct env {
 
 static hc_store *open_store(struct env *e, unsigned qd)
 {
-	struct hc_store_opts o = { .queue_depth = qd };
+	struct hc_store_opts o = { .size = sizeof(struct hc_store_opts), .queue_depth = qd };
 	hc_store *st = NULL;
 	int r = hc_store_open(e->p, e->spec, &o, &st);
 
@@ -158,7 +158,7 @@ static void env_open(struct env *e, int i, unsigned qd)
 	e->b->setup(e->spec, sizeof(e->spec));
 	e->st = open_store(e, qd);
 	hc__store_plugin(e->st, &e->be, &e->inst);
-	ck_assert_ok(hc_store_info(e->st, &e->info));
+	ck_assert_ok(hc_store_info(e->st, &e->info, sizeof(e->info)));
 }
 
 static void env_close(struct env *e)
@@ -188,7 +188,7 @@ static int page_bytes(hc_pool *p, hc_page_t pg, const uint8_t *key, uint32_t sal
 		struct hc_component_info ci;
 		if (!(comps & (1u << c)))
 			continue;
-		hc_pool_component(p, c, &ci);
+		hc_pool_component(p, c, &ci, sizeof(ci));
 		for (size_t j = 0; j < ci.bytes; j++) {
 			uint8_t want = byte_of(key, salt, c, j);
 			if (fill)
@@ -204,7 +204,7 @@ static int page_bytes(hc_pool *p, hc_page_t pg, const uint8_t *key, uint32_t sal
 static void make_ready(struct env *e, const hc_key_t *keys, unsigned n, uint32_t salt, uint32_t presence,
 		       hc_page_t *out)
 {
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n, .presence = presence };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .presence = presence };
 	uint8_t *skip = calloc(n, 1);
 
 	ck_assert_int_eq(hc_reserve(e->p, &rq, out, skip), (int)n);
@@ -236,7 +236,7 @@ static void put_keys(struct env *e, const hc_key_t *keys, unsigned n, uint32_t s
  * Hits are checked against salt and committed; the rest are aborted. */
 static int get_keys(struct env *e, const hc_key_t *keys, unsigned n, uint32_t salt, uint32_t presence, int *status)
 {
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n, .presence = presence };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .presence = presence };
 	hc_page_t *pg = calloc(n, sizeof(*pg));
 	uint8_t *skip = calloc(n, 1);
 	int hits;
@@ -280,7 +280,7 @@ static void obj_name(struct env *e, const uint8_t *key, uint8_t name[HC_BE_NAME_
 {
 	struct hc_pool_info pi;
 
-	hc_pool_info(e->p, &pi);
+	hc_pool_info(e->p, &pi, sizeof(pi));
 	memcpy(name, pi.fingerprint, 32);
 	memcpy(name + 32, key, 32);
 }
@@ -516,14 +516,14 @@ static void *store_worker(void *arg)
 	hc_key_t k[24];
 	hc_page_t pg[24];
 	int st[24];
-	struct hc_reserve_req rq = { .keys = k, .nkeys = 24 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 24 };
 	uint8_t skip[24];
 
 	hct_keys(k, 24, 1000 + w->id);
 	for (int round = 0; round < 3 && !w->bad; round++) {
 		if (hc_reserve(w->e->p, &rq, pg, skip) != 24) {
-			uint64_t cnt[5];
-			hc_pool_count_states(w->e->p, cnt);
+			uint64_t cnt[HC_PAGE__COUNT];
+			hc_pool_count_states(w->e->p, cnt, HC_PAGE__COUNT);
 			snprintf(w->why, sizeof(w->why), "round %d reserve: %s [free %llu res %llu ready %llu q %llu f %llu]", round, hc_last_error(),
 			(unsigned long long)cnt[0],(unsigned long long)cnt[1],(unsigned long long)cnt[2],(unsigned long long)cnt[3],(unsigned long long)cnt[4]);
 			w->bad = 1;
@@ -775,7 +775,7 @@ START_TEST(wrong_fingerprint)
 	ck_assert_ok(hc_pool_create(&s.spec));
 	q = hct_attach(other, 0);
 	ck_assert_ok(hc_store_open(q, e.spec, NULL, &qs));
-	hc_pool_info(q, &pi);
+	hc_pool_info(q, &pi, sizeof(pi));
 	/* plant our object under the other pool's name for the key */
 	memcpy(name, pi.fingerprint, 32);
 	{
@@ -785,7 +785,7 @@ START_TEST(wrong_fingerprint)
 	}
 	free(obj);
 	{
-		struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
+		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
 		hc_page_t pg[2];
 		uint8_t skip[2];
 		ck_assert_int_eq(hc_reserve(q, &rq, pg, skip), 2);
@@ -943,14 +943,14 @@ START_TEST(loader_paths)
 	char path[1100], dir[1024];
 	const char *b = getenv("HC_BUILDDIR");
 	struct hc_store_info info;
-	struct hc_store_opts o = { 0 };
+	struct hc_store_opts o = { .size = sizeof(struct hc_store_opts) };
 
 	loader_env(&e);
 	snprintf(dir, sizeof(dir), "%s/tests/fixtures/.libs", b && *b ? b : ".");
 	/* an explicit path */
 	snprintf(path, sizeof(path), "%s/mem.so:max_objects=3", dir);
 	ck_assert_ok(hc_store_open(e.p, path, NULL, &st));
-	ck_assert_ok(hc_store_info(st, &info));
+	ck_assert_ok(hc_store_info(st, &info, sizeof(info)));
 	ck_assert_str_eq(info.name, "mem");
 	ck_assert_uint_eq(info.queue_depth, 64);
 	hc_store_close(st);
@@ -997,7 +997,7 @@ START_TEST(put_failure)
 	ck_assert_uint_eq(hct_store_stat(e.st, "lib_put_errors"), 2);
 	for (int i = 0; i < 3; i++) {
 		struct hc_page_info pi;
-		hc_page_info(e.p, HC_PAGE_ID(pg[i]), &pi);
+		hc_page_info(e.p, HC_PAGE_ID(pg[i]), &pi, sizeof(pi));
 		ck_assert_int_eq(pi.state, HC_PAGE_READY);
 		ck_assert_uint_eq(pi.pins, 0);
 	}

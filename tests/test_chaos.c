@@ -118,7 +118,7 @@ static void check_key(hc_pool *p, hc_page_t pg, const uint8_t *key, int w, const
 {
 	struct hc_page_info pi;
 
-	if (hc_page_info(p, HC_PAGE_ID(pg), &pi) < 0 ||
+	if (hc_page_info(p, HC_PAGE_ID(pg), &pi, sizeof(pi)) < 0 ||
 	    (pi.state != HC_PAGE_READY && !(pi.state == HC_PAGE_FREEING && !(pi.aux & HC_FREEING_CHECKED))) ||
 	    pi.gen != HC_PAGE_GEN(pg) ||
 	    !pi.keyed || memcmp(pi.key, key, HC_KEY_BYTES) != 0)
@@ -156,7 +156,7 @@ static void store(hc_pool *p, int w, unsigned *seed)
 	hc_page_t pages[MAXK];
 	uint8_t skip[MAXK];
 	unsigned n = make_keys(mix(rand_r(seed)), keys);
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n };
 	int m = hc_reserve(p, &rq, pages, skip), ret;
 
 	EXPECT(m, "reserve", ENOSPC);
@@ -209,7 +209,7 @@ static void lookup_pin(hc_pool *p, int w, unsigned *seed, struct held *hd)
 	hc_key_t keys[MAXK];
 	hc_page_t pages[MAXK];
 	unsigned n = make_keys(mix(rand_r(seed)), keys);
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = n, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n, .flags = HC_LOOKUP_PIN };
 	int h = hc_lookup(p, &rq, pages), ret;
 
 	EXPECT(h, "lookup", EDQUOT);
@@ -319,7 +319,7 @@ static void free_keyed(hc_pool *p, int w, unsigned *seed)
 	hc_key_t keys[MAXK];
 	hc_page_t pages[MAXK];
 	unsigned n = make_keys(mix(rand_r(seed)), keys);
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = n };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n };
 	int h = hc_lookup(p, &rq, pages), ret;
 
 	if (h <= 0)
@@ -351,10 +351,10 @@ static void request(hc_pool *p, int w, const char *id, uint64_t x, uint32_t shar
 	hc_key_t keys[MAXK];
 	hc_page_t lp[MAXK], rp[MAXK];
 	uint8_t skip[MAXK];
-	hc_ticket lt, rt;
+	hc_ticket lt = { .size = sizeof(lt) }, rt = { .size = sizeof(rt) };
 	unsigned n = make_keys(x, keys);
-	struct hc_ticket_name ln = { .request_id = id, .step = 0 }, rn = { .request_id = id, .step = 1 };
-	struct hc_lookup_req lq = { .keys = keys, .nkeys = n };
+	struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 }, rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 1 };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n };
 	int h, m, ret;
 
 	h = hc_ticket_lookup(p, &ln, &lq, lp, &lt);
@@ -372,7 +372,7 @@ static void request(hc_pool *p, int w, const char *id, uint64_t x, uint32_t shar
 		check_key(p, lp[i], keys[i], w, "ticket lookup");
 	}
 	if ((unsigned)h < n) {
-		struct hc_reserve_req rq = { .keys = keys + h, .nkeys = n - (unsigned)h, .first_depth = (uint32_t)h };
+		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys + h, .nkeys = n - (unsigned)h, .first_depth = (uint32_t)h };
 
 		m = hc_ticket_reserve(p, &rn, &rq, rp, skip, &rt);
 		atomic_fetch_add(&sh->tickets, 1);
@@ -475,8 +475,8 @@ static void __attribute__((noreturn)) single_rank(hc_pool *p, int w, unsigned se
 
 static void __attribute__((noreturn)) worker(int w, unsigned seed)
 {
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
-	struct hc_engine_spec es = { .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = TICKET_MS };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = TICKET_MS };
 	hc_pool *p;
 	int ret;
 
@@ -532,7 +532,7 @@ START_TEST(random_kills)
 	unsigned seed = (unsigned)getpid(), kills = 0, landed = 0, checks = 0, parent_recoveries = 0;
 	struct hc_recovery_report rep;
 	struct hc_stats st;
-	uint64_t counts[5], ready = 0;
+	uint64_t counts[HC_PAGE__COUNT], ready = 0;
 	int status, ret;
 
 	hct_spec_init(&s, name, NPAGES);
@@ -565,7 +565,7 @@ START_TEST(random_kills)
 		/* Sometimes an admin recovers while the others run; otherwise the
 		 * replacement's attach (or a worker's probe) does. */
 		if (rand_r(&seed) % 4 == 0) {
-			ck_assert_ok(hc_pool_recover(p, NULL));
+			ck_assert_ok(hc_pool_recover(p, NULL, 0));
 			parent_recoveries++;
 		}
 		if (kills % 16 == 0) {
@@ -623,9 +623,9 @@ START_TEST(random_kills)
 	ck_assert_uint_gt(sh->verified, 50);
 
 	/* Recover, wait out the quarantine and the ticket deadlines, recover again. */
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	usleep((QUAR_MS > TICKET_MS ? QUAR_MS : TICKET_MS) * 1000 + 100 * 1000);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
 
 	/* Every dead rank's holds were undone; nothing is held or in flight. */
@@ -641,15 +641,15 @@ START_TEST(random_kills)
 	for (unsigned slot = 0; slot < 32; slot++) {
 		struct hc_rank_info ri;
 		struct hc_pool_info info;
-		hc_pool_info(p, &info);
+		hc_pool_info(p, &info, sizeof(info));
 		if ((int)slot == info.self_slot)
 			continue;
-		ck_assert_ok(hc_pool_rank(p, slot, &ri));
+		ck_assert_ok(hc_pool_rank(p, slot, &ri, sizeof(ri)));
 		ck_assert_msg(!ri.live && ri.pins == 0 && ri.locks == 0 && ri.reserved == 0,
 			      "slot %u: live %d, %llu pins, %llu locks, %u reserved", slot, ri.live,
 			      (unsigned long long)ri.pins, (unsigned long long)ri.locks, ri.reserved);
 	}
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_RESERVED], 0);
 	ck_assert_uint_eq(counts[HC_PAGE_FREEING], 0);
 	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 0);
@@ -660,7 +660,7 @@ START_TEST(random_kills)
 		struct hc_page_info pi;
 		hc_page_t h = HC_PAGE_NONE;
 
-		ck_assert_ok(hc_page_info(p, id, &pi));
+		ck_assert_ok(hc_page_info(p, id, &pi, sizeof(pi)));
 		if (pi.state != HC_PAGE_READY)
 			continue;
 		ready++;
@@ -668,12 +668,12 @@ START_TEST(random_kills)
 		ck_assert_msg(check_page(p, HC_PAGE_MAKE(id, pi.gen), -1, "final sweep") == 0, "%s", sh->bad);
 		/* Every worker is dead: recovery freed what they allocated unkeyed. */
 		ck_assert_msg(pi.keyed, "page %u: READY, unkeyed, of dead slot %u, never reclaimed", id, pi.owner);
-		struct hc_lookup_req one = { .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
 		ck_assert_int_eq(hc_lookup(p, &one, &h), 1);
 		ck_assert_uint_eq(h, HC_PAGE_MAKE(id, pi.gen));
 	}
 	ck_assert_int_eq(hc_pool_clear(p), (int)ready);
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], NPAGES);
 	st = hct_stats(p);
 	ck_assert_uint_eq(st.keyed, 0);
@@ -691,7 +691,7 @@ END_TEST
 
 static hc_pool *child_attach(const char *name)
 {
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	hc_pool *c = NULL;
 
 	if (hc_pool_attach(name, &o, &c) < 0)
@@ -701,7 +701,7 @@ static hc_pool *child_attach(const char *name)
 
 static void child_join(hc_pool *c, uint32_t engine, uint32_t tp, uint32_t rank)
 {
-	struct hc_engine_spec es = { .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
 				     .quota_pages = HC_QUOTA_UNLIMITED };
 
 	if (hc_engine_join(c, &es) < 0)
@@ -723,7 +723,7 @@ static pid_t start_replacement(const char *name, struct step *st)
 
 	if (y == 0) {
 		hc_pool *c = child_attach(name);
-		struct hc_engine_spec es = { .engine_id = 5, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
+		struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 5, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
 		st->ret = hc_engine_join(c, &es);
 		snprintf(st->msg, sizeof(st->msg), "%s", st->ret < 0 ? hc_last_error() : "");
 		_exit(0);
@@ -765,15 +765,15 @@ START_TEST(claim_with_a_dead_freer)
 	int status;
 
 	hct_keys(k, 1, 9);
-	struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 	ck_assert_int_eq(hc_reserve(p, &rq, &pg, &skip), 1);
 	ck_assert_int_eq(hct_fill_commit_all(p, pg), 1);
-	struct hc_ticket_name nm = { .request_id = "held", .step = 0 };
-	struct hc_lookup_req lq = { .keys = k, .nkeys = 1 };
+	struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "held", .step = 0 };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 1 };
 	if ((r0 = fork()) == 0) { /* TP rank 0: builds the ticket, stays alive */
 		hc_pool *c = child_attach(name);
 		hc_page_t got;
-		hc_ticket t;
+		hc_ticket t = { .size = sizeof(hc_ticket) };
 		child_join(c, 1, 2, 0);
 		st->ret = hc_ticket_lookup(c, &nm, &lq, &got, &t);
 		atomic_store(&st->step, 1);
@@ -785,7 +785,7 @@ START_TEST(claim_with_a_dead_freer)
 	if ((r1 = fork()) == 0) { /* TP rank 1: attached before the freer dies, claims after */
 		hc_pool *c = child_attach(name);
 		hc_page_t got;
-		hc_ticket t;
+		hc_ticket t = { .size = sizeof(hc_ticket) };
 		child_join(c, 1, 2, 1);
 		atomic_store(&st->step, 2);
 		wait_step(st, 3);
@@ -841,9 +841,9 @@ START_TEST(late_shard_after_the_grace)
 		if ((r[i] = fork()) == 0) {
 			hc_pool *c = child_attach(name);
 			hc_page_t mine;
-			hc_ticket t;
-			struct hc_ticket_name nm = { .request_id = "req", .step = 1 };
-			struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+			hc_ticket t = { .size = sizeof(hc_ticket) };
+			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "req", .step = 1 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 			child_join(c, 1, 2, i);
 			if (i == 1)
 				wait_step(st, 1);
@@ -862,17 +862,17 @@ START_TEST(late_shard_after_the_grace)
 	wait_step(st, 2);
 	kill(r[0], SIGKILL);
 	waitpid(r[0], NULL, 0);
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	usleep(2 * QUAR_MS * 1000);
-	ck_assert_ok(hc_pool_recover(p, NULL));
-	struct hc_reserve_req rq = { .keys = k + 1, .nkeys = 1 };
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k + 1, .nkeys = 1 };
 	m = hc_reserve(p, &rq, &pg, &skip);
 	ck_assert_msg(m == 1 || m == -ENOSPC, "reserve: %d %s", m, hc_last_error());
 	if (m == 1)
 		ck_assert_int_eq(hct_fill_commit_all(p, pg), 1);
 	atomic_store(&st->step, 3);
 	waitpid(r[1], NULL, 0);
-	struct hc_lookup_req lq = { .keys = k + 1, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k + 1, .nkeys = 1, .flags = HC_LOOKUP_PIN };
 	if (hc_lookup(p, &lq, &got) == 1) {
 		int bad = hct_verify(p, got, 1) || hct_verify(p, got, 2) || hct_verify(p, got, HC_SHARD_REPLICATED);
 		ck_assert_ok(hc_page_unpin(p, got));
@@ -906,17 +906,17 @@ START_TEST(stalled_reader_and_a_reused_page)
 
 	res = hct_shared(4096);
 	hct_keys(k, 1, 4);
-	struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 	ck_assert_int_eq(hc_reserve(p, &rq, &pg, &skip), 1);
 	ck_assert_int_eq(hct_fill_commit_all(p, pg), 1);
 	if ((r = fork()) == 0) {
 		hc_pool *c = child_attach(name);
-		struct hc_lookup_req lq = { .keys = k, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+		struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 1, .flags = HC_LOOKUP_PIN };
 		hc_page_t got;
 		struct hc_page_info pi;
 		for (;;) {
 			if (hc_lookup(c, &lq, &got) == 1) {
-				hc_page_info(c, HC_PAGE_ID(got), &pi);
+				hc_page_info(c, HC_PAGE_ID(got), &pi, sizeof(pi));
 				if (!pi.keyed || memcmp(pi.key, k[0], HC_KEY_BYTES) != 0)
 					atomic_fetch_add(&res->wrong, 1);
 				hc_page_unpin(c, got);
@@ -941,7 +941,7 @@ START_TEST(stalled_reader_and_a_reused_page)
 		ck_assert_int_eq(waitpid(r, &status, WUNTRACED), r);
 		if (hc_page_state(p, 0, &pg, NULL, NULL) == HC_PAGE_READY) {
 			struct hc_page_info pi;
-			hc_page_info(p, 0, &pi);
+			hc_page_info(p, 0, &pi, sizeof(pi));
 			if (!pi.keyed)
 				hc_page_free(p, &pg, 1);
 		}
@@ -984,7 +984,7 @@ START_TEST(probe_during_recovery)
 		hc_pool *c = child_attach(name);
 		hc_page_t pg;
 		uint8_t skip;
-		struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 		child_join(c, 5, 2, 0);
 		if (hc_reserve(c, &rq, &pg, &skip) != 1)
 			_exit(1);
@@ -998,7 +998,7 @@ START_TEST(probe_during_recovery)
 		pthread_mutex_lock(&p->ctl->index_lock[i].m);
 	if ((rec = fork()) == 0) { /* its attach takes the dead slot and recovers it first */
 		hc_pool *c = child_attach(name);
-		_exit(hc_pool_recover(c, NULL) < 0);
+		_exit(hc_pool_recover(c, NULL, 0) < 0);
 	}
 	usleep(100 * 1000); /* the recoverer now holds the dead slot, waiting for a stripe */
 	y = start_replacement(name, st);
@@ -1045,7 +1045,7 @@ START_TEST(check_a_stopped_writer)
 				tok[j] = (uint32_t)mix((uint64_t)i << 8 | j);
 			hc_key_chain(NULL, NULL, tok, 32 * 4, 4, k);
 			/* one writer per page (presence: the state only), so an abort frees at once */
-			struct hc_reserve_req rq = { .keys = k, .nkeys = 32, .presence = 2 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 32, .presence = 2 };
 			if (hc_reserve(c, &rq, pg, skip) == 32)
 				hc_page_abort(c, pg, 32);
 		}
@@ -1090,7 +1090,7 @@ START_TEST(leaving_page_shadows_the_live_one)
 	int status, stored_again, hit, nready = 0;
 
 	hct_keys(k, 1, 12);
-	struct hc_reserve_req rq = { .keys = k, .nkeys = 1 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 	ck_assert_int_eq(hc_reserve(p, &rq, &a, &skip), 1);
 	ck_assert_int_eq(hct_fill_commit_all(p, a), 1);
 	for (int i = 0; i < HC_INDEX_STRIPES; i++)
@@ -1118,7 +1118,7 @@ START_TEST(leaving_page_shadows_the_live_one)
 	ck_assert_int_eq(waitpid(r, &status, 0), r);
 	for (uint32_t id = 0; id < 16; id++) {
 		struct hc_page_info pi;
-		hc_page_info(p, id, &pi);
+		hc_page_info(p, id, &pi, sizeof(pi));
 		nready += pi.state == HC_PAGE_READY && pi.keyed && memcmp(pi.key, k[0], HC_KEY_BYTES) == 0;
 	}
 	ck_assert_msg(stored_again == 0 && hit == 1 && nready == 1,
@@ -1168,7 +1168,7 @@ START_TEST(probe_while_recoverer_logs)
 	if ((rec = fork()) == 0) { /* its attach takes the dead slot, logs, stops */
 		hc_set_log(stop_on_recovery, NULL);
 		hc_pool *c = child_attach(name);
-		_exit(hc_pool_recover(c, NULL) < 0);
+		_exit(hc_pool_recover(c, NULL, 0) < 0);
 	}
 	ck_assert_int_eq(waitpid(rec, &status, WUNTRACED), rec);
 	ck_assert(WIFSTOPPED(status));

@@ -175,7 +175,7 @@ END_TEST
 
 static void join(hc_pool *p, uint32_t engine, uint32_t rank)
 {
-	struct hc_engine_spec e = { .engine_id = engine, .tp_size = 2, .tp_rank = rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = 2, .tp_rank = rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 60000 };
 
 	ck_assert_ok(hc_engine_join(p, &e));
@@ -185,11 +185,11 @@ static void join(hc_pool *p, uint32_t engine, uint32_t rank)
  * ticket that outlived its engine). */
 START_TEST(ticket_records)
 {
-	struct hc_ticket_name tn = { .request_id = "chk", .step = 0 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "chk", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	hc_page_t pages[2];
 	struct hc_seg_ticket *r;
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	uint64_t w;
 	uint32_t e, inc;
 

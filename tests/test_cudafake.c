@@ -413,7 +413,7 @@ START_TEST(events)
 	static hc_page_t pg[4];
 	static uint8_t skip[4];
 	uint64_t sl[4 * T], ss[4] = { 0, 1, 2, 3 };
-	struct hc_reserve_req rq = { .keys = k, .nkeys = 4 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 4 };
 	cudaEvent_t after;
 	void *e0, *e1;
 	hc_xfer *x;
@@ -428,7 +428,7 @@ START_TEST(events)
 	after = (cudaEvent_t)(uintptr_t)0x777; /* the engine's: a number to the fake */
 	F.hold = 1;                             /* layers are issued, none arrives */
 	{
-		struct hc_xfer_req xr = { .pages = pg, .n = 4, .slots = sl, .state_slots = ss, .after = after };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 4, .slots = sl, .state_slots = ss, .after = after };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 		e0 = hc_xfer_layer_event(x, 0);
 		e1 = hc_xfer_layer_event(x, 1);
@@ -451,7 +451,7 @@ START_TEST(events)
 	/* runs of 16 tokens x 128 bytes (2 KiB) average under 64 KiB: the kernel */
 	{
 		struct hc_dev_stats st;
-		ck_assert_ok(hc_dev_stats(a.dev, &st));
+		ck_assert_ok(hc_dev_stats(a.dev, &st, sizeof(st)));
 		ck_assert_uint_eq(st.kernel_layers, 2);
 		ck_assert_uint_eq(st.stores, 1);
 	}
@@ -474,8 +474,8 @@ START_TEST(failures)
 	static hc_page_t pg[NP];
 	static uint8_t skip[NP];
 	static uint64_t sl[NP * T], ss[NP];
-	struct hc_reserve_req rq = { .keys = k, .nkeys = NP };
-	struct hc_xfer_req xr = { .pages = pg, .n = NP, .slots = sl, .state_slots = ss };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = NP };
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NP, .slots = sl, .state_slots = ss };
 	uint64_t host[2];
 	unsigned syncs;
 	hc_xfer *x;
@@ -491,7 +491,7 @@ START_TEST(failures)
 	cs_dev_close(&a);
 	F.ndev = 1;
 	{
-		struct hc_dev_spec s = { .kind = HC_DEV_CUDA, .device = 1, .tp_size = 2 };
+		struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .device = 1, .tp_size = 2 };
 		ck_assert_ok(cs_dev_open(&a, p, 0, HC_PATH_DIRECT, 0)); /* a good one first: the pool registers */
 		s.comps = a.comp;
 		s.ncomp = 2;

@@ -20,12 +20,12 @@ struct pool {
 static void mk(struct pool *q, uint32_t heads, uint32_t tp, uint32_t groups, int with_state)
 {
 	struct hc_component_spec c[2] = {
-		{ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = heads,
+		{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = heads,
 		  .head_bytes = 16, .layers = 3 },
-		{ .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
+		{ .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
 		  .bytes_per_layer = 256, .layers = 2 },
 	};
-	struct hc_pool_spec s = { .model_id = "t/devmap", .page_tokens = 8, .tp_size = tp, .head_groups = groups,
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .model_id = "t/devmap", .page_tokens = 8, .tp_size = tp, .head_groups = groups,
 				  .comps = c, .ncomp = with_state ? 2 : 1, .capacity_pages = 32,
 				  .flags = HC_CREATE_NO_POPULATE };
 	hc_page_t pg;
@@ -214,9 +214,9 @@ END_TEST
 START_TEST(state_pages_merge)
 {
 	struct pool q;
-	struct hc_component_spec c = { .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
+	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
 				       .sharding = HC_REPLICATED, .bytes_per_layer = 4096, .layers = 1 };
-	struct hc_pool_spec s = { .model_id = "t/state", .page_tokens = 8, .tp_size = 1, .comps = &c, .ncomp = 1,
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .model_id = "t/state", .page_tokens = 8, .tp_size = 1, .comps = &c, .ncomp = 1,
 				  .capacity_pages = 16, .flags = HC_CREATE_NO_POPULATE };
 	uint8_t *buf = calloc(16, 4096);
 	uint64_t base = (uintptr_t)buf, ss[3] = { 10, 11, 12 };
@@ -256,13 +256,13 @@ struct kind_dev {
 };
 
 static const struct hc_component_spec kinds[4] = {
-	{ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 8,
+	{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 8,
 	  .head_bytes = 16, .layers = 3 },
-	{ .name = "mla", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_REPLICATED, .kv_heads = 1,
+	{ .size = sizeof(struct hc_component_spec), .name = "mla", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_REPLICATED, .kv_heads = 1,
 	  .head_bytes = 48, .layers = 2 },
-	{ .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED, .bytes_per_layer = 256,
+	{ .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED, .bytes_per_layer = 256,
 	  .layers = 2, .window_pages = 1 },
-	{ .name = "sst", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_SHARDED, .bytes_per_layer = 512,
+	{ .size = sizeof(struct hc_component_spec), .name = "sst", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_SHARDED, .bytes_per_layer = 512,
 	  .layers = 1, .window_pages = 1 },
 };
 
@@ -341,7 +341,7 @@ static void kind_ref(struct pool *q, struct kind_dev *k, uint32_t S, uint32_t r,
 START_TEST(every_kind_random)
 {
 	struct pool q;
-	struct hc_pool_spec s = { .model_id = "t/kinds", .page_tokens = 8, .tp_size = 8, .comps = kinds, .ncomp = 4,
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .model_id = "t/kinds", .page_tokens = 8, .tp_size = 8, .comps = kinds, .ncomp = 4,
 				  .capacity_pages = 24, .flags = HC_CREATE_NO_POPULATE };
 	struct hc_pool_info pi;
 	hc_page_t pg;
@@ -353,7 +353,7 @@ START_TEST(every_kind_random)
 	q.p = hct_attach(q.name, 0);
 	ck_assert_int_eq(hc_page_alloc(q.p, 1, 1, &pg), 1);
 	q.env = (uint8_t *)hc_page_envelope(q.p, pg) - (size_t)HC_PAGE_ID(pg) * q.p->g.envelope_bytes;
-	hc_pool_info(q.p, &pi);
+	hc_pool_info(q.p, &pi, sizeof(pi));
 	ck_assert_uint_eq(pi.head_groups, 8);
 	for (size_t b = 0; b < (size_t)pi.npages * pi.envelope_bytes; b++)
 		q.env[b] = (uint8_t)(rand() >> 5);

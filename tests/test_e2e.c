@@ -35,7 +35,7 @@ struct dev_mem {
 
 static hc_dev *dev_open(hc_pool *p, struct dev_mem *m)
 {
-	struct hc_dev_spec s = { .kind = HC_DEV_HOST, .tp_size = 1, .tp_rank = 0, .comps = m->comp, .ncomp = 2 };
+	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_HOST, .tp_size = 1, .tp_rank = 0, .comps = m->comp, .ncomp = 2 };
 	hc_dev *d = NULL;
 
 	for (int l = 0; l < LAYERS; l++) {
@@ -43,9 +43,9 @@ static hc_dev *dev_open(hc_pool *p, struct dev_mem *m)
 		m->va[l] = (uintptr_t)m->v[l];
 		m->sa[l] = (uintptr_t)m->st[l];
 	}
-	m->comp[0] = (struct hc_dev_comp){ .comp = 0, .k = m->ka, .v = m->va, .token_bytes = KV_BYTES,
+	m->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 0, .k = m->ka, .v = m->va, .token_bytes = KV_BYTES,
 					   .token_stride = KV_BYTES, .slots = SLOTS };
-	m->comp[1] = (struct hc_dev_comp){ .comp = 1, .k = m->sa, .token_bytes = ST_BYTES, .token_stride = ST_BYTES,
+	m->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 1, .k = m->sa, .token_bytes = ST_BYTES, .token_stride = ST_BYTES,
 					   .slots = NK };
 	return hc_dev_open(p, &s, &d) < 0 ? NULL : d;
 }
@@ -59,9 +59,9 @@ static void rank(hc_pool *p, void *arg)
 	hc_key_t k[NK];
 	hc_page_t pg[NK];
 	uint8_t skip[NK];
-	struct hc_reserve_req rr = { .keys = k, .nkeys = NK };
-	struct hc_prefetch_req pr = { .keys = k, .nkeys = NK, .policy = HC_PREFETCH_WAIT_COMPLETE };
-	struct hc_xfer_req xr = { .pages = pg, .n = NK, .slots = slots, .state_slots = sslots };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = NK };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = NK, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NK, .slots = slots, .state_slots = sslots };
 	hc_dev *da, *db;
 	hc_xfer *x;
 	hc_req *rq;
@@ -127,7 +127,7 @@ START_TEST(store_backup_evict_prefetch_load)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, NRANKS * NK + 8, 100, 8);
 	char spec[192], shm_path[128] = "";
-	struct hc_service_opts so = { .backend = spec, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = spec, .write_policy = HC_WRITE_NONE };
 	unsigned ids[NRANKS];
 	pid_t pid[NRANKS], svc;
 	struct hc_stats st;

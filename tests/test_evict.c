@@ -46,7 +46,7 @@ START_TEST(lru_order)
 	hc_key_t a[4], b[4];
 	struct hc_pool_info info;
 
-	hc_pool_info(p, &info);
+	hc_pool_info(p, &info, sizeof(info));
 	ck_assert_int_eq(info.evict, HC_EVICT_LRU);
 	hct_keys(a, 4, 31);
 	hct_keys(b, 4, 32);
@@ -113,7 +113,7 @@ START_TEST(all_or_nothing_when_pinned)
 	hc_pool *p = make(HC_EVICT_LRU, 8);
 	hc_key_t k[8];
 	hc_page_t pages[8], out[4];
-	struct hc_lookup_req rq = { .keys = k, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 6, .flags = HC_LOOKUP_PIN };
 	struct hc_stats st;
 
 	hct_keys(k, 8, 36);

@@ -48,7 +48,7 @@ static void teardown(void)
  * plugin's failures show as they are). */
 static hc_store *open_with(hc_pool *p, const char *opts, const struct hc_store_opts *so)
 {
-	static const struct hc_store_opts plain = { .retries = -1 };
+	static const struct hc_store_opts plain = { .size = sizeof(struct hc_store_opts), .retries = -1 };
 	char spec[256];
 	hc_store *s = NULL;
 	int r;
@@ -68,7 +68,7 @@ static hc_store *open_on(hc_pool *p, const char *opts)
  * The pages leave the pool either way, so a later get must read L3. */
 static int put_n(hc_pool *p, hc_store *s, const hc_key_t *keys, unsigned n, int *status)
 {
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n };
 	hc_page_t pg[16];
 	uint8_t skip[16];
 	int r;
@@ -86,7 +86,7 @@ static int put_n(hc_pool *p, hc_store *s, const hc_key_t *keys, unsigned n, int 
 /* Reserve n keys and get them: the hit count; hits are committed and dropped. */
 static int get_n(const hc_key_t *keys, unsigned n, int *status)
 {
-	struct hc_reserve_req rq = { .keys = keys, .nkeys = n };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n };
 	hc_page_t pg[16];
 	uint8_t skip[16];
 	uint32_t pres;
@@ -391,7 +391,7 @@ END_TEST
  * last try, come back as they are. */
 START_TEST(retries)
 {
-	struct hc_store_opts so = { .retries = 2 };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .retries = 2 };
 	hc_key_t k[4];
 	int s[4];
 
@@ -418,7 +418,7 @@ END_TEST
  * caller's again. */
 START_TEST(timeout_cancels)
 {
-	struct hc_store_opts so = { .timeout_ms = 100, .retries = -1 };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .timeout_ms = 100, .retries = -1 };
 	hc_key_t k[3];
 	int s[3];
 	double t0;
@@ -443,7 +443,7 @@ END_TEST
  * store keeps its page reserved until the backend completes it at last. */
 START_TEST(orphan_until_reaped)
 {
-	struct hc_store_opts so = { .timeout_ms = 100, .retries = -1 };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .timeout_ms = 100, .retries = -1 };
 	struct hc_reserve_req rq;
 	hc_key_t k[2];
 	hc_page_t pg[2];
@@ -456,7 +456,7 @@ START_TEST(orphan_until_reaped)
 	hct_keys(k, 2, 23);
 	ck_assert_int_eq(put_n(pool, st, k, 2, s), 2);
 	ck_assert_ok(hc_store_ctl(st, "hang_get_at", "+1", NULL, 0));
-	rq = (struct hc_reserve_req){ .keys = k, .nkeys = 2 };
+	rq = (struct hc_reserve_req){ .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
 	ck_assert_int_eq(hc_reserve(pool, &rq, pg, skip), 2);
 	ck_assert_int_eq(hc_store_get(st, pg, 2, s), 1);
 	ck_assert_int_eq(s[0], -ETIME);
@@ -488,7 +488,7 @@ END_TEST
  * rather than free what the backend may still write. */
 START_TEST(close_with_orphan)
 {
-	struct hc_store_opts so = { .timeout_ms = 50, .retries = -1 };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .timeout_ms = 50, .retries = -1 };
 	hc_key_t k[1];
 	int s[1];
 

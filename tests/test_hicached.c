@@ -248,7 +248,7 @@ static int stop(pid_t pid, int sig)
  */
 static void wait_serving(const char *name, pid_t pid)
 {
-	struct hc_attach_opts ao = { .flags = HC_ATTACH_ADMIN };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN };
 	double end = hct_now() + WAIT_MS / 1000.0;
 	hc_pool *p = NULL;
 	uint32_t who = 0;
@@ -290,7 +290,7 @@ static void create_pool(const char *name, uint32_t npages)
 /* The pool is there, passes its checks with nobody serving, and goes. */
 static void check_and_destroy(const char *name)
 {
-	struct hc_attach_opts ao = { .flags = HC_ATTACH_ADMIN };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN };
 	hc_pool *p;
 	int v = 0;
 
@@ -303,12 +303,12 @@ static void check_and_destroy(const char *name)
 
 static uint32_t pool_pages(const char *name)
 {
-	struct hc_attach_opts ao = { .flags = HC_ATTACH_READONLY };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_READONLY };
 	struct hc_pool_info in;
 	hc_pool *p;
 
 	ck_assert_ok(hc_pool_attach(name, &ao, &p));
-	ck_assert_ok(hc_pool_info(p, &in));
+	ck_assert_ok(hc_pool_info(p, &in, sizeof(in)));
 	hc_pool_detach(p);
 	return in.npages;
 }
@@ -589,7 +589,7 @@ END_TEST
 START_TEST(rank_request)
 {
 	const char *name = pool_name();
-	struct hc_lookup_req lq = { .nkeys = NK, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .nkeys = NK, .flags = HC_LOOKUP_PIN };
 	hc_key_t k[NK];
 	hc_page_t pg[NK];
 	hc_req *rq;

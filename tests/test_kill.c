@@ -130,7 +130,7 @@ static void committed(int w, hc_page_t pg)
 
 static void __attribute__((noreturn)) worker(int w, unsigned seed)
 {
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	hc_page_t mine[32], fresh[8];
 	unsigned n = 0;
 	hc_pool *p;
@@ -250,7 +250,7 @@ START_TEST(random_kills)
 	uint32_t lives[WORKERS] = { 0 };
 	double deadline = hct_now() + hct_seconds(3.0), hard = hct_now() + 60;
 	unsigned seed = (unsigned)getpid(), kills = 0, checks = 0;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 	int status;
 
 	pool_name = name;
@@ -270,7 +270,7 @@ START_TEST(random_kills)
 		ck_assert_int_eq(waitpid(pids[w], &status, 0), pids[w]);
 		ck_assert_msg(WIFSIGNALED(status), "worker %d exited by itself (%d): %s", w, status, sh->error);
 		kills++;
-		ck_assert_ok(hc_pool_recover(p, NULL));
+		ck_assert_ok(hc_pool_recover(p, NULL, 0));
 		adopt(p, w);
 		if (kills % 8 == 0) {
 			/* freeze everyone (stopped is alive) and check across structures */
@@ -292,7 +292,7 @@ START_TEST(random_kills)
 		kill_worker(w, pids[w], lives[w]);
 		waitpid(pids[w], &status, 0);
 	}
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	for (int w = 0; w < WORKERS; w++)
 		adopt(p, w);
 	ck_assert_msg(sh->errors == 0 && sh->bad_bytes == 0 && sh->twice == 0,
@@ -303,11 +303,11 @@ START_TEST(random_kills)
 	ck_assert_uint_gt(sh->verified, 20);
 
 	/* after recovery and the grace, nothing is held and nothing is lost */
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	ck_assert_int_eq(hc__pool_check(p, HC_CHECK_QUIESCENT, print_violation, NULL), 0);
 	usleep(250 * 1000);
-	ck_assert_ok(hc_pool_recover(p, NULL));
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_RESERVED], 0);
 	ck_assert_uint_eq(counts[HC_PAGE_FREEING], 0);
 	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 0);

@@ -37,9 +37,9 @@ START_TEST(byte_order_matches_formula)
 	struct hc_pool_info info;
 	const uint64_t T = 16, H = 4, B = 64, L = 2, G = 2, Hg = H / G;
 
-	ck_assert_ok(hc_pool_info(p, &info));
-	ck_assert_ok(hc_pool_component(p, 0, &kv));
-	ck_assert_ok(hc_pool_component(p, 1, &st));
+	ck_assert_ok(hc_pool_info(p, &info, sizeof(info)));
+	ck_assert_ok(hc_pool_component(p, 0, &kv, sizeof(kv)));
+	ck_assert_ok(hc_pool_component(p, 1, &st, sizeof(st)));
 	ck_assert_uint_eq(info.head_groups, G);
 	ck_assert_uint_eq(kv.groups, G);
 	ck_assert_uint_eq(st.groups, 1);

@@ -30,7 +30,7 @@ START_TEST(store_then_find)
 {
 	hc_key_t keys[8];
 	hc_page_t pages[8];
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 8 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 8 };
 
 	hct_keys(keys, 8, 1);
 	ck_assert_int_eq(hct_hit(pool, keys, 8), 0);
@@ -38,7 +38,7 @@ START_TEST(store_then_find)
 	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 5);
 	for (int i = 0; i < 5; i++) {
 		struct hc_page_info pi;
-		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[i]), &pi));
+		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[i]), &pi, sizeof(pi)));
 		ck_assert_int_eq(pi.state, HC_PAGE_READY);
 		ck_assert_int_eq(pi.depth, (uint32_t)i);
 		ck_assert_int_eq(pi.keyed, 1);
@@ -60,7 +60,7 @@ START_TEST(findable_only_when_ready)
 	hc_key_t keys[2];
 	hc_page_t pages[2];
 	uint8_t skip[2];
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = 2 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = 2 };
 
 	hct_keys(keys, 2, 2);
 	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 2);
@@ -83,7 +83,7 @@ START_TEST(findable_only_when_ready)
 	ck_assert_int_eq(skip[1], HC_SKIP_READY);
 	/* Freed: gone from the index. */
 	{
-		struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+		struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 		ck_assert_int_eq(hc_lookup(pool, &rq, pages), 2);
 		ck_assert_int_eq(hc_page_free(pool, pages, 2), 2);
 		ck_assert_int_eq(hct_hit(pool, keys, 2), 0);
@@ -96,7 +96,7 @@ START_TEST(abort_unkeys)
 	hc_key_t keys[3];
 	hc_page_t pages[3];
 	uint8_t skip[3];
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = 3 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = 3 };
 
 	hct_keys(keys, 3, 3);
 	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 3);
@@ -113,12 +113,12 @@ START_TEST(other_fingerprint_finds_nothing)
 	hc_page_t pages[4];
 	uint8_t fp[32], skip[4];
 	struct hc_pool_info info;
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 4 };
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = 4, .fingerprint = fp };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 4 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = 4, .fingerprint = fp };
 
 	hct_keys(keys, 4, 4);
 	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
-	hc_pool_info(pool, &info);
+	hc_pool_info(pool, &info, sizeof(info));
 	memcpy(fp, info.fingerprint, 32);
 	rq.fingerprint = fp;
 	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 4);
@@ -134,7 +134,7 @@ START_TEST(lookup_pin_holds_against_eviction)
 {
 	hc_key_t keys[4];
 	hc_page_t pages[4];
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 4, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 4, .flags = HC_LOOKUP_PIN };
 
 	hct_keys(keys, 4, 5);
 	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
@@ -152,14 +152,14 @@ START_TEST(host_lock_holds)
 {
 	hc_key_t keys[2];
 	hc_page_t pages[2];
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	struct hc_page_info pi;
 
 	hct_keys(keys, 2, 6);
 	ck_assert_int_eq(hct_store(pool, keys, 2, 0), 2);
 	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 2);
 	ck_assert_ok(hc_page_lock(pool, pages[1]));
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.locks, 1);
 	ck_assert_int_eq(pi.pins, 0);
 	ck_assert_int_eq(hc_evict(pool, 64), 1);
@@ -203,7 +203,7 @@ START_TEST(reserve_takes_exactly_the_free_pages)
 	hc_key_t k[64], fill[60];
 	hc_page_t pages[64];
 	uint8_t skip[64];
-	struct hc_reserve_req rr = { .keys = k, .nkeys = 8 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 8 };
 
 	hct_keys(k, 64, 21);
 	hct_keys(fill, 60, 22);
@@ -224,7 +224,7 @@ START_TEST(reserve_spares_its_own_ready_pages)
 	hc_key_t k[8], fill[62];
 	hc_page_t pages[8];
 	uint8_t skip[8];
-	struct hc_reserve_req rr = { .keys = k, .nkeys = 8 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 8 };
 
 	hct_keys(k, 8, 23);
 	hct_keys(fill, 62, 24);
@@ -242,7 +242,7 @@ static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned
 {
 	hc_page_t pages[8];
 	uint8_t skip[8];
-	struct hc_reserve_req rr = { .keys = keys + first, .nkeys = n, .first_depth = first, .presence = presence };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys + first, .nkeys = n, .first_depth = first, .presence = presence };
 	int m = hc_reserve(p, &rr, pages, skip);
 
 	for (unsigned i = 0; m > 0 && i < n; i++)
@@ -258,11 +258,11 @@ static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned
 START_TEST(hit_policies)
 {
 	struct hc_component_spec comps[3] = {
-		{ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
+		{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
 		  .head_bytes = 64, .layers = 1 },
-		{ .name = "swa", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
+		{ .size = sizeof(struct hc_component_spec), .name = "swa", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
 		  .head_bytes = 64, .layers = 1, .window_pages = 2 },
-		{ .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
+		{ .size = sizeof(struct hc_component_spec), .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
 		  .bytes_per_layer = 512, .layers = 1, .window_pages = 1 },
 	};
 	struct hct_spec s;
@@ -270,7 +270,7 @@ START_TEST(hit_policies)
 	hc_pool *p;
 	hc_key_t keys[6];
 	hc_page_t pages[6];
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 6 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 6 };
 	struct hc_component_info ci;
 
 	hct_spec_init(&s, n2, 16);
@@ -278,7 +278,7 @@ START_TEST(hit_policies)
 	s.spec.ncomp = 3;
 	ck_assert_ok(hc_pool_create(&s.spec));
 	p = hct_attach(n2, 0);
-	ck_assert_ok(hc_pool_component(p, 1, &ci));
+	ck_assert_ok(hc_pool_component(p, 1, &ci, sizeof(ci)));
 	ck_assert_uint_eq(ci.window_pages, 2);
 	hct_keys(keys, 6, 21);
 	ck_assert_int_eq(store_with(p, keys, 0, 2, 0x1), 2);
@@ -311,7 +311,7 @@ START_TEST(hit_policies)
 	ck_assert_uint_ne(pages[5], HC_PAGE_NONE);
 	{
 		struct hc_page_info pi;
-		ck_assert_ok(hc_page_info(p, HC_PAGE_ID(pages[5]), &pi));
+		ck_assert_ok(hc_page_info(p, HC_PAGE_ID(pages[5]), &pi, sizeof(pi)));
 		ck_assert_int_eq(pi.pins, 1);
 		ck_assert_ok(hc_page_unpin(p, pages[5]));
 	}
@@ -333,8 +333,8 @@ START_TEST(lookup_bad_input)
 	hc_key_t keys[2];
 	hc_page_t pages[2];
 	uint8_t skip[2];
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 0 };
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = 0 };
 
 	hct_keys(keys, 2, 22);
 	ck_assert_err(hc_lookup(pool, &rq, pages), EINVAL);
@@ -365,10 +365,10 @@ START_TEST(lookup_bad_input)
 	rr.first_depth = UINT32_MAX;
 	ck_assert_err(hc_reserve(pool, &rr, pages, skip), EINVAL);
 	ck_assert_err(hc_evict_key(pool, NULL), EINVAL);
-	ck_assert_err(hc_page_info(pool, 64, NULL), EINVAL);
+	ck_assert_err(hc_page_info(pool, 64, NULL, 0), EINVAL);
 	{
 		struct hc_page_info pi;
-		ck_assert_err(hc_page_info(pool, 64, &pi), EINVAL);
+		ck_assert_err(hc_page_info(pool, 64, &pi, sizeof(pi)), EINVAL);
 		ck_assert_msg_has("out of range");
 	}
 }
@@ -382,8 +382,8 @@ START_TEST(admin_looks_but_never_holds)
 	uint8_t skip[3];
 	hc_pool *adm = hct_attach(name, HC_ATTACH_ADMIN);
 	hc_pool *ro = hct_attach(name, HC_ATTACH_READONLY);
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 3 };
-	struct hc_reserve_req rr = { .keys = keys, .nkeys = 3 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 3 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = 3 };
 
 	hct_keys(keys, 3, 23);
 	ck_assert_int_eq(hct_store(pool, keys, 3, 0), 3);
@@ -403,7 +403,7 @@ START_TEST(clear_empties_when_nothing_is_held)
 {
 	hc_key_t keys[6];
 	hc_page_t pages[6];
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
 	struct hc_stats st;
 
 	hct_keys(keys, 6, 24);

@@ -156,7 +156,7 @@ START_TEST(two_engines_four_ranks)
 	hc_pool *p = hct_create_attach(name, 64, 100, 16);
 	double secs = hct_seconds(2.0), deadline;
 	pid_t pids[2 * ENGINES];
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 	int status;
 
 	pool_name = name;
@@ -166,7 +166,7 @@ START_TEST(two_engines_four_ranks)
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			hc_pool *c;
-			struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+			struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 			int ret = hc_pool_attach(pool_name, &o, &c);
 			if (ret < 0) {
 				record_fail("attach", ret);
@@ -190,11 +190,11 @@ START_TEST(two_engines_four_ranks)
 	ck_assert_uint_gt(atomic_load(&sh->frees), 0);
 
 	/* every invariant holds, and once the grace is over every page comes back */
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	ck_assert_int_eq(hc__pool_check(p, HC_CHECK_QUIESCENT, NULL, NULL), 0);
 	usleep(150 * 1000);
-	ck_assert_ok(hc_pool_recover(p, NULL));
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_RESERVED] + counts[HC_PAGE_QUARANTINE] + counts[HC_PAGE_FREEING], 0);
 	for (uint32_t id = 0; id < 64; id++) {
 		hc_page_t h;

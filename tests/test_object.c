@@ -16,7 +16,7 @@ static void setup(void)
 
 	pname = hct_name();
 	pool = hct_create_attach(pname, 4, 100, 2);
-	hc_pool_info(pool, &pi);
+	hc_pool_info(pool, &pi, sizeof(pi));
 	memcpy(fp, pi.fingerprint, 32);
 	for (int i = 0; i < 32; i++)
 		key[i] = (uint8_t)(i * 7 + 1);

@@ -53,11 +53,11 @@ END_TEST
 START_TEST(alloc_all_or_nothing)
 {
 	hc_page_t pg[8], more[2];
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 
 	ck_assert_int_eq(hc_page_alloc(fx.p, 7, ALL_COMPS, pg), 7);
 	ck_assert_err(hc_page_alloc(fx.p, 2, ALL_COMPS, more), ENOSPC);
-	ck_assert_ok(hc_pool_count_states(fx.p, counts));
+	ck_assert_ok(hc_pool_count_states(fx.p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], 1);
 	ck_assert_uint_eq(counts[HC_PAGE_RESERVED], 7);
 	ck_assert_int_eq(hc_page_alloc(fx.p, 1, ALL_COMPS, more), 1);
@@ -124,12 +124,12 @@ END_TEST
 START_TEST(abort_returns_free)
 {
 	hc_page_t pg[3], one;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 
 	/* one writer (the replicated part only): straight back to FREE */
 	ck_assert_int_eq(hc_page_alloc(fx.p, 3, STATE_ONLY, pg), 3);
 	ck_assert_int_eq(hc_page_abort(fx.p, pg, 3), 3);
-	ck_assert_ok(hc_pool_count_states(fx.p, counts));
+	ck_assert_ok(hc_pool_count_states(fx.p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], 8);
 	ck_assert_err(hc_page_abort(fx.p, pg, 1), ESTALE);
 
@@ -172,7 +172,7 @@ START_TEST(racing_full_commits_one_winner)
 		pid = fork();
 		if (pid == 0) {
 			hc_pool *c;
-			if (hc_pool_attach(fx.name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE | HC_ATTACH_NO_RECOVER }, &c) < 0)
+			if (hc_pool_attach(fx.name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE | HC_ATTACH_NO_RECOVER }, &c) < 0)
 				_exit(100);
 			if (write(fds[1], "r", 1) != 1)
 				_exit(101);
@@ -202,7 +202,7 @@ START_TEST(abort_only_by_owner)
 	pid = fork();
 	if (pid == 0) {
 		hc_pool *c;
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		if (hc_pool_attach(fx.name, &o, &c) < 0)
 			_exit(10);
 		int ret = hc_page_abort(c, &pg, 1);
@@ -254,7 +254,7 @@ START_TEST(pin_from_another_rank_blocks_free)
 	pid = fork();
 	if (pid == 0) {
 		hc_pool *c;
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		if (hc_pool_attach(fx.name, &o, &c) < 0 || hc_page_pin(c, pg) < 0 || hct_verify(c, pg, 1) < 0)
 			_exit(10);
 		if (write(to_parent[1], "p", 1) != 1 || read(to_child[0], &b, 1) != 1)
@@ -282,7 +282,7 @@ START_TEST(pin_in_highest_slot_blocks_free)
 
 	for (int i = 0; i < 5; i++)
 		extra[i] = hct_attach(fx.name, 0);
-	ck_assert_ok(hc_pool_info(extra[4], &info));
+	ck_assert_ok(hc_pool_info(extra[4], &info, sizeof(info)));
 	ck_assert_int_eq(info.self_slot, 5);
 	ck_assert_uint_eq(atomic_load(&fx.p->hdr->slots_hwm), 6);
 	ck_assert_int_eq(hc_page_alloc(fx.p, 1, KV_ONLY, &pg), 1);
@@ -352,11 +352,11 @@ START_TEST(addr_runs_disjoint)
 	static uint8_t owner[20480];
 	uint8_t tag = 1;
 
-	ck_assert_ok(hc_pool_info(fx.p, &info));
+	ck_assert_ok(hc_pool_info(fx.p, &info, sizeof(info)));
 	memset(owner, 0, sizeof(owner));
 	for (unsigned c = 0; c < info.ncomp; c++) {
 		struct hc_component_info ci;
-		hc_pool_component(fx.p, c, &ci);
+		hc_pool_component(fx.p, c, &ci, sizeof(ci));
 		for (unsigned g = 0; g < ci.groups; g++)
 			for (unsigned l = 0; l < ci.layers; l++, tag++) {
 				uint8_t *a;

@@ -29,7 +29,7 @@ START_TEST(create_attach_destroy)
 	ck_assert_int_eq(stat(path_of(NULL, name), &st), 0);
 	ck_assert_uint_eq(st.st_mode & 07777, 0600);
 	ck_assert_uint_eq(st.st_uid, geteuid());
-	ck_assert_ok(hc_pool_info(p, &info));
+	ck_assert_ok(hc_pool_info(p, &info, sizeof(info)));
 	ck_assert_str_eq(info.name, name);
 	ck_assert_str_eq(info.model_id, "test/model-7b");
 	ck_assert_uint_eq(info.npages, 8);
@@ -52,8 +52,8 @@ START_TEST(create_attach_destroy)
 	snprintf(tmp, sizeof(tmp), "/dev/shm/.hicache.%s.creating.%d", name, (int)getpid());
 	ck_assert_int_ne(access(tmp, F_OK), 0);
 
-	uint64_t counts[5];
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	uint64_t counts[HC_PAGE__COUNT];
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_FREE], 8);
 	ck_assert_ok(hc_pool_detach(p));
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
@@ -93,7 +93,7 @@ START_TEST(capacity_by_bytes)
 	s.spec.capacity_bytes = 20480 * 5 + 100; /* rounds down to 5 pages */
 	ck_assert_ok(hc_pool_create(&s.spec));
 	p = hct_attach(name, HC_ATTACH_ADMIN);
-	ck_assert_ok(hc_pool_info(p, &info));
+	ck_assert_ok(hc_pool_info(p, &info, sizeof(info)));
 	ck_assert_uint_eq(info.npages, 5);
 	ck_assert_int_eq(info.self_slot, -1);
 	hc_pool_detach(p);
@@ -209,7 +209,7 @@ START_TEST(huge_page_tmpfs)
 	const char *name = hct_name();
 	struct hct_spec s;
 	struct hc_pool_info info;
-	struct hc_attach_opts o = { 0 };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts) };
 	hc_pool *p;
 
 	ck_assert_msg(mount_tmpfs(dir, sizeof(dir), "size=64m,huge=always,mode=0700") == 0,
@@ -220,7 +220,7 @@ START_TEST(huge_page_tmpfs)
 	ck_assert_ok(hc_pool_create(&s.spec));
 	o.dir = dir;
 	ck_assert_ok(hc_pool_attach(name, &o, &p));
-	ck_assert_ok(hc_pool_info(p, &info));
+	ck_assert_ok(hc_pool_info(p, &info, sizeof(info)));
 	ck_assert_int_eq(info.huge_pages, 1);
 	ck_assert(strncmp(info.path, dir, strlen(dir)) == 0);
 	hc_pool_detach(p);
@@ -327,9 +327,9 @@ START_TEST(readonly_attach)
 
 	ro = hct_attach(name, HC_ATTACH_READONLY);
 	ck_assert_err(hc_page_alloc(ro, 1, 1, &pg), EPERM);
-	ck_assert_err(hc_pool_recover(ro, NULL), EROFS);
+	ck_assert_err(hc_pool_recover(ro, NULL, 0), EROFS);
 	struct hc_rank_info ri;
-	ck_assert_ok(hc_pool_rank(ro, 0, &ri));
+	ck_assert_ok(hc_pool_rank(ro, 0, &ri, sizeof(ri)));
 	ck_assert_int_eq(ri.live, 1);
 	ck_assert_uint_eq(ri.pid, (uint32_t)getpid());
 	hc_pool_detach(ro);

@@ -28,7 +28,7 @@ struct shared {
 static struct shared *sh;
 
 /* Each puppet's own (its copy of the process after fork). */
-static hc_ticket tk;
+static hc_ticket tk = { .size = sizeof(hc_ticket) };
 static hc_page_t tk_pages[4];
 static uint8_t tk_skip[4];
 
@@ -50,7 +50,7 @@ static void teardown(void)
 
 static void quiet_check(void)
 {
-	ck_assert_ok(hc_pool_recover(pool, NULL));
+	ck_assert_ok(hc_pool_recover(pool, NULL, 0));
 	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 }
 
@@ -58,7 +58,7 @@ static void quiet_check(void)
 
 static void step_join(hc_pool *p, long rank)
 {
-	struct hc_engine_spec e = { .engine_id = 3, .tp_size = 2, .tp_rank = (uint32_t)rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 3, .tp_size = 2, .tp_rank = (uint32_t)rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED };
 
 	ck_assert_ok(hc_engine_join(p, &e));
@@ -67,8 +67,8 @@ static void step_join(hc_pool *p, long rank)
 /* Both ranks: the reservation ticket for keys[0]; the page in sh->page. */
 static void step_ticket_reserve(hc_pool *p, long arg)
 {
-	struct hc_ticket_name tn = { .request_id = "req", .step = 0 };
-	struct hc_reserve_req rr = { .keys = sh->keys, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req", .step = 0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = sh->keys, .nkeys = 1 };
 
 	(void)arg;
 	ck_assert_int_eq(hc_ticket_reserve(p, &tn, &rr, tk_pages, tk_skip, &tk), 1);
@@ -101,7 +101,7 @@ static void step_arm_stop(hc_pool *p, long pt)
 static void step_recover(hc_pool *p, long arg)
 {
 	(void)arg;
-	hc_pool_recover(p, NULL);
+	hc_pool_recover(p, NULL, 0);
 }
 
 static void step_abort(hc_pool *p, long arg)
@@ -113,7 +113,7 @@ static void step_abort(hc_pool *p, long arg)
 static int lookup_hits(void)
 {
 	hc_page_t pages[1];
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 1 };
 
 	return hc_lookup(pool, &rq, pages);
 }
@@ -201,7 +201,7 @@ static hc_page_t keyed_quarantine(void)
 {
 	hc_page_t pg;
 	uint8_t skip;
-	struct hc_reserve_req rr = { .keys = sh->keys, .nkeys = 1 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = sh->keys, .nkeys = 1 };
 	struct hc_seg_page *e;
 	uint64_t w;
 
@@ -233,7 +233,7 @@ START_TEST(sweep_vs_the_next_life)
 	struct hct_puppet *sw = hct_puppet(name), *rank = hct_puppet(name);
 	hc_page_t pg, others[3];
 	hc_page_t got[1];
-	struct hc_lookup_req rq = { .keys = sh->keys + 1, .nkeys = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys + 1, .nkeys = 1 };
 
 	/* The three other pages are taken, so the next store lands in pg. */
 	ck_assert_int_eq(hc_page_alloc(pool, 3, 1, others), 3);
@@ -242,7 +242,7 @@ START_TEST(sweep_vs_the_next_life)
 	hct_puppet_send(sw, step_recover, 0);
 	hct_puppet_stopped(sw);
 
-	ck_assert_ok(hc_pool_recover(pool, NULL)); /* another sweep: unkeyed, FREE */
+	ck_assert_ok(hc_pool_recover(pool, NULL, 0)); /* another sweep: unkeyed, FREE */
 	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_FREE);
 	hct_puppet_do(rank, step_store_key1, 0);
 	ck_assert_int_eq(sh->ret, 1);
@@ -298,7 +298,7 @@ START_TEST(freer_dies_freeing_its_own_page)
 	hct_puppet_stopped(r0);
 	hct_puppet_kill(r0);
 
-	ck_assert_ok(hc_pool_recover(pool, &rep));
+	ck_assert_ok(hc_pool_recover(pool, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.reclaimed, 1);
 	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(sh->page), NULL, NULL, NULL), HC_PAGE_FREE);
 	hct_puppet_end(r0);

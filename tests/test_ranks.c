@@ -19,7 +19,7 @@ static pid_t spawn(const char *name, void (*work)(hc_pool *, int fd), int *rfd)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		hc_pool *c;
 		close(fds[0]);
 		if (hc_pool_attach(name, &o, &c) < 0)
@@ -78,7 +78,7 @@ START_TEST(death_is_proved_and_undone)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 150, 0);
 	struct hc_recovery_report rep;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 	pid_t pid;
 
 	ck_assert_int_eq(hc_page_alloc(p, 1, 3, &shared_ready), 1);
@@ -86,25 +86,25 @@ START_TEST(death_is_proved_and_undone)
 	pid = spawn(name, hold_things, NULL);
 
 	/* alive: nothing to undo, and its pins block a free */
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 0);
 	ck_assert_err(hc_page_free(p, &shared_ready, 1), EBUSY);
 	struct hc_rank_info ri;
-	ck_assert_ok(hc_pool_rank(p, 1, &ri));
+	ck_assert_ok(hc_pool_rank(p, 1, &ri, sizeof(ri)));
 	ck_assert_int_eq(ri.live, 1);
 	ck_assert_uint_eq(ri.pid, (uint32_t)pid);
 	ck_assert_uint_eq(ri.pins, 2);
 	ck_assert_uint_eq(ri.reserved, 3);
 
 	kill_wait(pid);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 1);
 	ck_assert_uint_eq(rep.pins_dropped, 2);
 	ck_assert_uint_eq(rep.quarantined, 3);
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 3);
 	ck_assert_uint_eq(counts[HC_PAGE_READY], 1);
-	ck_assert_ok(hc_pool_rank(p, 1, &ri));
+	ck_assert_ok(hc_pool_rank(p, 1, &ri, sizeof(ri)));
 	ck_assert_int_eq(ri.live, 0);
 	ck_assert_int_eq(hc__pool_check(p, HC_CHECK_QUIESCENT, NULL, NULL), 0);
 
@@ -112,7 +112,7 @@ START_TEST(death_is_proved_and_undone)
 	hc_page_t all[7];
 	ck_assert_err(hc_page_alloc(p, 7, 3, all), ENOSPC);
 	usleep(200 * 1000);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 0);
 	ck_assert_uint_eq(rep.released, 3);
 	ck_assert_int_eq(hc_page_free(p, &shared_ready, 1), 1);
@@ -131,7 +131,7 @@ START_TEST(allocation_takes_expired_quarantine)
 
 	pid = spawn(name, hold_things_alloc4, NULL);
 	kill_wait(pid);
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	ck_assert_err(hc_page_alloc(p, 1, 3, pg), ENOSPC);
 	usleep(150 * 1000);
 	/* no recovery pass in between: the allocator itself checks the grace */
@@ -151,16 +151,16 @@ START_TEST(stopped_is_alive)
 
 	ck_assert_int_eq(kill(pid, SIGSTOP), 0);
 	usleep(100 * 1000);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 0);
 	ck_assert_uint_eq(rep.quarantined, 0);
-	ck_assert_ok(hc_pool_rank(p, 1, &ri));
+	ck_assert_ok(hc_pool_rank(p, 1, &ri, sizeof(ri)));
 	ck_assert_int_eq(ri.live, 1);
 	ck_assert_uint_eq(ri.reserved, 1);
 	ck_assert_int_eq(hc__pool_check(p, HC_CHECK_QUIESCENT, NULL, NULL), 0);
 	kill(pid, SIGCONT);
 	kill_wait(pid);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 1);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
@@ -185,13 +185,13 @@ START_TEST(attaching_thread_may_exit)
 	ck_assert_int_eq(pthread_join(t, (void **)&q), 0);
 	ck_assert_int_eq(hc_page_alloc(q, 1, 3, &pg), 1);
 	/* the thread that attached is gone; the slot is still held */
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 0);
-	ck_assert_ok(hc_pool_rank(p, 1, &ri));
+	ck_assert_ok(hc_pool_rank(p, 1, &ri, sizeof(ri)));
 	ck_assert_int_eq(ri.live, 1);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_RESERVED);
 	ck_assert_ok(hc_pool_detach(q));
-	ck_assert_ok(hc_pool_rank(p, 1, &ri));
+	ck_assert_ok(hc_pool_rank(p, 1, &ri, sizeof(ri)));
 	ck_assert_int_eq(ri.live, 0);
 	/* a clean detach quarantines what it still had reserved */
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
@@ -207,10 +207,10 @@ START_TEST(slots_run_out)
 	struct hc_pool_info ia, ib;
 
 	b = hct_attach(name, 0);
-	ck_assert_ok(hc_pool_info(a, &ia));
-	ck_assert_ok(hc_pool_info(b, &ib));
+	ck_assert_ok(hc_pool_info(a, &ia, sizeof(ia)));
+	ck_assert_ok(hc_pool_info(b, &ib, sizeof(ib)));
 	ck_assert_int_ne(ia.self_slot, ib.self_slot);
-	ck_assert_err(hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &c), EUSERS);
+	ck_assert_err(hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &c), EUSERS);
 	ck_assert_msg_has("max-ranks");
 	hc_pool_detach(b);
 	c = hct_attach(name, 0);
@@ -226,7 +226,7 @@ START_TEST(dead_slot_is_reclaimed_by_next_attach)
 	struct hct_spec s;
 	hc_pool *p;
 	pid_t pid;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 
 	hct_spec_init(&s, name, 4);
 	s.spec.max_ranks = 1;
@@ -236,7 +236,7 @@ START_TEST(dead_slot_is_reclaimed_by_next_attach)
 	kill_wait(pid);
 	/* the only slot belonged to the dead: the claimer undoes its holds, then takes it */
 	p = hct_attach(name, HC_ATTACH_NO_RECOVER);
-	ck_assert_ok(hc_pool_count_states(p, counts));
+	ck_assert_ok(hc_pool_count_states(p, counts, HC_PAGE__COUNT));
 	ck_assert_uint_eq(counts[HC_PAGE_QUARANTINE], 1);
 	ck_assert_uint_eq(counts[HC_PAGE_RESERVED], 0);
 	hc_pool_detach(p);
@@ -265,7 +265,7 @@ START_TEST(death_mid_free_restores_ready)
 	pid = spawn(name, stage_freeing, NULL);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(shared_ready), NULL, NULL, NULL), HC_PAGE_FREEING);
 	kill_wait(pid);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.unfreed, 1);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(shared_ready), NULL, NULL, NULL), HC_PAGE_READY);
 	ck_assert_int_eq(hct_verify(p, shared_ready, 1), 0);
@@ -286,14 +286,14 @@ START_TEST(full_fill_is_promoted)
 	ck_assert_int_eq(hc_page_alloc(p, 1, 3, &pg), 1);
 	atomic_store(&p->pages[HC_PAGE_ID(pg)].word,
 		     hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, HC_PAGE_GEN(pg), 3u | HC_SHARD_REPLICATED));
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.promoted, 1);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_READY);
 	/* a fresh reservation (fill 0, presence not yet written) is never promoted */
 	hc_page_t q;
 	ck_assert_int_eq(hc_page_alloc(p, 1, 3, &q), 1);
 	atomic_store(&p->pages[HC_PAGE_ID(q)].presence, 0);
-	ck_assert_ok(hc_pool_recover(p, &rep));
+	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.promoted, 0);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(q), NULL, NULL, NULL), HC_PAGE_RESERVED);
 	hc_pool_detach(p);
@@ -353,7 +353,7 @@ START_TEST(probes_do_not_steal_slots)
 	ck_assert_int_eq(read(fds[0], &b, 1), 1);
 	for (int i = 0; i < 2000; i++) {
 		hc_pool *p;
-		int ret = hc_pool_attach(name, &(struct hc_attach_opts){ .flags = HC_ATTACH_NO_POPULATE }, &p);
+		int ret = hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &p);
 		ck_assert_msg(ret == 0, "attach %d: %d %s", i, ret, hc_last_error());
 		hc_pool_detach(p);
 	}

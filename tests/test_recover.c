@@ -63,16 +63,16 @@ static void settle(void)
 {
 	struct hc_recovery_report rep;
 
-	ck_assert_ok(hc_pool_recover(pool, &rep));
+	ck_assert_ok(hc_pool_recover(pool, &rep, sizeof(rep)));
 	usleep(40 * 1000); /* past the quarantine grace */
-	ck_assert_ok(hc_pool_recover(pool, &rep));
+	ck_assert_ok(hc_pool_recover(pool, &rep, sizeof(rep)));
 	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
 }
 
 static void hold_everything(hc_pool *p)
 {
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 3, .flags = HC_LOOKUP_PIN };
-	struct hc_reserve_req rr = { .keys = sh->keys + 4, .nkeys = 4 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 3, .flags = HC_LOOKUP_PIN };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = sh->keys + 4, .nkeys = 4 };
 	uint8_t skip[4];
 
 	sh->ret = hc_lookup(p, &rq, sh->pages);
@@ -157,7 +157,7 @@ END_TEST
 
 static void join_engine(hc_pool *p, uint32_t rank)
 {
-	struct hc_engine_spec e = { .engine_id = 6, .tp_size = 2, .tp_rank = rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 6, .tp_size = 2, .tp_rank = rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 5000 };
 	ck_assert_ok(hc_engine_join(p, &e));
 }
@@ -165,9 +165,9 @@ static void join_engine(hc_pool *p, uint32_t rank)
 /* Publish a lookup ticket, then fake a death in the middle of building it. */
 static void die_mid_build(hc_pool *p)
 {
-	struct hc_ticket_name tn = { .request_id = "r", .step = 1 };
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 4 };
-	hc_ticket t;
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "r", .step = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 4 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	uint64_t w;
 
 	join_engine(p, 0);
@@ -178,10 +178,10 @@ static void die_mid_build(hc_pool *p)
 
 START_TEST(dead_builder_others_rebuild)
 {
-	struct hc_ticket_name tn = { .request_id = "r", .step = 1 };
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 4 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "r", .step = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 4 };
 	hc_page_t pages[4];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_page_info pi;
 
 	hct_keys(sh->keys, 8, 43);
@@ -192,7 +192,7 @@ START_TEST(dead_builder_others_rebuild)
 	/* Rank 1 finds BUILDING under a dead owner, which its recovery frees: it builds. */
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 3);
 	ck_assert_int_eq(t.first, 1);
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.pins, 1);
 	ck_assert_int_eq(pi.tickets, 1); /* its own ticket, for rank 0, not the dead one's */
 	ck_assert_ok(hc_ticket_release(pool, &t));
@@ -203,9 +203,9 @@ END_TEST
 /* Claim the last share, then fake a death before the drop finished. */
 static void die_mid_drop(hc_pool *p)
 {
-	struct hc_ticket_name tn = { .request_id = "d", .step = 0 };
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 2 };
-	hc_ticket t;
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "d", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 2 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	uint64_t w;
 	uint32_t id;
 
@@ -220,10 +220,10 @@ static void die_mid_drop(hc_pool *p)
 
 START_TEST(dead_dropper_drop_finished)
 {
-	struct hc_ticket_name tn = { .request_id = "d", .step = 0 };
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "d", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 2 };
 	hc_page_t pages[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_page_info pi;
 
 	hct_keys(sh->keys, 8, 44);
@@ -232,10 +232,10 @@ START_TEST(dead_dropper_drop_finished)
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 2);
 	die_in_child(die_mid_drop);
 	ck_assert_int_eq(sh->ret, 2);
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.tickets, 1);
 	settle(); /* recovery of the dead dropper drops again and closes */
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.tickets, 0);
 	ck_assert_int_eq(pi.pins, 1); /* rank 0's own share is untouched */
 	ck_assert_ok(hc_ticket_release(pool, &t));
@@ -246,7 +246,7 @@ END_TEST
 static void die_mid_retire(hc_pool *p)
 {
 	hc_page_t pg[2];
-	struct hc_lookup_req rq = { .keys = sh->keys, .nkeys = 2 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 2 };
 
 	hc_lookup(p, &rq, pg);
 	atomic_store(&p->pages[HC_PAGE_ID(pg[0])].word,
@@ -301,7 +301,7 @@ START_TEST(dead_ranks_unkeyed_pages_reclaimed)
 	__atomic_store_n(&sh->ret, 2, __ATOMIC_RELEASE);
 	st = hct_wait_child(pid);
 	ck_assert(WIFSIGNALED(st));
-	ck_assert_ok(hc_pool_recover(pool, &rep));
+	ck_assert_ok(hc_pool_recover(pool, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.dead_ranks, 1);
 	ck_assert_uint_eq(rep.reclaimed, 2);
 	ck_assert_uint_eq(rep.orphaned, 1);

@@ -41,7 +41,7 @@ static struct hc_seg_page *pg(hc_page_t h)
 static void repaired(struct hc_repair_report *rep, const char *has)
 {
 	struct hct_lines l = { 0 };
-	int n = hc_pool_repair(pool, HC_CHECK_QUIESCENT, rep, hct_collect, &l);
+	int n = hc_pool_repair(pool, HC_CHECK_QUIESCENT, rep, sizeof(*rep), hct_collect, &l);
 
 	ck_assert_msg(n == 0, "repair left %d violations:\n%s", n, l.all);
 	ck_assert_msg(strstr(l.all, has), "repair did not say '%s':\n%s", has, l.all);
@@ -54,7 +54,7 @@ static void repaired(struct hc_repair_report *rep, const char *has)
 static void still_there(unsigned i)
 {
 	hc_page_t h;
-	struct hc_lookup_req rq = { .keys = keys + i, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys + i, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
 
 	ck_assert_int_eq(hc_lookup(pool, &rq, &h), 1);
 	ck_assert_int_eq(hct_key_bytes(pool, h, keys[i], 0), 0);
@@ -65,7 +65,7 @@ START_TEST(a_clean_pool_is_left_alone)
 	struct hc_repair_report rep;
 	struct hct_lines l = { 0 };
 
-	ck_assert_int_eq(hc_pool_repair(pool, HC_CHECK_QUIESCENT, &rep, hct_collect, &l), 0);
+	ck_assert_int_eq(hc_pool_repair(pool, HC_CHECK_QUIESCENT, &rep, sizeof(rep), hct_collect, &l), 0);
 	ck_assert_msg(l.n == 0, "a clean pool got lines:\n%s", l.all);
 	ck_assert_uint_eq(rep.lost + rep.damaged + rep.bad_words + rep.index_bad + rep.index_missing +
 				  rep.tickets_ended + rep.ticket_bits + rep.holds_cleared + rep.duplicates,
@@ -125,7 +125,7 @@ START_TEST(what_a_live_rank_holds_is_left)
 
 	ck_assert_ok(hc_page_pin(pool, kp[3]));
 	atomic_store(&pg(kp[3])->depth, 42);
-	n = hc_pool_repair(pool, HC_CHECK_QUIESCENT, &rep, hct_collect, &l);
+	n = hc_pool_repair(pool, HC_CHECK_QUIESCENT, &rep, sizeof(rep), hct_collect, &l);
 	ck_assert_msg(n >= 1 && rep.unrepaired == (uint32_t)n, "repair said %d, unrepaired %u:\n%s", n, rep.unrepaired,
 		      l.all);
 	ck_assert_msg(strstr(l.all, "but it is held (1 pins"), "no line for the held page:\n%s", l.all);
@@ -205,7 +205,7 @@ END_TEST
 
 static void join(hc_pool *p, uint32_t engine, uint32_t rank)
 {
-	struct hc_engine_spec e = { .engine_id = engine, .tp_size = 2, .tp_rank = rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = 2, .tp_rank = rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 60000 };
 
 	ck_assert_ok(hc_engine_join(p, &e));
@@ -214,10 +214,10 @@ static void join(hc_pool *p, uint32_t engine, uint32_t rank)
 /* A lookup ticket of keys[0..1], OPEN for rank 1 of engine 2. */
 static hc_ticket open_ticket(const char *req)
 {
-	struct hc_ticket_name tn = { .request_id = req, .step = 0 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = req, .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	hc_page_t pages[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 2);
 	ck_assert_ok(hc_ticket_release(pool, &t));
@@ -227,7 +227,7 @@ static hc_ticket open_ticket(const char *req)
 START_TEST(tickets_are_ended)
 {
 	struct hc_repair_report rep;
-	hc_ticket a, b;
+	hc_ticket a = { .size = sizeof(a) }, b = { .size = sizeof(b) };
 	uint32_t e;
 
 	join(pool, 2, 0);
@@ -254,16 +254,16 @@ END_TEST
 START_TEST(bad_calls)
 {
 	hc_pool *adm;
-	struct hc_attach_opts o = { .flags = HC_ATTACH_ADMIN };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN };
 
-	ck_assert_int_eq(hc_pool_repair(NULL, 0, NULL, NULL, NULL), -EINVAL);
-	ck_assert_int_eq(hc_pool_repair(pool, 0x80, NULL, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(hc_pool_repair(NULL, 0, NULL, 0, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(hc_pool_repair(pool, 0x80, NULL, 0, NULL, NULL), -EINVAL);
 	ck_assert(strstr(hc_last_error(), "unknown flags 0x80"));
 	ck_assert_ok(hc_pool_attach(name, &o, &adm));
-	ck_assert_int_eq(hc_pool_repair(adm, 0, NULL, NULL, NULL), -EPERM);
+	ck_assert_int_eq(hc_pool_repair(adm, 0, NULL, 0, NULL, NULL), -EPERM);
 	ck_assert(strstr(hc_last_error(), "without a rank slot"));
 	hc_pool_detach(adm);
-	ck_assert_int_eq(hc_pool_repair(pool, 0, NULL, NULL, NULL), 0); /* no report, no lines: fine */
+	ck_assert_int_eq(hc_pool_repair(pool, 0, NULL, 0, NULL, NULL), 0); /* no report, no lines: fine */
 }
 END_TEST
 

@@ -575,11 +575,11 @@ END_TEST
 START_TEST(existing_pool)
 {
 	const char *name = hct_name();
-	struct hc_component_spec kv = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
 					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
-	struct hc_pool_spec ps = { .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
 				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
-	struct hc_service_opts so = { .backend = hct_l3_spec };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec };
 	json_object *j;
 	hc_pool *p;
 	pid_t svc;
@@ -619,9 +619,9 @@ END_TEST
 START_TEST(existing_pool_twice)
 {
 	const char *name = hct_name();
-	struct hc_component_spec kv = { .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
 					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
-	struct hc_pool_spec ps = { .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
 				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
 	hc_pool *p;
 

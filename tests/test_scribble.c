@@ -239,7 +239,7 @@ static void store(struct rank *r, unsigned c, unsigned n)
 	struct guarded gp, gs;
 	hc_page_t *pg = guard_new(&gp, n, sizeof(*pg));
 	uint8_t *skip = guard_new(&gs, n, 1);
-	struct hc_reserve_req rq = { .keys = chains[c], .nkeys = n };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = chains[c], .nkeys = n };
 	int m = hc_reserve(r->p, &rq, pg, skip);
 
 	if (result(r->w, m, (int)n, "reserve") && pages_ok(r->w, pg, n, skip, "reserve")) {
@@ -262,7 +262,7 @@ static void lookup(struct rank *r, unsigned c, unsigned n, int lock)
 {
 	struct guarded gp;
 	hc_page_t *pg = guard_new(&gp, n, sizeof(*pg));
-	struct hc_lookup_req rq = { .keys = chains[c], .nkeys = n, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = chains[c], .nkeys = n, .flags = HC_LOOKUP_PIN };
 	int h = hc_lookup(r->p, &rq, pg);
 
 	if (result(r->w, h, (int)n, "lookup") && pages_ok(r->w, pg, n, NULL, "lookup")) {
@@ -285,6 +285,7 @@ struct tk_box {
 static void box_init(struct tk_box *b)
 {
 	memset(b, 0xa5, sizeof(*b));
+	b->t.size = sizeof(b->t);
 	for (int i = 0; i < GUARD; i++)
 		b->pre[i] = b->post[i] = CANARY;
 }
@@ -300,8 +301,8 @@ static void box_check(int w, const struct tk_box *b, const char *what)
  * ticket reservation of what it missed, filled with this rank's shards. */
 static void tickets(struct rank *r, const char *id, unsigned c, unsigned n, uint32_t shards)
 {
-	struct hc_ticket_name ln = { .request_id = id, .step = 0 }, rn = { .request_id = id, .step = 1 };
-	struct hc_lookup_req lq = { .keys = chains[c], .nkeys = n };
+	struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 }, rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 1 };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = chains[c], .nkeys = n };
 	struct guarded glp;
 	hc_page_t *lp = guard_new(&glp, n, sizeof(*lp));
 	struct tk_box lt, rt;
@@ -315,7 +316,7 @@ static void tickets(struct rank *r, const char *id, unsigned c, unsigned n, uint
 			bad(r->w, "ticket lookup: the handle says %u pages for %u keys", lt.t.n, n);
 		if ((unsigned)h < n) {
 			unsigned k = n - (unsigned)h;
-			struct hc_reserve_req rq = { .keys = chains[c] + h, .nkeys = k, .first_depth = (uint32_t)h };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = chains[c] + h, .nkeys = k, .first_depth = (uint32_t)h };
 			struct guarded grp, grs;
 			hc_page_t *rp = guard_new(&grp, k, sizeof(*rp));
 			uint8_t *skip = guard_new(&grs, k, 1);
@@ -349,7 +350,7 @@ static void free_keyed(struct rank *r, unsigned c, unsigned n)
 {
 	struct guarded gp;
 	hc_page_t *pg = guard_new(&gp, n, sizeof(*pg));
-	struct hc_lookup_req rq = { .keys = chains[c], .nkeys = n };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = chains[c], .nkeys = n };
 	int h = hc_lookup(r->p, &rq, pg);
 
 	if (result(r->w, h, (int)n, "lookup (no pin)") && pages_ok(r->w, pg, n, NULL, "lookup (no pin)") && h > 0)
@@ -382,12 +383,12 @@ static void inspect(struct rank *r)
 	struct hc_page_info pi;
 	struct hc_stats st;
 	struct hc_rank_info ri;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 
-	result(r->w, hc_page_info(r->p, below(&r->rng, NPAGES + 2), &pi), 0, "page info");
-	result(r->w, hc_pool_stats(r->p, &st), 0, "stats");
-	result(r->w, hc_pool_rank(r->p, below(&r->rng, MAX_RANKS + 2), &ri), 0, "rank info");
-	result(r->w, hc_pool_count_states(r->p, counts), 0, "count states");
+	result(r->w, hc_page_info(r->p, below(&r->rng, NPAGES + 2), &pi, sizeof(pi)), 0, "page info");
+	result(r->w, hc_pool_stats(r->p, &st, sizeof(st)), 0, "stats");
+	result(r->w, hc_pool_rank(r->p, below(&r->rng, MAX_RANKS + 2), &ri, sizeof(ri)), 0, "rank info");
+	result(r->w, hc_pool_count_states(r->p, counts, HC_PAGE__COUNT), HC_PAGE__COUNT, "count states");
 }
 
 /* The request path: an existence query through the rings to the service
@@ -441,7 +442,7 @@ static void single_op(struct rank *r)
 		anon(r);
 	} else if (x < 88) {
 		set_op(r, OP_RECOVER);
-		result(r->w, hc_pool_recover(r->p, &rep), 0, "recover");
+		result(r->w, hc_pool_recover(r->p, &rep, sizeof(rep)), 0, "recover");
 	} else if (x < 92) {
 		set_op(r, OP_L3);
 		l3(r, c, n);
@@ -460,7 +461,7 @@ static void single_op(struct rank *r)
 static void rank_main(hc_pool *p, void *arg)
 {
 	struct rank r = { .p = p, .w = (int)(intptr_t)arg };
-	struct hc_engine_spec es = { .engine_id = r.w < 2 ? 1 : 2, .tp_size = r.w < 2 ? 2 : 1,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = r.w < 2 ? 1 : 2, .tp_size = r.w < 2 ? 2 : 1,
 				     .tp_rank = r.w < 2 ? (uint32_t)r.w : 0, .quota_pages = HC_QUOTA_UNLIMITED,
 				     .ticket_timeout_ms = TICKET_MS };
 	uint64_t start = now_ms(), end;
@@ -905,7 +906,7 @@ static void final_damage(struct scrib *s)
 
 static void __attribute__((noreturn)) scribbler(const char *name)
 {
-	struct hc_attach_opts o = { .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE };
 	struct scrib s = { .rng = round_seed * 1000 + 999 };
 	struct timespec pace = { 0, scribble_us[round_no] * 1000 };
 	uint64_t start = now_ms();
@@ -1006,7 +1007,7 @@ static void teardown(void)
 START_TEST(scribble_while_ranks_work)
 {
 	struct hct_spec spec;
-	struct hc_service_opts so = { .backend = hct_l3_spec, .write_policy = HC_WRITE_NONE, .workers = 1 };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec, .write_policy = HC_WRITE_NONE, .workers = 1 };
 	struct lines live = { 0 }, quiet = { 0 };
 	hc_pool *p;
 	uint64_t t0, deadline;
@@ -1176,7 +1177,7 @@ static struct one *one;
 
 static void join_engine(hc_pool *p, uint32_t rank)
 {
-	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 2, .tp_rank = rank, .quota_pages = HC_QUOTA_UNLIMITED,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 2, .tp_rank = rank, .quota_pages = HC_QUOTA_UNLIMITED,
 				    .ticket_timeout_ms = 60000 };
 
 	ck_assert_ok(hc_engine_join(p, &e));
@@ -1210,10 +1211,10 @@ static void note(int ret, double t0)
 
 static void ticket_lookup_as_rank1(hc_pool *p, void *arg)
 {
-	struct hc_ticket_name tn = { .request_id = one->id, .step = 0 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = one->id, .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	hc_page_t pg[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	double t0;
 
 	join_engine(p, 1);
@@ -1227,11 +1228,11 @@ static void ticket_lookup_as_rank1(hc_pool *p, void *arg)
 
 static void reserve_as_rank1(hc_pool *p, void *arg)
 {
-	struct hc_ticket_name rn = { .request_id = one->id, .step = 1 };
-	struct hc_reserve_req rr = { .keys = (const hc_key_t *)arg, .nkeys = 2 };
+	struct hc_ticket_name rn = { .size = sizeof(struct hc_ticket_name), .request_id = one->id, .step = 1 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = (const hc_key_t *)arg, .nkeys = 2 };
 	hc_page_t rp[2];
 	uint8_t skip[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	join_engine(p, 1);
 	note(hc_ticket_reserve(p, &rn, &rr, rp, skip, &t), hct_now());
@@ -1244,10 +1245,10 @@ static void reserve_as_rank1(hc_pool *p, void *arg)
  * the joiner's hold took 2048 of them (half a minute); now a second. */
 START_TEST(hold_waits_a_bounded_time)
 {
-	struct hc_ticket_name tn = { .request_id = one->id, .step = 0 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = one->id, .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	hc_page_t pg[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	_Atomic uint64_t *wp;
 	uint64_t w;
 	uint32_t tid;
@@ -1272,13 +1273,13 @@ END_TEST
  * again once the slot says what the rank joined with. */
 START_TEST(own_membership_scribbled)
 {
-	struct hc_ticket_name tn = { .request_id = "mine", .step = 0 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "mine", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	struct hc_seg_rank *me = &pool->ranks[pool->slot];
 	_Atomic uint32_t *field[3] = { &me->tp, &me->timeout_ms, &me->engine };
 	const uint32_t bad_value[3] = { 2u << 16 | 100, UINT32_MAX, 0 };
 	hc_page_t pg[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	for (int i = 0; i < 3; i++) {
 		uint32_t was = atomic_exchange(field[i], bad_value[i]);
@@ -1288,7 +1289,7 @@ START_TEST(own_membership_scribbled)
 	}
 	tn.request_id = "mine-solo"; /* TP 1 of its own: no partner needed */
 	ck_assert_ok(hc_engine_leave(pool));
-	ck_assert_ok(hc_engine_join(pool, &(struct hc_engine_spec){ .engine_id = 3, .tp_size = 1,
+	ck_assert_ok(hc_engine_join(pool, &(struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec), .engine_id = 3, .tp_size = 1,
 								    .quota_pages = HC_QUOTA_UNLIMITED }));
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pg, &t), 2);
 	ck_assert_ok(hc_ticket_release(pool, &t));
@@ -1301,10 +1302,10 @@ END_TEST
  * generation, and a reservation's skip reason that is none. */
 START_TEST(ticket_record_scribbled)
 {
-	struct hc_ticket_name tn = { .request_id = one->id, .step = 0 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = one->id, .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 2 };
 	hc_page_t pg[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_seg_ticket *r;
 	_Atomic uint64_t *list;
 	uint64_t e;
@@ -1324,9 +1325,9 @@ START_TEST(ticket_record_scribbled)
 
 	/* a reservation ticket's skip reason */
 	{
-		struct hc_ticket_name rn = { .request_id = one->id, .step = 1 };
+		struct hc_ticket_name rn = { .size = sizeof(struct hc_ticket_name), .request_id = one->id, .step = 1 };
 		hc_key_t more[2];
-		struct hc_reserve_req rr = { .keys = more, .nkeys = 2 };
+		struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = more, .nkeys = 2 };
 		hc_page_t rp[2];
 		uint8_t skip[2];
 

@@ -19,7 +19,7 @@
 
 static hc_service *start(const char *name, const char *backend)
 {
-	struct hc_service_opts o = { .backend = backend, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = backend, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
 
 	return hct_service_start(name, &o);
 }
@@ -27,7 +27,7 @@ static hc_service *start(const char *name, const char *backend)
 /* A service in a child process (no write policy: only what is asked). */
 static pid_t service_child(const char *name)
 {
-	return hct_service_child(name, &(struct hc_service_opts){ .backend = "mem", .write_policy = HC_WRITE_NONE });
+	return hct_service_child(name, &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = "mem", .write_policy = HC_WRITE_NONE });
 }
 
 START_TEST(no_service)
@@ -62,8 +62,8 @@ static void rank_work(hc_pool *p, void *arg)
 	hc_key_t k[NK + 3];
 	hc_page_t pg[NK];
 	uint8_t skip[NK];
-	struct hc_reserve_req rq = { .keys = k, .nkeys = NK };
-	struct hc_lookup_req lq = { .keys = k, .nkeys = NK };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = NK };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = NK };
 	hc_req *r1, *r2, *r3;
 
 	hct_keys(k, NK + 3, *(const uint32_t *)arg);
@@ -145,7 +145,7 @@ START_TEST(one_service_per_pool)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 100, 4);
 	hc_service *s = start(name, "mem"), *s2 = NULL;
-	struct hc_service_opts o = { .backend = "mem" };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = "mem" };
 	char want[64];
 
 	ck_assert_err(hc_service_start(name, &o, &s2), EBUSY);
@@ -158,7 +158,7 @@ START_TEST(one_service_per_pool)
 	ck_assert_int_eq(hc_service_probe(p, NULL), 0);
 	o.backend = NULL;
 	ck_assert_err(hc_service_start(name, &o, &s2), EINVAL);
-	ck_assert_err(hc_service_start("bad/name", &(struct hc_service_opts){ .backend = "mem" }, &s2), EINVAL);
+	ck_assert_err(hc_service_start("bad/name", &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = "mem" }, &s2), EINVAL);
 	s = start(name, "mem"); /* and again, after a clean stop */
 	ck_assert_ok(hc_service_stop(s));
 	hc_pool_detach(p);
@@ -250,7 +250,7 @@ START_TEST(dead_ranks_requests_dropped)
 	ck_assert_int_eq(waitpid(svc, &st, WUNTRACED), svc);
 	st = hct_in_child(name, post_and_die, NULL);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	ck_assert_ok(hc_pool_recover(p, NULL)); /* the dead rank's slot is free again */
+	ck_assert_ok(hc_pool_recover(p, NULL, 0)); /* the dead rank's slot is free again */
 	kill(svc, SIGCONT);
 	st = hct_in_child(name, next_owner, NULL);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);

@@ -34,7 +34,7 @@ static hc_pool *buffer_pool(const char *name, uint32_t npages, uint32_t max_rank
 
 static struct hc_service_opts opts(unsigned park_ms, unsigned hold_ms)
 {
-	return (struct hc_service_opts){ .backend = hct_l3_spec, .batch_pages = 4, .write_park_ms = park_ms,
+	return (struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec, .batch_pages = 4, .write_park_ms = park_ms,
 					 .stage_hold_ms = hold_ms };
 }
 
@@ -58,9 +58,9 @@ static uint64_t ctr_reach(hc_pool *p, enum hc_counter c, uint64_t want)
 
 static uint64_t in_state(hc_pool *p, enum hc_page_state s)
 {
-	uint64_t n[5];
+	uint64_t n[HC_PAGE__COUNT];
 
-	ck_assert_ok(hc_pool_count_states(p, n));
+	ck_assert_ok(hc_pool_count_states(p, n, HC_PAGE__COUNT));
 	return n[s];
 }
 
@@ -81,7 +81,7 @@ static struct hc_service_info info(hc_pool *p)
 {
 	struct hc_service_info si;
 
-	ck_assert_ok(hc_service_info(p, &si));
+	ck_assert_ok(hc_service_info(p, &si, sizeof(si)));
 	return si;
 }
 
@@ -120,7 +120,7 @@ static void write_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth
 /* Prefetch keys (waiting for all), take them, check every byte, let go. */
 static void read_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
 {
-	struct hc_prefetch_req pr = { .keys = k, .nkeys = n, .first_depth = depth0,
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .first_depth = depth0,
 				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t *pg = calloc(n, sizeof(*pg));
 	hc_req *rq;
@@ -139,7 +139,7 @@ static void read_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0
  * whole, not taken: the request. */
 static hc_req *read_not_taken(hc_pool *p, hc_key_t *k, unsigned n, uint32_t seed)
 {
-	struct hc_prefetch_req pr = { .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_req *rq;
 
 	hct_keys(k, n, seed);
@@ -231,7 +231,7 @@ START_TEST(prefetch_held_until_taken_or_freed)
 	ck_assert_uint_eq(info(p).stage_read, 6);
 	{
 		/* the same keys again need no staging: admitted at once, never parked */
-		struct hc_prefetch_req pr = { .keys = k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
 		hc_req *again;
 		ck_assert_ok(hc_req_prefetch(p, &pr, &again));
 		ck_assert_int_eq(hc_req_wait(again, 10000), 6);
@@ -284,7 +284,7 @@ START_TEST(failures_release_their_staging)
 	hc_pool *p = buffer_pool(name, 32, 4);
 	struct hc_service_opts o = opts(0, 0);
 	hc_service *s = NULL;
-	struct hc_prefetch_req pr = { .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	char spec[160];
 	hc_page_t pg[4];
 	hc_key_t k[4];
@@ -370,7 +370,7 @@ START_TEST(reads_park_at_the_read_cap)
 	const char *name = hct_name();
 	hc_pool *p = buffer_pool(name, 20, 4); /* reads: 18 pages */
 	hc_service *s = start(name, 0, 0);
-	struct hc_prefetch_req pr = { .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[12];
 	hc_key_t k[28];
 	hc_req *r1, *r2, *big;
@@ -425,7 +425,7 @@ START_TEST(bad_requests)
 	hc_pool *p = buffer_pool(name, 20, 4);
 	hc_pool *c = hct_create_attach(cname, 16, 100, 4);
 	hc_service *s = start(name, 0, 0);
-	struct hc_prefetch_req pr = { .nkeys = 1, .prio = HC_PRIO_CLASSES };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .nkeys = 1, .prio = HC_PRIO_CLASSES };
 	hc_key_t k[1];
 	hc_req *r;
 
@@ -492,7 +492,7 @@ struct dead_arg {
 static void hold_and_die(hc_pool *p, void *arg)
 {
 	struct dead_arg *a = arg;
-	struct hc_prefetch_req pr = { .keys = a->k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = a->k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_req *g, *rq;
 
 	ck_assert_ok(hc_req_stage(p, 10, 0, &g));
@@ -547,7 +547,7 @@ static void pressure_rank(hc_pool *p, void *arg)
 	for (unsigned r = 0; r < PR_ROUNDS; r++) {
 		const hc_key_t *c = k + r * PR_CHUNK;
 		hc_page_t pg[PR_CHUNK];
-		struct hc_prefetch_req pr = { .keys = k, .nkeys = (r + 1) * PR_CHUNK,
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = (r + 1) * PR_CHUNK,
 					      .policy = HC_PREFETCH_WAIT_COMPLETE, .prio = r % HC_PRIO_CLASSES };
 		hc_page_t *rd = calloc(pr.nkeys, sizeof(*rd));
 		hc_req *g, *b, *rq;
@@ -615,8 +615,8 @@ static void churn_rank(hc_pool *p, void *arg)
 		hc_key_t k[4];
 		hc_page_t pg[4], got[4];
 		uint8_t skip[4];
-		struct hc_reserve_req rr = { .keys = k, .nkeys = 4 };
-		struct hc_prefetch_req pr = { .keys = k, .nkeys = 4, .policy = HC_PREFETCH_WAIT_COMPLETE };
+		struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 4 };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = 4, .policy = HC_PREFETCH_WAIT_COMPLETE };
 		hc_req *g = NULL, *b = NULL, *rq = NULL;
 		int h;
 		hct_keys(k, 4, 5000 + (uint32_t)atomic_fetch_add(&c->next, 1));

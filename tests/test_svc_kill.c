@@ -73,7 +73,7 @@ struct env {
 static void env_backend(struct env *e, const char *extra, unsigned batch)
 {
 	snprintf(e->spec, sizeof(e->spec), "fault:dir=%s%s", hct_l3_dir, extra);
-	e->o = (struct hc_service_opts){ .backend = e->spec, .batch_pages = batch, .workers = 4,
+	e->o = (struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = e->spec, .batch_pages = batch, .workers = 4,
 					 .write_policy = HC_WRITE_NONE };
 }
 
@@ -145,8 +145,8 @@ static int rank_posted(hc_pool *p, struct board *b, int me, const char *what, in
 /* Store keys as READY pages filled by key; their handles in pg. */
 static void rank_store(hc_pool *p, struct board *b, int me, const hc_key_t *k, unsigned n, hc_page_t *pg)
 {
-	struct hc_reserve_req rr = { .keys = k, .nkeys = n };
-	struct hc_lookup_req lr = { .keys = k, .nkeys = n };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = n };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = n };
 	double t0 = hct_now();
 	uint8_t skip[NKEY * 4];
 	int m;
@@ -220,7 +220,7 @@ static void rank_prefetch(hc_pool *p, struct board *b, int me, const hc_key_t *k
 	double t0 = hct_now();
 
 	while (hct_now() - t0 < RANK_MAX_S) {
-		struct hc_prefetch_req pr = { .keys = k, .nkeys = n, .policy = HC_PREFETCH_TIMEOUT, .timeout_ms = WAIT_MS };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .policy = HC_PREFETCH_TIMEOUT, .timeout_ms = WAIT_MS };
 		hc_page_t pg[NKEY * 4];
 		hc_req *rq;
 		int r, h;
@@ -306,7 +306,7 @@ static void check_pinned(hc_pool *p, const hc_key_t *k, const hc_page_t *pg, uns
 /* keys READY in the pool, with the right bytes. */
 static void check_ready(hc_pool *p, const hc_key_t *k, unsigned n)
 {
-	struct hc_lookup_req lr = { .keys = k, .nkeys = n, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = n, .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[NKEY * 4];
 
 	ck_assert_int_eq(hc_lookup(p, &lr, pg), (int)n);
@@ -316,7 +316,7 @@ static void check_ready(hc_pool *p, const hc_key_t *k, unsigned n)
 /* Evict keys, prefetch them from L3 with a live service, check every byte. */
 static void read_back(hc_pool *p, const hc_key_t *k, unsigned n)
 {
-	struct hc_prefetch_req pr = { .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[NKEY * 4];
 	hc_req *rq;
 
@@ -420,7 +420,7 @@ START_TEST(service_killed_midflight)
 	/* every dead service's slot was recovered by the next one; what it had
 	 * reserved is past its quarantine now */
 	usleep(60000);
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	check_idle(p, 1);
 	/* L3 holds every round's pages, and a new service reads them back */
 	env_backend(&e, "", 0);
@@ -480,9 +480,9 @@ static void victim(hc_pool *p, void *arg)
 	struct rank_arg *a = arg;
 	hc_key_t ka[NA], kv[NV], kw[NW];
 	hc_page_t pv[NV], pw[NW];
-	struct hc_lookup_req lr = { .keys = kv, .nkeys = NV, .flags = HC_LOOKUP_PIN };
-	struct hc_reserve_req rr = { .keys = kw, .nkeys = NW };
-	struct hc_prefetch_req pr = { .keys = ka, .nkeys = NA, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = kv, .nkeys = NV, .flags = HC_LOOKUP_PIN };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = kw, .nkeys = NW };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = ka, .nkeys = NA, .policy = HC_PREFETCH_WAIT_COMPLETE };
 	uint8_t skip[NW];
 	uint32_t pres, need;
 	hc_req *r1, *r2;
@@ -570,7 +570,7 @@ START_TEST(rank_killed_midflight)
 			usleep(1000);
 	}
 	ck_assert_msg(ok, "the dead rank's slot %d is not recovered after 3 s", b->slot[VICTIM]);
-	ck_assert_ok(hc_pool_rank(p, (unsigned)b->slot[VICTIM], &ri));
+	ck_assert_ok(hc_pool_rank(p, (unsigned)b->slot[VICTIM], &ri, sizeof(ri)));
 	ck_assert(!ri.live);
 	ck_assert_uint_eq(ri.pins, 0);
 	ck_assert_uint_eq(ri.locks, 0);
@@ -674,7 +674,7 @@ START_TEST(restart_among_retrying_ranks)
 	for (int r = 0; r < 2; r++)
 		refused += b->refused[r];
 	ck_assert_int_gt(refused, 0); /* they did retry while none served */
-	ck_assert_ok(hc_pool_recover(p, NULL));
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
 	finish(&e);
 }
 END_TEST

@@ -48,7 +48,7 @@ static void teardown(void)
 
 static void join(hc_pool *p, uint32_t engine, uint32_t tp, uint32_t rank, uint32_t timeout_ms)
 {
-	struct hc_engine_spec e = { .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = timeout_ms };
 	ck_assert_ok(hc_engine_join(p, &e));
 }
@@ -70,18 +70,18 @@ struct lk {
 static void child_lookup(hc_pool *p, void *arg)
 {
 	struct lk *a = arg;
-	struct hc_engine_spec e = { .engine_id = a->engine, .tp_size = a->tp, .tp_rank = a->rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = a->engine, .tp_size = a->tp, .tp_rank = a->rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = a->timeout_ms };
-	struct hc_ticket_name tn = { .request_id = a->req, .step = a->step };
-	hc_ticket t;
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = a->req, .step = a->step };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	if (hc_engine_join(p, &e) < 0)
 		_exit(101);
 	if (a->reserve) {
-		struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = a->n };
+		struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = a->n };
 		shared->ret = hc_ticket_reserve(p, &tn, &rr, shared->pages, shared->skip, &t);
 	} else {
-		struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = a->n };
+		struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = a->n };
 		shared->ret = hc_ticket_lookup(p, &tn, &rq, shared->pages, &t);
 	}
 	shared->err_has = a->expect_err && strstr(hc_last_error(), a->expect_err) != NULL;
@@ -98,9 +98,9 @@ static void child_lookup(hc_pool *p, void *arg)
 START_TEST(lookup_same_answer_despite_changes)
 {
 	hc_page_t pages[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-1", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = NK };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-1", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = NK };
 	struct lk a = { .engine = 7, .tp = 2, .rank = 1, .n = NK, .req = "req-1", .release = 1 };
 	struct hc_page_info pi;
 
@@ -112,7 +112,7 @@ START_TEST(lookup_same_answer_despite_changes)
 	/* The pool changes before rank 1 arrives: more keys, and an eviction try. */
 	ck_assert_int_eq(hct_store(pool, shared->keys + 5, 3, 5), 3);
 	ck_assert_int_eq(hct_hit(pool, shared->keys, NK), NK);
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.tickets, 1); /* the ticket holds it for rank 1 */
 	ck_assert_int_eq(pi.pins, 1);
 	ck_assert_int_eq(in_child(child_lookup, &a), 0);
@@ -120,12 +120,12 @@ START_TEST(lookup_same_answer_despite_changes)
 	ck_assert_mem_eq(shared->pages, pages, 5 * sizeof(hc_page_t));
 	ck_assert_uint_eq(shared->pages[5], HC_PAGE_NONE);
 	/* Every share claimed: the ticket let go; rank 1 released its own. */
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.tickets, 0);
 	ck_assert_int_eq(pi.pins, 1);
 	ck_assert_ok(hc_ticket_release(pool, &t));
 	ck_assert_err(hc_ticket_release(pool, &t), EALREADY);
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.pins, 0);
 	/* A rank that comes again with the name gets a clear error. */
 	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t), EALREADY);
@@ -155,9 +155,9 @@ static void count_report(void *arg, const char *line)
 START_TEST(ticket_page_under_a_stopped_freer)
 {
 	hc_page_t pages[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-f", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = NK };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-f", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = NK };
 	_Atomic uint64_t *word;
 	uint64_t w;
 	int lines = 0;
@@ -183,9 +183,9 @@ END_TEST
 START_TEST(same_name_other_keys)
 {
 	hc_page_t pages[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-2", .step = 3 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 4 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-2", .step = 3 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 4 };
 	struct lk a = { .engine = 7, .tp = 2, .rank = 1, .n = 4, .step = 3, .req = "req-2", .release = 1,
 			.expect_err = "other keys" };
 
@@ -209,9 +209,9 @@ END_TEST
 START_TEST(latecomer_after_timeout)
 {
 	hc_page_t pages[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-3", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 3 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-3", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 3 };
 	struct lk a = { .engine = 9, .tp = 2, .rank = 1, .timeout_ms = 100, .n = 3, .req = "req-3",
 			.expect_err = "expired" };
 	struct hc_page_info pi;
@@ -225,7 +225,7 @@ START_TEST(latecomer_after_timeout)
 	ck_assert_int_eq(shared->ret, -ESTALE);
 	ck_assert_int_eq(shared->err_has, 1);
 	/* Only the unclaimed share expired: rank 0 still holds its own. */
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[0]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.tickets, 0);
 	ck_assert_int_eq(pi.pins, 1);
 	ck_assert_ok(hc_ticket_release(pool, &t));
@@ -244,9 +244,9 @@ static void die_after_lookup(hc_pool *p, void *arg)
 START_TEST(builder_dies_after_publishing)
 {
 	hc_page_t pages[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-4", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 4 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-4", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 4 };
 	struct lk a = { .engine = 5, .tp = 2, .rank = 0, .n = 4, .req = "req-4" };
 	struct hc_page_info pi;
 	int st;
@@ -257,12 +257,12 @@ START_TEST(builder_dies_after_publishing)
 	st = in_child(die_after_lookup, &a);
 	ck_assert(WIFSIGNALED(st));
 	ck_assert_int_eq(shared->ret, 4);
-	ck_assert_ok(hc_pool_recover(pool, NULL)); /* its pins go; the engine lives on in us */
+	ck_assert_ok(hc_pool_recover(pool, NULL, 0)); /* its pins go; the engine lives on in us */
 	ck_assert_int_eq(hc_evict(pool, 32), 0); /* the ticket still holds all 4 */
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 4);
 	ck_assert_int_eq(t.first, 0);
 	ck_assert_mem_eq(shared->pages, pages, 4 * sizeof(hc_page_t));
-	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[3]), &pi));
+	ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[3]), &pi, sizeof(pi)));
 	ck_assert_int_eq(pi.pins, 1); /* ours; the dead rank's went with it */
 	ck_assert_int_eq(pi.tickets, 0);
 	ck_assert_int_eq(hct_verify(pool, pages[3], 1), 0);
@@ -276,9 +276,9 @@ START_TEST(reserve_by_key_two_ranks)
 {
 	hc_page_t pages[NK];
 	uint8_t skip[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-5", .step = 1 };
-	struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = 4 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-5", .step = 1 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = 4 };
 	struct lk a = { .engine = 3, .tp = 2, .rank = 1, .n = 4, .step = 1, .req = "req-5", .reserve = 1,
 			.release = 1, .fill_group = 2 };
 
@@ -314,9 +314,9 @@ START_TEST(two_engines_one_page)
 {
 	hc_page_t pages[NK];
 	uint8_t skip[NK];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "req-6", .step = 0 };
-	struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = 4 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-6", .step = 0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = 4 };
 	struct lk a = { .engine = 4, .tp = 1, .rank = 0, .n = 4, .req = "req-6", .reserve = 1, .release = 1 };
 	struct hc_stats st;
 
@@ -338,12 +338,12 @@ END_TEST
 
 START_TEST(engine_join_errors)
 {
-	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 2, .tp_rank = 0, .quota_pages = 10 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 2, .tp_rank = 0, .quota_pages = 10 };
 	struct lk a = { .engine = 1, .tp = 4, .rank = 1, .n = 1, .req = "x" };
 	hc_page_t pages[1];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "x" };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "x" };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 1 };
 
 	e.engine_id = HC_ENGINE_ID_MAX + 1;
 	ck_assert_err(hc_engine_join(pool, &e), EINVAL);
@@ -382,10 +382,10 @@ START_TEST(ticket_name_errors)
 {
 	hc_key_t many[NK];
 	hc_page_t pages[NK];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	char longid[HC_REQUEST_ID_MAX + 2];
-	struct hc_ticket_name tn = { .request_id = "" };
-	struct hc_lookup_req rq = { .keys = many, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "" };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = many, .nkeys = 2 };
 
 	hct_keys(many, NK, 17);
 	join(pool, 2, 2, 0, 0);
@@ -406,6 +406,7 @@ START_TEST(ticket_name_errors)
 	ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, NULL), EINVAL);
 	ck_assert_err(hc_ticket_release(pool, NULL), EINVAL);
 	memset(&t, 0, sizeof(t));
+	t.size = sizeof(t);
 	ck_assert_err(hc_ticket_release(pool, &t), EINVAL);
 	ck_assert_msg_has("never filled");
 }
@@ -418,10 +419,10 @@ START_TEST(too_many_keys_for_a_ticket)
 	hc_pool *p2;
 	hc_key_t keys[5];
 	hc_page_t pages[5];
-	hc_ticket t;
-	struct hc_ticket_name tn = { .request_id = "big" };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 5 };
-	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "big" };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 5 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
 
 	hct_spec_init(&s, n2, 16);
 	s.spec.ticket_keys = 4;
@@ -443,8 +444,8 @@ START_TEST(quota_limits_holds)
 {
 	hc_key_t keys[6];
 	hc_page_t pages[6], more[4];
-	struct hc_engine_spec e = { .engine_id = 1, .tp_size = 1, .quota_pages = 3 };
-	struct hc_lookup_req rq = { .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = 3 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
 	struct hc_rank_info ri;
 
 	hct_keys(keys, 6, 19);
@@ -454,17 +455,17 @@ START_TEST(quota_limits_holds)
 	ck_assert_msg_has("quota of 3");
 	rq.nkeys = 3;
 	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 3);
-	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
 	ck_assert_uint_eq(ri.held, 3);
 	ck_assert_uint_eq(ri.quota, 3);
 	/* A page counts once, however it is held. */
 	ck_assert_ok(hc_page_lock(pool, pages[0]));
 	ck_assert_ok(hc_page_pin(pool, pages[0]));
-	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
 	ck_assert_uint_eq(ri.held, 3);
 	ck_assert_err(hc_page_alloc(pool, 1, 1, more), EDQUOT);
 	{
-		struct hc_lookup_req one = { .keys = keys + 3, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = keys + 3, .nkeys = 1, .flags = HC_LOOKUP_PIN };
 		ck_assert_err(hc_lookup(pool, &one, more), EDQUOT);
 	}
 	ck_assert_ok(hc_page_unpin(pool, pages[0]));
@@ -476,7 +477,7 @@ START_TEST(quota_limits_holds)
 	ck_assert_int_eq(hc_page_commit(pool, more[0], hc_page_needed(pool, 1)), 1);
 	ck_assert_int_eq(hc_page_alloc(pool, 1, 1, more + 3), 1); /* a committed page no longer counts */
 	ck_assert_int_eq(hc_page_abort(pool, more + 1, 3), 3);
-	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
 	ck_assert_uint_eq(ri.held, 0);
 }
 END_TEST
@@ -485,10 +486,10 @@ END_TEST
 START_TEST(failure_is_shared)
 {
 	hc_page_t pages[NK];
-	hc_ticket t = { .index = 77 };
-	struct hc_ticket_name tn = { .request_id = "req-f", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 3 };
-	struct hc_engine_spec e = { .engine_id = 12, .tp_size = 2, .tp_rank = 0, .quota_pages = 2 };
+	hc_ticket t = { .size = sizeof(t), .index = 77 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-f", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 3 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 12, .tp_size = 2, .tp_rank = 0, .quota_pages = 2 };
 	struct lk a = { .engine = 12, .tp = 2, .rank = 1, .n = 3, .req = "req-f", .expect_err = "first rank" };
 
 	hct_keys(shared->keys, NK, 25);
@@ -504,9 +505,9 @@ START_TEST(failure_is_shared)
 		int st;
 		if (pid == 0) {
 			hc_pool *p;
-			struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+			struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 			struct hc_engine_spec e1 = e;
-			hc_ticket t1;
+			hc_ticket t1 = { .size = sizeof(hc_ticket) };
 			e1.tp_rank = 1;
 			if (hc_pool_attach(name, &o, &p) < 0 || hc_engine_join(p, &e1) < 0)
 				_exit(100);
@@ -533,18 +534,20 @@ START_TEST(ticket_table_full)
 {
 	hc_page_t pages[1];
 	hc_ticket t[65];
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 1 };
 	char id[16];
 
 	hct_keys(shared->keys, 1, 20);
 	join(pool, 8, 2, 0, 200);
 	for (int i = 0; i < 64; i++) {
-		struct hc_ticket_name tn = { .request_id = id, .step = 0 };
+		struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 };
 		snprintf(id, sizeof(id), "full-%d", i);
+		t[i].size = sizeof(t[i]);
 		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t[i]), 0);
 	}
 	{
-		struct hc_ticket_name tn = { .request_id = "one-more", .step = 0 };
+		struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "one-more", .step = 0 };
+		t[64].size = sizeof(t[64]);
 		ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t[64]), EBUSY);
 		ck_assert_msg_has("max_tickets");
 		usleep(300 * 1000);
@@ -557,7 +560,7 @@ END_TEST
 
 /* ---- puppets' steps: each puppet keeps its own ticket */
 
-static hc_ticket my_tk;
+static hc_ticket my_tk = { .size = sizeof(hc_ticket) };
 static hc_page_t my_pages[NK];
 static uint8_t my_skip[NK];
 
@@ -576,8 +579,8 @@ static void step_leave(hc_pool *p, long arg)
 /* arg: presence mask; the answer in shared->ret, the page in shared->pages[0] */
 static void step_reserve_one(hc_pool *p, long arg)
 {
-	struct hc_ticket_name tn = { .request_id = "shared-resv", .step = 0 };
-	struct hc_reserve_req rr = { .keys = shared->keys, .nkeys = 1, .presence = (uint32_t)arg };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "shared-resv", .step = 0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = 1, .presence = (uint32_t)arg };
 
 	shared->ret = hc_ticket_reserve(p, &tn, &rr, my_pages, my_skip, &my_tk);
 	shared->pages[0] = my_pages[0];
@@ -601,7 +604,7 @@ static void abort_while_a_co_writer_copies(hc_pool *p, uint32_t presence)
 {
 	struct hct_puppet *r0 = hct_puppet(name);
 	hc_page_t all[32];
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 	int n;
 
 	shared->timeout_ms = 300;
@@ -613,7 +616,7 @@ static void abort_while_a_co_writer_copies(hc_pool *p, uint32_t presence)
 	ck_assert_int_eq(shared->ret, 1);
 	ck_assert_int_eq(hc_page_abort(pool, &shared->pages[0], 1), 1);
 	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(shared->pages[0]), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
-	ck_assert_ok(hc_pool_count_states(pool, counts));
+	ck_assert_ok(hc_pool_count_states(pool, counts, HC_PAGE__COUNT));
 	n = hc_page_alloc(pool, (unsigned)counts[HC_PAGE_FREE], 1, all);
 	ck_assert_int_eq(n, (int)counts[HC_PAGE_FREE]);
 	for (int i = 0; i < n; i++)
@@ -664,9 +667,9 @@ END_TEST
 static void step_join_two(hc_pool *p, long arg)
 {
 	struct { hc_page_t pages[2]; hc_page_t canary[1100]; } *out = malloc(sizeof(*out));
-	struct hc_ticket_name tn = { .request_id = "scribbled", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 2 };
-	hc_ticket t;
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "scribbled", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 2 };
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	(void)arg;
 	ck_assert_ptr_nonnull(out);
@@ -684,10 +687,10 @@ static void step_join_two(hc_pool *p, long arg)
 START_TEST(join_bounds_a_scribbled_count)
 {
 	struct hct_puppet *r1 = hct_puppet(name);
-	struct hc_ticket_name tn = { .request_id = "scribbled", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "scribbled", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 2 };
 	hc_page_t pages[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	hct_keys(shared->keys, 2, 33);
 	ck_assert_int_eq(hct_store(pool, shared->keys, 2, 0), 2);
@@ -714,10 +717,10 @@ END_TEST
  */
 static void step_lookup_scribbled(hc_pool *p, long arg)
 {
-	struct hc_ticket_name tn = { .request_id = "bad-owner", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "bad-owner", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 1 };
 	hc_page_t pg[1];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	(void)arg;
 	shared->ret = hc_ticket_lookup(p, &tn, &rq, pg, &t);
@@ -734,11 +737,11 @@ static void die_holding_the_service_lock(hc_pool *p, void *arg)
 START_TEST(builder_slot_past_the_table)
 {
 	struct hct_puppet *r1;
-	struct hc_ticket_name tn = { .request_id = "bad-owner", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "bad-owner", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 1 };
 	struct hc_seg_ticket *r;
 	hc_page_t pages[2], own[2], mine;
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	uint64_t w;
 
 	fresh_pool(32, 0);
@@ -788,10 +791,10 @@ END_TEST
 START_TEST(ticket_ends_with_its_engine)
 {
 	struct hct_puppet *r1 = hct_puppet(name);
-	struct hc_ticket_name tn = { .request_id = "r0", .step = 0 };
-	struct hc_lookup_req rq = { .keys = shared->keys, .nkeys = 2 };
+	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "r0", .step = 0 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 2 };
 	hc_page_t pages[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	hct_keys(shared->keys, 2, 35);
 	ck_assert_int_eq(hct_store(pool, shared->keys, 2, 0), 2);
@@ -804,11 +807,11 @@ START_TEST(ticket_ends_with_its_engine)
 		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 2);
 		ck_assert_int_eq(t.first, 1);
 		ck_assert_ok(hc_ticket_release(pool, &t));
-		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi));
+		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi, sizeof(pi)));
 		ck_assert_int_eq(pi.tickets, 1); /* rank 1 never claims its share: the ticket holds them */
 		ck_assert_ok(hc_engine_leave(pool));
 		hct_puppet_do(r1, step_leave, 0);
-		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi));
+		ck_assert_ok(hc_page_info(pool, HC_PAGE_ID(pages[1]), &pi, sizeof(pi)));
 		ck_assert_int_eq(pi.tickets, 0); /* the engine is gone: its ticket holds nothing */
 	}
 	ck_assert_int_eq(hc_evict(pool, 32), 2); /* the engine is gone: nothing holds them */

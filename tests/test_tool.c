@@ -139,7 +139,7 @@ static void hex_of(const uint8_t *b, char out[65])
 START_TEST(create_info_ls_repair_destroy)
 {
 	const char *name = hct_name();
-	struct hc_attach_opts ao = { .flags = HC_ATTACH_READONLY };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_READONLY };
 	struct hc_pool_info li;
 	char fp_create[65] = "", fp_lib[65], want[128], *s;
 	json_object *o, *c, *e;
@@ -155,7 +155,7 @@ START_TEST(create_info_ls_repair_destroy)
 
 	/* the library's own view, to check the tool against */
 	ck_assert_ok(hc_pool_attach(name, &ao, &p));
-	ck_assert_ok(hc_pool_info(p, &li));
+	ck_assert_ok(hc_pool_info(p, &li, sizeof(li)));
 	hc_pool_detach(p);
 	hex_of(li.fingerprint, fp_lib);
 	ck_assert_str_eq(fp_create, fp_lib);
@@ -260,7 +260,7 @@ START_TEST(repair_dead_rank)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		struct hc_attach_opts ao = { .flags = HC_ATTACH_NO_POPULATE };
+		struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 		hc_page_t pg[3];
 		hc_pool *p;
 
@@ -859,7 +859,7 @@ START_TEST(check_pool)
 	hc_key_t keys[3];
 	hc_page_t pg;
 	json_object *o, *v;
-	struct hc_lookup_req rq = { .nkeys = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1 };
 	char want[128];
 	uint32_t free_id = 15, flags;
 	hc_pool *p;
@@ -927,7 +927,7 @@ START_TEST(repair_damage)
 	hc_key_t keys[3];
 	hc_page_t pg;
 	json_object *o, *fix;
-	struct hc_lookup_req rq = { .nkeys = 1 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1 };
 	char want[128];
 	uint32_t free_id = 15;
 	hc_pool *p;
@@ -981,7 +981,7 @@ START_TEST(keys_list)
 	const char *name = hct_name();
 	hc_key_t keys[6];
 	char hex[6][65], pfx[8], want[128], line[512];
-	struct hc_lookup_req rq = { .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 2, .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[2];
 	json_object *o, *a, *e;
 	const char *prev = "";
@@ -1068,11 +1068,11 @@ START_TEST(backend_attach_detach)
 {
 	const char *name = hct_name();
 	char dir[64], spec[128];
-	struct hc_service_opts so = { .backend = "mem", .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = "mem", .write_policy = HC_WRITE_NONE };
 	hc_key_t k[2];
 	hc_page_t pg[2];
 	uint8_t skip[2];
-	struct hc_reserve_req rr = { .keys = k, .nkeys = 2 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
 	hc_req *rq;
 	hc_pool *p;
 	pid_t svc;
@@ -1174,7 +1174,7 @@ START_TEST(evict_and_clear)
 	const char *name = hct_name();
 	hc_key_t keys[6];
 	char hex[65];
-	struct hc_lookup_req rq = { .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1, .flags = HC_LOOKUP_PIN };
 	struct hc_stats st;
 	hc_page_t pg;
 	hc_pool *p;
@@ -1305,8 +1305,8 @@ END_TEST
 START_TEST(ls_engines)
 {
 	const char *name = hct_name();
-	struct hc_engine_spec es = { .engine_id = 7, .tp_size = 2, .quota_pages = 32 };
-	struct hc_lookup_req rq = { .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 7, .tp_size = 2, .quota_pages = 32 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1, .flags = HC_LOOKUP_PIN };
 	hc_pool *a, *b, *c, *d;
 	struct hc_pool_info ia, ib, ic, id;
 	json_object *o, *e, *x, *ranks, *engs;
@@ -1320,15 +1320,15 @@ START_TEST(ls_engines)
 	b = rank_on(name);
 	c = rank_on(name);
 	d = rank_on(name);
-	hc_pool_info(a, &ia);
-	hc_pool_info(b, &ib);
-	hc_pool_info(c, &ic);
-	hc_pool_info(d, &id);
+	hc_pool_info(a, &ia, sizeof(ia));
+	hc_pool_info(b, &ib, sizeof(ib));
+	hc_pool_info(c, &ic, sizeof(ic));
+	hc_pool_info(d, &id, sizeof(id));
 	es.tp_rank = 1;
 	ck_assert_ok(hc_engine_join(b, &es));
 	es.tp_rank = 0;
 	ck_assert_ok(hc_engine_join(a, &es));
-	es = (struct hc_engine_spec){ .engine_id = 9, .tp_size = 4, .tp_rank = 2, .quota_pages = HC_QUOTA_UNLIMITED };
+	es = (struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec), .engine_id = 9, .tp_size = 4, .tp_rank = 2, .quota_pages = HC_QUOTA_UNLIMITED };
 	ck_assert_ok(hc_engine_join(d, &es));
 	hct_keys(&key, 1, 51);
 	ck_assert_int_eq(hct_store(a, &key, 1, 0), 1);

@@ -179,8 +179,8 @@ static int is_late(int e, uint32_t k, unsigned r)
 static int rank_main(int e, uint32_t k)
 {
 	hc_pool *p;
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
-	struct hc_engine_spec es = { .engine_id = 100 + (uint32_t)e, .tp_size = cfg->tp[e], .tp_rank = k,
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 100 + (uint32_t)e, .tp_size = cfg->tp[e], .tp_rank = k,
 				     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 10000 };
 	struct hc_pool_info info;
 	uint32_t mask = shard_mask(cfg->head_groups, cfg->tp[e], k);
@@ -191,13 +191,13 @@ static int rank_main(int e, uint32_t k)
 		return failf("engine %d rank %u: attach: %d %s", e, k, ret, hc_last_error()), 1;
 	if ((ret = hc_engine_join(p, &es)) < 0)
 		return failf("engine %d rank %u: join: %d %s", e, k, ret, hc_last_error()), 1;
-	hc_pool_info(p, &info);
+	hc_pool_info(p, &info, sizeof(info));
 	for (unsigned r = 0; r < cfg->nreq[e] && !atomic_load(&sh->fails); r++) {
 		hc_key_t keys[MAXK];
 		hc_page_t lpages[MAXK], rpages[MAXK];
 		uint8_t skip[MAXK];
 		char id[48];
-		hc_ticket lt, rt;
+		hc_ticket lt = { .size = sizeof(lt) }, rt = { .size = sizeof(rt) };
 		double until = hct_now() + HANG_S;
 		unsigned n = req_keys(info.page_tokens, e, r, keys);
 
@@ -211,8 +211,8 @@ static int rank_main(int e, uint32_t k)
 			usleep((unsigned)rand_r(&seed) % 300);
 		snprintf(id, sizeof(id), "req-%d-%u", e, r);
 
-		struct hc_ticket_name ln = { .request_id = id, .step = 2 * r };
-		struct hc_lookup_req lq = { .keys = keys, .nkeys = n };
+		struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 2 * r };
+		struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n };
 		int h = hc_ticket_lookup(p, &ln, &lq, lpages, &lt);
 		record(&sh->rec[e][r][0][k], h, &lt, lpages, NULL, n);
 		if (h < 0)
@@ -228,8 +228,8 @@ static int rank_main(int e, uint32_t k)
 			}
 		}
 		if ((unsigned)h < n) {
-			struct hc_ticket_name rn = { .request_id = id, .step = 2 * r + 1 };
-			struct hc_reserve_req rq = { .keys = keys + h, .nkeys = n - (unsigned)h, .first_depth = (uint32_t)h };
+			struct hc_ticket_name rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 2 * r + 1 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys + h, .nkeys = n - (unsigned)h, .first_depth = (uint32_t)h };
 			int m = hc_ticket_reserve(p, &rn, &rq, rpages, skip, &rt);
 
 			record(&sh->rec[e][r][1][k], m, &rt, rpages, skip, n - (unsigned)h);
@@ -312,7 +312,7 @@ static void run_script(const struct cfg *c)
 	cfg = c;
 	pool_name = name;
 	p = create_pool(name);
-	hc_pool_info(p, &info);
+	hc_pool_info(p, &info, sizeof(info));
 	ck_assert_uint_eq(info.head_groups, c->head_groups);
 	sh = hct_shared(sizeof(*sh));
 	sh->nranks = c->tp[0] + c->tp[1];
@@ -458,14 +458,14 @@ static void run_script(const struct cfg *c)
 	ck_assert_ptr_nonnull(ready);
 	for (uint32_t id = 0; id < info.npages; id++) {
 		struct hc_page_info pi;
-		ck_assert_ok(hc_page_info(p, id, &pi));
+		ck_assert_ok(hc_page_info(p, id, &pi, sizeof(pi)));
 		if (pi.state != HC_PAGE_READY || !pi.keyed)
 			continue;
 		memcpy(ready[nready].key, pi.key, HC_KEY_BYTES);
 		ready[nready].page = HC_PAGE_MAKE(id, pi.gen);
 		nready++;
 		hc_page_t got;
-		struct hc_lookup_req one = { .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
 		ck_assert_int_eq(hc_lookup(p, &one, &got), 1);
 		ck_assert_uint_eq(got, HC_PAGE_MAKE(id, pi.gen));
 		for (uint32_t g = 0; g < c->head_groups; g++)
@@ -533,7 +533,7 @@ END_TEST
 
 static hc_pool *child_attach(const char *name)
 {
-	struct hc_attach_opts o = { .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	hc_pool *c = NULL;
 
 	if (hc_pool_attach(name, &o, &c) < 0) {
@@ -545,7 +545,7 @@ static hc_pool *child_attach(const char *name)
 
 static void child_join(hc_pool *c, uint32_t engine, uint32_t tp, uint32_t rank)
 {
-	struct hc_engine_spec es = { .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
 				     .quota_pages = HC_QUOTA_UNLIMITED };
 
 	if (hc_engine_join(c, &es) < 0) {
@@ -568,8 +568,8 @@ static uint32_t held_now(hc_pool *p)
 	struct hc_pool_info info;
 	struct hc_rank_info ri;
 
-	hc_pool_info(p, &info);
-	ck_assert_ok(hc_pool_rank(p, (unsigned)info.self_slot, &ri));
+	hc_pool_info(p, &info, sizeof(info));
+	ck_assert_ok(hc_pool_rank(p, (unsigned)info.self_slot, &ri, sizeof(ri)));
 	return ri.held;
 }
 
@@ -585,11 +585,11 @@ START_TEST(quota_counts_pages_held)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 16, 50, 8);
-	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = 4 };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = 4 };
 	hc_key_t k[6];
 	hc_page_t pg[2], pins[2], more[3];
 	uint8_t skip[2];
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	int granted = 0;
 
 	hct_keys(k, 6, 3);
@@ -597,7 +597,7 @@ START_TEST(quota_counts_pages_held)
 	ck_assert_int_eq(hct_store(p, k + 4, 2, 4), 2);
 	ck_assert_ok(hc_engine_join(p, &es));
 	/* A plain reservation committed shard by shard. */
-	struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
 	ck_assert_uint_eq(held_now(p), 2);
 	hct_fill(p, pg[0], 1);
@@ -608,10 +608,10 @@ START_TEST(quota_counts_pages_held)
 	ck_assert_int_eq(hct_fill_commit_all(p, pg[1]), 1);
 	ck_assert_uint_eq(held_now(p), 0);
 	/* Two pins, then a reserve ticket: commit, release. */
-	struct hc_lookup_req lq = { .keys = k, .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 2, .flags = HC_LOOKUP_PIN };
 	ck_assert_int_eq(hc_lookup(p, &lq, pins), 2);
-	struct hc_ticket_name nm = { .request_id = "quota", .step = 0 };
-	struct hc_reserve_req r2 = { .keys = k + 2, .nkeys = 2, .first_depth = 2 };
+	struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "quota", .step = 0 };
+	struct hc_reserve_req r2 = { .size = sizeof(struct hc_reserve_req), .keys = k + 2, .nkeys = 2, .first_depth = 2 };
 	ck_assert_int_ge(hc_ticket_reserve(p, &nm, &r2, pg, skip, &t), 0);
 	ck_assert_uint_eq(held_now(p), 4);
 	for (int i = 0; i < 2; i++) {
@@ -633,7 +633,7 @@ START_TEST(quota_counts_pages_held)
 		ck_assert_int_eq(hc_page_unpin(p, pins[i % 2]), 0);
 	/* Quota 4, 2 pages pinned: 2 more pages, not 3. */
 	granted = 0;
-	struct hc_lookup_req one[3] = { { .keys = k + 2, .nkeys = 1 }, { .keys = k + 3, .nkeys = 1 }, { .keys = k + 4, .nkeys = 1 } };
+	struct hc_lookup_req one[3] = { { .size = sizeof(struct hc_lookup_req), .keys = k + 2, .nkeys = 1 }, { .size = sizeof(struct hc_lookup_req), .keys = k + 3, .nkeys = 1 }, { .size = sizeof(struct hc_lookup_req), .keys = k + 4, .nkeys = 1 } };
 	for (int i = 0; i < 3; i++) {
 		ck_assert_int_eq(hc_lookup(p, &one[i], &more[i]), 1);
 		granted += hc_page_pin(p, more[i]) == 0;
@@ -669,9 +669,9 @@ START_TEST(failed_build_is_the_answer)
 			hc_pool *c = child_attach(name);
 			hc_page_t pg[4];
 			uint8_t skip[4];
-			hc_ticket t;
-			struct hc_ticket_name nm = { .request_id = "full", .step = 1 };
-			struct hc_reserve_req rq = { .keys = k, .nkeys = 4 };
+			hc_ticket t = { .size = sizeof(hc_ticket) };
+			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "full", .step = 1 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 4 };
 			child_join(c, 1, 2, r);
 			ret[r] = hc_ticket_reserve(c, &nm, &rq, pg, skip, &t);
 			__atomic_store_n(&ret[2 + r], 1, __ATOMIC_RELEASE);
@@ -729,7 +729,7 @@ START_TEST(waiter_joins_only_its_ticket)
 			ck_assert_int_eq(waitpid(pid[0], &status, 0), pid[0]);
 			for (int s = 0; s < HC_INDEX_STRIPES; s++)
 				pthread_mutex_unlock(&p->ctl->index_lock[s].m);
-			ck_assert_ok(hc_pool_recover(p, NULL));
+			ck_assert_ok(hc_pool_recover(p, NULL, 0));
 		}
 		if (i == 3) {
 			kill(pid[1], SIGCONT);
@@ -740,9 +740,9 @@ START_TEST(waiter_joins_only_its_ticket)
 		if (pid[i] == 0) {
 			hc_pool *c = child_attach(name);
 			uint8_t skip[2];
-			hc_ticket t = { 0 };
-			struct hc_ticket_name nm = { .request_id = i < 2 ? "engine-1" : "engine-2", .step = 1 };
-			struct hc_reserve_req rq = { .keys = k, .nkeys = 2 };
+			hc_ticket t = { .size = sizeof(hc_ticket) };
+			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = i < 2 ? "engine-1" : "engine-2", .step = 1 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
 			child_join(c, i < 2 ? 1 : 2, 2, (uint32_t)i % 2);
 			if (i == 1)
 				raise(SIGSTOP); /* the parent goes on once we wait; we continue when told */
@@ -797,23 +797,23 @@ START_TEST(oldest_tombstone_goes_first)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 50, 8);
-	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
 	hc_key_t k[1];
 	hc_page_t pg;
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	char id[32];
 	int ret;
 
 	ck_assert_ok(hc_engine_join(p, &es));
 	hct_keys(k, 1, 2);
-	struct hc_lookup_req lq = { .keys = k, .nkeys = 1 };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 1 };
 	for (int i = 0; i < 64; i++) { /* every record used once: 64 tombstones */
 		snprintf(id, sizeof(id), "old-%d", i);
-		struct hc_ticket_name nm = { .request_id = id, .step = 0 };
+		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 };
 		ck_assert_int_ge(hc_ticket_lookup(p, &nm, &lq, &pg, &t), 0);
 		ck_assert_ok(hc_ticket_release(p, &t));
 	}
-	struct hc_ticket_name a = { .request_id = "A", .step = 0 }, b = { .request_id = "B", .step = 0 };
+	struct hc_ticket_name a = { .size = sizeof(struct hc_ticket_name), .request_id = "A", .step = 0 }, b = { .size = sizeof(struct hc_ticket_name), .request_id = "B", .step = 0 };
 	usleep(2000); /* the pool's clock counts milliseconds */
 	ck_assert_int_ge(hc_ticket_lookup(p, &a, &lq, &pg, &t), 0);
 	ck_assert_ok(hc_ticket_release(p, &t));
@@ -843,11 +843,11 @@ START_TEST(expired_tombstone_outlives_older_ones)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 50, 8);
-	struct hc_engine_spec es = { .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
 	struct res { int ret, first; } *res;
 	hc_key_t k[1];
 	hc_page_t pg;
-	hc_ticket t;
+	hc_ticket t = { .size = sizeof(hc_ticket) };
 	char id[32];
 	pid_t r0, r1;
 	int status;
@@ -856,10 +856,10 @@ START_TEST(expired_tombstone_outlives_older_ones)
 	ck_assert_ok(hc_engine_join(p, &es));
 	hct_keys(k, 1, 2);
 	ck_assert_int_eq(hct_store(p, k, 1, 0), 1);
-	struct hc_lookup_req lq = { .keys = k, .nkeys = 1 };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 1 };
 	for (int i = 0; i < 63; i++) { /* 63 tombstones of engine 1, closed now */
 		snprintf(id, sizeof(id), "old-%d", i);
-		struct hc_ticket_name nm = { .request_id = id, .step = 0 };
+		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 };
 		ck_assert_int_ge(hc_ticket_lookup(p, &nm, &lq, &pg, &t), 0);
 		ck_assert_ok(hc_ticket_release(p, &t));
 	}
@@ -869,8 +869,8 @@ START_TEST(expired_tombstone_outlives_older_ones)
 			/* X expires (50 ms) and closes after every other tombstone; then
 			 * engine 1 opens one more ticket, which needs a record. */
 			usleep(100 * 1000);
-			ck_assert_ok(hc_pool_recover(p, NULL)); /* sweeps overdue tickets */
-			struct hc_ticket_name y = { .request_id = "Y", .step = 0 };
+			ck_assert_ok(hc_pool_recover(p, NULL, 0)); /* sweeps overdue tickets */
+			struct hc_ticket_name y = { .size = sizeof(struct hc_ticket_name), .request_id = "Y", .step = 0 };
 			ck_assert_int_ge(hc_ticket_lookup(p, &y, &lq, &pg, &t), 0);
 			ck_assert_ok(hc_ticket_release(p, &t));
 		}
@@ -878,11 +878,11 @@ START_TEST(expired_tombstone_outlives_older_ones)
 		ck_assert_int_ge(pid, 0);
 		if (pid == 0) { /* engine 2, TP 2, ticket timeout 50 ms: ticket X */
 			hc_pool *c = child_attach(name);
-			struct hc_engine_spec e2 = { .engine_id = 2, .tp_size = 2, .tp_rank = r,
+			struct hc_engine_spec e2 = { .size = sizeof(struct hc_engine_spec), .engine_id = 2, .tp_size = 2, .tp_rank = r,
 						     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 50 };
-			struct hc_ticket_name x = { .request_id = "X", .step = 0 };
+			struct hc_ticket_name x = { .size = sizeof(struct hc_ticket_name), .request_id = "X", .step = 0 };
 			hc_page_t got;
-			hc_ticket tx;
+			hc_ticket tx = { .size = sizeof(hc_ticket) };
 			if (hc_engine_join(c, &e2) < 0)
 				_exit(98);
 			res[r].ret = hc_ticket_lookup(c, &x, &lq, &got, &tx);

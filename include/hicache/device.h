@@ -58,6 +58,7 @@ enum hc_dev_kind {
 
 /* One component of the rank's device KV. */
 struct hc_dev_comp {
+	uint32_t size;          /* sizeof(struct hc_dev_comp); the same in every element */
 	unsigned comp;          /* the pool's component index */
 	const uint64_t *k;      /* [layers] address of slot 0 of K in each layer (a state: of the state) */
 	const uint64_t *v;      /* [layers] of V; NULL for a state component */
@@ -74,6 +75,7 @@ enum hc_dev_path {
 };
 
 struct hc_dev_spec {
+	uint32_t size;          /* sizeof(struct hc_dev_spec) */
 	enum hc_dev_kind kind;
 	int device;             /* HC_DEV_CUDA: the device ordinal */
 	uint32_t tp_size;       /* the engine's TP size, and this rank */
@@ -91,6 +93,7 @@ HC_API int hc_dev_close(hc_dev *dev); /* waits for its transfers */
 #define HC_XFER_COMMIT 0x1u /* store: commit this rank's shards when every layer is in */
 
 struct hc_xfer_req {
+	uint32_t size;               /* sizeof(struct hc_xfer_req) */
 	const hc_page_t *pages;
 	unsigned n;
 	const uint64_t *slots;       /* [n * page_tokens]: the slot of token t of page i at i * T + t */
@@ -105,12 +108,13 @@ struct hc_xfer_req {
 HC_API int hc_dev_load(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
 HC_API int hc_dev_store(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
 
-HC_API unsigned hc_xfer_layers(const hc_xfer *x);           /* layers it marks: the most of any component */
+HC_API unsigned hc_xfer_layers(const hc_xfer *x);           /* exception: layers it marks, the most of any
+                                                             * component (0 for NULL) */
 HC_API int hc_xfer_layer_done(hc_xfer *x, unsigned layer);  /* 1 arrived, 0 not yet, or -errno */
 HC_API int hc_xfer_wait_layer(hc_xfer *x, unsigned layer);  /* 0 once layer is in, or the failure */
 HC_API int hc_xfer_wait(hc_xfer *x);                        /* every layer (and the commits) */
 HC_API int hc_xfer_free(hc_xfer *x);                        /* waits, then frees; returns its result */
-/* HC_DEV_CUDA: the cudaEvent_t recorded after layer's copies (waits until
+/* Exception: HC_DEV_CUDA: the cudaEvent_t recorded after layer's copies (waits until
  * they are issued, not done); NULL with hc_last_error for HC_DEV_HOST or a
  * transfer that failed before that layer.  It is the transfer's: valid
  * until hc_xfer_free. */
@@ -128,7 +132,7 @@ struct hc_dev_stats {
 	uint64_t copies;
 	uint64_t kernel_layers;      /* layers moved by the kernel path (one launch each) */
 };
-HC_API int hc_dev_stats(hc_dev *dev, struct hc_dev_stats *out);
+HC_API int hc_dev_stats(hc_dev *dev, struct hc_dev_stats *out, size_t size); /* size: sizeof *out */
 
 #ifdef __cplusplus
 }

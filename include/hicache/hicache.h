@@ -5,6 +5,27 @@
  * Conventions (as liburing): every function returns 0, a count, or a
  * negative errno, and never sets errno.  On failure the calling thread's
  * hc_last_error() holds one line saying what failed, on what, and what to do.
+ * The exceptions, each marked where it is declared: hc_version,
+ * hc_last_error, hc_set_log, the name and help lookups (hc_dtype_name,
+ * hc_page_state_name: a placeholder for nonsense; hc_counter_name/help,
+ * hc_hist_name/help, hc_tier_name/help: NULL past the end), hc_dtype_size and hc_page_needed
+ * (a value, 0 for nonsense), hc_hist_bound_us (a bound), hc_page_envelope
+ * (an address, NULL on error), and in <hicache/device.h> hc_xfer_layers
+ * (a count) and hc_xfer_layer_event (an event, NULL on error).
+ *
+ * ABI (hicache(7), VERSIONED STRUCTS): every struct the caller fills
+ * starts with a uint32_t size, which the caller sets to sizeof the struct
+ * as it was built (e.g. { .size = sizeof(struct hc_pool_spec), ... });
+ * every function that fills a struct for the caller takes the caller's
+ * sizeof of it.  Members are only ever appended, each new one meaning "as
+ * before" when zero, and the library reads or writes a member only where
+ * the caller's size covers it: a program built against an older header
+ * keeps working with a newer library.  A size smaller than the first
+ * version's or over 64 KiB, or a caller's struct larger than this
+ * library's with nonzero bytes past its end, is -EINVAL; a struct the
+ * library fills that is larger than its own gets zeros past its end.  Arrays of structs (hc_pool_spec.comps) are strided
+ * by their first element's size.  The soname and the symbol version node
+ * change when anything else does.
  *
  * ENVELOPE BYTE ORDER (layout id "page-unified-v1"; see hicache(7))
  *
@@ -84,6 +105,7 @@ enum hc_sharding {
 };
 
 struct hc_component_spec {
+	uint32_t size;             /* sizeof(struct hc_component_spec); the same in every element */
 	const char *name;          /* [A-Za-z0-9_.-], 1..HC_COMP_NAME_MAX */
 	enum hc_dtype dtype;
 	enum hc_comp_kind kind;
@@ -114,7 +136,7 @@ enum hc_write_policy {
 	HC_WRITE_NONE = 3,              /* only what ranks ask for with hc_req_backup */
 };
 
-/* What the pool is for (hicache(7), HOST-MEMORY MODES). */
+/* What the pool is for (hc_pool_create(3), host_mode; doc/design.md, "buffer_only"). */
 enum hc_host_mode {
 	HC_HOST_CACHE = 0,       /* L2 keeps READY pages and evicts them by policy */
 	HC_HOST_BUFFER_ONLY = 1, /* pages only stage transfers between GPUs and L3 */
@@ -127,6 +149,7 @@ enum hc_numa_mode {
 };
 
 struct hc_pool_spec {
+	uint32_t size;           /* sizeof(struct hc_pool_spec) */
 	const char *name;        /* pool name; backing /dev/shm/hicache.<name> */
 	const char *dir;         /* NULL: /dev/shm; else a (huge-page) tmpfs or hugetlbfs */
 	const char *model_id;
@@ -177,11 +200,14 @@ typedef uint64_t hc_page_t;
 #define HC_ATTACH_NO_POPULATE 0x8u /* skip MADV_POPULATE_WRITE (tests only) */
 
 struct hc_attach_opts {
+	uint32_t size;    /* sizeof(struct hc_attach_opts) */
 	const char *dir;  /* NULL: /dev/shm */
 	unsigned flags;   /* HC_ATTACH_* */
 };
 
-/* What recovery found and undid (hc_pool_recover, hicache-pool repair). */
+/* What recovery found and undid (hc_pool_recover, hicache-pool repair).
+ * Fixed at 64 bytes, since hc_repair_report embeds it: a new count takes
+ * the place of resv[0], which the library zeroes. */
 struct hc_recovery_report {
 	uint32_t dead_ranks;        /* slots proven dead by EOWNERDEAD and cleared */
 	uint32_t pins_dropped;      /* pin counts of dead ranks set to zero */
@@ -192,6 +218,7 @@ struct hc_recovery_report {
 	uint32_t bad_words;         /* page words that made no sense, put in quarantine */
 	uint32_t reclaimed;         /* dead ranks' READY pages allocated without a key, freed */
 	uint32_t orphaned;          /* such pages another rank still holds: freed when it lets go */
+	uint32_t resv[7];
 };
 
 enum hc_page_state {
@@ -200,7 +227,9 @@ enum hc_page_state {
 	HC_PAGE_READY = 2,
 	HC_PAGE_QUARANTINE = 3,
 	HC_PAGE_FREEING = 4,
+	HC_PAGE__COUNT
 };
+#define HC_PAGE_STATES_MAX 8 /* room for states in hc_stats.pages */
 
 /* A private copy of the pool's geometry, valid until detach. */
 struct hc_pool_info {
@@ -257,17 +286,17 @@ struct hc_rank_info {
 };
 
 /* Errors and logging. */
-HC_API const char *hc_version(void);
-HC_API const char *hc_last_error(void);
+HC_API const char *hc_version(void);     /* exception: a static string */
+HC_API const char *hc_last_error(void);  /* exception: this thread's last error line, or "no error" */
 typedef void (*hc_log_fn)(int level, const char *msg, void *arg);
 #define HC_LOG_ERR  3
 #define HC_LOG_WARN 4
 #define HC_LOG_INFO 6
 HC_API void hc_set_log(hc_log_fn fn, void *arg); /* NULL: stderr, warnings and errors */
-HC_API const char *hc_dtype_name(enum hc_dtype d);
-HC_API int hc_dtype_parse(const char *s);        /* enum hc_dtype, or -EINVAL */
-HC_API unsigned hc_dtype_size(enum hc_dtype d);  /* bytes, 0 for invalid */
-HC_API const char *hc_page_state_name(enum hc_page_state s);
+HC_API const char *hc_dtype_name(enum hc_dtype d);            /* exception: "invalid" for invalid */
+HC_API int hc_dtype_parse(const char *s);                     /* enum hc_dtype, or -EINVAL */
+HC_API unsigned hc_dtype_size(enum hc_dtype d);               /* exception: bytes, 0 for invalid */
+HC_API const char *hc_page_state_name(enum hc_page_state s);  /* exception: "INVALID" past the end */
 
 /* Pools. */
 HC_API int hc_pool_create(const struct hc_pool_spec *spec);
@@ -275,18 +304,21 @@ HC_API int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, h
 HC_API int hc_pool_detach(hc_pool *pool);
 HC_API int hc_pool_destroy(const char *name, const char *dir, unsigned flags);
 #define HC_DESTROY_FORCE 0x1u /* even with live ranks attached */
-HC_API int hc_pool_recover(hc_pool *pool, struct hc_recovery_report *rep);
-HC_API int hc_pool_info(const hc_pool *pool, struct hc_pool_info *out);
-HC_API int hc_pool_component(const hc_pool *pool, unsigned comp, struct hc_component_info *out);
-HC_API int hc_pool_rank(hc_pool *pool, unsigned slot, struct hc_rank_info *out);
-HC_API int hc_pool_count_states(const hc_pool *pool, uint64_t counts[5]);
+/* size: sizeof *rep (rep may be NULL). */
+HC_API int hc_pool_recover(hc_pool *pool, struct hc_recovery_report *rep, size_t size);
+/* size: the caller's sizeof *out. */
+HC_API int hc_pool_info(const hc_pool *pool, struct hc_pool_info *out, size_t size);
+HC_API int hc_pool_component(const hc_pool *pool, unsigned comp, struct hc_component_info *out, size_t size);
+HC_API int hc_pool_rank(hc_pool *pool, unsigned slot, struct hc_rank_info *out, size_t size);
+/* Pages by state into counts[0..n): the count of states written (at most HC_PAGE__COUNT). */
+HC_API int hc_pool_count_states(const hc_pool *pool, uint64_t *counts, unsigned n);
 HC_API int hc_pool_name_valid(const char *name);  /* 0 or -EINVAL */
 
 /* Pages. */
 HC_API int hc_page_alloc(hc_pool *pool, unsigned n, uint32_t presence, hc_page_t *out);
 HC_API int hc_page_addr(const hc_pool *pool, hc_page_t page, unsigned comp, unsigned layer,
 		 unsigned group, void **addr, size_t *len);
-HC_API void *hc_page_envelope(const hc_pool *pool, hc_page_t page);
+HC_API void *hc_page_envelope(const hc_pool *pool, hc_page_t page); /* exception: NULL (and the error line) on error */
 HC_API int hc_page_commit(hc_pool *pool, hc_page_t page, uint32_t shards);
 HC_API int hc_page_abort(hc_pool *pool, const hc_page_t *pages, unsigned n);
 HC_API int hc_page_pin(hc_pool *pool, hc_page_t page);
@@ -295,7 +327,7 @@ HC_API int hc_page_free(hc_pool *pool, const hc_page_t *pages, unsigned n);
 HC_API int hc_page_state(const hc_pool *pool, uint32_t page_id, hc_page_t *handle,
 		  uint32_t *owner_slot, uint32_t *fill_or_since);
 HC_API int hc_page_presence(const hc_pool *pool, hc_page_t page, uint32_t *presence);
-HC_API uint32_t hc_page_needed(const hc_pool *pool, uint32_t presence);
+HC_API uint32_t hc_page_needed(const hc_pool *pool, uint32_t presence); /* exception: a fill mask (0 for no pool) */
 
 /*
  * Keys (doc/design.md, "Keys").  A key names one full page of a sequence by
@@ -330,6 +362,7 @@ HC_API int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t
 #define HC_LOOKUP_NOTOUCH 0x2u   /* do not count as a use for eviction (inspection) */
 
 struct hc_lookup_req {
+	uint32_t size;             /* sizeof(struct hc_lookup_req) */
 	const hc_key_t *keys;
 	unsigned nkeys;            /* 1..HC_LOOKUP_MAX */
 	uint32_t comps;            /* components the caller needs (bit per component); 0: all */
@@ -348,6 +381,7 @@ HC_API int hc_lookup(hc_pool *pool, const struct hc_lookup_req *req, hc_page_t *
 #define HC_SKIP_READY 1
 #define HC_SKIP_BUSY  2
 struct hc_reserve_req {
+	uint32_t size;             /* sizeof(struct hc_reserve_req) */
 	const hc_key_t *keys;
 	unsigned nkeys;            /* 1..HC_LOOKUP_MAX */
 	uint32_t first_depth;      /* position of keys[0] in its chain (0: the root page) */
@@ -372,6 +406,7 @@ HC_API int hc_page_unlock(hc_pool *pool, hc_page_t page);
 #define HC_QUOTA_UNLIMITED UINT32_MAX
 
 struct hc_engine_spec {
+	uint32_t size;             /* sizeof(struct hc_engine_spec) */
 	uint32_t engine_id;        /* 0..HC_ENGINE_ID_MAX, the same in every rank of the engine */
 	uint32_t tp_size;          /* 1..HC_TP_MAX */
 	uint32_t tp_rank;          /* 0..tp_size-1 */
@@ -383,12 +418,15 @@ HC_API int hc_engine_join(hc_pool *pool, const struct hc_engine_spec *spec);
 HC_API int hc_engine_leave(hc_pool *pool);
 
 struct hc_ticket_name {
+	uint32_t size;             /* sizeof(struct hc_ticket_name) */
 	const char *request_id;    /* 1..HC_REQUEST_ID_MAX bytes, no NUL inside */
 	uint32_t step;             /* chunk or attempt number: each lookup of a request is its own ticket */
 };
 
-/* What a rank holds of one ticket; private to the rank, released once. */
+/* What a rank holds of one ticket; private to the rank, released once.
+ * The caller sets size; the library fills the rest. */
 typedef struct hc_ticket {
+	uint32_t size;             /* sizeof(hc_ticket) */
 	uint32_t index, gen;       /* the ticket record and its life */
 	uint32_t kind;             /* 1 lookup, 2 reserve */
 	uint32_t n;                /* entries of the answer: the hit length, or nkeys for a reservation */
@@ -421,7 +459,7 @@ struct hc_page_info {
 	uint64_t stamp;            /* last use (LRU) or reference bit (CLOCK) */
 	uint32_t pins, locks, tickets; /* holds, summed over ranks and tickets */
 };
-HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_info *out);
+HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_info *out, size_t size);
 
 /*
  * Counters, declared once (memcached's way): X(name, help).  Each rank
@@ -487,6 +525,9 @@ enum hc_counter {
 #undef HC_X_ENUM
 	HC_CTR__COUNT
 };
+/* Room for counters in hc_stats: a new counter is appended to HC_COUNTERS
+ * and changes no layout. */
+#define HC_CTR_MAX 128
 
 /* Latency histograms of the service's requests by kind, from the service
  * taking a request off its rank's ring to posting its answer: X(name, help). */
@@ -501,6 +542,7 @@ enum hc_hist_kind {
 #undef HC_X_ENUM
 	HC_HIST__COUNT
 };
+#define HC_HIST_MAX 8 /* room for histograms in hc_stats */
 
 /* Bucket i counts latencies below hc_hist_bound_us(i) (16 us << i) and at or
  * above the bound before it; the last one, everything slower. */
@@ -526,9 +568,13 @@ enum hc_tier {
 #undef HC_X_ENUM
 	HC_TIER__COUNT
 };
+#define HC_TIER_MAX 4 /* room for tiers in hc_stats */
 
+/* The pool's figures (hc_pool_stats).  The arrays have room to spare
+ * (HC_*_MAX), so that a new counter, histogram or tier is no layout
+ * change; entries past the library's own counts are zero. */
 struct hc_stats {
-	uint64_t pages[5];         /* by enum hc_page_state */
+	uint64_t pages[HC_PAGE_STATES_MAX]; /* by enum hc_page_state */
 	uint64_t keyed;            /* pages in the key index */
 	uint64_t pinned_pages, pin_count, locked_pages, lock_count, ticket_pages;
 	uint32_t live_ranks, engines, open_tickets;
@@ -536,19 +582,20 @@ struct hc_stats {
 	 * a worker and running; buffer_only staging, and requests parked. */
 	uint32_t svc_jobs_queued, svc_jobs_running;
 	uint32_t stage_read_pages, stage_write_pages, stage_parked_reads, stage_parked_writes;
-	uint64_t counter[HC_CTR__COUNT];
-	struct hc_hist hist[HC_HIST__COUNT];
-	struct hc_hist tokens[HC_TIER__COUNT]; /* by enum hc_tier */
+	uint64_t counter[HC_CTR_MAX];         /* by enum hc_counter */
+	struct hc_hist hist[HC_HIST_MAX];     /* by enum hc_hist_kind */
+	struct hc_hist tokens[HC_TIER_MAX];   /* by enum hc_tier */
 };
-HC_API int hc_pool_stats(hc_pool *pool, struct hc_stats *out);
-HC_API const char *hc_counter_name(unsigned i);
-HC_API const char *hc_counter_help(unsigned i);
-/* A histogram's name and help (NULL past HC_HIST__COUNT); bucket i's upper
- * bound in microseconds (UINT64_MAX for the last). */
+/* size: the caller's sizeof *out. */
+HC_API int hc_pool_stats(hc_pool *pool, struct hc_stats *out, size_t size);
+HC_API const char *hc_counter_name(unsigned i); /* exception: NULL past HC_CTR__COUNT */
+HC_API const char *hc_counter_help(unsigned i); /* exception: NULL past HC_CTR__COUNT */
+/* Exceptions: a histogram's name and help (NULL past HC_HIST__COUNT);
+ * bucket i's upper bound in microseconds (UINT64_MAX for the last). */
 HC_API const char *hc_hist_name(unsigned i);
 HC_API const char *hc_hist_help(unsigned i);
 HC_API uint64_t hc_hist_bound_us(unsigned bucket);
-/* A tier's name and help (NULL past HC_TIER__COUNT). */
+/* Exceptions: a tier's name and help (NULL past HC_TIER__COUNT). */
 HC_API const char *hc_tier_name(unsigned i);
 HC_API const char *hc_tier_help(unsigned i);
 
@@ -576,11 +623,12 @@ struct hc_repair_report {
  * pages, a damaged index, tickets of gone engines, stray holds.  Runs
  * recovery first; needs an attach with a rank slot.  Safe while ranks run:
  * nothing a live rank holds is freed.  report() gets a line per fix and one
- * per violation left ("cannot repair: ..."); flags (HC_CHECK_QUIESCENT)
+ * per violation left ("cannot repair: ..."); size is sizeof *rep (rep may
+ * be NULL); flags (HC_CHECK_QUIESCENT)
  * are those of the check at the end.  Returns the count of violations left
  * (0: all fixed), or a negative errno.
  */
-HC_API int hc_pool_repair(hc_pool *pool, unsigned flags, struct hc_repair_report *rep,
+HC_API int hc_pool_repair(hc_pool *pool, unsigned flags, struct hc_repair_report *rep, size_t size,
 			  void (*report)(void *arg, const char *line), void *arg);
 
 /*
@@ -594,6 +642,7 @@ HC_API int hc_pool_repair(hc_pool *pool, unsigned flags, struct hc_repair_report
 typedef struct hc_store hc_store;
 
 struct hc_store_opts {
+	uint32_t size;           /* sizeof(struct hc_store_opts) */
 	const char *backend_dir; /* searched after $HICACHE_BACKEND_PATH, before the installed one */
 	unsigned queue_depth;    /* ops in flight on this store, all threads; 0: 64; at most 4096 */
 	unsigned timeout_ms;     /* an op not done this long after its submit is cancelled; 0: 30000 */
@@ -611,7 +660,7 @@ struct hc_store_info {
 /* spec: "name[:key=value[,key=value]...]", e.g. "file:dir=/var/cache/hicache,capacity=100G". */
 HC_API int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *opts, hc_store **out);
 HC_API int hc_store_close(hc_store *st);
-HC_API int hc_store_info(const hc_store *st, struct hc_store_info *out);
+HC_API int hc_store_info(const hc_store *st, struct hc_store_info *out, size_t size);
 /* READY keyed pages (pinned for the duration): status 0 stored, or -errno.  Returns the count stored. */
 HC_API int hc_store_put(hc_store *st, const hc_page_t *pages, unsigned n, int *status);
 /* Pages this process reserved by key (hc_reserve): on status 0 the page's

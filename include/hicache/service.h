@@ -56,6 +56,7 @@ enum hc_prefetch_policy {
 };
 
 struct hc_prefetch_req {
+	uint32_t size;             /* sizeof(struct hc_prefetch_req) */
 	const hc_key_t *keys;      /* the keys after the L2 hit, in prefix order */
 	unsigned nkeys;            /* 1.. (the argument area bounds it) */
 	uint32_t first_depth;      /* position of keys[0] in its chain */
@@ -121,6 +122,7 @@ HC_API int hc_req_free(hc_req *req);
 typedef struct hc_service hc_service;
 
 struct hc_service_opts {
+	uint32_t size;            /* sizeof(struct hc_service_opts) */
 	const char *dir;          /* the pool's directory; NULL: /dev/shm */
 	const char *backend;      /* plugin spec, "name[:key=value,...]" (hicache-backend(7)) */
 	const char *backend_dir;  /* searched after $HICACHE_BACKEND_PATH */
@@ -165,7 +167,7 @@ struct hc_service_info {
 	uint32_t parked_reads;    /* buffer_only: prefetches waiting for staging */
 	uint32_t parked_writes;   /* buffer_only: write grants waiting */
 };
-HC_API int hc_service_info(hc_pool *pool, struct hc_service_info *out);
+HC_API int hc_service_info(hc_pool *pool, struct hc_service_info *out, size_t size);
 
 #ifdef __cplusplus
 }

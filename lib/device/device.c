@@ -248,8 +248,10 @@ static void stop_threads(hc_dev *d, int issuer, int completer)
 		pthread_join(d->completer, NULL);
 }
 
-int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
+int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 {
+	struct hc_dev_comp comps[HC_MAX_COMPONENTS];
+	struct hc_dev_spec sb, *spec = &sb;
 	struct hc__dev_comp dc[HC_MAX_COMPONENTS];
 	struct hc__dev_desc desc;
 	const struct hc__dev_ops *ops;
@@ -260,8 +262,10 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
 	if (!out)
 		return hc__err(EINVAL, "device open: out is NULL");
 	*out = NULL;
-	if (!pool || !spec)
+	if (!pool || !given)
 		return hc__err(EINVAL, "device open: %s is NULL", pool ? "spec" : "pool");
+	if ((r = HC__ABI_IN(spec, given, "hc_dev_open", "hc_dev_spec")) < 0)
+		return r;
 	if ((r = hc__need_slot(pool, "device open")) < 0)
 		return r;
 	if (spec->kind == HC_DEV_HOST) {
@@ -279,6 +283,10 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out)
 		return hc__err(EINVAL, "device open: path %d is none of HC_PATH_AUTO, _DIRECT, _KERNEL", (int)spec->path);
 	if (spec->ncomp > HC_MAX_COMPONENTS || (spec->ncomp && !spec->comps))
 		return hc__err(EINVAL, "device open: %u components%s", spec->ncomp, spec->comps ? "" : " and comps is NULL");
+	if ((r = hc__abi_in_array(comps, sizeof(comps[0]), spec->comps, spec->ncomp, sizeof(comps[0]), "hc_dev_open",
+				  "hc_dev_comp")) < 0)
+		return r;
+	spec->comps = comps;
 	for (unsigned i = 0; i < spec->ncomp; i++) {
 		dc[i] = (struct hc__dev_comp){ spec->comps[i].comp, spec->comps[i].k, spec->comps[i].v,
 					       spec->comps[i].token_bytes, spec->comps[i].token_stride,
@@ -382,9 +390,11 @@ static void xfer_free_arrays(hc_xfer *x)
 	free(x);
 }
 
-static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **out)
+static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer **out)
 {
 	const char *what = store ? "device store" : "device load";
+	struct hc_xfer_req rb, *rq = &rb;
+	int ret;
 	hc_pool *p;
 	uint32_t T;
 	unsigned k = 0; /* the pages kept: a store skips those its engine completed */
@@ -393,8 +403,10 @@ static int submit(hc_dev *d, const struct hc_xfer_req *rq, int store, hc_xfer **
 	if (!out)
 		return hc__err(EINVAL, "%s: out is NULL", what);
 	*out = NULL;
-	if (!d || !rq)
+	if (!d || !given)
 		return hc__err(EINVAL, "%s: %s is NULL", what, d ? "the request" : "the device");
+	if ((ret = HC__ABI_IN(rq, given, store ? "hc_dev_store" : "hc_dev_load", "hc_xfer_req")) < 0)
+		return ret;
 	p = d->pool;
 	T = p->g.page_tokens;
 	if (rq->n == 0 || !rq->pages || (d->has_kv && !rq->slots) || (d->has_state && !rq->state_slots))
@@ -576,12 +588,14 @@ int hc_xfer_free(hc_xfer *x)
 	return r; /* hc_last_error still holds the failure's line */
 }
 
-int hc_dev_stats(hc_dev *d, struct hc_dev_stats *out)
+int hc_dev_stats(hc_dev *d, struct hc_dev_stats *out, size_t size)
 {
-	if (!d || !out)
-		return hc__err(EINVAL, "device stats: %s is NULL", d ? "out" : "the device");
+	struct hc_dev_stats st;
+
+	if (!d)
+		return hc__err(EINVAL, "device stats: the device is NULL");
 	pthread_mutex_lock(&d->mu);
-	*out = d->st;
+	st = d->st;
 	pthread_mutex_unlock(&d->mu);
-	return 0;
+	return HC__ABI_OUT(out, size, &st, "hc_dev_stats", "hc_dev_stats");
 }

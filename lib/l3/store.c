@@ -862,8 +862,9 @@ int hc_store_delete(hc_store *st, const hc_key_t *keys, unsigned n, int *status)
 
 /* ---- open, close, info, stats, ctl */
 
-int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *opts, hc_store **out)
+int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *given, hc_store **out)
 {
+	struct hc_store_opts ob, *opts = NULL;
 	struct hc__plugin_spec *sp = NULL;
 	hc_store *st = NULL;
 	int r;
@@ -876,6 +877,11 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *o
 	if (pool->readonly || pool->slot < 0)
 		return hc__err(EPERM, "store open: the pool is attached %s: attach it as a rank (no HC_ATTACH_ADMIN)",
 			       pool->readonly ? "read-only" : "for administration");
+	if (given) {
+		if ((r = HC__ABI_IN(&ob, given, "hc_store_open", "hc_store_opts")) < 0)
+			return r;
+		opts = &ob;
+	}
 	if (opts && opts->queue_depth > QD_MAX)
 		return hc__err(EINVAL, "store open: queue_depth %u is more than %u", opts->queue_depth, QD_MAX);
 	sp = malloc(sizeof(*sp));
@@ -1032,9 +1038,11 @@ int hc_store_close(hc_store *st)
 	return 0;
 }
 
-int hc_store_info(const hc_store *st, struct hc_store_info *out)
+int hc_store_info(const hc_store *st, struct hc_store_info *info, size_t size)
 {
-	if (!st || !out)
+	struct hc_store_info ob, *out = &ob;
+
+	if (!st || !info)
 		return hc__err(EINVAL, "store info: %s is NULL", st ? "out" : "store");
 	memset(out, 0, sizeof(*out));
 	snprintf(out->name, sizeof(out->name), "%s", st->pl.name);
@@ -1042,7 +1050,7 @@ int hc_store_info(const hc_store *st, struct hc_store_info *out)
 	out->description = st->pl.be->description ? st->pl.be->description : "";
 	out->caps = st->caps;
 	out->queue_depth = st->qd;
-	return 0;
+	return HC__ABI_OUT(info, size, out, "hc_store_info", "hc_store_info");
 }
 
 int hc_store_stats(hc_store *st, void (*emit)(void *arg, const char *name, uint64_t value), void *arg)

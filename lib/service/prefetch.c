@@ -16,7 +16,7 @@
 /* Is key READY in the pool now? */
 static int in_l2(hc_service *s, const hc_key_t *key)
 {
-	struct hc_lookup_req lr = { .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
 	hc_page_t h;
 
 	return hc_lookup(s->p, &lr, &h) == 1;
@@ -56,7 +56,7 @@ static int pf_prefix(hc_service *s, struct job *j, int *status)
  * register them; keys another job reads make this one wait for it. */
 static int pf_reserve(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, uint8_t *skip)
 {
-	struct hc_reserve_req rr = { .keys = j->items, .nkeys = len, .first_depth = j->pf.first_depth,
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = j->items, .nkeys = len, .first_depth = j->pf.first_depth,
 				     .presence = j->pf.presence };
 	const hc_key_t *keys = j->items;
 	int r = hc_reserve(s->p, &rr, pages, skip);

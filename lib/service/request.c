@@ -158,13 +158,14 @@ int hc_service_probe(hc_pool *p, uint32_t *pid)
 	return 0;
 }
 
-int hc_service_info(hc_pool *p, struct hc_service_info *out)
+int hc_service_info(hc_pool *p, struct hc_service_info *info, size_t size)
 {
+	struct hc_service_info ob, *out = &ob;
 	struct hc_seg_service *s;
 	uint32_t wp;
 	int r;
 
-	if (!p || !out)
+	if (!p || !info)
 		return hc__err(EINVAL, "service info: %s is NULL", p ? "out" : "pool");
 	s = &p->ctl->service;
 	memset(out, 0, sizeof(*out));
@@ -183,7 +184,7 @@ int hc_service_info(hc_pool *p, struct hc_service_info *out)
 		out->parked_reads = atomic_load_explicit(&s->parked_reads, memory_order_relaxed);
 		out->parked_writes = atomic_load_explicit(&s->parked_writes, memory_order_relaxed);
 	}
-	return 0;
+	return HC__ABI_OUT(info, size, out, "hc_service_info", "hc_service_info");
 }
 
 static int no_service(hc_pool *p, const char *op)
@@ -345,20 +346,26 @@ int hc_req_stage(hc_pool *p, unsigned npages, unsigned prio, hc_req **out)
 	return submit_req(p, op, HC__OP_STAGE, NULL, 0, NULL, npages, 0, rq, out);
 }
 
-int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *req, hc_req **out)
+int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *given, hc_req **out)
 {
 	const char *op = "L3 prefetch";
+	struct hc_prefetch_req rb, *req = &rb;
+	struct hc_ticket_name nb;
 	struct hc__pf_args a = { 0 };
 	uint64_t wait_ms;
 	hc_req *rq;
 	size_t len;
 	int r;
 
-	if (!req) {
-		if (out)
-			*out = NULL;
+	if (out)
+		*out = NULL;
+	if (!given)
 		return hc__err(EINVAL, "%s: req is NULL", op);
-	}
+	if ((r = HC__ABI_IN(req, given, "hc_req_prefetch", "hc_prefetch_req")) < 0 ||
+	    (req->name && (r = HC__ABI_IN(&nb, req->name, "hc_req_prefetch", "hc_ticket_name")) < 0))
+		return r;
+	if (req->name)
+		req->name = &nb;
 	if ((r = check_args(p, op, HC__OP_PREFETCH, req->keys, req->nkeys, sizeof(hc_key_t), sizeof(a), out)) < 0)
 		return r;
 	if ((unsigned)req->policy > HC_PREFETCH_TIMEOUT)
@@ -616,10 +623,10 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 	} else {
 		hc_req_poll(rq);
 	}
-	lr = (struct hc_lookup_req){ .keys = rq->keys, .nkeys = rq->nkeys, .comps = rq->presence,
+	lr = (struct hc_lookup_req){ .size = sizeof(lr), .keys = rq->keys, .nkeys = rq->nkeys, .comps = rq->presence,
 				     .flags = HC_LOOKUP_PIN | HC__LOOKUP_TAKE };
 	if (rq->pf.name[0]) {
-		struct hc_ticket_name nm = { .request_id = rq->pf.name, .step = rq->pf.step };
+		struct hc_ticket_name nm = { .size = sizeof(nm), .request_id = rq->pf.name, .step = rq->pf.step };
 		r = hc_ticket_lookup(rq->p, &nm, &lr, pages, t);
 	} else {
 		r = hc_lookup(rq->p, &lr, pages);

@@ -131,7 +131,7 @@ static int slot_ready(hc_service *s, unsigned slot, uint32_t *epoch)
  */
 static int backend_change(hc_service *s, const char *spec, unsigned slot)
 {
-	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
 				    .timeout_ms = s->o.timeout_ms, .retries = s->o.retries };
 	unsigned busy;
 	hc_store *st = NULL;
@@ -338,7 +338,7 @@ static void recover(hc_service *s)
 {
 	struct hc_recovery_report rep;
 
-	if (hc_pool_recover(s->p, &rep) < 0)
+	if (hc_pool_recover(s->p, &rep, sizeof(rep)) < 0)
 		hc__log(HC_LOG_WARN, "service: pool '%s': recovery: %s", s->name, hc_last_error());
 	else if (rep.dead_ranks)
 		hc__log(HC_LOG_INFO, "service: pool '%s': recovered %u dead rank slots (%u pins dropped, %u reservations quarantined)",
@@ -348,8 +348,8 @@ static void recover(hc_service *s)
 static void *service_main(void *arg)
 {
 	hc_service *s = arg;
-	struct hc_attach_opts ao = { .dir = s->dir };
-	struct hc_store_opts so = { .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = s->dir };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
 				    .timeout_ms = s->o.timeout_ms, .retries = s->o.retries };
 	uint64_t last_recover;
 	int r;
@@ -442,14 +442,20 @@ static void service_free(hc_service *s)
 	free(s);
 }
 
-int hc_service_start(const char *pool, const struct hc_service_opts *opts, hc_service **out)
+int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_service **out)
 {
+	struct hc_service_opts ob, *opts = NULL;
 	hc_service *s;
 	int r;
 
 	if (!out)
 		return hc__err(EINVAL, "service: out is NULL");
 	*out = NULL;
+	if (given) {
+		if ((r = HC__ABI_IN(&ob, given, "hc_service_start", "hc_service_opts")) < 0)
+			return r;
+		opts = &ob;
+	}
 	if (!pool || !opts || !opts->backend)
 		return hc__err(EINVAL, "service: %s", !pool ? "no pool name" : !opts ? "opts is NULL" : "no backend (e.g. file:dir=/var/cache/hicache)");
 	if ((r = hc_pool_name_valid(pool)) < 0)

@@ -177,7 +177,7 @@ int hc__xfer_depend(struct job *j, struct job *a)
 static int ready_prefix(hc_service *s, const struct job *j)
 {
 	hc_page_t *scratch = malloc((size_t)j->n * sizeof(*scratch));
-	struct hc_lookup_req lr = { .keys = j->items, .nkeys = j->n, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = j->items, .nkeys = j->n, .flags = HC_LOOKUP_NOTOUCH };
 	int h;
 
 	if (!scratch)
@@ -258,7 +258,7 @@ static void job_finish(hc_service *s, struct job *j)
  * Returns whether key is READY in the pool. */
 int hc__xfer_l3_absent(hc_service *s, const hc_key_t *key)
 {
-	struct hc_lookup_req lr = { .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH | HC_LOOKUP_PIN };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH | HC_LOOKUP_PIN };
 	struct hc_seg_page *pg;
 	hc_page_t h;
 

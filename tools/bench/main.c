@@ -324,10 +324,10 @@ static int rank_attach(struct rank *r, const char *name)
 
 	if ((ret = hc_pool_attach(name, NULL, &r->pool)) < 0)
 		return fail(r, ret, "hc_pool_attach");
-	hc_pool_info(r->pool, &r->info);
+	hc_pool_info(r->pool, &r->info, sizeof(r->info));
 	r->ncomp = r->info.ncomp < 2 ? r->info.ncomp : 2;
 	for (unsigned c = 0; c < r->ncomp; c++)
-		hc_pool_component(r->pool, c, &r->comp[c]);
+		hc_pool_component(r->pool, c, &r->comp[c], sizeof(r->comp[c]));
 	r->st.slot = r->info.self_slot;
 	r->st.pid = (uint32_t)getpid();
 	r->rng = hc_rp_mix64((uint64_t)getpid() << 20 | (uint64_t)r->info.self_slot) | 1;
@@ -497,7 +497,7 @@ static pid_t spawn(void (*fn)(const char *, const struct opts *, int, int, int),
 	return c->pid;
 }
 
-static void print_states(const uint64_t n[3][5])
+static void print_states(const uint64_t n[3][HC_PAGE__COUNT])
 {
 	static const char *const when[3] = { "right after recovery", "when the ranks ended", "at the end" };
 
@@ -519,7 +519,7 @@ static void print_report(const char *what, const struct hc_recovery_report *rep)
 /* Free the READY pages nobody will free: the killed rank's, and any a rank left. */
 static int free_leftovers(const char *name, uint32_t npages, unsigned *freed)
 {
-	struct hc_attach_opts ao = { .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
 	hc_pool *p;
 	int ret;
 
@@ -544,7 +544,7 @@ static double mib(uint64_t b)
 
 /* Kill the rank to be killed half way, then prove it dead and undo its holds. */
 static void kill_victim(hc_pool *admin, struct child *victim, const struct opts *o, double t0,
-			struct victim_stats *vs, double *t_kill, struct hc_recovery_report *rep, uint64_t counts[5])
+			struct victim_stats *vs, double *t_kill, struct hc_recovery_report *rep, uint64_t counts[HC_PAGE__COUNT])
 {
 	if (bench_read_all(victim->out, vs, sizeof(*vs)) < 0) {
 		vs->err = -EPIPE;
@@ -556,9 +556,9 @@ static void kill_victim(hc_pool *admin, struct child *victim, const struct opts 
 	close(victim->out);
 	*t_kill = now_s() - t0;
 	/* Proof of death is EOWNERDEAD on its slot's mutex, which this probes. */
-	if (hc_pool_recover(admin, rep) < 0)
+	if (hc_pool_recover(admin, rep, sizeof(*rep)) < 0)
 		fprintf(stderr, PROG ": recovery: %s\n", hc_last_error());
-	hc_pool_count_states(admin, counts);
+	hc_pool_count_states(admin, counts, HC_PAGE__COUNT);
 }
 
 static void collect(struct child *kids, unsigned n, struct rank_stats *st)
@@ -624,19 +624,19 @@ static void print_ranks(const struct rank_stats *st, unsigned n, struct rank_sta
 static int run(const struct opts *o)
 {
 	const struct hc_component_spec comps[2] = {
-		{ .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
+		{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
 		  .kv_heads = 4, .head_bytes = 128, .layers = 4 },
-		{ .name = "state", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
+		{ .size = sizeof(struct hc_component_spec), .name = "state", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
 		  .bytes_per_layer = 8192, .layers = 4 },
 	};
 	char name[HC_NAME_MAX + 1];
-	struct hc_pool_spec spec = {
+	struct hc_pool_spec spec = { .size = sizeof(struct hc_pool_spec),
 		.name = name, .model_id = "hicache-bench/demo", .page_tokens = 16, .tp_size = 2,
 		.comps = comps, .ncomp = 2, .capacity_pages = o->pages,
 		/* the ranks, the one to be killed, and the parent's cleanup */
 		.max_ranks = o->ranks + 2, .quarantine_ms = QUARANTINE_MS,
 	};
-	struct hc_attach_opts admin_opts = { .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	struct hc_attach_opts admin_opts = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
 	struct child kids[MAX_RANKS], victim = { .pid = -1, .out = -1 };
 	struct rank_stats st[MAX_RANKS], sum = { 0 };
 	struct victim_stats vs = { 0 };
@@ -644,7 +644,7 @@ static int run(const struct opts *o)
 	struct hc_pool_info info;
 	hc_pool *admin = NULL;
 	unsigned nkids = 0, freed = 0;
-	uint64_t counts[3][5] = { { 0 } }, leaked;
+	uint64_t counts[3][HC_PAGE__COUNT] = { { 0 } }, leaked;
 	int ready[2], go[2], status = 0, ret = 0;
 	double t0, t_kill = 0;
 
@@ -659,7 +659,7 @@ static int run(const struct opts *o)
 		status = 2;
 		goto out_destroy;
 	}
-	hc_pool_info(admin, &info);
+	hc_pool_info(admin, &info, sizeof(info));
 	printf(PROG " %s: pool %s at %s\n", hc_version(), name, info.path);
 	printf("  %u-token pages, TP %u (%u head groups), envelope %" PRIu64 " KiB, %u pages (%.1f MiB)\n",
 	       info.page_tokens, info.tp_size, info.head_groups, info.envelope_bytes >> 10, info.npages,
@@ -732,12 +732,12 @@ static int run(const struct opts *o)
 		       "  reservations, %u READY pages of its own and %u pins on other ranks' pages\n",
 		       vs.slot, vs.pid, t_kill, vs.partial, vs.ready, vs.pins);
 	print_report("recovery after the kill", &rep);
-	hc_pool_count_states(admin, counts[1]);
+	hc_pool_count_states(admin, counts[1], HC_PAGE__COUNT);
 
 	/* Quarantined reservations come back once no late DMA can land on them. */
 	stop = 0;
 	sleep_until(now_s() + QUARANTINE_MS / 1e3 + 0.05);
-	if (hc_pool_recover(admin, &rep2) < 0)
+	if (hc_pool_recover(admin, &rep2, sizeof(rep2)) < 0)
 		fprintf(stderr, PROG ": recovery: %s\n", hc_last_error());
 	printf("after the %d ms quarantine grace, recovery released %u more pages\n"
 	       "  (allocations take quarantined pages too, once their grace is over)\n", QUARANTINE_MS,
@@ -751,8 +751,8 @@ static int run(const struct opts *o)
 		       freed, sum.left);
 	else
 		printf("freed the %u READY pages the killed rank left behind\n\n", freed);
-	hc_pool_count_states(admin, counts[2]);
-	print_states((const uint64_t(*)[5])counts);
+	hc_pool_count_states(admin, counts[2], HC_PAGE__COUNT);
+	print_states((const uint64_t(*)[HC_PAGE__COUNT])counts);
 	leaked = info.npages - counts[2][HC_PAGE_FREE];
 	if (leaked) {
 		fprintf(stderr, PROG ": %" PRIu64 " pages are not FREE at the end: leaked\n", leaked);

@@ -190,6 +190,7 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 		return hc_cli_fail(EINVAL, "%s '%s': NAME '%s' must be 1..%d letters, digits, '_', '-' or '.'",
 			       what, s, f[0], HC_COMP_NAME_MAX);
 	strcpy(out->name, f[0]);
+	out->spec.size = sizeof(out->spec);
 	out->spec.name = out->name;
 	out->spec.kind = kind;
 

@@ -138,7 +138,7 @@ struct hc_cli_metric {
 	uint64_t value;
 };
 /* "free", "reserved", ...: pages by state, as keys and labels. */
-extern const char *const hc_cli_state_keys[5];
+extern const char *const hc_cli_state_keys[HC_PAGE__COUNT];
 /* The gauges (HC_CLI_NGAUGES) and counters (HC_CTR__COUNT) of st, named. */
 void hc_cli_metrics(const struct hc_stats *st, struct hc_cli_metric *g, struct hc_cli_metric *c);
 void hc_cli_prom_family(FILE *f, const char *name, const char *type, const char *help);

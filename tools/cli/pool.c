@@ -46,6 +46,7 @@ const struct hc_cli_pool_optinfo hc_cli_pool_opts[HC_CLI_POOL__COUNT] = {
 void hc_cli_pool_init(struct hc_cli_pool *cp)
 {
 	memset(cp, 0, sizeof(*cp));
+	cp->spec.size = sizeof(cp->spec);
 }
 
 void hc_cli_pool_next_source(struct hc_cli_pool *cp)
@@ -266,7 +267,7 @@ static void differ_comps(struct diffs *d, const struct hc_cli_pool *cp, hc_pool 
 		const struct hc_component_spec *g = &cp->comps[i].spec;
 		struct hc_component_info ci;
 
-		if (hc_pool_component(pool, i, &ci) < 0) {
+		if (hc_pool_component(pool, i, &ci, sizeof(ci)) < 0) {
 			differ(d, "component %u cannot be read: %s", i, hc_last_error());
 			continue;
 		}
@@ -309,7 +310,7 @@ int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool)
 	struct hc_pool_info in;
 	int ret;
 
-	if ((ret = hc_pool_info(pool, &in)) < 0)
+	if ((ret = hc_pool_info(pool, &in, sizeof(in))) < 0)
 		return hc_cli_fail(-ret, "%s", hc_last_error());
 	if ((cp->given & BIT(HC_CLI_POOL_MODEL)) && strcmp(s->model_id, in.model_id))
 		differ(&d, "--model '%s' (the pool has '%s')", s->model_id, in.model_id);

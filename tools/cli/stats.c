@@ -36,7 +36,7 @@ enum {
 };
 _Static_assert(NGAUGES_ == HC_CLI_NGAUGES, "cli.h counts the gauges");
 
-const char *const hc_cli_state_keys[5] = { "free", "reserved", "ready", "quarantine", "freeing" };
+const char *const hc_cli_state_keys[HC_PAGE__COUNT] = { "free", "reserved", "ready", "quarantine", "freeing" };
 
 void hc_cli_metrics(const struct hc_stats *st, struct hc_cli_metric *g, struct hc_cli_metric *c)
 {
@@ -102,7 +102,7 @@ void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_s
 
 	hc_cli_metrics(st, g, c);
 	hc_cli_prom_family(f, "pages", "gauge", "pages by state");
-	for (int s = 0; s < 5; s++)
+	for (int s = 0; s < HC_PAGE__COUNT; s++)
 		fprintf(f, "hicache_pages{pool=\"%s\",state=\"%s\"} %" PRIu64 "\n", in->name, hc_cli_state_keys[s],
 			st->pages[s]);
 	for (unsigned i = 0; i < HC_CLI_NGAUGES; i++) {

@@ -385,6 +385,7 @@ int hcd_conf_load(struct hcd_conf *c, int argc, char **argv)
 	char what[64];
 
 	memset(c, 0, sizeof(*c));
+	c->svc.size = sizeof(c->svc);
 	c->svc.retries = 2; /* here 0 means none (hc_service_opts: -1) */
 	hc_cli_pool_init(&c->geo);
 	for (unsigned i = 0; i < NOPTS; i++)

@@ -61,7 +61,7 @@ static int create_pool(struct hcd_conf *c)
  * given; 0, or the exit status. */
 static int prepare_pool(struct hcd_conf *c)
 {
-	struct hc_attach_opts ao = { .dir = c->svc.dir, .flags = HC_ATTACH_READONLY };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = c->svc.dir, .flags = HC_ATTACH_READONLY };
 	struct hc_pool_info in;
 	char b1[32], b2[32];
 	hc_pool *p;
@@ -82,7 +82,7 @@ static int prepare_pool(struct hcd_conf *c)
 		hc_pool_detach(p);
 		return HC_CLI_EXIT_USAGE;
 	}
-	hc_pool_info(p, &in);
+	hc_pool_info(p, &in, sizeof(in));
 	hcd_log(HC_LOG_INFO, "pool '%s' at %s: model %s, %" PRIu32 " pages of %s (%s segment), %" PRIu32 "-token pages, tp %" PRIu32 ", %" PRIu32 " rank slots",
 		in.name, in.path, in.model_id, in.npages, hc_cli_format_size(in.envelope_bytes, b1, sizeof(b1)),
 		hc_cli_format_size(in.segment_bytes, b2, sizeof(b2)), in.page_tokens, in.tp_size, in.max_ranks);

@@ -103,7 +103,7 @@ static char *scrape(size_t *len)
 
 	if (!f)
 		return NULL;
-	if (hc_pool_info(M.p, &in) < 0 || hc_pool_stats(M.p, &st) < 0) {
+	if (hc_pool_info(M.p, &in, sizeof(in)) < 0 || hc_pool_stats(M.p, &st, sizeof(st)) < 0) {
 		fclose(f);
 		free(buf);
 		return NULL;
@@ -186,7 +186,7 @@ static void *metrics_main(void *arg)
 
 int hcd_metrics_start(const char *addr, const char *pool, const char *dir)
 {
-	struct hc_attach_opts ao = { .dir = dir, .flags = HC_ATTACH_READONLY };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = HC_ATTACH_READONLY };
 	int r;
 
 	if ((r = hc_pool_attach(pool, &ao, &M.p)) < 0) {

@@ -54,7 +54,7 @@ int hcp_cmd_check(int argc, char **argv)
 	 * would tidy it; the check's own liveness probes still recover dead ranks */
 	if (hcp_attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
 		return hcp_failure("%s", hcp_lib_error());
-	hc_pool_info(p, &in);
+	hc_pool_info(p, &in, sizeof(in));
 	if (va.json)
 		co.lines = json_object_new_array();
 	n = hc_pool_check(p, flags, hcp_check_report, &co);

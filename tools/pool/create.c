@@ -90,7 +90,7 @@ int hcp_cmd_create(int argc, char **argv)
 	if (hc_pool_create(&spec) < 0)
 		return hcp_failure("%s", hcp_lib_error());
 	/* Read the pool back: the summary shows what the library made of the spec. */
-	if (hcp_attach(spec.name, spec.dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &info) < 0) {
+	if (hcp_attach(spec.name, spec.dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &info, sizeof(info)) < 0) {
 		ret = hcp_failure("pool '%s' was created, but reading it back failed: %s", spec.name, hc_last_error());
 		goto out;
 	}

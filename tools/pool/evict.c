@@ -53,7 +53,7 @@ int hcp_cmd_evict(int argc, char **argv)
 		return hcp_usage_error("give exactly one of --key HEX64 and --count N");
 	if ((ret = hcp_attach_rank(name, va.dir, &p)) != 0)
 		return ret;
-	hc_pool_info(p, &in);
+	hc_pool_info(p, &in, sizeof(in));
 	if (va.key) {
 		n = hc_evict_key(p, va.keyb);
 		hc_cli_hex(va.keyb, HC_KEY_BYTES, hex);
@@ -93,7 +93,7 @@ int hcp_cmd_clear(int argc, char **argv)
 		return ret;
 	if ((ret = hcp_attach_rank(name, va.dir, &p)) != 0)
 		return ret;
-	hc_pool_info(p, &in);
+	hc_pool_info(p, &in, sizeof(in));
 	n = hc_pool_clear(p);
 	if (n < 0)
 		ret = hcp_failure("%s", hcp_lib_error());

@@ -79,7 +79,7 @@ static struct json_object *service_json(const struct hc_service_info *sv)
 }
 
 static struct json_object *info_json(const struct hc_pool_info *in, const struct hc_component_info *ci,
-				     const uint64_t counts[5], const struct hc_rank_info *ri, unsigned nri)
+				     const uint64_t counts[HC_PAGE__COUNT], const struct hc_rank_info *ri, unsigned nri)
 {
 	struct json_object *o = json_object_new_object(), *a, *x;
 	char hex[65], when[64];
@@ -135,7 +135,7 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	json_object_object_add(o, "components", a);
 
 	x = json_object_new_object();
-	for (int s = 0; s < 5; s++)
+	for (int s = 0; s < HC_PAGE__COUNT; s++)
 		hcp_jadd_u64(x, hc_cli_state_keys[s], counts[s]);
 	json_object_object_add(o, "pages", x);
 
@@ -147,7 +147,7 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	return o;
 }
 
-static void info_text(const struct hc_pool_info *in, const struct hc_component_info *ci, const uint64_t counts[5],
+static void info_text(const struct hc_pool_info *in, const struct hc_component_info *ci, const uint64_t counts[HC_PAGE__COUNT],
 		      const struct hc_rank_info *ri, unsigned nri, bool readonly)
 {
 	char hex[65], when[64], b1[32], b2[32];
@@ -239,7 +239,7 @@ int hcp_cmd_info(int argc, char **argv)
 	struct hc_service_info sv;
 	struct hc_pool_info in;
 	struct hcp_args va;
-	uint64_t counts[5];
+	uint64_t counts[HC_PAGE__COUNT];
 	const char *name;
 	unsigned nri = 0;
 	hc_pool *p = NULL;
@@ -251,18 +251,18 @@ int hcp_cmd_info(int argc, char **argv)
 	if (hcp_attach(name, va.dir, va.no_recover ? HC_ATTACH_READONLY : HC_ATTACH_ADMIN, &p) < 0)
 		return hcp_failure("%s", hcp_lib_error());
 	ret = HC_CLI_EXIT_FAIL;
-	if (hc_pool_info(p, &in) < 0 || hc_pool_count_states(p, counts) < 0) {
+	if (hc_pool_info(p, &in, sizeof(in)) < 0 || hc_pool_count_states(p, counts, HC_PAGE__COUNT) < 0) {
 		hcp_failure("%s", hcp_lib_error());
 		goto out;
 	}
 	for (unsigned i = 0; i < in.ncomp && i < HC_MAX_COMPONENTS; i++) {
-		if (hc_pool_component(p, i, &ci[i]) < 0) {
+		if (hc_pool_component(p, i, &ci[i], sizeof(ci[i])) < 0) {
 			hcp_failure("%s", hcp_lib_error());
 			goto out;
 		}
 	}
 	for (unsigned s = 0; s < in.max_ranks && s < HC_MAX_RANKS; s++) {
-		if (hc_pool_rank(p, s, &ri[nri]) < 0) {
+		if (hc_pool_rank(p, s, &ri[nri], sizeof(ri[nri])) < 0) {
 			hcp_failure("%s", hcp_lib_error());
 			goto out;
 		}
@@ -270,7 +270,7 @@ int hcp_cmd_info(int argc, char **argv)
 		if (ri[nri].live || ri[nri].pins || ri[nri].locks || ri[nri].reserved)
 			nri++;
 	}
-	if (hc_service_info(p, &sv) < 0) {
+	if (hc_service_info(p, &sv, sizeof(sv)) < 0) {
 		hcp_failure("%s", hcp_lib_error());
 		goto out;
 	}

@@ -99,14 +99,14 @@ int hcp_cmd_keys(int argc, char **argv)
 	if (hcp_attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
 		return hcp_failure("%s", hcp_lib_error());
 	ret = HC_CLI_EXIT_FAIL;
-	hc_pool_info(p, &in);
+	hc_pool_info(p, &in, sizeof(in));
 	pi = calloc(in.npages ? in.npages : 1, sizeof(*pi));
 	if (!pi) {
 		hcp_failure("out of memory for the %" PRIu32 " pages of pool '%s'", in.npages, in.name);
 		goto out;
 	}
 	for (uint32_t id = 0; id < in.npages; id++) {
-		if (hc_page_info(p, id, &pi[matching]) < 0) {
+		if (hc_page_info(p, id, &pi[matching], sizeof(pi[matching])) < 0) {
 			hcp_failure("%s", hcp_lib_error());
 			goto out;
 		}

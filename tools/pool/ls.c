@@ -87,13 +87,13 @@ static void ls_probe(struct ls_entry *e, const char *dir, int dfd, const char *d
 		return;
 	}
 	/* READONLY: no recovery, no writes; a listing must never change a pool */
-	if (hcp_attach(e->name, dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &e->info) < 0) {
+	if (hcp_attach(e->name, dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &e->info, sizeof(e->info)) < 0) {
 		e->err = 1;
 		snprintf(e->msg, sizeof(e->msg), "%s", hc_last_error());
 		return;
 	}
 	for (unsigned s = 0; s < e->info.max_ranks && s < HC_MAX_RANKS; s++)
-		if (hc_pool_rank(p, s, &e->ranks[e->live]) == 0 && e->ranks[e->live].live)
+		if (hc_pool_rank(p, s, &e->ranks[e->live], sizeof(e->ranks[e->live])) == 0 && e->ranks[e->live].live)
 			e->live++;
 	hc_pool_detach(p);
 }

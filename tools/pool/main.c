@@ -186,7 +186,7 @@ void hcp_jadd_bool(struct json_object *o, const char *k, bool v)
 
 int hcp_attach(const char *name, const char *dir, unsigned flags, hc_pool **p)
 {
-	struct hc_attach_opts o = { .dir = dir, .flags = flags };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = flags };
 
 	return hc_pool_attach(name, &o, p);
 }

@@ -76,16 +76,16 @@ int hcp_cmd_repair(int argc, char **argv)
 	if (hcp_attach(name, va.dir, HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER, &p) < 0)
 		return hcp_failure("%s", hcp_lib_error());
 	hcp_log_info = true; /* the library names each dead slot it clears */
-	n = hc_pool_recover(p, &first);
+	n = hc_pool_recover(p, &first, sizeof(first));
 	hc_pool_detach(p);
 	if (n < 0)
 		return hcp_failure("%s", hcp_lib_error());
 	if (hcp_attach(name, va.dir, HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE, &p) < 0)
 		return hcp_failure("%s", hcp_lib_error());
-	hc_pool_info(p, &in);
+	hc_pool_info(p, &in, sizeof(in));
 	if (va.json)
 		co.lines = json_object_new_array();
-	n = hc_pool_repair(p, va.quiescent ? HC_CHECK_QUIESCENT : 0, &rep, hcp_check_report, &co);
+	n = hc_pool_repair(p, va.quiescent ? HC_CHECK_QUIESCENT : 0, &rep, sizeof(rep), hcp_check_report, &co);
 #define X(f, what) rep.recovery.f += first.f;
 	REPORT_FIELDS(X)
 #undef X

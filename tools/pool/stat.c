@@ -51,12 +51,12 @@ static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, 
 		if ((len = snprintf(val, sizeof(val), "%" PRIu64, m->value)) > wv)
 			wv = len;
 	}
-	for (int s = 0; s < 5; s++)
+	for (int s = 0; s < HC_PAGE__COUNT; s++)
 		if ((len = snprintf(val, sizeof(val), "%" PRIu64, st->pages[s])) > wv)
 			wv = len;
 
 	printf("pool '%s' at %s: %" PRIu32 " pages\n", in->name, in->path, in->npages);
-	for (int s = 0; s < 5; s++) {
+	for (int s = 0; s < HC_PAGE__COUNT; s++) {
 		snprintf(name, sizeof(name), "pages_%s", hc_cli_state_keys[s]);
 		snprintf(help, sizeof(help), "pages in state %s", hc_page_state_name((enum hc_page_state)s));
 		stat_line(name, wn, st->pages[s], wv, help);
@@ -118,7 +118,7 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 	hcp_jadd_str(o, "name", in->name);
 	hcp_jadd_str(o, "path", in->path);
 	hcp_jadd_u64(o, "npages", in->npages);
-	for (int s = 0; s < 5; s++)
+	for (int s = 0; s < HC_PAGE__COUNT; s++)
 		hcp_jadd_u64(x, hc_cli_state_keys[s], st->pages[s]);
 	json_object_object_add(o, "pages", x);
 	for (unsigned i = 0; i < HC_CLI_NGAUGES; i++)
@@ -162,7 +162,7 @@ int hcp_cmd_stat(int argc, char **argv)
 	if (hcp_attach(name, va.dir, HC_ATTACH_READONLY, &p) < 0)
 		return hcp_failure("%s", hcp_lib_error());
 	ret = HC_CLI_EXIT_FAIL;
-	if (hc_pool_info(p, &in) < 0 || hc_pool_stats(p, &st) < 0) {
+	if (hc_pool_info(p, &in, sizeof(in)) < 0 || hc_pool_stats(p, &st, sizeof(st)) < 0) {
 		hcp_failure("%s", hcp_lib_error());
 		goto out;
 	}

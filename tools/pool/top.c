@@ -52,7 +52,7 @@ static void top_screen(const struct hc_pool_info *in, const struct hc_stats *st,
 		fputs("\033[H\033[2J", stdout);
 	printf("hicache-pool top: pool '%s', %" PRIu32 " pages, %s (every %.1f s)\n", in->name, in->npages, when, secs);
 	printf("pages:");
-	for (int s = 0; s < 5; s++)
+	for (int s = 0; s < HC_PAGE__COUNT; s++)
 		printf("  %s %" PRIu64 " (%.0f%%)", hc_cli_state_keys[s], st->pages[s],
 		       in->npages ? 100.0 * (double)st->pages[s] / in->npages : 0.0);
 	printf("\n");
@@ -95,7 +95,7 @@ int hcp_cmd_top(int argc, char **argv)
 		return hcp_failure("%s", hcp_lib_error());
 	signal(SIGINT, top_signal);
 	signal(SIGTERM, top_signal);
-	if (hc_pool_info(p, &in) < 0 || hc_pool_stats(p, &first) < 0) {
+	if (hc_pool_info(p, &in, sizeof(in)) < 0 || hc_pool_stats(p, &first, sizeof(first)) < 0) {
 		ret = hcp_failure("%s", hcp_lib_error());
 		goto out;
 	}
@@ -106,7 +106,7 @@ int hcp_cmd_top(int argc, char **argv)
 		/* a key press (q) on a terminal stops it; otherwise just the interval */
 		if (poll(&pf, tty && isatty(0) ? 1 : 0, (int)va.interval_ms) > 0 && read(0, &ch, 1) == 1 && ch == 'q')
 			break;
-		if (hc_pool_stats(p, &st) < 0) {
+		if (hc_pool_stats(p, &st, sizeof(st)) < 0) {
 			ret = hcp_failure("%s", hcp_lib_error());
 			goto out;
 		}

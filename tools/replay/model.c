@@ -89,7 +89,7 @@ int hc_rp_model_preset(const char *name, uint32_t page_tokens, double scale, str
 		struct hc_component_spec *c = &m->comps[i];
 		uint32_t layers = (uint32_t)lround(d->layers * scale);
 		snprintf(m->names[i], sizeof(m->names[i]), "%s", d->name);
-		*c = (struct hc_component_spec){ .name = m->names[i], .dtype = d->kind == HC_COMP_STATE ? HC_DTYPE_F32 : HC_DTYPE_BF16,
+		*c = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = m->names[i], .dtype = d->kind == HC_COMP_STATE ? HC_DTYPE_F32 : HC_DTYPE_BF16,
 						 .kind = d->kind, .sharding = d->sharding, .kv_heads = d->heads,
 						 .head_bytes = d->head_bytes, .bytes_per_layer = d->bytes_per_layer,
 						 .layers = layers ? layers : 1 };

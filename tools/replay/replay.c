@@ -330,9 +330,9 @@ static int use_pool(struct hc_rp_opts *o, struct hc_rp_model *m, hc_pool **admin
 	struct hc_pool_info pi;
 	int r;
 
-	if ((r = hc_pool_attach(o->pool, &(struct hc_attach_opts){ .flags = HC_ATTACH_ADMIN }, admin)) < 0)
+	if ((r = hc_pool_attach(o->pool, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN }, admin)) < 0)
 		return hc_cli_fail(-r, "--pool %s: %s", o->pool, hc_last_error());
-	hc_pool_info(*admin, &pi);
+	hc_pool_info(*admin, &pi, sizeof(pi));
 	if (pi.ncomp > HC_RP_MAX_COMPS || !hc_rp_page_tokens_ok(pi.page_tokens) || pi.host_mode != HC_HOST_CACHE) {
 		r = hc_cli_fail(EINVAL, "--pool %s: %s", o->pool,
 				pi.host_mode != HC_HOST_CACHE ? "a buffer_only pool keeps no pages for a replay to hit: give a cache pool"
@@ -341,8 +341,8 @@ static int use_pool(struct hc_rp_opts *o, struct hc_rp_model *m, hc_pool **admin
 		goto fail;
 	}
 	for (unsigned i = 0; i < pi.ncomp; i++) {
-		hc_pool_component(*admin, i, &ci[i]);
-		comps[i] = (struct hc_component_spec){ .name = ci[i].name, .dtype = ci[i].dtype, .kind = ci[i].kind,
+		hc_pool_component(*admin, i, &ci[i], sizeof(ci[i]));
+		comps[i] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = ci[i].name, .dtype = ci[i].dtype, .kind = ci[i].kind,
 						       .sharding = ci[i].sharding, .kv_heads = ci[i].kv_heads,
 						       .head_bytes = ci[i].head_bytes,
 						       .bytes_per_layer = ci[i].bytes_per_layer, .layers = ci[i].layers,
@@ -356,7 +356,7 @@ static int use_pool(struct hc_rp_opts *o, struct hc_rp_model *m, hc_pool **admin
 	o->evict = pi.evict;
 	{
 		struct hc_service_info si;
-		if (hc_service_info(*admin, &si) == 0 && si.write_policy >= 0)
+		if (hc_service_info(*admin, &si, sizeof(si)) == 0 && si.write_policy >= 0)
 			o->write_policy = (enum hc_write_policy)si.write_policy; /* for the report */
 	}
 	if (!o->tp_set)
@@ -373,7 +373,7 @@ static int pool_fits(hc_pool *admin, const struct hc_rp_opts *o, const struct pl
 {
 	struct hc_pool_info pi;
 
-	hc_pool_info(admin, &pi);
+	hc_pool_info(admin, &pi, sizeof(pi));
 	if (!o->pool)
 		return 0;
 	if (pi.ticket_keys < pl->max_pages)
@@ -522,7 +522,7 @@ int hc_rp_main(int argc, char **argv)
 	}
 	snprintf(pool, sizeof(pool), "hcreplay-%d", (int)getpid());
 	{
-		struct hc_pool_spec ps = { .name = pool, .model_id = m.model_id, .page_tokens = o.page_tokens,
+		struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .name = pool, .model_id = m.model_id, .page_tokens = o.page_tokens,
 					   .tp_size = o.tp, .comps = m.comps, .ncomp = m.ncomp,
 					   .capacity_pages = o.pool_pages, .max_ranks = o.tp * o.engines + 4,
 					   .quarantine_ms = 200, .evict = o.evict,
@@ -537,7 +537,7 @@ int hc_rp_main(int argc, char **argv)
 		}
 		created = 1;
 	}
-	if ((r = hc_pool_attach(pool, &(struct hc_attach_opts){ .flags = HC_ATTACH_ADMIN }, &admin)) < 0) {
+	if ((r = hc_pool_attach(pool, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN }, &admin)) < 0) {
 		fprintf(stderr, PROG ": pool: %s\n", hc_last_error());
 		goto out;
 	}
@@ -557,7 +557,7 @@ made:
 			snprintf(spec, sizeof(spec), "file:dir=%s", l3dir);
 		} else if (!strcmp(o.backend, "shm")) {
 			struct hc_pool_info pi;
-			hc_pool_info(admin, &pi);
+			hc_pool_info(admin, &pi, sizeof(pi));
 			snprintf(spec, sizeof(spec), "shm:name=hcreplay-%d,capacity=%" PRIu64 ",destroy_on_close=1",
 				 (int)getpid(), (pl.distinct + pl.distinct / 4 + 64) * (pi.envelope_bytes + 4096));
 		} else {
@@ -595,7 +595,7 @@ made:
 	}
 	if (!failed && cx.l3 && !o.pool) {
 		char bdir[4200];
-		struct hc_service_opts so = { .backend = spec, .write_policy = o.write_policy,
+		struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = spec, .write_policy = o.write_policy,
 					      .backend_dir = build_tree_plugins(spec, bdir, sizeof(bdir)) };
 		if (hc_service_start(pool, &so, &svc) < 0) {
 			fprintf(stderr, PROG ": service: %s\n", hc_last_error());
@@ -612,7 +612,7 @@ made:
 	res.pool_pages = o.pool_pages;
 	if (o.pool) {
 		struct hc_pool_info pi;
-		hc_pool_info(admin, &pi);
+		hc_pool_info(admin, &pi, sizeof(pi));
 		res.pool_pages = pi.npages;
 	}
 	snprintf(res.l3, sizeof(res.l3), "%s", cx.l3 ? (l3dir[0] ? l3dir : spec) : "none");
@@ -622,10 +622,10 @@ made:
 	if (svc && hc_service_stop(svc) < 0)
 		fprintf(stderr, PROG ": service stop: %s\n", hc_last_error());
 	svc = NULL;
-	hc_pool_stats(admin, &res.st);
+	hc_pool_stats(admin, &res.st, sizeof(res.st));
 	{
 		struct hc_pool_info pi;
-		hc_pool_info(admin, &pi);
+		hc_pool_info(admin, &pi, sizeof(pi));
 		res.envelope_bytes = pi.envelope_bytes;
 	}
 	for (unsigned i = 0; i < nranks; i++)

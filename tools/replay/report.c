@@ -86,7 +86,7 @@ void hc_rp_sample(struct hc_rp_result *res, const struct hc_rp_shared *sh, hc_po
 	*s = (struct hc_rp_sample){ .t = t, .served = tt.requests, .tok_total = tt.tok_total, .tok_l1 = tt.tok_l1,
 				    .tok_l2 = tt.tok_l2, .tok_l3 = tt.tok_l3, .load_bytes = tt.load,
 				    .store_bytes = tt.store };
-	if (hc_pool_stats(admin, &st) == 0) {
+	if (hc_pool_stats(admin, &st, sizeof(st)) == 0) {
 		s->l3_read = st.counter[HC_CTR_l3_prefetch_bytes];
 		s->l3_write = st.counter[HC_CTR_l3_backup_bytes];
 	}

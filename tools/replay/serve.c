@@ -109,7 +109,7 @@ static int open_device(struct rank *r)
 	for (unsigned i = 0; i < r->ncomp; i++) {
 		struct hc_component_info ci;
 		struct dcomp *c = &r->c[i];
-		int e = hc_pool_component(r->p, i, &ci);
+		int e = hc_pool_component(r->p, i, &ci, sizeof(ci));
 		if (e < 0)
 			return failf(r, e, "component %u: %s", i, hc_last_error());
 		c->comp = i;
@@ -133,10 +133,10 @@ static int open_device(struct rank *r)
 			if (c->kv)
 				c->v[l] = c->k[l] + c->slots * c->token_bytes;
 		}
-		dc[i] = (struct hc_dev_comp){ .comp = i, .k = c->k, .v = c->kv ? c->v : NULL, .token_bytes = c->token_bytes,
+		dc[i] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = i, .k = c->k, .v = c->kv ? c->v : NULL, .token_bytes = c->token_bytes,
 					      .token_stride = c->token_bytes, .slots = c->slots };
 	}
-	struct hc_dev_spec ds = { .kind = HC_DEV_HOST, .tp_size = cx->o->tp, .tp_rank = r->tp_rank, .comps = dc,
+	struct hc_dev_spec ds = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_HOST, .tp_size = cx->o->tp, .tp_rank = r->tp_rank, .comps = dc,
 				  .ncomp = r->ncomp };
 	int e = hc_dev_open(r->p, &ds, &r->dev);
 	return e < 0 ? failf(r, e, "device: %s", hc_last_error()) : 0;
@@ -189,7 +189,7 @@ static uint64_t page_bytes(const struct rank *r, uint32_t presence)
 /* A transfer of the n pages in r->xp (request indices r->xi). */
 static int transfer(struct rank *r, unsigned n, int store)
 {
-	struct hc_xfer_req xr = { .pages = r->xp, .n = n, .slots = r->slots, .state_slots = r->sslots,
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = r->xp, .n = n, .slots = r->slots, .state_slots = r->sslots,
 				  .flags = store ? HC_XFER_COMMIT : 0 };
 	uint64_t t0 = now_ns();
 	hc_xfer *x;
@@ -261,9 +261,9 @@ static int store_missing(struct rank *r, size_t q, const char *rid, uint32_t s, 
 
 	for (uint32_t a = s, b; a < n; a = b, step++) {
 		uint32_t pres = presence_of(r, a, n);
-		struct hc_ticket_name nm = { .request_id = rid, .step = step };
-		struct hc_reserve_req rq = { .keys = r->keys + a, .first_depth = a, .presence = pres };
-		hc_ticket t;
+		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = rid, .step = step };
+		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = r->keys + a, .first_depth = a, .presence = pres };
+		hc_ticket t = { .size = sizeof(hc_ticket) };
 		unsigned k = 0;
 		int e;
 		for (b = a + 1; b < n && presence_of(r, b, n) == pres; b++)
@@ -338,7 +338,7 @@ static int serve_one(struct rank *r, size_t q)
 	const struct hc_rp_ctx *cx = r->cx;
 	const struct hc_rp_req *rq = &cx->w->req[q];
 	uint32_t n = hc_rp_pages(rq, r->T), l1 = 0, h2 = 0, h3 = 0, l2_late = 0;
-	hc_ticket t2, t3;
+	hc_ticket t2 = { .size = sizeof(t2) }, t3 = { .size = sizeof(t3) };
 	int have2 = 0, have3 = 0, e = 0;
 	char rid[32];
 
@@ -348,8 +348,8 @@ static int serve_one(struct rank *r, size_t q)
 		while (l1 < n && hc_rp_lru_has(&r->l1, r->keys[l1]))
 			l1++;
 	if (l1 < n) {
-		struct hc_ticket_name nm = { .request_id = rid, .step = 0 };
-		struct hc_lookup_req lr = { .keys = r->keys + l1, .nkeys = n - l1, .flags = HC_LOOKUP_PIN };
+		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = rid, .step = 0 };
+		struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = r->keys + l1, .nkeys = n - l1, .flags = HC_LOOKUP_PIN };
 		e = hc_ticket_lookup(r->p, &nm, &lr, r->pg + l1, &t2);
 		if (e < 0)
 			return failf(r, e, "request %zu: L2 lookup: %s", q, hc_last_error());
@@ -357,15 +357,15 @@ static int serve_one(struct rank *r, size_t q)
 		have2 = 1;
 	}
 	if (cx->l3 && l1 + h2 < n && n - l1 - h2 >= cx->o->prefetch_threshold) {
-		struct hc_ticket_name nm = { .request_id = rid, .step = 1 };
-		struct hc_prefetch_req pr = { .keys = r->keys + l1 + h2, .nkeys = n - l1 - h2, .first_depth = l1 + h2,
+		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = rid, .step = 1 };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = r->keys + l1 + h2, .nkeys = n - l1 - h2, .first_depth = l1 + h2,
 					      .name = &nm, .policy = cx->o->prefetch,
 					      .timeout_ms = cx->o->prefetch_timeout_ms };
 		hc_req *pq;
 		/* Keys READY here past the L2 hit's first gap: once the prefetch
 		 * fills the gap the take counts them, but they are L2's. */
 		for (uint32_t i = l1 + h2; i < n; i++) {
-			struct hc_lookup_req one = { .keys = &r->keys[i], .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+			struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = &r->keys[i], .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
 			hc_page_t h;
 			r->skip[i] = hc_lookup(r->p, &one, &h) == 1;
 		}
@@ -407,7 +407,7 @@ static int serve_one(struct rank *r, size_t q)
 	/* Used: a lookup stamps the request's pages last to first (exact LRU),
 	 * and the GPU cache keeps them, the first most recent. */
 	if (n) {
-		struct hc_lookup_req lr = { .keys = r->keys, .nkeys = n };
+		struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = r->keys, .nkeys = n };
 		if ((e = hc_lookup(r->p, &lr, r->pg)) < 0)
 			return failf(r, e, "request %zu: touch: %s", q, hc_last_error());
 	}
@@ -429,7 +429,7 @@ int hc_rp_serve(const struct hc_rp_ctx *cx, unsigned engine, unsigned tp_rank)
 {
 	struct rank r = { .cx = cx, .engine = engine, .tp_rank = tp_rank, .T = cx->m->page_tokens,
 			  .ncomp = cx->m->ncomp, .st = &cx->sh->st[engine * cx->o->tp + tp_rank] };
-	struct hc_engine_spec es = { .engine_id = engine + 1, .tp_size = cx->o->tp, .tp_rank = tp_rank,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine + 1, .tp_size = cx->o->tp, .tp_rank = tp_rank,
 				     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 60000 };
 	size_t mp = (size_t)cx->max_pages + 1;
 	uint64_t t0;
