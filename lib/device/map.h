@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * map.h - the index arithmetic between envelopes and a rank's device KV
- * (doc/design.md, "Keys" and "The device path"), in plain C so that the host implementation,
- * the direct copy path and a gather kernel share one definition.
+ * (doc/design.md, "Envelope byte order" and "The device path"), in plain
+ * C so that the host implementation, the direct copy path and a gather
+ * kernel share one definition.
  *
  * A rank of an engine with TP size S and rank r holds, of each sharded K/V
  * component, the whole head groups g0 .. g0+ng-1 of the pool's G groups:
