@@ -14,7 +14,7 @@
  * kills, and the result.  It fails on a run that broke an invariant, and
  * on a point that no run killed a process at: a point that no scenario
  * reaches is a step nobody has proven.  A second case checks that
- * hicache-crash(7) lists every point, as points.h says it.
+ * hicache-crash(7) lists every point, as points.h says it, and no other.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -233,6 +233,20 @@ START_TEST(man_page_lists_every_point)
 		entry[n] = 0;
 		ck_assert_msg(strstr(man, entry) != NULL, "%s does not list point %s as points.h says it:\n%s", path,
 			      hc__pt_name(pt), entry);
+	}
+	/* And nothing more: an entry named like a point is one of points.h. */
+	for (const char *e = strstr(man, ".TP\n.B "); e; e = strstr(e + 1, ".TP\n.B ")) {
+		const char *name = e + strlen(".TP\n.B ");
+		size_t n = strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+		unsigned pt;
+
+		if (n == 0 || name[n] != '\n')
+			continue; /* not a point's entry (HC_CRASH, a flag) */
+		for (pt = 0; pt < HC_PT__COUNT; pt++)
+			if (strlen(hc__pt_name(pt)) == n && !strncmp(hc__pt_name(pt), name, n))
+				break;
+		ck_assert_msg(pt < HC_PT__COUNT, "%s lists a point '%.*s' that points.h does not have", path, (int)n,
+			      name);
 	}
 	free(man);
 }
