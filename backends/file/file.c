@@ -2,76 +2,23 @@
 /*
  * file.c - the "file" L3 backend: one object per file under a directory,
  * data moved through io_uring.  This file holds the ABI table, the options,
- * open/close, ctl and stats.
+ * open/close, ctl and stats; file.h names the other parts.
  *
- * For hicache-backend(7):
+ * An object is DIR/FINGERPRINT/KK/KEY (store.c has the layout).  A put
+ * writes a temp file and renames it over the object, so a reader, or a
+ * restart after a crash, finds the old object or the new, never a mix.
+ * open() takes an flock on the directory (one instance per directory),
+ * sweeps the temp files a crashed writer left and rebuilds the index (size,
+ * and LRU order by modification time) from the directory.
  *
- * FILE BACKEND
- *   Stores each object as a file,
- *   DIR/FINGERPRINT/KK/KEY (FINGERPRINT and KEY the hex of the two halves of
- *   the object's name, KK the first two digits of KEY).  A put writes
- *   DIR/FINGERPRINT/KK/.KEY.SEQ.tmp and renames it over the object, so a
- *   reader, or a restart after a crash, finds the old object or the new one,
- *   never a mix.  open() sweeps the temp files a crashed writer left, and
- *   rebuilds its index (name, size, and LRU order by modification time, that
- *   is by last write) from the directory; files that are not objects of
- *   this backend are left alone and counted in one warning.  One instance
- *   at a time may use a directory (flock on DIR/.hicache-file.lock).
+ * I/O goes through one ring per instance, its completion ring twice the
+ * submission ring.  An op whose buffers are all 4096-aligned (the host's
+ * always are) goes O_DIRECT, and memory given to reg_mem is registered as
+ * fixed buffers in chunks of at most 1 GiB, so a GET lands straight in the
+ * envelope; each falls back, with one warning, when the filesystem or the
+ * kernel refuses it.
  *
- * OPTIONS
- *   dir=PATH       Required.  An existing directory the process can write.
- *   queue_depth=N  io_uring submission entries, 1 to 4096 (default 64); the
- *                  completion ring has twice as many.  At most N ops that
- *                  touch files are in flight; submit accepts fewer (or
- *                  returns EAGAIN) until some are reaped.
- *   capacity=SIZE  Bytes of objects to keep: an integer with an optional
- *                  suffix K, M, G or T (powers of 1024; KB, KiB and so on
- *                  are read the same), or "unlimited" (the default).  A put
- *                  evicts least recently used objects to make room; a put
- *                  larger than the capacity fails with ENOSPC.  Puts in
- *                  flight may exceed it briefly when nothing else is left
- *                  to evict.  ctl can change it; shrinking evicts.
- *   fsync=none|always
- *                  none (default): atomic against a crash of the process,
- *                  which finds the old object or the new.  After a power
- *                  loss or a kernel crash, recent puts and deletes may be
- *                  undone and, on some filesystems, an object may be empty
- *                  or short; the host's checksum makes that a miss.
- *                  always: a put fsyncs the file before the rename and the
- *                  directory after it, a delete fsyncs the directory, all
- *                  before they complete: a completed op survives a power
- *                  loss.  The DURABLE capability holds only with always.
- *   direct=auto|on|off
- *                  O_DIRECT for ops whose buffers are all 4096-aligned
- *                  with lengths that are multiples of 4096 (a GET of an
- *                  object whose length is not such a multiple reads through
- *                  the page cache); other ops always do.  auto (default):
- *                  when the filesystem refuses O_DIRECT (EINVAL), one
- *                  warning and buffered I/O from then on.  on: open fails
- *                  if the filesystem refuses it.  off: never.  ZERO_COPY
- *                  holds only while O_DIRECT is in use.
- *   fixed_buffers=auto|off
- *                  auto (default): reg_mem registers the memory as io_uring
- *                  fixed buffers, in chunks of at most 1 GiB (1024 chunks in
- *                  all); iovecs inside one use READ_FIXED/WRITE_FIXED.  When
- *                  the kernel refuses (RLIMIT_MEMLOCK too small without
- *                  CAP_IPC_LOCK, or memory it cannot pin), one warning and
- *                  plain reads and writes.  off: never register.
- *
- * CTL
- *   Read: dir, queue_depth, capacity (bytes, or unlimited), fsync, direct,
- *   direct_active (yes or no), fixed_buffers, caps (what holds for this
- *   instance, in hex).  Set: capacity.
- *
- * STATS
- *   objects, bytes, capacity_bytes (0: unlimited), reserved_bytes (puts in
- *   flight), inflight, fixed_buffers (registered chunks), fixed_bytes, and
- *   the counters gets, hits, misses, puts, deletes, exists, evictions,
- *   errors (failures other than misses and cancels), canceled, bytes_read,
- *   bytes_written, direct_ios, buffered_ios, fixed_ios (segments),
- *   direct_fallbacks, retries (I/O tried again after a transient -EAGAIN,
- *   or after io_uring canceled it because the thread that submitted it
- *   exited), temp_swept, ignored_files.
+ * Options, ctl keys and statistics: hicache-backend-file(7).
  */
 #include <errno.h>
 #include <fcntl.h>

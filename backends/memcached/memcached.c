@@ -3,88 +3,34 @@
  * memcached.c - the "memcached" L3 backend: the plugin table, the job queue
  * and its workers, stats and ctl.
  *
- * NAME
- *     memcached - a distributed L3 on a cluster of memcached servers
- *
- * DESCRIPTION
- *     Objects are spread over a list of memcached servers by consistent
- *     hashing (ketama), through libmemcached and the binary protocol, so
- *     the hicache services of many nodes share one L3 on servers that are
- *     already deployed.  An object larger than the servers' item size is
- *     split into chunk items under derived keys, with a small manifest item
- *     written last; every item of an object lives on one server (names.c).
- *     A missing or inconsistent chunk, such as one that memcached evicted,
- *     makes the whole object a miss, never a mix.
+ *     A distributed L3 on memcached servers, through libmemcached and the
+ *     binary protocol, so the services of many nodes share one L3 on
+ *     servers that are already deployed.  Objects are spread by consistent
+ *     hashing (ketama); an object larger than an item is split into chunk
+ *     items, with a small manifest item written last, and every item of an
+ *     object lives on one server (names.c).  A missing or inconsistent
+ *     chunk, such as one that memcached evicted, makes the whole object a
+ *     miss, never a mix.
  *
  *     The backend is asynchronous: submit copies the ops and queues them;
  *     worker threads, each with its own connection to every server, take a
- *     share of the queue at a time and run it as one batch: a multi-get of
- *     the manifests (EXISTS), a multi-get of manifests and chunks (GET,
- *     each object completed as soon as its last chunk is in), or one
- *     object's sets (PUT: its chunks, then its manifest).  Sets are
+ *     share of the queue at a time and run it as one batch (batch.c): a
+ *     multi-get of the manifests (EXISTS), a multi-get of manifests and
+ *     chunks (GET, each object completed as soon as its last chunk is in),
+ *     or one object's sets (PUT: its chunks, then its manifest).  Sets are
  *     synchronous: libmemcached's pipelined modes (NOREPLY, BUFFER_REQUESTS)
  *     lose the result of each item, and with TCP_NODELAY synchronous sets of
  *     large values run as fast; the workers set side by side.
  *
- *     A server whose connect fails eject_after times in a row is ejected
- *     for eject_s seconds: its objects count as misses and its puts fail at
- *     once.  Then it is tried again, and rejoins by itself when it answers.
- *     A server that answers nothing in io_timeout_ms is left alone by every
- *     worker for eject_s the same way (conn.c, batch.c).
- *     Keys never move to other servers (conn.c says why), so no server
- *     holds an older copy that a get could find.  Nothing a failed or
- *     misbehaving server returns reaches a rank unchecked: the host
- *     verifies every object.
+ *     A server that fails its connects, or answers nothing in time, is left
+ *     alone by every worker for a while and rejoins by itself (conn.c,
+ *     batch.c).  Keys never move to other servers (conn.c says why), so no
+ *     server holds an older copy that a get could find.  Nothing a failed or
+ *     misbehaving server returns reaches a rank unchecked: the host verifies
+ *     every object.
  *
- * OPTIONS
- *     servers=LIST          required.  HOST:PORT (or HOST, port 11211;
- *                           [IPV6]:PORT; /path/to/unix/socket), several
- *                           separated by ';'.  Every node sharing the L3
- *                           must list the same servers (in any order).
- *     connect_timeout_ms=MS default 1000.
- *     io_timeout_ms=MS      default 2000: how long a read or write to a
- *                           server may make no progress.
- *     eject_after=N         default 2: failed connects in a row that eject
- *                           a server.
- *     eject_s=S             default 5: how long an ejected server is left
- *                           alone before it is tried again.
- *     chunk_size=SIZE|auto  object bytes per chunk item (1K to 1G, suffix
- *                           K, M, G); auto (default): the smallest item size
- *                           the servers report (memcached -I) less 1 KiB,
- *                           or 1 MiB less 1 KiB when none answers at open.
- *     ttl=S                 items expire after S seconds; default 0: never
- *                           (memcached's LRU evicts them).  At most 30 days.
- *     workers=N             threads (and connections to each server);
- *                           default 4.
- *     batch=N               ops in one batch; default 64.
- *     prefix=STR            the start of every key; default "hicache:".
- *     username=, password= or password_file=PATH
- *                           SASL credentials (PLAIN), for servers run with
- *                           memcached -S.
- *
- * OPS
- *     GET reads the manifest and the chunks the buffers can hold in one
- *     multi-get; result: the object's length, or -ENOENT (absent, a chunk
- *     missing or inconsistent, its server ejected or failing).  PUT writes
- *     the chunks, then the manifest; result 0 or a negative errno
- *     (-EHOSTDOWN: the server is ejected; -ENOSPC: an item
- *     larger than the server takes, or more than 65536 chunks; -EBUSY: the
- *     server could not make room in time, or may not evict, memcached -M).  EXISTS reads manifests only.  DELETE removes
- *     the manifest, then the chunks.  A get racing a replace of the same
- *     object may miss.  cancel ends queued ops (-ECANCELED); an op already
- *     running ends within the timeouts (cancel says 0: asked).
- *
- * STATS
- *     This instance's: gets, hits, misses, puts, deletes, exists, errors,
- *     canceled, get_bytes, put_bytes, items_read, items_written,
- *     round_trips (multi-gets), missing_chunks,
- *     inconsistent (chunks of another version, or of a wrong length),
- *     bad_manifests, server_errors, timeouts, hung (servers found answering
- *     nothing), skipped (ops not sent to one); and queued, running,
- *     chunk_bytes (in use).
- *     Of the servers (summed over those that answer): objects and bytes
- *     (their items and bytes, manifests and chunks and other clients'
- *     items counted), capacity_bytes, evictions, servers, servers_up.
+ *     Options, ctl keys, results and statistics:
+ *     hicache-backend-memcached(7).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * opts.c - the memcached backend's key=value options (the table is in
- * memcached.c's header comment).  Every unknown key, repeated key or bad
- * value fails with -EINVAL and one line naming the option and what to give.
+ * opts.c - the memcached backend's key=value options;
+ * hicache-backend-memcached(7) is their reference.  Every unknown key,
+ * repeated key or bad value fails with -EINVAL and one line naming the
+ * option and what to give.
  */
 #include <ctype.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * opts.c - the shm backend's key=value options (the table is in shm.c's
- * header comment).  Every unknown key, repeated key or bad value fails with
+ * opts.c - the shm backend's key=value options; hicache-backend-shm(7) is
+ * their reference.  Every unknown key, repeated key or bad value fails with
  * -EINVAL and one line naming the option and what to give instead.
  */
 #include <errno.h>

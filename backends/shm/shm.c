@@ -2,119 +2,26 @@
 /*
  * shm.c - the "shm" L3 backend: the plugin table and the ops.
  *
- * NAME
- *     shm - a node-local L3 in a POSIX shared-memory segment
- *
- * DESCRIPTION
- *     Objects live in one shared-memory file, by default
- *     /dev/shm/hicache-l3.NAME, with a fixed capacity and LRU eviction.  Any
- *     number of processes (the services of several pools, whatever their
- *     fingerprints) open the same store at once.  The store outlives every
- *     engine and service process: closing never removes it, but a reboot
- *     does (PERSISTENT, not DURABLE).  Any process may die at any
- *     instruction, SIGKILL included, without losing or tearing an object:
- *     a put that dies before it publishes leaves no object and its space
- *     is reclaimed, and the pins of a dead reader are dropped.
+ *     A node-local L3 in one shared-memory file (/dev/shm/hicache-l3.NAME by
+ *     default) with a fixed capacity and LRU eviction, which any number of
+ *     processes open at once and which outlives them all.  Any of them may
+ *     die at any instruction, SIGKILL included, without losing or tearing
+ *     an object.
  *
  *     The backend is synchronous: submit copies each op's bytes (memcpy)
  *     before it returns, and queues the completions for reap.  The host
  *     keeps several ops in flight by calling submit from several threads;
  *     copies run in parallel, never under a lock.
  *
- * OPTIONS
- *     name=NAME          required.  The store: letters, digits, '_', '-'
- *                        and '.', at most 64, not starting with '.', no
- *                        "..".  Every opener of one NAME (and dir) shares it.
- *     dir=DIR            where the file lives; default /dev/shm.  Give a
- *                        huge-page tmpfs (mount -t tmpfs -o huge=always) or
- *                        a hugetlbfs mount for large stores.
- *     capacity=SIZE      bytes of object data, with an optional suffix K, M,
- *                        G or T (powers of 1024), e.g. 64M or 10G; rounded
- *                        down to whole blocks.  Required when the store is
- *                        created; when it exists, it must match if given.
- *     create=auto|yes|no auto (default): open the store, creating it if it
- *                        does not exist; yes: create it, fail with EEXIST if
- *                        it exists; no: open it, fail with ENOENT if not.
- *                        Two processes creating at once get one store.
- *     block_size=SIZE    the allocation unit, a power of two from 4K to 64M;
- *                        default 4K.  An object takes ceil(length/block)
- *                        blocks.  Creation only (must match if given).
- *     max_objects=N      entries of the object table; default one per 16 KiB
- *                        of capacity, at least 256, at most one per block.
- *                        When it is full, puts evict like when space is.
- *                        Creation only (must match if given).
- *     max_openers=N      instances that may have the store open at once,
- *                        1..1024; default 64.  Creation only.
- *     populate=0|1       default 1: fault this process's mapping in at open
- *                        (MADV_POPULATE_WRITE), so ops never take page
- *                        faults.  0 for short-lived tools.
- *     destroy_on_close=0|1  default 0: remove the store's file when this
- *                        instance closes (tests; other openers keep their
- *                        mappings, and a later open creates a new store).
- *     put_wait_ms=MS     default 200: how long a put waits when the space it
- *                        needs is pinned by reads or held by other puts in
- *                        progress, before it fails with EBUSY.
- *
- *     Any other key, a key given twice, or a bad value fails open with
- *     EINVAL and one line naming the option.
- *
- * OPS
- *     GET copies the object from its first byte into the iovecs until
- *     either ends; result: the object's whole length, or -ENOENT.  A hit
- *     makes the object the most recently used.  PUT stores the iovecs'
- *     bytes (any length >= 1) as the object, replacing an older one
- *     atomically; result 0, -ENOSPC if it is longer than the capacity,
- *     -EBUSY if the room it needs stayed pinned for put_wait_ms.  EXISTS
- *     (1 or 0; does not change the LRU order) and DELETE (0 or -ENOENT).
- *     Bad ops (opcode, iovcnt, NULL iov) complete with -EINVAL.  cancel is
- *     -EOPNOTSUPP: every op is complete when submit returns.
- *
- * CTL
- *     Read (value NULL): path, name, capacity, block_size, max_objects,
- *     max_openers, slot (this instance's opener slot), created (1 if this
- *     open created the store), put_wait_ms, destroy_on_close, and check
- *     (checks every invariant of the metadata under the lock; "ok: ..." or
- *     -EUCLEAN with the first violation).
- *     Set: destroy=1 removes the store's file now (this instance and other
- *     openers keep working on their mappings until they close; the memory
- *     is freed when the last one closes); recover=1 looks for dead openers
- *     and undoes their holds; rebuild=1 rebuilds the metadata from the
- *     object table; put_wait_ms=MS; destroy_on_close=0|1.
- *     The store can also be removed with rm(1) on its file when no process
- *     has it open.
- *
- * STATS
- *     Per instance (this opener's ops): gets, hits, misses, puts, deletes,
- *     exists, evictions (by this instance's puts), errors, get_bytes,
- *     put_bytes, put_waits.
- *     Of the store (shared by all openers): objects, bytes (their lengths),
- *     capacity_bytes, free_bytes, openers (live instances), opens,
- *     recoveries (dead openers undone), rebuilds (metadata rebuilt after a
- *     death under the lock, or damage), store_evictions (by every opener).
+ *     Options, ctl keys, results and statistics: hicache-backend-shm(7).
  *
  * SEGMENT LAYOUT
- *     All offsets, never pointers; indexes are stored plus one.
- *       header     4 KiB: magic "HCSHML3", version 1.0, block size,
- *                  capacity, counts, a random hash secret, a table of
- *                  region offsets, FNV-1a checksum, state.  Written once by
- *                  the creator before the file gets its name; every open
- *                  checks it all and recomputes the geometry, refusing a
- *                  corrupt, foreign, truncated or other-version file.
- *       ctl        the metadata lock (robust, process-shared), list heads,
- *                  gauges and counters.
- *       slots      max_openers opener slots, each with a robust mutex held
- *                  by its instance for its lifetime (proof of death).
- *       pins       256 pin entries per slot: {object, generation}.
- *       objects    max_objects entries of 128 bytes: name, length, LRU
- *                  stamp, publish sequence, generation, state (FREE,
- *                  WRITING, LIVE, DEAD), pin count, hash and LRU links,
- *                  extent chain.  The truth the rest is rebuilt from.
- *       buckets    hash index heads (a power of two >= max_objects).
- *       extents    one record per block: next extent and length, at the
- *                  first block of each run.
- *       data       capacity bytes, 2 MiB aligned.
- *     An object is a chain of extents (runs of blocks); free space is a
- *     chain of extents too.
+ *     layout.h has every region and field.  A 4 KiB header, written once by
+ *     the creator before the file gets its name and checked by every open;
+ *     the metadata (the lock, opener slots, pins, the object table, which is
+ *     the truth the rest is rebuilt from, hash buckets, extent records);
+ *     then the data, 2 MiB aligned.  An object is a chain of extents (runs
+ *     of blocks); so is free space.
  *
  * LOCKING AND RECOVERY
  *     One robust mutex guards all metadata, held for bookkeeping only:
