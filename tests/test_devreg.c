@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../lib/device/dev.h"
+#include "../lib/device/internal.h"
 #include "hct.h"
 
 #define NCH 64

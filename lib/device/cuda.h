@@ -12,7 +12,7 @@
 
 #include <cuda_runtime.h>
 
-#include "dev.h"
+#include "internal.h"
 
 struct hc__cuda_rt {
 	cudaError_t (*GetDeviceCount)(int *n);

@@ -2,7 +2,7 @@
 /*
  * device.c - layer-wise transfers between envelopes and a rank's device KV
  * (include/hicache/device.h), over the runs and items of map.c, moved
- * by a kind (dev.h).
+ * by a kind (internal.h).
  *
  * Notes on synchronization (process-private):
  * - Each hc_dev has two threads of its own.  The issuer takes transfers
@@ -28,7 +28,7 @@
 
 #include "config.h"
 #include "../../shmpool/pool.h"
-#include "dev.h"
+#include "internal.h"
 
 /* The runs of one layer into *runs (grown as needed). */
 static int layer_runs(hc_dev *d, hc_xfer *x, unsigned l, struct hc__run **runs, unsigned *cap)

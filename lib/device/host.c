@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../../shmpool/pool.h"
-#include "dev.h"
+#include "internal.h"
 
 static int host_open(hc_dev *d, const struct hc_dev_spec *s)
 {

@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "dev.h" /* checks hc__gather_launch's prototype */
+#include "internal.h" /* checks hc__gather_launch's prototype */
 }
 
 template <typename W>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * reg.c - registering a large range in chunks from several threads
- * (dev.h).  Pinning is page by page in the kernel, so one thread pinning
+ * (internal.h).  Pinning is page by page in the kernel, so one thread pinning
  * hundreds of GiB takes minutes; chunks taken from a shared counter by a
  * few threads take a fraction of that.  Whoever registers (CUDA's
  * cudaHostRegister) gives the two functions; the tests give fakes.
@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "../../shmpool/pool.h"
-#include "dev.h"
+#include "internal.h"
 
 struct reg_run {
 	const struct hc__reg_job *j;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../l3/store.h"
-#include "service.h"
+#include "internal.h"
 
 /* Pages in prefix order, several small backups in one put.
  *

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../l3/store.h"
-#include "service.h"
+#include "internal.h"
 
 /* Is key READY in the pool now? */
 static int in_l2(hc_service *s, const hc_key_t *key)

@@ -7,7 +7,7 @@
  * This file is the service's life and its rings: the dispatcher thread
  * takes requests off the ranks' request rings, checks them and hands them
  * to the transfer engine (transfer.c) as jobs; completions come back
- * through hc__svc_complete.  service.h says who touches what.  In shared
+ * through hc__svc_complete.  internal.h says who touches what.  In shared
  * memory the service is the consumer of every request ring and the
  * producer of every completion ring, and it writes the service record only
  * while it holds its lock.  A completion ring that is full drops the
@@ -27,7 +27,7 @@
 #include <hicache/service.h>
 
 #include "../l3/store.h"
-#include "service.h"
+#include "internal.h"
 
 #define DEFAULT_BATCH 128
 #define DEFAULT_QD 256

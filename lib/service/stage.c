@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service.h"
+#include "internal.h"
 
 #define NEED_BUCKETS 4096    /* keys of prefetches in flight: thousands */
 #define REPARK_RETRY_MS 100  /* a job that found no room tries again after a release, or this */

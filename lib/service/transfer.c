@@ -15,14 +15,14 @@
  *   reading it again: it completes once its own reads and every job it
  *   waits for are done.
  * A job's completion (hc__svc_complete) is posted when both are done; the
- * keys it registered leave the map then.  See service.h for what mu guards.
+ * keys it registered leave the map then.  See internal.h for what mu guards.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../l3/store.h"
-#include "service.h"
+#include "internal.h"
 
 #define KM_BUCKETS 4096 /* in-flight keys are at most a few thousand */
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "../../shmpool/pool.h"
-#include "service.h"
+#include "internal.h"
 
 #define SCAN_MIN_MS 2      /* between two scans, however busy the ranks are */
 #define SCAN_IDLE_MS 1000  /* a scan at least this often, changes or not */

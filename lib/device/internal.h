@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * dev.h - what device.c (the API, the queue, the worker) shares with the
+ * internal.h - what device.c (the API, the queue, the worker) shares with the
  * kinds that move the bytes: host.c (host memory) and cuda.c (a
  * CUDA device).  A kind is a table of operations, as SQLite's VFS is.
  *

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * service.h - the service's insides, shared by its two halves: service.c (its
- * life, and the rings: requests in, completions out) and transfer.c (the
- * transfer engine: jobs, merging, workers, the backend).
+ * internal.h - the service's insides, shared by its two halves: service.c
+ * (its life, and the rings: requests in, completions out) and the transfer
+ * engine (transfer.c: jobs, merging, workers; backup.c and prefetch.c: the
+ * work against the backend; stage.c and writer.c: buffer_only and the
+ * write policy).
  *
  * Notes on synchronization (process-private):
  * - The dispatcher thread (service.c) alone reads the request rings and
