@@ -144,4 +144,7 @@ status=0
 check libhicache "$HC_BUILDDIR/lib/.libs/libhicache.so" \
 	"bump the soname (-version-info in Makefile.am) and the version node in lib/libhicache.sym" \
 	--headers-dir "$HC_SRCDIR/include/hicache" --headers-dir "$HC_BUILDDIR/include/hicache"
+check backend "$HC_BUILDDIR/tests/fixtures/.libs/abi_backend.so" \
+	"bump HC_BACKEND_ABI_VERSION in include/hicache/backend.h (every plugin is then rebuilt)" \
+	--headers-dir "$HC_SRCDIR/include/hicache"
 exit $status
