@@ -7,10 +7,11 @@
 # the dump with the baseline committed in abi/ (abi/README).
 #
 # An addition passes: a new exported function; a member appended to a struct
-# that leads with a size member, as long as it is reached only through
-# pointers (the library reads such a member only when the caller's size
-# covers it); an enumerator added before a __COUNT.  Anything else abidiff
-# reports fails, with its report.
+# that leads with a size member (its first or second), as long as the
+# struct is reached only through pointers (the library reads such a member
+# only when the caller's size covers it); an enumerator added before a
+# __COUNT.  Anything else fails, with abidiff's report: a change, a
+# removal, and in a struct that may grow, a member renamed too.
 #
 # Environment (make sets it): ABIDW, ABIDIFF, HC_BUILDDIR, HC_SRCDIR.
 set -u
@@ -56,8 +57,130 @@ dump() {
 	nsym=$(sed -n '/<elf-function-symbols>/,/<\/elf-function-symbols>/p' "$out" | grep -c '<elf-symbol ')
 	ndecl=$(grep -c "<function-decl .*elf-symbol-id=" "$out")
 	[ "$nsym" -gt 0 ] || fail "$so exports no function"
-	[ "$ndecl" -eq "$nsym" ] ||
-		fail "$so has debug info (DWARF) for $ndecl of its $nsym exported functions: build with -g in CFLAGS (configure's default)"
+	[ "$ndecl" -eq "$nsym" ] || fail "$so has debug info (DWARF) for $ndecl of its $nsym" \
+		"exported functions: build with -g in CFLAGS (configure's default)"
+}
+
+# members DUMP: "struct offset-in-bits member type", a line for each member
+# of each named struct DUMP defines.  Typedefs, anonymous structs, unions
+# and enums, pointer, array, qualified and function types are spelled out
+# down to named structs, unions, enums and base types, whose own changes
+# abidiff reports: a type id stays the same when what it names changes.
+members() {
+	awk -v q="'" '
+		function attr(s, a) {
+			if (!sub(".* " a "=" q, "", s))
+				return ""
+			sub(q ".*", "", s)
+			return s
+		}
+		function tname(id, d,    n, a, m, sig, i) {
+			if (d > 8 || !(id in kind))
+				return id
+			if (kind[id] == "*")
+				return tname(ref[id], d + 1) "*"
+			if (kind[id] == "[]")
+				return tname(ref[id], d + 1) "[" nm[id] " bits]"
+			if (kind[id] == "q")
+				return nm[id] " " tname(ref[id], d + 1)
+			if (kind[id] == "=")
+				return nm[id] "=" tname(ref[id], d + 1)
+			if (kind[id] == "{}") { # "struct,member type-id offset,..."
+				n = split(nm[id], a, ",")
+				for (i = 2; i <= n; i++) {
+					split(a[i], m, " ")
+					sig = sig (i > 2 ? "; " : "") m[1]
+					if (m[2] != "")
+						sig = sig " " tname(m[2], d + 1)
+					if (m[3] != "")
+						sig = sig " @" m[3]
+				}
+				return a[1] "{" sig "}"
+			}
+			if (kind[id] == "f") { # "type-id,type-id,..."
+				n = split(nm[id], a, ",")
+				for (i = 1; i <= n; i++)
+					sig = sig (i > 1 ? ", " : "") tname(a[i], d + 1)
+				return tname(ref[id], d + 1) "(" sig ")"
+			}
+			return nm[id]
+		}
+		# first read: every type by its id
+		NR == FNR && fn != "" {
+			if (/<parameter /) {
+				t = attr($0, "type-id")
+				nm[fn] = nm[fn] (nm[fn] == "" ? "" : ",") (t == "" ? "..." : t)
+			} else if (/<return /)
+				ref[fn] = attr($0, "type-id")
+			else if (/<\/function-type>/)
+				fn = ""
+			next
+		}
+		NR == FNR && anon != "" {
+			if (/<data-member /)
+				off = attr($0, "layout-offset-in-bits")
+			else if (/<var-decl /)
+				nm[anon] = nm[anon] "," attr($0, "name") " " attr($0, "type-id") " " off
+			else if (/<enumerator /)
+				nm[anon] = nm[anon] "," attr($0, "name") "=" attr($0, "value")
+			else if (/<\/(class|union|enum)-decl>/)
+				anon = ""
+			next
+		}
+		NR == FNR {
+			if ((id = attr($0, "id")) == "")
+				next
+			t = attr($0, "type-id")
+			if (/<function-type / && !/\/>/) {
+				kind[id] = "f"; nm[id] = ""; fn = id
+			} else if (/<(class|union|enum)-decl / && /is-anonymous=/ && !/\/>/) {
+				kind[id] = "{}"; anon = id; off = ""
+				nm[id] = /<union/ ? "union" : /<enum/ ? "enum" : "struct"
+			} else if (/<pointer-type-def /) {
+				kind[id] = "*"; ref[id] = t
+			} else if (/<array-type-def /) {
+				kind[id] = "[]"; ref[id] = t; nm[id] = attr($0, "size-in-bits")
+			} else if (/<typedef-decl /) {
+				kind[id] = "="; ref[id] = t; nm[id] = attr($0, "name")
+			} else if (/<qualified-type-def /) {
+				kind[id] = "q"; ref[id] = t; nm[id] = /const=/ ? "const" : "volatile"
+			} else if ((n = attr($0, "name")) != "") {
+				kind[id] = "n"; nm[id] = n
+			}
+			next
+		}
+		# second read: the members of each named struct
+		/<class-decl / && !/\/>/ && ++depth == 1 {
+			st = attr($0, "name")
+			skip = st ~ /^__anonymous/ || st in seen
+			seen[st] = 1
+		}
+		/<data-member / && depth == 1 { off = attr($0, "layout-offset-in-bits") }
+		/<var-decl / && depth == 1 && !skip { print st, off, attr($0, "name"), tname(attr($0, "type-id"), 0) }
+		/<\/class-decl>/ { depth-- }' "$1" "$1"
+}
+
+# grown DUMP: the structs of DUMP that may grow, those whose first or second
+# member is size
+grown() {
+	members "$1" | awk '$1 != last { last = $1; n = 0 } ++n <= 2 && $3 == "size" { print $1 }' | sort -u
+}
+
+# in_place NAME: whether each struct of abi/NAME.abi that may grow still
+# begins with the members it had there, at their offsets, with their names
+# and types (a rename fails too: abidiff would take it for harmless)
+in_place() {
+	members "$abi/$1.abi" >"$tmp/$1.old" && members "$tmp/$1.abi" >"$tmp/$1.new" || exit 99
+	moved=0
+	for st in $(grown "$abi/$1.abi"); do
+		grep "^$st " "$tmp/$1.old" >"$tmp/old"
+		grep "^$st " "$tmp/$1.new" | head -n "$(wc -l <"$tmp/old")" >"$tmp/new"
+		cmp -s "$tmp/old" "$tmp/new" && continue
+		echo "== struct $st, which may only grow at its end (struct, offset in bits, member, type):"
+		diff -u --label "abi/$1.abi" --label "the build" "$tmp/old" "$tmp/new"
+		moved=1
+	done
+	return $moved
 }
 
 # suppressions BASELINE: the libabigail suppressions that make an addition
@@ -65,23 +188,18 @@ dump() {
 suppressions() {
 	echo "# What abidiff takes for additions to $(basename "$1"), not changes.  Written"
 	echo "# from it by 'make abi-update' (tests/abi.sh): do not edit."
-	# named structs, not declarations, whose first or second member is size
-	grown=$(awk -v q="'" '
-		function attr(s) { sub(".* name=" q, "", s); sub(q ".*", "", s); return s }
-		/<class-decl / && !/\/>/ { if (++depth == 1) { name = attr($0); n = 0 } }
-		/<data-member / && depth == 1 { n++ }
-		/<var-decl / && depth == 1 && n <= 2 && attr($0) == "size" && name !~ /^__anonymous/ { print name }
-		/<\/class-decl>/ { depth-- }' "$1" | sort -u | paste -sd '|' -)
-	if [ -n "$grown" ]; then
+	growing=$(grown "$1" | paste -sd '|' -)
+	if [ -n "$growing" ]; then
 		echo
 		echo "# A member appended to a struct that leads with a size member."
 		echo "[suppress_type]"
 		echo "  type_kind = struct"
-		echo "  name_regexp = ^($grown)\$"
+		echo "  name_regexp = ^($growing)\$"
 		echo "  has_data_member_inserted_at = end"
 		echo "  accessed_through = pointer"
 	fi
-	counts=$(sed -n "s/.*<enumerator name='\([A-Za-z0-9_]*__COUNT\)'.*/\1/p" "$1" | sort -u | paste -sd ',' - | sed 's/,/, /g')
+	counts=$(sed -n "s/.*<enumerator name='\([A-Za-z0-9_]*__COUNT\)'.*/\1/p" "$1" | sort -u |
+		paste -sd ',' - | sed 's/,/, /g')
 	if [ -n "$counts" ]; then
 		echo
 		echo "# An enumerator added before the __COUNT that ends its enum."
@@ -109,27 +227,53 @@ check() {
 	suppressions "$abi/$name.abi" >"$tmp/$name.suppr" || exit 99
 	cmp -s "$tmp/$name.suppr" "$abi/$name.suppr" ||
 		fail "abi/$name.suppr does not follow from abi/$name.abi: run make abi-update"
-	"$ABIDIFF" --no-added-syms --suppressions "$abi/$name.suppr" "$abi/$name.abi" "$tmp/$name.abi" >"$tmp/$name.diff" 2>&1
-	rc=$?
-	# abidiff's status is a bit set: 1 error, 2 usage error, 4 a change,
-	# 8 an incompatible one (a removed symbol); additions alone give 0
-	# here (--no-added-syms, the suppressions)
-	if [ $rc -eq 0 ]; then
+	# Three looks, as none is enough alone.  abidiff of whole interfaces,
+	# with the suppressions as written: a struct grown where it is embedded
+	# or passed by value fails (accessed_through = pointer), but a struct
+	# that may grow passes whatever happened in it or under it, as long as
+	# no member went.  abidiff type by type (--leaf-changes-only): finds
+	# what changed under such a struct, but lets it grow by value, where
+	# accessed_through means nothing.  And in_place, for what moved or
+	# changed in such a struct itself.
+	sed '/^ *accessed_through/d' "$abi/$name.suppr" >"$tmp/$name.leaf.suppr" || exit 99
+	ok=yes
+	compare "$name" "whole interfaces" "$abi/$name.suppr" || ok=no
+	compare "$name" "each type on its own" "$tmp/$name.leaf.suppr" \
+		--leaf-changes-only --impacted-interfaces || ok=no
+	in_place "$name" || ok=no
+	if [ $ok = yes ]; then
 		"$ABIDIFF" --suppressions "$abi/$name.suppr" "$abi/$name.abi" "$tmp/$name.abi" >"$tmp/$name.add" 2>&1
 		added=$(grep -c '^  \[A\] ' "$tmp/$name.add")
 		note=
-		[ "$added" -eq 0 ] || note=", plus $added added symbols (make abi-update records them with their version)"
+		[ "$added" -eq 0 ] ||
+			note=", plus new symbols: $added (make abi-update records them with their version node)"
 		echo "$me: $name: $so has the ABI of abi/$name.abi$note"
 		return
 	fi
+	echo "$me: $name: $so changes or removes what abi/$name.abi has." >&2
+	echo "$me: by accident: put it back.  On purpose: $bump, run make abi-update, and commit abi/." >&2
+	status=1
+}
+
+# compare NAME WHAT SUPPR OPTIONS...: abidiff of abi/NAME.abi and the dump
+# of the build; 0 when it finds nothing but additions, else its report and
+# 1.  abidiff's status is a bit set: 1 error, 2 usage error, 4 a change, 8
+# an incompatible one (a removed symbol); additions alone give 0 here
+# (--no-added-syms, the suppressions).
+compare() {
+	name=$1 what=$2 suppr=$3
+	shift 3
+	"$ABIDIFF" --no-added-syms --suppressions "$suppr" "$@" "$abi/$name.abi" "$tmp/$name.abi" \
+		>"$tmp/$name.diff" 2>&1
+	rc=$?
+	[ $rc -eq 0 ] && return 0
+	echo "== abidiff, $what (status $rc):"
 	cat "$tmp/$name.diff"
 	# a signal, an error
 	if [ $rc -ge 16 ] || [ $((rc & 3)) -ne 0 ]; then
 		fail "$ABIDIFF failed (status $rc) comparing abi/$name.abi with $so"
 	fi
-	echo "$me: $name: $so changes or removes what abi/$name.abi has (abidiff status $rc)." >&2
-	echo "$me: by accident: put it back.  On purpose: $bump, run make abi-update, and commit abi/." >&2
-	status=1
+	return 1
 }
 
 # A private header named like a public one would count as public: abidw
@@ -137,7 +281,8 @@ check() {
 for h in "$HC_SRCDIR"/include/hicache/*.h "$HC_SRCDIR"/include/hicache/version.h.in; do
 	b=$(basename "$h" .in)
 	clash=$(find "$HC_SRCDIR/lib" "$HC_SRCDIR/shmpool" -name "$b" 2>/dev/null | head -1)
-	[ -z "$clash" ] || fail "${clash#"$HC_SRCDIR"/} is named like the public include/hicache/$b: libabigail would take its types for public ones; rename it"
+	[ -z "$clash" ] || fail "${clash#"$HC_SRCDIR"/} is named like the public include/hicache/$b:" \
+		"libabigail would take its types for public ones; rename it"
 done
 
 status=0
