@@ -35,25 +35,25 @@
 
 #include "bench.h"
 
-#define RING_SLOTS   8192u /* power of two; holds every page id with room to spare */
-#define POOL_PAGES   4096u
-#define MAX_PROCS    2
-#define MAX_BATCH    32
-#define MAX_REPS     31
+#define RING_SLOTS 8192u /* power of two; holds every page id with room to spare */
+#define POOL_PAGES 4096u
+#define MAX_PROCS  2
+#define MAX_BATCH  32
+#define MAX_REPS   31
 
 enum peer { OURS = 0, CKRING = 1 };
 
 struct opts {
 	unsigned reps;
-	double seconds;      /* per repetition, per case */
-	unsigned max_ranks;  /* rank slots of the pool: hc_page_free reads one pin counter per slot */
+	double seconds;     /* per repetition, per case */
+	unsigned max_ranks; /* rank slots of the pool: hc_page_free reads one pin counter per slot */
 };
 
 /* What a worker sends back through its pipe. */
 struct report {
 	uint64_t pages;
 	uint64_t ns;
-	int err;             /* 0, or a negative errno */
+	int err; /* 0, or a negative errno */
 	char msg[240];
 };
 
@@ -123,8 +123,7 @@ static inline int ck_round(struct shared_ring *sr, unsigned batch, void **ids, s
  * Run rounds for 'dur_ns'.  The clock is read once per ~256 pages, so its
  * cost (a vDSO call) stays under a fraction of a nanosecond per page.
  */
-static void run_loop(struct bench *b, enum peer peer, hc_pool *p, unsigned batch, uint64_t dur_ns,
-		     struct report *r)
+static void run_loop(struct bench *b, enum peer peer, hc_pool *p, unsigned batch, uint64_t dur_ns, struct report *r)
 {
 	const unsigned inner = batch >= 256 ? 1 : 256 / batch;
 	uint32_t presence = 1, mask = 0;
@@ -149,8 +148,7 @@ static void run_loop(struct bench *b, enum peer peer, hc_pool *p, unsigned batch
 	r->ns = t - t0;
 }
 
-static void worker(struct bench *b, enum peer peer, unsigned idx, unsigned batch, struct bench_barrier *bar,
-		   int out)
+static void worker(struct bench *b, enum peer peer, unsigned idx, unsigned batch, struct bench_barrier *bar, int out)
 {
 	struct report r = { 0 };
 	hc_pool *p = NULL;
@@ -298,13 +296,26 @@ static const char *cell(double median, double best)
 static int create_pool(struct bench *b)
 {
 	/* 64 bytes of KV per page: one token, one head of 32 bytes, K and V. */
-	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
-		.name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
-		.kv_heads = 1, .head_bytes = 32, .layers = 1,
+	struct hc_component_spec kv = {
+		.size = sizeof(struct hc_component_spec),
+		.name = "kv",
+		.dtype = HC_DTYPE_BF16,
+		.kind = HC_COMP_KV,
+		.sharding = HC_SHARDED,
+		.kv_heads = 1,
+		.head_bytes = 32,
+		.layers = 1,
 	};
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
-		.name = b->name, .model_id = "bench-alloc", .page_tokens = 1, .tp_size = 1,
-		.comps = &kv, .ncomp = 1, .capacity_pages = POOL_PAGES, .max_ranks = b->o.max_ranks,
+	struct hc_pool_spec s = {
+		.size = sizeof(struct hc_pool_spec),
+		.name = b->name,
+		.model_id = "bench-alloc",
+		.page_tokens = 1,
+		.tp_size = 1,
+		.comps = &kv,
+		.ncomp = 1,
+		.capacity_pages = POOL_PAGES,
+		.max_ranks = b->o.max_ranks,
 	};
 
 	return hc_pool_create(&s);
@@ -312,13 +323,12 @@ static int create_pool(struct bench *b)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: bench-alloc [--reps N] [--seconds S] [--max-ranks N]\n"
-		"  Page allocate+commit+free cost against a ck_ring MPMC free list, in 1 and 2\n"
-		"  processes, and as a share of one envelope memcpy.\n"
-		"  --reps N       repetitions per case; the median is printed (default 5)\n"
-		"  --seconds S    timed length of one repetition of one case (default 0.25)\n"
-		"  --max-ranks N  rank slots of the pool; a free reads one pin counter per slot (default 32)\n");
+	fprintf(f, "usage: bench-alloc [--reps N] [--seconds S] [--max-ranks N]\n"
+		   "  Page allocate+commit+free cost against a ck_ring MPMC free list, in 1 and 2\n"
+		   "  processes, and as a share of one envelope memcpy.\n"
+		   "  --reps N       repetitions per case; the median is printed (default 5)\n"
+		   "  --seconds S    timed length of one repetition of one case (default 0.25)\n"
+		   "  --max-ranks N  rank slots of the pool; a free reads one pin counter per slot (default 32)\n");
 }
 
 static int parse(int argc, char **argv, struct opts *o)
@@ -418,8 +428,8 @@ int main(int argc, char **argv)
 
 	printf("bench-alloc: hicache %s, pool %s: %u pages of 4 KiB (64 B of KV), %u rank slots\n", hc_version(),
 	       b.name, POOL_PAGES, b.o.max_ranks);
-	printf("median of %u repetitions of %.2f s; ns/page is what each calling process pays per page\n\n",
-	       b.o.reps, b.o.seconds);
+	printf("median of %u repetitions of %.2f s; ns/page is what each calling process pays per page\n\n", b.o.reps,
+	       b.o.seconds);
 	for (unsigned c = 0; c < NCASES; c++) {
 		for (unsigned i = 0; i < b.o.reps; i++) {
 			/* Alternate which peer goes first, so drift favours neither. */

@@ -45,17 +45,23 @@ struct bench {
 	char name[HC_NAME_MAX + 1];
 	char pool_path[512];
 	char base_path[512];
-	char tmp_path[512];        /* hc_pool_create's name while it builds the pool */
-	int pool_slot, base_slot, tmp_slot;  /* bench_cleanup slots */
+	char tmp_path[512];                 /* hc_pool_create's name while it builds the pool */
+	int pool_slot, base_slot, tmp_slot; /* bench_cleanup slots */
 };
 
 /*
  * 2 MiB envelopes: 64 tokens x 8 KV heads x 256 B (128 dims of bf16) x K/V
  * x 8 layers.  The pool's size is what matters here, not its shape.
  */
-static const struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
-	.name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
-	.kv_heads = 8, .head_bytes = 256, .layers = 8,
+static const struct hc_component_spec kv = {
+	.size = sizeof(struct hc_component_spec),
+	.name = "kv",
+	.dtype = HC_DTYPE_BF16,
+	.kind = HC_COMP_KV,
+	.sharding = HC_SHARDED,
+	.kv_heads = 8,
+	.head_bytes = 256,
+	.layers = 8,
 };
 
 static double gbps(uint64_t bytes, uint64_t ns)
@@ -67,9 +73,15 @@ static double gbps(uint64_t bytes, uint64_t ns)
 
 static int ours_create(struct bench *b, uint64_t capacity, uint64_t *ns)
 {
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
-		.name = b->name, .model_id = "bench-create", .page_tokens = 64, .tp_size = 1,
-		.comps = &kv, .ncomp = 1, .capacity_bytes = capacity,
+	struct hc_pool_spec s = {
+		.size = sizeof(struct hc_pool_spec),
+		.name = b->name,
+		.model_id = "bench-create",
+		.page_tokens = 64,
+		.tp_size = 1,
+		.comps = &kv,
+		.ncomp = 1,
+		.capacity_bytes = capacity,
 	};
 	uint64_t t0 = bench_now_ns();
 	int ret = hc_pool_create(&s);
@@ -176,8 +188,8 @@ fail:
 /* ---- one size */
 
 struct result {
-	uint64_t capacity;    /* asked for */
-	uint64_t seg;         /* what the pool's segment came to; the baseline uses the same */
+	uint64_t capacity; /* asked for */
+	uint64_t seg;      /* what the pool's segment came to; the baseline uses the same */
 	double ours[NSTEPS], base[NSTEPS];
 	double ours_best[NSTEPS], base_best[NSTEPS];
 };

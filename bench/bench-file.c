@@ -67,9 +67,10 @@ static double fio(const char *dir, int write, int direct, int verify, unsigned n
 
 	snprintf(out, sizeof(out), "%s/fio.json", base);
 	if (nfiles)
-		snprintf(files, sizeof(files),
-			 "--filesize=%llu --nrfiles=%u --create_on_open=1 --fallocate=none --file_service_type=sequential",
-			 (unsigned long long)obj, nfiles);
+		snprintf(
+			files, sizeof(files),
+			"--filesize=%llu --nrfiles=%u --create_on_open=1 --fallocate=none --file_service_type=sequential",
+			(unsigned long long)obj, nfiles);
 	else
 		snprintf(files, sizeof(files), "--size=%llu", (unsigned long long)(obj * one_file_objs));
 	snprintf(cmd, sizeof(cmd),
@@ -98,22 +99,34 @@ int main(int argc, char **argv)
 {
 	unsigned npages = 256, page_kib = 4096, qd = 16, reps = 3;
 	const char *parent = "/var/tmp";
-	static const struct option lo[] = {
-		{ "dir", required_argument, NULL, 'd' }, { "pages", required_argument, NULL, 'n' },
-		{ "page-kib", required_argument, NULL, 'k' }, { "qd", required_argument, NULL, 'q' },
-		{ "reps", required_argument, NULL, 'r' }, { "help", no_argument, NULL, 'h' }, { 0 }
-	};
+	static const struct option lo[] = { { "dir", required_argument, NULL, 'd' },
+					    { "pages", required_argument, NULL, 'n' },
+					    { "page-kib", required_argument, NULL, 'k' },
+					    { "qd", required_argument, NULL, 'q' },
+					    { "reps", required_argument, NULL, 'r' },
+					    { "help", no_argument, NULL, 'h' },
+					    { 0 } };
 	struct l3b b;
 	struct statfs sf;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "d:n:k:q:r:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'd': parent = optarg; break;
-		case 'n': npages = l3b_count("bench-file", "pages", optarg); break;
-		case 'k': page_kib = l3b_count("bench-file", "page-kib", optarg); break;
-		case 'q': qd = l3b_count("bench-file", "qd", optarg); break;
-		case 'r': reps = l3b_count("bench-file", "reps", optarg); break;
+		case 'd':
+			parent = optarg;
+			break;
+		case 'n':
+			npages = l3b_count("bench-file", "pages", optarg);
+			break;
+		case 'k':
+			page_kib = l3b_count("bench-file", "page-kib", optarg);
+			break;
+		case 'q':
+			qd = l3b_count("bench-file", "qd", optarg);
+			break;
+		case 'r':
+			reps = l3b_count("bench-file", "reps", optarg);
+			break;
 		default:
 			printf("usage: bench-file [--dir PARENT] [--pages N] [--page-kib K] [--qd Q] [--reps R]\n"
 			       "  a scratch directory is made under PARENT (default /var/tmp) and removed\n");
@@ -136,7 +149,8 @@ int main(int argc, char **argv)
 	}
 	atexit(cleanup);
 	if (statfs(base, &sf) == 0 && sf.f_type == TMPFS_MAGIC)
-		fprintf(stderr, "bench-file: warning: %s is on tmpfs, not a disk: give --dir on a real filesystem\n", base);
+		fprintf(stderr, "bench-file: warning: %s is on tmpfs, not a disk: give --dir on a real filesystem\n",
+			base);
 
 	l3b_pool(&b, npages, page_kib);
 	uint64_t obj = b.env_bytes + 4096, total = obj * npages;
@@ -177,8 +191,8 @@ int main(int argc, char **argv)
 		for (int op = 0; op < 2; op++) {
 			double o = bench_median(ours[op], reps), p = bench_median(plain[op], reps),
 			       v = bench_median(ver[op], reps), f = bench_median(one[op], reps);
-			printf("%-10s %-5s %10.2f %10.2f %6.2f %13.2f %6.2f %13.2f %6.2f\n", direct ? "O_DIRECT" : "buffered",
-			       op ? "get" : "put", o, p, o / p, v, o / v, f, o / f);
+			printf("%-10s %-5s %10.2f %10.2f %6.2f %13.2f %6.2f %13.2f %6.2f\n",
+			       direct ? "O_DIRECT" : "buffered", op ? "get" : "put", o, p, o / p, v, o / v, f, o / f);
 		}
 	}
 	l3b_done(&b);

@@ -42,16 +42,16 @@
 #include "bench.h"
 #include "l3.h" /* l3b_count, l3b_die */
 
-#define PAGE_TOKENS 128
-#define KV_HEADS 8
-#define HEAD_BYTES 256
-#define LAYERS 8
-#define TOKEN_BYTES (KV_HEADS * HEAD_BYTES)               /* one slot of a TP 1 engine: 2048 */
-#define RUN_BYTES ((uint64_t)PAGE_TOKENS * TOKEN_BYTES)   /* one page's K or V of a layer: 256 KiB */
-#define PAGE_BYTES ((uint64_t)LAYERS * 2 * RUN_BYTES)     /* one page's K/V: 4 MiB */
-#define REMAP_DIRECT_PAGES 4 /* the direct path copies 256 bytes at a time there */
-#define MAX_REPS 64
-#define TARGET 0.9
+#define PAGE_TOKENS        128
+#define KV_HEADS           8
+#define HEAD_BYTES         256
+#define LAYERS             8
+#define TOKEN_BYTES        (KV_HEADS * HEAD_BYTES)               /* one slot of a TP 1 engine: 2048 */
+#define RUN_BYTES          ((uint64_t)PAGE_TOKENS * TOKEN_BYTES) /* one page's K or V of a layer: 256 KiB */
+#define PAGE_BYTES         ((uint64_t)LAYERS * 2 * RUN_BYTES)    /* one page's K/V: 4 MiB */
+#define REMAP_DIRECT_PAGES 4                                     /* the direct path copies 256 bytes at a time there */
+#define MAX_REPS           64
+#define TARGET             0.9
 
 /* spin.cu: one launch on a cudaStream_t that spins for ns nanoseconds;
  * returns its cudaError_t. */
@@ -200,9 +200,9 @@ struct bpool {
 	struct hc_component_info ci;
 	uint64_t env_bytes;
 	unsigned n;
-	hc_page_t *src;          /* n READY pages of random bytes, pinned, in id order */
-	hc_dev *dev[2];          /* HC_DEV_CUDA: [0] direct, [1] kernel */
-	hc_dev *host;            /* HC_DEV_HOST on the host K/V */
+	hc_page_t *src; /* n READY pages of random bytes, pinned, in id order */
+	hc_dev *dev[2]; /* HC_DEV_CUDA: [0] direct, [1] kernel */
+	hc_dev *host;   /* HC_DEV_HOST on the host K/V */
 };
 
 static int cmp_page_id(const void *a, const void *b)
@@ -246,11 +246,22 @@ static void release(struct bpool *bp, const hc_page_t *pages, unsigned n)
 
 static void pool_make(struct bpool *bp, uint32_t tp, unsigned n)
 {
-	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
-					.sharding = HC_SHARDED, .kv_heads = KV_HEADS, .head_bytes = HEAD_BYTES,
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
+					.name = "kv",
+					.dtype = HC_DTYPE_BF16,
+					.kind = HC_COMP_KV,
+					.sharding = HC_SHARDED,
+					.kv_heads = KV_HEADS,
+					.head_bytes = HEAD_BYTES,
 					.layers = LAYERS };
-	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .model_id = "bench/gpu", .page_tokens = PAGE_TOKENS, .tp_size = tp, .comps = &kv,
-				   .ncomp = 1, .capacity_pages = 2 * (uint64_t)n, .max_ranks = 4 };
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
+				   .model_id = "bench/gpu",
+				   .page_tokens = PAGE_TOKENS,
+				   .tp_size = tp,
+				   .comps = &kv,
+				   .ncomp = 1,
+				   .capacity_pages = 2 * (uint64_t)n,
+				   .max_ranks = 4 };
 	struct hc_pool_info pi;
 
 	memset(bp, 0, sizeof(*bp));
@@ -287,9 +298,20 @@ static void pool_make(struct bpool *bp, uint32_t tp, unsigned n)
 
 static hc_dev *dev_open(struct bpool *bp, const struct kvset *s, enum hc_dev_kind kind, enum hc_dev_path path)
 {
-	struct hc_dev_comp c = { .size = sizeof(struct hc_dev_comp), .comp = 0, .k = s->k, .v = s->v, .token_bytes = TOKEN_BYTES,
-				 .token_stride = TOKEN_BYTES, .slots = s->slots };
-	struct hc_dev_spec spec = { .size = sizeof(struct hc_dev_spec), .kind = kind, .device = 0, .tp_size = 1, .tp_rank = 0, .comps = &c, .ncomp = 1,
+	struct hc_dev_comp c = { .size = sizeof(struct hc_dev_comp),
+				 .comp = 0,
+				 .k = s->k,
+				 .v = s->v,
+				 .token_bytes = TOKEN_BYTES,
+				 .token_stride = TOKEN_BYTES,
+				 .slots = s->slots };
+	struct hc_dev_spec spec = { .size = sizeof(struct hc_dev_spec),
+				    .kind = kind,
+				    .device = 0,
+				    .tp_size = 1,
+				    .tp_rank = 0,
+				    .comps = &c,
+				    .ncomp = 1,
 				    .path = path };
 	hc_dev *d;
 
@@ -315,17 +337,21 @@ static void pool_done(struct bpool *bp)
 static struct {
 	unsigned reps;
 	struct kvset gpu, host;
-	uint8_t *stage;          /* one GPU pool, copied back to compare */
-	void *pinned, *dbuf;     /* the peer's buffers */
-	cudaStream_t copy;       /* the peer's stream */
-	cudaStream_t compute;    /* the overlap's compute stream */
-	char fail[2][512];       /* each path's first mismatch */
+	uint8_t *stage;       /* one GPU pool, copied back to compare */
+	void *pinned, *dbuf;  /* the peer's buffers */
+	cudaStream_t copy;    /* the peer's stream */
+	cudaStream_t compute; /* the overlap's compute stream */
+	char fail[2][512];    /* each path's first mismatch */
 } G;
 
 /* One whole transfer: seconds from the call to hc_xfer_wait's return. */
 static double xfer(hc_dev *d, int store, const hc_page_t *pages, unsigned n, const uint64_t *slots, unsigned flags)
 {
-	struct hc_xfer_req rq = { .size = sizeof(struct hc_xfer_req), .pages = pages, .n = n, .slots = slots, .flags = flags };
+	struct hc_xfer_req rq = { .size = sizeof(struct hc_xfer_req),
+				  .pages = pages,
+				  .n = n,
+				  .slots = slots,
+				  .flags = flags };
 	uint64_t t0 = bench_now_ns(), t1;
 	hc_xfer *x = NULL;
 
@@ -364,7 +390,8 @@ static const char *env_where(const struct bpool *bp, uint64_t o)
 
 	r %= bp->ci.layer_stride;
 	return bench_fmt("group %llu layer %llu %c token %llu byte %llu", (unsigned long long)g, (unsigned long long)l,
-			 r >= half ? 'V' : 'K', (unsigned long long)(r % half / tok), (unsigned long long)(r % half % tok));
+			 r >= half ? 'V' : 'K', (unsigned long long)(r % half / tok),
+			 (unsigned long long)(r % half % tok));
 }
 
 /*
@@ -392,10 +419,12 @@ static void round_trip(struct bpool *bp, int i, const char *label, const hc_page
 				      cudaMemcpyDeviceToHost));
 			if ((o = first_diff(G.stage, h, G.gpu.bytes)) == G.gpu.bytes)
 				continue;
-			snprintf(G.fail[i], sizeof(G.fail[i]),
-				 "%s, load: layer %u %c slot %llu byte %llu (%s) is 0x%02x on the GPU, 0x%02x from HC_DEV_HOST",
-				 label, l, kv ? 'V' : 'K', (unsigned long long)(o / TOKEN_BYTES),
-				 (unsigned long long)(o % TOKEN_BYTES), slot_owner(slots, n, o / TOKEN_BYTES), G.stage[o], h[o]);
+			snprintf(
+				G.fail[i], sizeof(G.fail[i]),
+				"%s, load: layer %u %c slot %llu byte %llu (%s) is 0x%02x on the GPU, 0x%02x from HC_DEV_HOST",
+				label, l, kv ? 'V' : 'K', (unsigned long long)(o / TOKEN_BYTES),
+				(unsigned long long)(o % TOKEN_BYTES), slot_owner(slots, n, o / TOKEN_BYTES),
+				G.stage[o], h[o]);
 			return;
 		}
 	dst = xmalloc(n * sizeof(*dst));
@@ -408,8 +437,8 @@ static void round_trip(struct bpool *bp, int i, const char *label, const hc_page
 		const uint8_t *b = (const uint8_t *)hc_page_envelope(bp->p, pages[k]) + bp->ci.offset;
 		uint64_t o;
 		if (hc_page_state(bp->p, HC_PAGE_ID(dst[k]), NULL, NULL, NULL) != HC_PAGE_READY)
-			snprintf(G.fail[i], sizeof(G.fail[i]), "%s, store: page %u of %u is not READY after HC_XFER_COMMIT",
-				 label, k, n);
+			snprintf(G.fail[i], sizeof(G.fail[i]),
+				 "%s, store: page %u of %u is not READY after HC_XFER_COMMIT", label, k, n);
 		else if ((o = first_diff(a, b, bp->ci.bytes)) < bp->ci.bytes)
 			snprintf(G.fail[i], sizeof(G.fail[i]),
 				 "%s, store: page %u of %u, %s, is 0x%02x, its source 0x%02x", label, k, n,
@@ -436,8 +465,8 @@ static double peak_copy(uint64_t bytes, int store)
 struct xcase {
 	const char *name;
 	struct bpool *bp;
-	unsigned n[2];              /* pages moved by each path */
-	const hc_page_t *pages[2];  /* [0] a load's (READY), [1] a store's (reserved) */
+	unsigned n[2];             /* pages moved by each path */
+	const hc_page_t *pages[2]; /* [0] a load's (READY), [1] a store's (reserved) */
 	const uint64_t *slots;
 };
 
@@ -546,7 +575,8 @@ static int no_device(void)
 	if (e == cudaSuccess && n > 0)
 		return 0;
 	cudaGetLastError();
-	fprintf(stderr, "bench-gpu: no CUDA device here (%s): run it on a machine with an NVIDIA GPU and its driver (bench/gpu.sh)\n",
+	fprintf(stderr,
+		"bench-gpu: no CUDA device here (%s): run it on a machine with an NVIDIA GPU and its driver (bench/gpu.sh)\n",
 		e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none");
 	return 1;
 }
@@ -561,7 +591,8 @@ static void header(unsigned npages)
 	CU(cudaRuntimeGetVersion(&rt));
 	CU(cudaDriverGetVersion(&drv));
 	printf("GPU 0 of %d: %s, compute capability %d.%d, CUDA runtime %d.%d, driver %d.%d; hicache %s\n", ndev,
-	       prop.name, prop.major, prop.minor, rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10, PACKAGE_VERSION);
+	       prop.name, prop.major, prop.minor, rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10,
+	       PACKAGE_VERSION);
 	printf("pages: %u of %.0f MiB of K/V (bf16, %u heads of %u B, %u tokens, %u layers; runs of %llu KiB), in a pool laid out for TP 1 and one for TP 8, moved by TP 1; %u reps, medians\n",
 	       npages, (double)PAGE_BYTES / 1048576, KV_HEADS, HEAD_BYTES, PAGE_TOKENS, LAYERS,
 	       (unsigned long long)(RUN_BYTES >> 10), G.reps);
@@ -575,7 +606,8 @@ static void check_shm(unsigned npages)
 	struct statvfs sv;
 
 	if (statvfs("/dev/shm", &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < need) {
-		fprintf(stderr, "bench-gpu: the pools need %.1f GiB in /dev/shm, which has %.1f GiB free: lower --pages, or enlarge it (mount -o remount,size=8G /dev/shm; docker run --shm-size)\n",
+		fprintf(stderr,
+			"bench-gpu: the pools need %.1f GiB in /dev/shm, which has %.1f GiB free: lower --pages, or enlarge it (mount -o remount,size=8G /dev/shm; docker run --shm-size)\n",
 			(double)need / 1073741824, (double)sv.f_bavail * sv.f_frsize / 1073741824);
 		exit(1);
 	}
@@ -584,10 +616,10 @@ static void check_shm(unsigned npages)
 int main(int argc, char **argv)
 {
 	unsigned npages = 192;
-	static const struct option lo[] = {
-		{ "pages", required_argument, NULL, 'n' }, { "reps", required_argument, NULL, 'r' },
-		{ "help", no_argument, NULL, 'h' }, { 0 }
-	};
+	static const struct option lo[] = { { "pages", required_argument, NULL, 'n' },
+					    { "reps", required_argument, NULL, 'r' },
+					    { "help", no_argument, NULL, 'h' },
+					    { 0 } };
 	struct bpool p1, p8;
 	struct hc_dev_stats st;
 	uint64_t *blocks, *in_order, *tokens, *scattered_src, *scattered_dst;
@@ -598,8 +630,12 @@ int main(int argc, char **argv)
 	G.reps = 5;
 	while ((c = getopt_long(argc, argv, "n:r:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'n': npages = l3b_count("bench-gpu", "pages", optarg); break;
-		case 'r': G.reps = l3b_count("bench-gpu", "reps", optarg); break;
+		case 'n':
+			npages = l3b_count("bench-gpu", "pages", optarg);
+			break;
+		case 'r':
+			G.reps = l3b_count("bench-gpu", "reps", optarg);
+			break;
 		default:
 			printf("usage: bench-gpu [--pages N] [--reps R]\n");
 			return c == 'h' ? 0 : 2;
@@ -699,9 +735,11 @@ int main(int argc, char **argv)
 		for (int s = 0; s < 2; s++) {
 			printf("%s", s ? "; store" : " load");
 			for (int k = 0; k < 2; k++) {
-				double r0 = res[k][0][s].gbs / res[k][0][s].peak, r1 = res[k][1][s].gbs / res[k][1][s].peak;
+				double r0 = res[k][0][s].gbs / res[k][0][s].peak,
+				       r1 = res[k][1][s].gbs / res[k][1][s].peak;
 				int b = r1 > r0;
-				printf("%s %.3f %s (%s)", k ? "," : "", b ? r1 : r0, k ? "scattered" : "contiguous", path_name[b]);
+				printf("%s %.3f %s (%s)", k ? "," : "", b ? r1 : r0, k ? "scattered" : "contiguous",
+				       path_name[b]);
 				met &= (b ? r1 : r0) >= TARGET;
 			}
 		}

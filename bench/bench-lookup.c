@@ -48,37 +48,37 @@
 
 #include "bench.h"
 
-#define DIR          "/dev/shm"
-#define POOL_PAGES   (UINT32_C(1) << 20)
-#define MAX_RANKS    4        /* parent (fill) + 2 workers; keeps the pin table at 16 B per page */
-#define DEF_KEYS     1000000u
-#define QUERY_KEYS   (UINT32_C(1) << 21) /* keys of pre-generated query lists (64 MiB) */
-#define FILL_BATCH   1024u
-#define MAX_PROCS    2
-#define MAX_LIST     1000u
-#define MAX_REPS     15
+#define DIR        "/dev/shm"
+#define POOL_PAGES (UINT32_C(1) << 20)
+#define MAX_RANKS  4 /* parent (fill) + 2 workers; keeps the pin table at 16 B per page */
+#define DEF_KEYS   1000000u
+#define QUERY_KEYS (UINT32_C(1) << 21) /* keys of pre-generated query lists (64 MiB) */
+#define FILL_BATCH 1024u
+#define MAX_PROCS  2
+#define MAX_LIST   1000u
+#define MAX_REPS   15
 /* Enough random keys that every 4 KiB page of the index, the page table,
  * the pin table and the counters is touched (a page-table page of 64
  * entries is missed with probability e^-16). */
 #define WARM_KEYS    (QUERY_KEYS / 8)
-#define TARGET_MPPS  10.0     /* million key probes per second per core */
-#define TARGET_RATIO 0.8      /* of ck_ht */
+#define TARGET_MPPS  10.0 /* million key probes per second per core */
+#define TARGET_RATIO 0.8  /* of ck_ht */
 
 enum peer { OURS = 0, OURS_PIN, CK, CK_CNT, NPEERS };
 static const char *const peer_name[NPEERS] = { "hicache", "hicache+pin", "ck_ht", "ck_ht+cnt" };
 
 struct opts {
 	unsigned reps;
-	double seconds;      /* timed length of one run of one variant */
-	unsigned keys;       /* keys stored */
+	double seconds; /* timed length of one run of one variant */
+	unsigned keys;  /* keys stored */
 	uint64_t seed;
 };
 
 /* Parent -> worker. */
 struct cmd {
-	uint32_t op;         /* OP_RUN or OP_QUIT */
+	uint32_t op; /* OP_RUN or OP_QUIT */
 	uint32_t peer;
-	uint32_t n;          /* keys per lookup */
+	uint32_t n; /* keys per lookup */
 	uint32_t pad;
 	uint64_t dur_ns;
 };
@@ -88,25 +88,25 @@ struct cmd {
 /* Worker -> parent: after the warm-up, and after each run. */
 struct report {
 	uint64_t lookups;
-	uint64_t probes;     /* keys probed (all hits: lookups * n) */
+	uint64_t probes; /* keys probed (all hits: lookups * n) */
 	uint64_t ns;
-	int err;             /* 0, or a negative errno */
+	int err; /* 0, or a negative errno */
 	char msg[240];
 };
 
 struct worker {
 	pid_t pid;
-	int cmd;             /* write end */
-	int rep;             /* read end */
+	int cmd; /* write end */
+	int rep; /* read end */
 };
 
 struct bench {
 	struct opts o;
 	char name[HC_NAME_MAX + 1];
 	char path[512];
-	hc_key_t *keys;      /* the stored keys */
-	uint32_t *ids;       /* page id of keys[i] */
-	hc_key_t *queries;   /* QUERY_KEYS keys drawn from keys[] */
+	hc_key_t *keys;    /* the stored keys */
+	uint32_t *ids;     /* page id of keys[i] */
+	hc_key_t *queries; /* QUERY_KEYS keys drawn from keys[] */
 	ck_ht_t ht;
 	bool ht_live;
 	_Atomic uint32_t *cnt; /* ck_ht+cnt's per-entry counters, shared by the workers */
@@ -171,10 +171,12 @@ static void fail(struct report *r, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
-static inline int ours_lookup(hc_pool *p, const hc_key_t *q, unsigned n, bool pin, hc_page_t *pages,
-			      struct report *r)
+static inline int ours_lookup(hc_pool *p, const hc_key_t *q, unsigned n, bool pin, hc_page_t *pages, struct report *r)
 {
-	struct hc_lookup_req req = { .size = sizeof(struct hc_lookup_req), .keys = q, .nkeys = n, .flags = pin ? HC_LOOKUP_PIN : 0 };
+	struct hc_lookup_req req = { .size = sizeof(struct hc_lookup_req),
+				     .keys = q,
+				     .nkeys = n,
+				     .flags = pin ? HC_LOOKUP_PIN : 0 };
 	int hit = hc_lookup(p, &req, pages), ret;
 
 	if (__builtin_expect(hit != (int)n, 0)) {
@@ -227,7 +229,7 @@ struct wctx {
 	hc_pool *p;
 	hc_page_t pages[MAX_LIST];
 	uintptr_t vals[MAX_LIST];
-	size_t cursor;       /* next query key; each run goes on where the last stopped */
+	size_t cursor; /* next query key; each run goes on where the last stopped */
 };
 
 /*
@@ -439,8 +441,8 @@ static void stop_workers(struct bench *b)
 
 /* One figure: nproc workers run one variant at once. */
 struct fig {
-	double lookups_s;    /* all processes together */
-	double mpps_core;    /* million key probes per second, mean over processes (one core each) */
+	double lookups_s; /* all processes together */
+	double mpps_core; /* million key probes per second, mean over processes (one core each) */
 };
 
 static int run_cell(struct bench *b, enum peer peer, unsigned nproc, unsigned n, struct fig *f)
@@ -561,13 +563,25 @@ static int check_space(void)
 static int create_pool(struct bench *b)
 {
 	/* The smallest envelope there is: one replicated 4 KiB state snapshot. */
-	static const struct hc_component_spec st = { .size = sizeof(struct hc_component_spec),
-		.name = "state", .dtype = HC_DTYPE_UINT8, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
-		.bytes_per_layer = 4096, .layers = 1,
+	static const struct hc_component_spec st = {
+		.size = sizeof(struct hc_component_spec),
+		.name = "state",
+		.dtype = HC_DTYPE_UINT8,
+		.kind = HC_COMP_STATE,
+		.sharding = HC_REPLICATED,
+		.bytes_per_layer = 4096,
+		.layers = 1,
 	};
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
-		.name = b->name, .model_id = "bench-lookup", .page_tokens = 1, .tp_size = 1,
-		.comps = &st, .ncomp = 1, .capacity_pages = POOL_PAGES, .max_ranks = MAX_RANKS,
+	struct hc_pool_spec s = {
+		.size = sizeof(struct hc_pool_spec),
+		.name = b->name,
+		.model_id = "bench-lookup",
+		.page_tokens = 1,
+		.tp_size = 1,
+		.comps = &st,
+		.ncomp = 1,
+		.capacity_pages = POOL_PAGES,
+		.max_ranks = MAX_RANKS,
 		.flags = HC_CREATE_NO_POPULATE,
 	};
 	int ret = hc_pool_create(&s);
@@ -601,15 +615,19 @@ static int fill_ours(struct bench *b, double *rate, struct hc_pool_info *info)
 	t0 = bench_now_ns();
 	for (unsigned i = 0; i < b->o.keys; i += FILL_BATCH) {
 		unsigned n = b->o.keys - i < FILL_BATCH ? b->o.keys - i : FILL_BATCH;
-		struct hc_reserve_req req = { .size = sizeof(struct hc_reserve_req), .keys = b->keys + i, .nkeys = n, .presence = 1 };
+		struct hc_reserve_req req = { .size = sizeof(struct hc_reserve_req),
+					      .keys = b->keys + i,
+					      .nkeys = n,
+					      .presence = 1 };
 
 		ret = hc_reserve(p, &req, pages, skip);
 		if (ret != (int)n) {
 			if (ret < 0)
 				fprintf(stderr, "bench-lookup: hc_reserve: %s\n", hc_last_error());
 			else
-				fprintf(stderr, "bench-lookup: hc_reserve reserved %d of %u new keys (a duplicate key?)\n",
-					ret, n);
+				fprintf(stderr,
+					"bench-lookup: hc_reserve reserved %d of %u new keys (a duplicate key?)\n", ret,
+					n);
 			ret = ret < 0 ? ret : -EIO;
 			goto out;
 		}
@@ -669,7 +687,8 @@ static int fill_ck(struct bench *b, double *rate)
 /* After the runs: nothing may stay pinned, and every key is still there. */
 static int check_pool(struct bench *b)
 {
-	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
+					   .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
 	struct hc_stats s;
 	hc_pool *p;
 	int ret;
@@ -682,8 +701,9 @@ static int check_pool(struct bench *b)
 	if (ret < 0)
 		fprintf(stderr, "bench-lookup: hc_pool_stats: %s\n", hc_last_error());
 	else if (s.pin_count != 0 || s.keyed != b->o.keys || s.pages[HC_PAGE_READY] != b->o.keys) {
-		fprintf(stderr, "bench-lookup: after the runs the pool holds %" PRIu64 " pins (want 0), %" PRIu64
-				" keyed and %" PRIu64 " READY pages (want %u)\n",
+		fprintf(stderr,
+			"bench-lookup: after the runs the pool holds %" PRIu64 " pins (want 0), %" PRIu64
+			" keyed and %" PRIu64 " READY pages (want %u)\n",
 			s.pin_count, s.keyed, s.pages[HC_PAGE_READY], b->o.keys);
 		ret = -EIO;
 	} else {
@@ -714,12 +734,9 @@ static void usage(FILE *f)
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "reps", required_argument, NULL, 'r' },
-		{ "seconds", required_argument, NULL, 's' },
-		{ "keys", required_argument, NULL, 'k' },
-		{ "seed", required_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "reps", required_argument, NULL, 'r' }, { "seconds", required_argument, NULL, 's' },
+		{ "keys", required_argument, NULL, 'k' }, { "seed", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 },
 	};
 	const char *quick = getenv("HC_QUICK");
 	unsigned long v;
@@ -901,9 +918,10 @@ int main(int argc, char **argv)
 		for (unsigned pin = 0; pin < 2; pin++)
 			for (unsigned np = 1; np <= nproc_max; np++) {
 				const enum peer ours = pin ? OURS_PIN : OURS;
-				double lk[MAX_REPS], mp[MAX_REPS], ck[MAX_REPS], cc[MAX_REPS], ra[MAX_REPS], rc[MAX_REPS];
+				double lk[MAX_REPS], mp[MAX_REPS], ck[MAX_REPS], cc[MAX_REPS], ra[MAX_REPS],
+					rc[MAX_REPS];
 				double mlk, mmp, mck, mcc, mra, mrc;
-				struct fig (*f)[MAX_REPS] = fig[l][np - 1];
+				struct fig(*f)[MAX_REPS] = fig[l][np - 1];
 
 				for (unsigned r = 0; r < b.o.reps; r++) {
 					lk[r] = f[ours][r].lookups_s;
@@ -921,8 +939,8 @@ int main(int argc, char **argv)
 				mra = bench_median(ra, b.o.reps);
 				mrc = bench_median(rc, b.o.reps);
 				bench_row(NCOL, w,
-					  bench_fmt("%4u key%s, %s, %u proc%s", lens[l], lens[l] > 1 ? "s" : " ", pin ? "pin  " : "nopin", np,
-						    np > 1 ? "s" : ""),
+					  bench_fmt("%4u key%s, %s, %u proc%s", lens[l], lens[l] > 1 ? "s" : " ",
+						    pin ? "pin  " : "nopin", np, np > 1 ? "s" : ""),
 					  rate(mlk), bench_fmt("%.2f", mmp), bench_fmt("%.2f", mck),
 					  bench_fmt("%.2f", mra), pin ? bench_fmt("%.2f", mcc) : "-",
 					  pin ? bench_fmt("%.2f", mrc) : "-", verdict(mmp >= TARGET_MPPS),

@@ -39,12 +39,12 @@
 
 struct peer {
 	const char *servers;
-	uint8_t *src, *dst;   /* npages objects of obj bytes, back to back */
+	uint8_t *src, *dst; /* npages objects of obj bytes, back to back */
 	uint64_t obj;
 	uint32_t chunk;
 	unsigned off, n, batch;
 	int get;
-	int xxh;        /* also XXH3 of each object, as the library checksums it */
+	int xxh; /* also XXH3 of each object, as the library checksums it */
 	uint64_t sink;
 	int bad;
 	char why[200];
@@ -80,7 +80,7 @@ static void *peer_run(void *arg)
 	memcached_st *mc = peer_handle(p->servers);
 	uint32_t nchunks = (uint32_t)((p->obj + p->chunk - 1) / p->chunk);
 	unsigned nk = p->batch * (nchunks + 1);
-	char (*keys)[160] = malloc((size_t)nk * sizeof(*keys));
+	char(*keys)[160] = malloc((size_t)nk * sizeof(*keys));
 	const char **kp = malloc(nk * sizeof(*kp));
 	size_t *kl = malloc(nk * sizeof(*kl));
 	uint8_t man[128];
@@ -98,14 +98,16 @@ static void *peer_run(void *arg)
 					uint64_t at = (uint64_t)c * p->chunk;
 					size_t len = (size_t)(p->obj - at < p->chunk ? p->obj - at : p->chunk);
 					size_t klen = peer_key(keys[0], i, (int)c);
-					memcached_return_t rc = memcached_set(mc, keys[0], klen, (const char *)p->src + i * p->obj + at,
-									      len, 0, 0);
+					memcached_return_t rc = memcached_set(
+						mc, keys[0], klen, (const char *)p->src + i * p->obj + at, len, 0, 0);
 					if (rc != MEMCACHED_SUCCESS) {
-						snprintf(p->why, sizeof(p->why), "set: %s", memcached_last_error_message(mc));
+						snprintf(p->why, sizeof(p->why), "set: %s",
+							 memcached_last_error_message(mc));
 						p->bad = 1;
 					}
 				}
-				memcached_set(mc, keys[0], peer_key(keys[0], i, -1), (const char *)man, sizeof(man), 0, 0);
+				memcached_set(mc, keys[0], peer_key(keys[0], i, -1), (const char *)man, sizeof(man), 0,
+					      0);
 			}
 		} else {
 			memcached_return_t rc;
@@ -121,15 +123,17 @@ static void *peer_run(void *arg)
 				p->bad = 1;
 			}
 			unsigned got = 0;
-			while ((r = memcached_fetch_result(mc, &res, &rc)) || (rc != MEMCACHED_END && rc != MEMCACHED_NOTFOUND)) {
+			while ((r = memcached_fetch_result(mc, &res, &rc)) ||
+			       (rc != MEMCACHED_END && rc != MEMCACHED_NOTFOUND)) {
 				if (!r) {
 					fprintf(stderr, "peer fetch: %s\n", memcached_last_error_message(mc));
 					continue;
 				}
 				got++;
 				const char *key = memcached_result_key_value(r), *dot;
-				unsigned i = (unsigned)strtoul((char[9]){ key[5], key[6], key[7], key[8], key[9], key[10],
-									 key[11], key[12], 0 }, NULL, 16);
+				unsigned i = (unsigned)strtoul((char[9]){ key[5], key[6], key[7], key[8], key[9],
+									  key[10], key[11], key[12], 0 },
+							       NULL, 16);
 				size_t klen = memcached_result_key_length(r);
 				unsigned c = 0;
 				if (!(dot = memchr(key, '.', klen)))
@@ -221,13 +225,15 @@ static double raw_timed(struct raw *r, const struct l3b *b, const uint8_t *hdr, 
 {
 	uint64_t t0 = bench_now_ns();
 	unsigned sub = 0, done = 0, n = b->npages;
-	struct iovec (*iov)[2] = malloc(n * sizeof(*iov));
+	struct iovec(*iov)[2] = malloc(n * sizeof(*iov));
 
 	while (done < n) {
 		struct hc_be_cqe c[64];
 		int k;
 		while (sub < n && sub - done < 64) {
-			struct hc_be_op op = { .opcode = get ? HC_BE_OP_GET : HC_BE_OP_PUT, .iovcnt = 2, .iov = iov[sub],
+			struct hc_be_op op = { .opcode = get ? HC_BE_OP_GET : HC_BE_OP_PUT,
+					       .iovcnt = 2,
+					       .iov = iov[sub],
 					       .user_data = sub };
 			iov[sub][0] = (struct iovec){ (void *)hdr, 4096 };
 			iov[sub][1] = (struct iovec){ hc_page_envelope(b->p, b->pages[sub]), b->env_bytes };
@@ -240,8 +246,9 @@ static double raw_timed(struct raw *r, const struct l3b *b, const uint8_t *hdr, 
 		k = r->be->reap(r->inst, c, 64, 1000);
 		for (int i = 0; i < k; i++)
 			if (c[i].result < 0) {
-				fprintf(stderr, "bench-memcached: the plugin alone: %s of object %llu: %s\n", get ? "get" : "put",
-					(unsigned long long)c[i].user_data, strerror((int)-c[i].result));
+				fprintf(stderr, "bench-memcached: the plugin alone: %s of object %llu: %s\n",
+					get ? "get" : "put", (unsigned long long)c[i].user_data,
+					strerror((int)-c[i].result));
 				exit(1);
 			}
 		done += (unsigned)(k > 0 ? k : 0);
@@ -266,10 +273,10 @@ int main(int argc, char **argv)
 	unsigned kib[8] = { 256, 1024, 4096, 16384 }, nsizes = 4, nserv = 2, workers = 2, threads = 0, reps = 3,
 		 mib = 256;
 	static const struct option lo[] = {
-		{ "sizes", required_argument, NULL, 's' }, { "servers", required_argument, NULL, 'S' },
+		{ "sizes", required_argument, NULL, 's' },   { "servers", required_argument, NULL, 'S' },
 		{ "workers", required_argument, NULL, 'w' }, { "threads", required_argument, NULL, 't' },
-		{ "reps", required_argument, NULL, 'r' }, { "mib", required_argument, NULL, 'm' },
-		{ "help", no_argument, NULL, 'h' }, { 0 }
+		{ "reps", required_argument, NULL, 'r' },    { "mib", required_argument, NULL, 'm' },
+		{ "help", no_argument, NULL, 'h' },          { 0 }
 	};
 	double res[8][4][2][15]; /* size, ours/peer/peer+xxh3/plugin alone, put/get, rep */
 	char servers[512], err[256], spec[1024], out[32];
@@ -278,12 +285,24 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "s:S:w:t:r:m:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 's': nsizes = parse_sizes(optarg, kib, 8); break;
-		case 'S': nserv = l3b_count("bench-memcached", "servers", optarg); break;
-		case 'w': workers = l3b_count("bench-memcached", "workers", optarg); break;
-		case 't': threads = l3b_count("bench-memcached", "threads", optarg); break;
-		case 'r': reps = l3b_count("bench-memcached", "reps", optarg); break;
-		case 'm': mib = l3b_count("bench-memcached", "mib", optarg); break;
+		case 's':
+			nsizes = parse_sizes(optarg, kib, 8);
+			break;
+		case 'S':
+			nserv = l3b_count("bench-memcached", "servers", optarg);
+			break;
+		case 'w':
+			workers = l3b_count("bench-memcached", "workers", optarg);
+			break;
+		case 't':
+			threads = l3b_count("bench-memcached", "threads", optarg);
+			break;
+		case 'r':
+			reps = l3b_count("bench-memcached", "reps", optarg);
+			break;
+		case 'm':
+			mib = l3b_count("bench-memcached", "mib", optarg);
+			break;
 		default:
 			printf("usage: bench-memcached [--sizes KIB,KIB...] [--servers N] [--workers W] [--threads T] [--reps R] [--mib M]\n");
 			return c == 'h' ? 0 : 2;
@@ -297,7 +316,8 @@ int main(int argc, char **argv)
 		}
 	if (!nsizes || nserv < 1 || nserv > HCT_MCD_MAX || workers < 1 || workers > 64 || threads > 64 || reps < 1 ||
 	    reps > 15 || mib < 16) {
-		fprintf(stderr, "bench-memcached: --servers 1..%d, --workers 1..64, --threads 1..64, --reps 1..15, --mib >= 16\n",
+		fprintf(stderr,
+			"bench-memcached: --servers 1..%d, --workers 1..64, --threads 1..64, --reps 1..15, --mib >= 16\n",
 			HCT_MCD_MAX);
 		return 2;
 	}
@@ -374,9 +394,11 @@ int main(int argc, char **argv)
 			double o = bench_median(res[s][0][op], reps), p = bench_median(res[s][1][op], reps),
 			       px = bench_median(res[s][2][op], reps), pa = bench_median(res[s][3][op], reps);
 			printf("%6u KiB %7u %-4s %9.2f %9.2f %6.2f %-10s | %9.2f %6.2f | %12.2f %6.2f\n", kib[s],
-			       (unsigned)(((uint64_t)mib << 10) / kib[s]) < 8 ? 8 : (unsigned)(((uint64_t)mib << 10) / kib[s]),
-			       op ? "get" : "put", o, p, o / p, o / p >= 0.9 ? ">=0.9 met" : ">=0.9 MISS", px, o / px, pa,
-			       pa / p);
+			       (unsigned)(((uint64_t)mib << 10) / kib[s]) < 8
+				       ? 8
+				       : (unsigned)(((uint64_t)mib << 10) / kib[s]),
+			       op ? "get" : "put", o, p, o / p, o / p >= 0.9 ? ">=0.9 met" : ">=0.9 MISS", px, o / px,
+			       pa, pa / p);
 		}
 	printf("GB/s = object bytes (envelope + 4 KiB header) moved per second, medians; ratio = ours / peer;\n"
 	       "peer+xxh3: the peer also taking XXH3 of each envelope, as the library checksums every object (ours / it);\n"

@@ -53,16 +53,16 @@
 
 #include "l3.h"
 
-#define INFLIGHT 32
-#define ROUNDS 4          /* ours and the peers take turns this many times */
+#define INFLIGHT       32
+#define ROUNDS         4 /* ours and the peers take turns this many times */
 #define BUSY_TARGET_NS 3000.0
-#define IDLE_TARGET 1.5
-#define PUT_TARGET 0.9
-#define PF_THREADS 4 /* the direct gets: as many threads as the service has workers */
+#define IDLE_TARGET    1.5
+#define PUT_TARGET     0.9
+#define PF_THREADS     4 /* the direct gets: as many threads as the service has workers */
 
 static unsigned iters = 20000, idle_iters = 1000, gap_us = 2000, reps = 3;
-static int pin;                /* --pin: the service on the second CPU, the rank on the first */
-static cpu_set_t all_cpus;     /* the affinity we started with */
+static int pin;            /* --pin: the service on the second CPU, the rank on the first */
+static cpu_set_t all_cpus; /* the affinity we started with */
 
 static void unpin(void)
 {
@@ -269,12 +269,14 @@ struct svc {
 	int proc;
 	hc_service *s;
 	pid_t pid;
-	int go;                 /* forked: closing it stops the service */
+	int go; /* forked: closing it stops the service */
 };
 
 static void svc_start(struct svc *v, struct l3b *b, const char *spec, int proc)
 {
-	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+				     .backend = spec,
+				     .write_policy = HC_WRITE_NONE };
 	int ready[2], go[2];
 	char c;
 
@@ -452,7 +454,8 @@ static void latency(struct l3b *b, int proc, struct peer_shm *ps)
 	lat_row(bench_fmt("busy backup skip, %s", where), &l[L_SKIP], "direct pin+unpin", &l[L_PIN], BUSY);
 	lat_row(bench_fmt("busy backup skip, %s", where), &l[L_SKIP], "ck_ring ping-pong", &l[L_CK1], LOWER_BOUND);
 	lat_row(bench_fmt("32 in flight/req, %s", where), &l[L_BURST], "direct hc_store_exists", &l[L_DIRECT], BUSY);
-	lat_row(bench_fmt("32 in flight/req, %s", where), &l[L_BURST], "ck_ring burst of 32/msg", &l[L_CK32], LOWER_BOUND);
+	lat_row(bench_fmt("32 in flight/req, %s", where), &l[L_BURST], "ck_ring burst of 32/msg", &l[L_CK32],
+		LOWER_BOUND);
 	lat_row(bench_fmt("idle exists (%u us gap), %s", gap_us, where), &l[L_IDLE],
 		proc ? "futex ping-pong, 2 procs" : "futex ping-pong, 2 thrs", &l[L_FUTEX], IDLE);
 	for (int i = 0; i < NLAT; i++)
@@ -552,7 +555,10 @@ static double svc_prefetch(struct l3b *b, unsigned per_req)
 		unsigned k = 0;
 		for (; k < INFLIGHT && i < b->npages; k++, i += per_req) {
 			unsigned m = b->npages - i < per_req ? b->npages - i : per_req;
-			struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = &b->keys[i], .nkeys = m, .first_depth = i,
+			struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+						      .keys = &b->keys[i],
+						      .nkeys = m,
+						      .first_depth = i,
 						      .policy = HC_PREFETCH_WAIT_COMPLETE };
 			at[k] = i;
 			if (hc_req_prefetch(b->p, &pr, &r[k]) < 0)
@@ -608,8 +614,8 @@ static void put_rows(const char *backend, int proc, struct put_fig *f, int pf)
 	for (int one = 0; one < 2; one++) {
 		double o = bench_median(one ? (pf ? f->pf_one : f->one) : (pf ? f->pf_many : f->many), reps);
 		bench_row(TCOLS, tw, backend, proc ? "forked" : "embedded",
-			  one ? "1-page requests, 32 in flight" : "1 request of every page",
-			  bench_fmt("%.2f", o), bench_fmt("%.2f", d), bench_fmt("%.2f", o / d),
+			  one ? "1-page requests, 32 in flight" : "1 request of every page", bench_fmt("%.2f", o),
+			  bench_fmt("%.2f", d), bench_fmt("%.2f", o / d),
 			  bench_fmt(">= %.1f %s", PUT_TARGET, o / d >= PUT_TARGET ? "met" : "MISSED"));
 	}
 }
@@ -635,10 +641,11 @@ int main(int argc, char **argv)
 	unsigned npages = 256, page_kib = 1024;
 	const char *parent = "/tmp";
 	static const struct option lo[] = {
-		{ "iters", required_argument, NULL, 'i' }, { "idle-iters", required_argument, NULL, 'I' },
-		{ "gap-us", required_argument, NULL, 'g' }, { "pages", required_argument, NULL, 'n' },
+		{ "iters", required_argument, NULL, 'i' },    { "idle-iters", required_argument, NULL, 'I' },
+		{ "gap-us", required_argument, NULL, 'g' },   { "pages", required_argument, NULL, 'n' },
 		{ "page-kib", required_argument, NULL, 'k' }, { "reps", required_argument, NULL, 'r' },
-		{ "dir", required_argument, NULL, 'd' }, { "pin", no_argument, NULL, 'p' }, { "help", no_argument, NULL, 'h' }, { 0 }
+		{ "dir", required_argument, NULL, 'd' },      { "pin", no_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },           { 0 }
 	};
 	struct put_fig put[2][2]; /* [file][forked] */
 	char shm_spec[256], shm_path[512], file_spec[700], svc_spec[700], dir[600];
@@ -649,14 +656,30 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "i:I:g:n:k:r:d:ph", lo, NULL)) != -1) {
 		switch (c) {
-		case 'i': iters = l3b_count("bench-service", "iters", optarg); break;
-		case 'I': idle_iters = l3b_count("bench-service", "idle-iters", optarg); break;
-		case 'g': gap_us = l3b_count("bench-service", "gap-us", optarg); break;
-		case 'n': npages = l3b_count("bench-service", "pages", optarg); break;
-		case 'k': page_kib = l3b_count("bench-service", "page-kib", optarg); break;
-		case 'r': reps = l3b_count("bench-service", "reps", optarg); break;
-		case 'd': parent = optarg; break;
-		case 'p': pin = 1; break;
+		case 'i':
+			iters = l3b_count("bench-service", "iters", optarg);
+			break;
+		case 'I':
+			idle_iters = l3b_count("bench-service", "idle-iters", optarg);
+			break;
+		case 'g':
+			gap_us = l3b_count("bench-service", "gap-us", optarg);
+			break;
+		case 'n':
+			npages = l3b_count("bench-service", "pages", optarg);
+			break;
+		case 'k':
+			page_kib = l3b_count("bench-service", "page-kib", optarg);
+			break;
+		case 'r':
+			reps = l3b_count("bench-service", "reps", optarg);
+			break;
+		case 'd':
+			parent = optarg;
+			break;
+		case 'p':
+			pin = 1;
+			break;
 		default:
 			printf("usage: bench-service [--iters N] [--idle-iters N] [--gap-us U] [--pages N] [--page-kib K]\n"
 			       "                     [--reps R] [--dir PARENT] [--pin]\n"
@@ -667,8 +690,10 @@ int main(int argc, char **argv)
 	}
 	if (iters < 64 * ROUNDS || idle_iters < 8 * ROUNDS || gap_us < 1 || gap_us > 1000000 || npages < 8 ||
 	    page_kib < 256 || page_kib % 256 || reps < 1 || reps > 15) {
-		fprintf(stderr, "bench-service: --iters >= %u, --idle-iters >= %u, --gap-us 1..1000000, --pages >= 8,\n"
-				"  --page-kib a multiple of 256, --reps 1..15\n", 64 * ROUNDS, 8 * ROUNDS);
+		fprintf(stderr,
+			"bench-service: --iters >= %u, --idle-iters >= %u, --gap-us 1..1000000, --pages >= 8,\n"
+			"  --page-kib a multiple of 256, --reps 1..15\n",
+			64 * ROUNDS, 8 * ROUNDS);
 		return 2;
 	}
 	bench_cleanup_init();
@@ -695,8 +720,9 @@ int main(int argc, char **argv)
 
 	printf("service request path vs direct calls, ck_ring and futex peers (same run)\n");
 	printf("pool: %u pages of %.2f MiB; %u busy and %u idle iterations per case, %d rounds; shm backend;\n"
-	       "%s; ck_ring peers pinned to CPUs 0 and 1\n\n", npages, (double)b.env_bytes / 1048576, iters, idle_iters,
-	       ROUNDS, pin ? "service pinned to CPU 1, rank to CPU 0" : "service and rank unpinned (as deployed)");
+	       "%s; ck_ring peers pinned to CPUs 0 and 1\n\n",
+	       npages, (double)b.env_bytes / 1048576, iters, idle_iters, ROUNDS,
+	       pin ? "service pinned to CPU 1, rank to CPU 0" : "service and rank unpinned (as deployed)");
 	bench_row(LCOLS, lw, "case", "ours med", "ours p99", "peer", "peer med", "peer p99", "ratio", "ours-peer",
 		  "target");
 	bench_rule(bench_table_width(LCOLS, lw));
@@ -746,7 +772,8 @@ int main(int argc, char **argv)
 		for (int proc = 0; proc < 2; proc++)
 			put_rows(file ? "file" : "shm", proc, &put[file][proc], 1);
 	bench_rule(bench_table_width(TCOLS, tw));
-	printf("direct get = hc_store_get of the same pages from %d threads (the service's workers) into pages reserved beforehand (not timed)\n", PF_THREADS);
+	printf("direct get = hc_store_get of the same pages from %d threads (the service's workers) into pages reserved beforehand (not timed)\n",
+	       PF_THREADS);
 	l3b_done(&b);
 	munmap(ps, sizeof(*ps));
 	return 0;

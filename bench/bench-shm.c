@@ -55,8 +55,10 @@ static double peer_timed(struct l3b *b, uint8_t *store, int get, unsigned thread
 	uint64_t t0 = bench_now_ns(), sink = 0;
 
 	for (unsigned i = 0; i < threads; i++)
-		pr[i] = (struct peer){ b, store, get, b->npages * i / threads,
-				       b->npages * (i + 1) / threads - b->npages * i / threads, 0 };
+		pr[i] = (struct peer){
+			b, store, get, b->npages * i / threads, b->npages * (i + 1) / threads - b->npages * i / threads,
+			0
+		};
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&t[i], NULL, peer_run, &pr[i]);
 	for (unsigned i = 0; i < threads; i++) {
@@ -72,9 +74,9 @@ int main(int argc, char **argv)
 {
 	unsigned npages = 256, page_kib = 2048, threads = 2, reps = 5;
 	static const struct option lo[] = {
-		{ "pages", required_argument, NULL, 'n' }, { "page-kib", required_argument, NULL, 'k' },
+		{ "pages", required_argument, NULL, 'n' },   { "page-kib", required_argument, NULL, 'k' },
 		{ "threads", required_argument, NULL, 't' }, { "reps", required_argument, NULL, 'r' },
-		{ "help", no_argument, NULL, 'h' }, { 0 }
+		{ "help", no_argument, NULL, 'h' },          { 0 }
 	};
 	double ours[2][15], peer[2][15];
 	char spec[256];
@@ -84,17 +86,26 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "n:k:t:r:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'n': npages = l3b_count("bench-shm", "pages", optarg); break;
-		case 'k': page_kib = l3b_count("bench-shm", "page-kib", optarg); break;
-		case 't': threads = l3b_count("bench-shm", "threads", optarg); break;
-		case 'r': reps = l3b_count("bench-shm", "reps", optarg); break;
+		case 'n':
+			npages = l3b_count("bench-shm", "pages", optarg);
+			break;
+		case 'k':
+			page_kib = l3b_count("bench-shm", "page-kib", optarg);
+			break;
+		case 't':
+			threads = l3b_count("bench-shm", "threads", optarg);
+			break;
+		case 'r':
+			reps = l3b_count("bench-shm", "reps", optarg);
+			break;
 		default:
 			printf("usage: bench-shm [--pages N] [--page-kib K] [--threads T] [--reps R]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
 	if (npages < 8 || page_kib < 256 || page_kib % 256 || threads < 1 || threads > 64 || reps < 1 || reps > 15) {
-		fprintf(stderr, "bench-shm: --pages >= 8, --page-kib a multiple of 256, --threads 1..64, --reps 1..15\n");
+		fprintf(stderr,
+			"bench-shm: --pages >= 8, --page-kib a multiple of 256, --threads 1..64, --reps 1..15\n");
 		return 2;
 	}
 	bench_cleanup_init();

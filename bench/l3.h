@@ -30,7 +30,7 @@ struct l3b {
 	uint64_t env_bytes;
 	hc_key_t *keys;
 	hc_page_t *pages;
-	uint64_t sum;      /* XXH3 of every envelope, in page order, before any I/O */
+	uint64_t sum; /* XXH3 of every envelope, in page order, before any I/O */
 };
 
 /* An option's whole number, or exit 2 saying which option was not one. */
@@ -68,11 +68,22 @@ static inline uint64_t l3b_keys(struct l3b *b, uint64_t x)
 /* Create, attach and fill the pool; page_kib is a multiple of 256. */
 static inline void l3b_pool(struct l3b *b, unsigned npages, unsigned page_kib)
 {
-	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
-					.sharding = HC_SHARDED, .kv_heads = 8, .head_bytes = 256,
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
+					.name = "kv",
+					.dtype = HC_DTYPE_BF16,
+					.kind = HC_COMP_KV,
+					.sharding = HC_SHARDED,
+					.kv_heads = 8,
+					.head_bytes = 256,
 					.layers = page_kib / 256 };
-	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .model_id = "bench/l3", .page_tokens = 64, .tp_size = 1, .comps = &kv,
-				   .ncomp = 1, .capacity_pages = npages, .max_ranks = 4 };
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
+				   .model_id = "bench/l3",
+				   .page_tokens = 64,
+				   .tp_size = 1,
+				   .comps = &kv,
+				   .ncomp = 1,
+				   .capacity_pages = npages,
+				   .max_ranks = 4 };
 	struct hc_reserve_req rq;
 	struct hc_pool_info pi;
 	uint8_t *skip;
@@ -154,7 +165,8 @@ static inline double l3b_timed(struct l3b *b, int get, unsigned threads)
 	if (threads > 64)
 		threads = 64;
 	for (unsigned i = 0; i < threads; i++)
-		sl[i] = (struct l3b_slice){ b, get, b->npages * i / threads, b->npages * (i + 1) / threads - b->npages * i / threads, 0 };
+		sl[i] = (struct l3b_slice){ b, get, b->npages * i / threads,
+					    b->npages * (i + 1) / threads - b->npages * i / threads, 0 };
 	t0 = bench_now_ns();
 	for (unsigned i = 0; i < threads; i++)
 		pthread_create(&t[i], NULL, l3b_slice_run, &sl[i]);

@@ -54,10 +54,9 @@ int hc_namespace_seed(const char *extra_key, const char *cache_salt, uint8_t see
 	c = EVP_MD_CTX_new();
 	if (!c)
 		return hc__err(ENOMEM, "hc_namespace_seed: out of memory for a SHA-256 context");
-	if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL) ||
-	    !EVP_DigestUpdate(c, NS_TAG, strlen(NS_TAG)) ||
-	    !put_part(c, extra_key) || !put_part(c, cache_salt) ||
-	    !EVP_DigestFinal_ex(c, md, &len) || len != HC_KEY_BYTES) {
+	if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL) || !EVP_DigestUpdate(c, NS_TAG, strlen(NS_TAG)) ||
+	    !put_part(c, extra_key) || !put_part(c, cache_salt) || !EVP_DigestFinal_ex(c, md, &len) ||
+	    len != HC_KEY_BYTES) {
 		ret = hc__err(EIO, "hc_namespace_seed: SHA-256 failed in libcrypto: check the OpenSSL installation");
 		goto done;
 	}
@@ -98,8 +97,8 @@ static int put_tokens(EVP_MD_CTX *c, const uint32_t *t, uint32_t n)
 #endif
 }
 
-int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t *tokens, size_t n,
-		 uint32_t page_tokens, hc_key_t *out)
+int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t *tokens, size_t n, uint32_t page_tokens,
+		 hc_key_t *out)
 {
 	const uint8_t *prior;
 	EVP_MD_CTX *c;
@@ -115,8 +114,10 @@ int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t *token
 		return hc__err(EINVAL, "hc_key_chain: tokens is NULL but n is %zu", n);
 	npages = n / page_tokens;
 	if (npages > INT32_MAX)
-		return hc__err(E2BIG, "hc_key_chain: %zu pages of %u tokens is more than %d keys in one call: "
-			       "split the tokens and continue the chain with prev", npages, page_tokens, INT32_MAX);
+		return hc__err(E2BIG,
+			       "hc_key_chain: %zu pages of %u tokens is more than %d keys in one call: "
+			       "split the tokens and continue the chain with prev",
+			       npages, page_tokens, INT32_MAX);
 	if (npages == 0)
 		return 0;
 	if (!out)
@@ -131,12 +132,13 @@ int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t *token
 		unsigned len = 0;
 
 		/* Init resets the one context: no allocation per page. */
-		if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL) ||
-		    (prior && !EVP_DigestUpdate(c, prior, HC_KEY_BYTES)) ||
-		    !put_tokens(c, tokens + i * page_tokens, page_tokens) ||
-		    !EVP_DigestFinal_ex(c, md, &len) || len != HC_KEY_BYTES) {
-			ret = hc__err(EIO, "hc_key_chain: SHA-256 failed in libcrypto at page %zu: "
-				      "check the OpenSSL installation", i);
+		if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL) || (prior && !EVP_DigestUpdate(c, prior, HC_KEY_BYTES)) ||
+		    !put_tokens(c, tokens + i * page_tokens, page_tokens) || !EVP_DigestFinal_ex(c, md, &len) ||
+		    len != HC_KEY_BYTES) {
+			ret = hc__err(EIO,
+				      "hc_key_chain: SHA-256 failed in libcrypto at page %zu: "
+				      "check the OpenSSL installation",
+				      i);
 			goto done;
 		}
 		memcpy(out[i], md, HC_KEY_BYTES);

@@ -21,10 +21,11 @@ static int check_tail(const void *src, uint32_t size, size_t dsize, const char *
 
 	for (size_t i = dsize; i < size; i++)
 		if (b[i])
-			return hc__err(EINVAL,
-				       "%s: struct %s of %u bytes sets members past the %zu bytes this libhicache knows:"
-				       " build against the headers of the library you run",
-				       fn, type, size, dsize);
+			return hc__err(
+				EINVAL,
+				"%s: struct %s of %u bytes sets members past the %zu bytes this libhicache knows:"
+				" build against the headers of the library you run",
+				fn, type, size, dsize);
 	return 0;
 }
 
@@ -71,8 +72,9 @@ int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_
 		uint32_t size;
 		memcpy(&size, b + (size_t)i * stride, sizeof(size));
 		if (size != stride)
-			return hc__err(EINVAL, "%s: element %u of the array of struct %s has size %u, element 0 has %u:"
-					       " set every .size = sizeof(struct %s)",
+			return hc__err(EINVAL,
+				       "%s: element %u of the array of struct %s has size %u, element 0 has %u:"
+				       " set every .size = sizeof(struct %s)",
 				       fn, i, type, size, stride, type);
 		if ((ret = hc__abi_in((unsigned char *)dst + (size_t)i * dsize, dsize, b + (size_t)i * stride, v1size,
 				      fn, type)) < 0)
@@ -81,16 +83,16 @@ int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_
 	return 0;
 }
 
-int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn,
-		const char *type)
+int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn, const char *type)
 {
 	if (!out)
 		return hc__err(EINVAL, "%s: struct %s is NULL", fn, type);
 	if (size < v1size || size > ABI_SIZE_MAX + ssize)
-		return hc__err(EINVAL,
-			       "%s: the size given for struct %s is %zu, which no version of it has (the first is %zu bytes):"
-			       " pass sizeof *out",
-			       fn, type, size, v1size);
+		return hc__err(
+			EINVAL,
+			"%s: the size given for struct %s is %zu, which no version of it has (the first is %zu bytes):"
+			" pass sizeof *out",
+			fn, type, size, v1size);
 	memcpy(out, src, size < ssize ? size : ssize);
 	if (size > ssize)
 		memset((unsigned char *)out + ssize, 0, size - ssize);

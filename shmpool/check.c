@@ -80,17 +80,17 @@ static void check_index(struct chk *c)
 		w = atomic_load(&p->pages[id].word);
 		if (!hc__keyed_live(p, id, w)) {
 			if (quiet(c))
-				say(c, "index entry %llu: names page %u, which is %s and %skeyed", (unsigned long long)i, id,
-				    hc_page_state_name(hc__w_state(w)),
+				say(c, "index entry %llu: names page %u, which is %s and %skeyed",
+				    (unsigned long long)i, id, hc_page_state_name(hc__w_state(w)),
 				    (atomic_load(&p->pages[id].flags) & HC_PF_KEYED) ? "" : "not ");
 			continue;
 		}
 		if (!hc__index_entry_placed(p, i, e, id)) {
 			hc__page_khash(p, id, &kh);
-			say(c, "index entry %llu: page %u is in bucket %u with tag 0x%x; its key belongs in %u or %u with 0x%x",
+			say(c,
+			    "index entry %llu: page %u is in bucket %u with tag 0x%x; its key belongs in %u or %u with 0x%x",
 			    (unsigned long long)i, id, b, (uint32_t)(e >> 32), kh.b1, kh.b2, kh.tag);
-		}
-		else if (seen[id]++)
+		} else if (seen[id]++)
 			say(c, "index: page %u has more than one entry", id);
 		else
 			entries++;
@@ -187,8 +187,10 @@ static void check_tickets(struct chk *c)
 			    owner >= p->g.max_ranks ? "past the rank table" : "not live");
 		if ((st == HC_TK_BUILDING || st == HC_TK_DROPPING) && quiet(c))
 			say(c, "ticket %u: %s while quiescent", t, tk_state_name(st));
-		if (tp == 0 || tp > HC_TP_MAX || (w & HC_TK_CLAIMED & ~(tp >= 32 ? HC_TK_CLAIMED : (UINT64_C(1) << tp) - 1)))
-			say(c, "ticket %u: shares 0x%llx do not fit TP %u", t, (unsigned long long)(w & HC_TK_CLAIMED), tp);
+		if (tp == 0 || tp > HC_TP_MAX ||
+		    (w & HC_TK_CLAIMED & ~(tp >= 32 ? HC_TK_CLAIMED : (UINT64_C(1) << tp) - 1)))
+			say(c, "ticket %u: shares 0x%llx do not fit TP %u", t, (unsigned long long)(w & HC_TK_CLAIMED),
+			    tp);
 		if (kind != HC_TK_LOOKUP && kind != HC_TK_RESERVE)
 			say(c, "ticket %u: invalid kind %u", t, kind);
 		if (st >= HC_TK_OPEN && (n > nkeys || nkeys > p->g.ticket_keys)) {
@@ -197,7 +199,8 @@ static void check_tickets(struct chk *c)
 		}
 		if (st == HC_TK_OPEN && quiet(c) &&
 		    !hc__engine_alive(p, c->live, atomic_load(&r->engine), atomic_load(&r->incarnation)))
-			say(c, "ticket %u: OPEN for engine %u (incarnation %u), which has no live member: it should have ended with it",
+			say(c,
+			    "ticket %u: OPEN for engine %u (incarnation %u), which has no live member: it should have ended with it",
 			    t, atomic_load(&r->engine) - 1, atomic_load(&r->incarnation));
 		if (st != HC_TK_OPEN || kind != HC_TK_LOOKUP)
 			continue;
@@ -207,7 +210,8 @@ static void check_tickets(struct chk *c)
 			if (e == HC_PAGE_NONE)
 				continue;
 			if (HC_PAGE_ID(e) >= p->g.npages) {
-				say(c, "ticket %u: entry %u names page %u, past the pool's %u", t, i, HC_PAGE_ID(e), p->g.npages);
+				say(c, "ticket %u: entry %u names page %u, past the pool's %u", t, i, HC_PAGE_ID(e),
+				    p->g.npages);
 				continue;
 			}
 			if (!(atomic_load(&hc__tmask_row(p, HC_PAGE_ID(e))[t / 64]) & bit))
@@ -216,10 +220,11 @@ static void check_tickets(struct chk *c)
 				uint64_t pw = atomic_load(&p->pages[HC_PAGE_ID(e)].word);
 				/* A freer stopped in its check (FREEING, unchecked) sees our
 				 * hold and puts the page back: a transient, as for pins. */
-				int checking = hc__w_state(pw) == HC_PAGE_FREEING && !hc__freeing_checked(pw) && !quiet(c);
+				int checking = hc__w_state(pw) == HC_PAGE_FREEING && !hc__freeing_checked(pw) &&
+					       !quiet(c);
 				if (hc__w_state(pw) != HC_PAGE_READY && !checking)
-					say(c, "ticket %u: holds page %u, which is %s (aux 0x%x), not READY", t, HC_PAGE_ID(e),
-					    hc_page_state_name(hc__w_state(pw)), hc__w_aux(pw));
+					say(c, "ticket %u: holds page %u, which is %s (aux 0x%x), not READY", t,
+					    HC_PAGE_ID(e), hc_page_state_name(hc__w_state(pw)), hc__w_aux(pw));
 			}
 		}
 	}
@@ -259,14 +264,16 @@ static void check_engines(struct chk *c)
 		if ((tp >> 16) == 0 || (tp >> 16) > HC_TP_MAX || (tp & 0xffff) >= (tp >> 16))
 			say(c, "rank slot %u: TP rank %u of %u is out of range", s, tp & 0xffff, tp >> 16);
 		if (inc == 0 || inc > seq)
-			say(c, "rank slot %u: engine %u incarnation %u was never handed out (%u so far)", s, e - 1, inc, seq);
+			say(c, "rank slot %u: engine %u incarnation %u was never handed out (%u so far)", s, e - 1, inc,
+			    seq);
 		for (unsigned o = s + 1; o < p->g.max_ranks; o++) {
 			uint32_t oe = atomic_load(&p->ranks[o].engine), otp = atomic_load(&p->ranks[o].tp);
 			if (oe != e || !c->live[o])
 				continue;
 			if (atomic_load(&p->ranks[o].incarnation) != inc)
-				say(c, "engine %u: slots %u and %u are members of two lives of it (incarnations %u and %u)", e - 1,
-				    s, o, inc, atomic_load(&p->ranks[o].incarnation));
+				say(c,
+				    "engine %u: slots %u and %u are members of two lives of it (incarnations %u and %u)",
+				    e - 1, s, o, inc, atomic_load(&p->ranks[o].incarnation));
 			else if ((otp >> 16) != (tp >> 16))
 				say(c, "engine %u: slots %u and %u disagree on TP size (%u, %u)", e - 1, s, o, tp >> 16,
 				    otp >> 16);
@@ -307,7 +314,8 @@ static void check_ready(struct chk *c, uint32_t i, uint64_t w, uint32_t pins)
 		say(c, "page %u: READY with presence 0x%x, which names no component or one past the pool's %u", i,
 		    presence, p->g.ncomp);
 	if (!keyed && !(f & HC_PF_ANON)) {
-		say(c, "page %u: READY, neither keyed nor allocated without a key (flags 0x%x): nothing can find or free it",
+		say(c,
+		    "page %u: READY, neither keyed nor allocated without a key (flags 0x%x): nothing can find or free it",
 		    i, f & 0xffff);
 		return;
 	}
@@ -353,8 +361,8 @@ static void check_pages(struct chk *c)
 			unsigned v = atomic_load(&row[s]);
 			pins += v;
 			if (v && !c->live[s])
-				say(c, "page %u: %u pin(s) and %u host lock(s) held by slot %u, which is not live", i, v & 0xffff,
-				    v >> 16, s);
+				say(c, "page %u: %u pin(s) and %u host lock(s) held by slot %u, which is not live", i,
+				    v & 0xffff, v >> 16, s);
 			if (v && s >= hwm)
 				say(c, "page %u: holds in slot %u, above the high-water mark %u", i, s, hwm);
 		}
@@ -367,7 +375,8 @@ static void check_pages(struct chk *c)
 			if (hc__w_aux(w) & ~need)
 				say(c, "page %u: fill mask 0x%x has shards outside 0x%x", i, hc__w_aux(w), need);
 			if (quiet(c) && (presence == 0 || (presence >> p->g.ncomp) != 0))
-				say(c, "page %u: RESERVED with presence 0x%x, which names no component or one past the pool's %u",
+				say(c,
+				    "page %u: RESERVED with presence 0x%x, which names no component or one past the pool's %u",
 				    i, presence, p->g.ncomp);
 			break;
 		}
@@ -375,7 +384,8 @@ static void check_pages(struct chk *c)
 			if (!c->live[owner])
 				say(c, "page %u: FREEING by slot %u, which is not live", i, owner);
 			if (hc__w_aux(w) != hc__freeing_aux(hc__freeing_owner(w), (uint32_t)hc__freeing_checked(w)))
-				say(c, "page %u: FREEING with aux 0x%x (a checked bit and a slot only)", i, hc__w_aux(w));
+				say(c, "page %u: FREEING with aux 0x%x (a checked bit and a slot only)", i,
+				    hc__w_aux(w));
 			if (quiet(c))
 				say(c, "page %u: FREEING while quiescent", i);
 			break;
@@ -392,7 +402,8 @@ static void check_pages(struct chk *c)
 			if (hc__w_aux(w) != 0)
 				say(c, "page %u: FREE with aux bits 0x%x", i, hc__w_aux(w));
 			if (pins && quiet(c))
-				say(c, "page %u: FREE with %u pin(s) and %u host lock(s)", i, pins & 0xffff, pins >> 16);
+				say(c, "page %u: FREE with %u pin(s) and %u host lock(s)", i, pins & 0xffff,
+				    pins >> 16);
 		}
 	}
 }

@@ -55,7 +55,7 @@ int hc__pt_find(const char *name)
 _Atomic int hc__pt_live;
 static _Atomic uint32_t arm_action[HC_PT__COUNT];
 static _Atomic uint32_t arm_left[HC_PT__COUNT];
-static struct hc__sched *blk;   /* the explorer's block this process observes, or NULL */
+static struct hc__sched *blk;     /* the explorer's block this process observes, or NULL */
 static _Thread_local int me = -1; /* this thread's actor in blk, or -1 */
 
 int hc__pt_built(void)
@@ -221,7 +221,8 @@ static int env_entry(char *e)
 	int pt;
 
 	if (!name || !*name)
-		return hc__err(EINVAL, "HC_CRASH: an entry names no point: give POINT[:kill|:stop][:N], comma-separated");
+		return hc__err(EINVAL,
+			       "HC_CRASH: an entry names no point: give POINT[:kill|:stop][:N], comma-separated");
 	if ((pt = hc__pt_find(name)) < 0)
 		return hc__err(EINVAL, "HC_CRASH: %s", hc_last_error());
 	if (act && strcmp(act, "stop") == 0)
@@ -300,8 +301,10 @@ static int env_parse(void)
 	const char *v = getenv("HC_CRASH");
 
 	if (v && *v)
-		return hc__err(ENOTSUP, "HC_CRASH is set ('%s'), but this build has no crash points: configure with --enable-crash-points, or unset it",
-			       v);
+		return hc__err(
+			ENOTSUP,
+			"HC_CRASH is set ('%s'), but this build has no crash points: configure with --enable-crash-points, or unset it",
+			v);
 	return 0;
 }
 

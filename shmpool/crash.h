@@ -36,10 +36,10 @@ enum hc__pt_action { HC_PTA_NONE = 0, HC_PTA_KILL = 1, HC_PTA_STOP = 2 };
 #ifdef HC_CRASH_POINTS
 extern _Atomic int hc__pt_live;
 void hc__pt_hit(enum hc__pt pt);
-#define HC_POINT(name)                                                                        \
-	do {                                                                                  \
-		if (__builtin_expect(atomic_load_explicit(&hc__pt_live, memory_order_relaxed), 0)) \
-			hc__pt_hit(HC_PT_##name);                                             \
+#define HC_POINT(name)                                                                                                 \
+	do {                                                                                                           \
+		if (__builtin_expect(atomic_load_explicit(&hc__pt_live, memory_order_relaxed), 0))                     \
+			hc__pt_hit(HC_PT_##name);                                                                      \
 	} while (0)
 #else
 #define HC_POINT(name) ((void)0)
@@ -75,10 +75,10 @@ int hc__pt_env(void);
 enum hc__sched_state { HC_SA_IDLE = 0, HC_SA_RUNNING = 1, HC_SA_PARKED = 2, HC_SA_DONE = 3 };
 
 struct hc__sched_actor {
-	_Atomic uint32_t state;  /* enum hc__sched_state */
-	_Atomic uint32_t at;     /* the point it is parked at */
-	_Atomic uint32_t parks;  /* times it parked: the controller waits for the next */
-	_Atomic uint32_t go;     /* futex word: the controller's permits */
+	_Atomic uint32_t state; /* enum hc__sched_state */
+	_Atomic uint32_t at;    /* the point it is parked at */
+	_Atomic uint32_t parks; /* times it parked: the controller waits for the next */
+	_Atomic uint32_t go;    /* futex word: the controller's permits */
 	_Atomic uint32_t pid;
 	_Atomic uint32_t ntrace; /* points passed; the first HC_SCHED_TRACE are in trace */
 	uint16_t trace[HC_SCHED_TRACE];
@@ -86,7 +86,7 @@ struct hc__sched_actor {
 
 struct hc__sched {
 	uint32_t magic;
-	_Atomic uint32_t event;     /* futex word: an actor parked or left */
+	_Atomic uint32_t event; /* futex word: an actor parked or left */
 	_Atomic uint32_t vclock_on;
 	uint32_t pad0;
 	_Atomic uint64_t vclock_ms; /* CLOCK_BOOTTIME in ms as the pool sees it, while vclock_on */

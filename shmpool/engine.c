@@ -39,7 +39,8 @@ static int engine_lock(struct hc_pool *p)
 	}
 	if (r) {
 		engine_locked--;
-		return hc__err(r, "engine: the pool's engine lock is unusable (%s); run hicache-pool check", strerror(r));
+		return hc__err(r, "engine: the pool's engine lock is unusable (%s); run hicache-pool check",
+			       strerror(r));
 	}
 	return 0;
 }
@@ -64,14 +65,17 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *spec)
 	if ((ret = hc__need_slot(p, "engine join")) < 0)
 		return ret;
 	if (s->engine_id > HC_ENGINE_ID_MAX)
-		return hc__err(EINVAL, "engine join: engine id %u is out of range 0..%d", s->engine_id, HC_ENGINE_ID_MAX);
+		return hc__err(EINVAL, "engine join: engine id %u is out of range 0..%d", s->engine_id,
+			       HC_ENGINE_ID_MAX);
 	if (s->tp_size == 0 || s->tp_size > HC_TP_MAX)
 		return hc__err(EINVAL, "engine join: tp_size %u is out of range 1..%d", s->tp_size, HC_TP_MAX);
 	if (s->tp_rank >= s->tp_size)
 		return hc__err(EINVAL, "engine join: tp_rank %u is out of range 0..%u for tp_size %u", s->tp_rank,
 			       s->tp_size - 1, s->tp_size);
 	if (s->quota_pages == 0)
-		return hc__err(EINVAL, "engine join: a quota of 0 pages would let the engine hold nothing; give a page count, or HC_QUOTA_UNLIMITED");
+		return hc__err(
+			EINVAL,
+			"engine join: a quota of 0 pages would let the engine hold nothing; give a page count, or HC_QUOTA_UNLIMITED");
 	timeout = s->ticket_timeout_ms ? s->ticket_timeout_ms : 10000;
 	me = &p->ranks[p->slot];
 	if (p->eng_id || atomic_load_explicit(&me->engine, memory_order_relaxed))
@@ -96,13 +100,16 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *spec)
 				      s->tp_size);
 		else if ((tp & 0xffff) == s->tp_rank)
 			ret = hc__err(EEXIST, "engine join: engine %u tp rank %u is held by rank slot %u (pid %u)",
-				      s->engine_id, s->tp_rank, slot, atomic_load_explicit(&r->pid, memory_order_relaxed));
+				      s->engine_id, s->tp_rank, slot,
+				      atomic_load_explicit(&r->pid, memory_order_relaxed));
 		else if (atomic_load_explicit(&r->quota, memory_order_relaxed) != s->quota_pages ||
 			 atomic_load_explicit(&r->timeout_ms, memory_order_relaxed) != timeout)
-			ret = hc__err(EINVAL, "engine join: engine %u has quota %u and ticket timeout %u ms (rank slot %u), not %u and %u",
-				      s->engine_id, atomic_load_explicit(&r->quota, memory_order_relaxed),
-				      atomic_load_explicit(&r->timeout_ms, memory_order_relaxed), slot, s->quota_pages,
-				      timeout);
+			ret = hc__err(
+				EINVAL,
+				"engine join: engine %u has quota %u and ticket timeout %u ms (rank slot %u), not %u and %u",
+				s->engine_id, atomic_load_explicit(&r->quota, memory_order_relaxed),
+				atomic_load_explicit(&r->timeout_ms, memory_order_relaxed), slot, s->quota_pages,
+				timeout);
 		if (ret < 0)
 			goto out;
 	}

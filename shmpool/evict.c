@@ -65,8 +65,8 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 			 * clock and storing) must not make pages look older. */
 			st = &p->pages[HC_PAGE_ID(pages[i])].stamp;
 			cur = atomic_load_explicit(st, memory_order_relaxed);
-			while (cur < want &&
-			       !atomic_compare_exchange_weak_explicit(st, &cur, want, memory_order_relaxed, memory_order_relaxed))
+			while (cur < want && !atomic_compare_exchange_weak_explicit(
+						     st, &cur, want, memory_order_relaxed, memory_order_relaxed))
 				;
 		}
 		return;
@@ -241,7 +241,7 @@ unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_pag
 	unsigned got;
 
 	if (n == 0 || p->slot < 0 || p->g.host_mode == HC_HOST_BUFFER_ONLY)
-		return 0; /* buffer_only: the service frees each page when its transfer ends */
+		return 0;    /* buffer_only: the service frees each page when its transfer ends */
 	if (n > p->g.npages) /* never more victims than pages: the LRU heap holds n */
 		n = p->g.npages;
 	hc__tickets_sweep(p); /* expired tickets may be all that holds some pages */
@@ -252,8 +252,10 @@ unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_pag
 
 static int buffer_only(const struct hc_pool *p)
 {
-	return hc__err(EOPNOTSUPP, "evict: pool '%s' is buffer_only: its pages only stage transfers, and the service frees each when its transfer ends",
-		       p->info.name);
+	return hc__err(
+		EOPNOTSUPP,
+		"evict: pool '%s' is buffer_only: its pages only stage transfers, and the service frees each when its transfer ends",
+		p->info.name);
 }
 
 int hc_evict(hc_pool *p, unsigned n)

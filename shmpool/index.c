@@ -173,7 +173,8 @@ void hc__index_lock(struct hc_pool *p, unsigned stripe)
 
 	if (r == EOWNERDEAD) {
 		hc__index_rebuild_stripe(p, stripe);
-		hc__log(HC_LOG_WARN, "pool '%s': a writer died holding key index stripe %u; rebuilt it from the page table",
+		hc__log(HC_LOG_WARN,
+			"pool '%s': a writer died holding key index stripe %u; rebuilt it from the page table",
 			p->info.name, stripe);
 		hc__count(p, HC_CTR_index_rebuilds, 1);
 		pthread_mutex_consistent(m);

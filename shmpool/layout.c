@@ -17,14 +17,10 @@ static const struct {
 	const char *name;
 	unsigned size;
 } dtypes[HC_DTYPE__COUNT] = {
-	[HC_DTYPE_INVALID] = { "invalid", 0 },
-	[HC_DTYPE_F32] = { "f32", 4 },
-	[HC_DTYPE_F16] = { "f16", 2 },
-	[HC_DTYPE_BF16] = { "bf16", 2 },
-	[HC_DTYPE_FP8_E4M3] = { "fp8_e4m3", 1 },
-	[HC_DTYPE_FP8_E5M2] = { "fp8_e5m2", 1 },
-	[HC_DTYPE_INT8] = { "int8", 1 },
-	[HC_DTYPE_UINT8] = { "uint8", 1 },
+	[HC_DTYPE_INVALID] = { "invalid", 0 },   [HC_DTYPE_F32] = { "f32", 4 },
+	[HC_DTYPE_F16] = { "f16", 2 },           [HC_DTYPE_BF16] = { "bf16", 2 },
+	[HC_DTYPE_FP8_E4M3] = { "fp8_e4m3", 1 }, [HC_DTYPE_FP8_E5M2] = { "fp8_e5m2", 1 },
+	[HC_DTYPE_INT8] = { "int8", 1 },         [HC_DTYPE_UINT8] = { "uint8", 1 },
 };
 
 const char *hc_dtype_name(enum hc_dtype d)
@@ -71,8 +67,8 @@ static int comp_geom(struct hc__geom *g, unsigned i, uint64_t off)
 		return hc__err(EINVAL, "component %u: name must be 1..%d characters", i, HC_COMP_NAME_MAX);
 	for (size_t k = 0; k < nl; k++) {
 		char ch = c->name[k];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '_' || ch == '-' || ch == '.'))
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+		      ch == '-' || ch == '.'))
 			return hc__err(EINVAL, "component '%s': names may use only letters, digits, '_', '-' and '.'",
 				       c->name);
 	}
@@ -96,12 +92,11 @@ static int comp_geom(struct hc__geom *g, unsigned i, uint64_t off)
 			return hc__err(EINVAL, "component '%s': head_bytes %u is not a multiple of the %s size %u",
 				       c->name, c->head_bytes, hc_dtype_name(c->dtype), hc_dtype_size(c->dtype));
 		if (c->kv_heads % c->groups)
-			return hc__err(EINVAL, "component '%s': %u KV heads do not split into %u head groups",
-				       c->name, c->kv_heads, c->groups);
+			return hc__err(EINVAL, "component '%s': %u KV heads do not split into %u head groups", c->name,
+				       c->kv_heads, c->groups);
 		/* run = T * (H/G) * B; layer = 2 * run; group = L * layer */
 		if (mul3(g->page_tokens, c->kv_heads / c->groups, c->head_bytes, &run) ||
-		    mul3(run, 2, 1, &c->layer_stride) ||
-		    mul3(c->layer_stride, c->layers, 1, &c->group_stride) ||
+		    mul3(run, 2, 1, &c->layer_stride) || mul3(c->layer_stride, c->layers, 1, &c->group_stride) ||
 		    mul3(c->group_stride, c->groups, 1, &c->bytes) ||
 		    mul3(g->page_tokens, c->kv_heads, c->head_bytes, &per_token) ||
 		    mul3(per_token, 2, 1, &c->bytes_per_layer))
@@ -147,7 +142,8 @@ int hc__geom_envelope(struct hc__geom *g)
 		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, g->ncomp);
 	if (g->head_groups == 0) {
 		/* The largest group count that every sharded component and the TP size accept. */
-		for (uint32_t cand = g->tp_size < HC_MAX_HEAD_GROUPS ? g->tp_size : HC_MAX_HEAD_GROUPS; cand >= 1; cand--) {
+		for (uint32_t cand = g->tp_size < HC_MAX_HEAD_GROUPS ? g->tp_size : HC_MAX_HEAD_GROUPS; cand >= 1;
+		     cand--) {
 			bool ok = g->tp_size % cand == 0;
 			for (unsigned i = 0; ok && i < g->ncomp; i++) {
 				const struct hc_component_info *c = &g->comps[i];
@@ -169,8 +165,8 @@ int hc__geom_envelope(struct hc__geom *g)
 	if (g->head_groups > HC_MAX_HEAD_GROUPS)
 		return hc__err(EINVAL, "head_groups %u is over the limit of %d", g->head_groups, HC_MAX_HEAD_GROUPS);
 	if (g->tp_size % g->head_groups && g->head_groups % g->tp_size)
-		return hc__err(EINVAL, "head_groups %u and tp_size %u: one must divide the other",
-			       g->head_groups, g->tp_size);
+		return hc__err(EINVAL, "head_groups %u and tp_size %u: one must divide the other", g->head_groups,
+			       g->tp_size);
 
 	g->sharded_mask = g->replicated_mask = 0;
 	for (unsigned i = 0; i < g->ncomp; i++) {
@@ -197,8 +193,10 @@ int hc__geom_regions(struct hc__geom *g)
 	if (g->max_ranks == 0 || g->max_ranks > HC_MAX_RANKS)
 		return hc__err(EINVAL, "max_ranks %u is out of range 1..%d", g->max_ranks, HC_MAX_RANKS);
 	if (g->npages == 0)
-		return hc__err(EINVAL, "capacity is zero pages: give a page count, or a byte size of at least one envelope (%llu bytes)",
-			       (unsigned long long)g->envelope_bytes);
+		return hc__err(
+			EINVAL,
+			"capacity is zero pages: give a page count, or a byte size of at least one envelope (%llu bytes)",
+			(unsigned long long)g->envelope_bytes);
 	if (g->npages > INT32_MAX)
 		return hc__err(EINVAL, "capacity of %u pages is over the limit of 2^31-1", g->npages);
 	if (g->max_tickets == 0 || g->max_tickets % 64 || g->max_tickets > 4096)
@@ -207,16 +205,21 @@ int hc__geom_regions(struct hc__geom *g)
 		return hc__err(EINVAL, "ticket_keys %u is out of range 1..%d", g->ticket_keys, HC_LOOKUP_MAX);
 	for (unsigned i = 0; i < g->ncomp; i++)
 		if (g->comps[i].window_pages > HC_LOOKUP_MAX)
-			return hc__err(EINVAL, "component '%s': window of %u pages is over the limit of %d (0 means every page)",
-				       g->comps[i].name, g->comps[i].window_pages, HC_LOOKUP_MAX);
+			return hc__err(
+				EINVAL,
+				"component '%s': window of %u pages is over the limit of %d (0 means every page)",
+				g->comps[i].name, g->comps[i].window_pages, HC_LOOKUP_MAX);
 	if (g->evict > HC_EVICT_LRU)
 		return hc__err(EINVAL, "eviction policy %u is unknown: use HC_EVICT_CLOCK or HC_EVICT_LRU", g->evict);
 	if (g->host_mode > HC_HOST_BUFFER_ONLY)
-		return hc__err(EINVAL, "host-memory mode %u is unknown: use HC_HOST_CACHE or HC_HOST_BUFFER_ONLY", g->host_mode);
+		return hc__err(EINVAL, "host-memory mode %u is unknown: use HC_HOST_CACHE or HC_HOST_BUFFER_ONLY",
+			       g->host_mode);
 	if (g->sq_entries < 8 || g->sq_entries > HC_SQ_MAX || (g->sq_entries & (g->sq_entries - 1)) ||
 	    g->cq_entries != 2 * g->sq_entries)
-		return hc__err(EINVAL, "ring of %u requests (and %u completions): give a power of two in 8..%u (completions are twice that)",
-			       g->sq_entries, g->cq_entries, HC_SQ_MAX);
+		return hc__err(
+			EINVAL,
+			"ring of %u requests (and %u completions): give a power of two in 8..%u (completions are twice that)",
+			g->sq_entries, g->cq_entries, HC_SQ_MAX);
 	if (g->arg_bytes < 4096 || g->arg_bytes > HC_ARG_MAX || g->arg_bytes % 4096)
 		return hc__err(EINVAL, "argument area of %llu bytes: give a multiple of 4096 in 4096..%llu",
 			       (unsigned long long)g->arg_bytes, (unsigned long long)HC_ARG_MAX);
@@ -311,8 +314,7 @@ void hc__fingerprint(const char *model_id, const struct hc__geom *g, uint8_t out
 }
 
 /* SHA-256 over the immutable header bytes and the component records. */
-void hc__meta_digest(const struct hc_seg_hdr *h, const struct hc_seg_comp *comps,
-		     uint32_t ncomp, uint8_t out[32])
+void hc__meta_digest(const struct hc_seg_hdr *h, const struct hc_seg_comp *comps, uint32_t ncomp, uint8_t out[32])
 {
 	EVP_MD_CTX *c = EVP_MD_CTX_new();
 	unsigned len = 32;

@@ -43,7 +43,7 @@
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
-#define HC_SEG_ENV_ALIGN (UINT64_C(2) << 20)  /* huge-page friendly */
+#define HC_SEG_ENV_ALIGN (UINT64_C(2) << 20) /* huge-page friendly */
 #define HC_TOC_SLOTS     16
 
 enum hc_region {
@@ -99,16 +99,16 @@ struct hc_seg_hdr {
 	uint32_t max_ranks;
 	uint32_t npages;
 	uint32_t quarantine_ms;
-	uint32_t evict_policy;  /* enum hc_evict_policy */
+	uint32_t evict_policy; /* enum hc_evict_policy */
 	uint64_t envelope_bytes;
-	uint32_t max_tickets;   /* a multiple of 64 */
+	uint32_t max_tickets; /* a multiple of 64 */
 	uint32_t ticket_keys;
 	uint32_t index_buckets; /* a power of two */
 	uint32_t host_mode;     /* enum hc_host_mode */
 	uint64_t hash_secret;   /* random per pool: index buckets are not predictable from keys */
 	uint32_t sq_entries;    /* each rank's submission ring; its completion ring has twice */
 	uint32_t cq_entries;
-	uint64_t arg_bytes;     /* each rank's argument area */
+	uint64_t arg_bytes; /* each rank's argument area */
 	struct hc_seg_region toc[HC_TOC_SLOTS];
 	uint8_t meta_digest[32];
 	_Atomic uint32_t state; /* enum hc_seg_state; release-stored READY by the creator */
@@ -139,7 +139,7 @@ struct hc_seg_comp {
 	uint32_t kv_heads;
 	uint32_t head_bytes;
 	uint32_t layers;
-	uint32_t window_pages;  /* hit policy: 0 all pages, w the trailing w */
+	uint32_t window_pages; /* hit policy: 0 all pages, w the trailing w */
 	uint64_t bytes_per_layer;
 	uint64_t offset;
 	uint64_t bytes;
@@ -180,7 +180,7 @@ struct hc_seg_rank {
 	 * (engine.c); cleared by whoever recovers the slot.  engine is the id
 	 * plus one, 0 for none. */
 	_Atomic uint32_t engine;
-	_Atomic uint32_t tp;        /* tp_size << 16 | tp_rank */
+	_Atomic uint32_t tp; /* tp_size << 16 | tp_rank */
 	_Atomic uint32_t quota;
 	_Atomic uint32_t timeout_ms;
 	/* Pages held under the quota; only this rank's threads add and take
@@ -236,7 +236,7 @@ struct hc_seg_service {
 	pthread_mutex_t life;
 	_Atomic uint32_t state;
 	_Atomic uint32_t pid;
-	_Atomic uint64_t generation;  /* bumped by each start */
+	_Atomic uint64_t generation; /* bumped by each start */
 	_Atomic uint32_t holder_tid;
 	uint8_t pad0[4];
 	struct hc_bell bell;
@@ -245,26 +245,26 @@ struct hc_seg_service {
 	_Atomic uint64_t dirty_seq;
 	/* Gauges (minor 1), stored by the live service alone, relaxed; read
 	 * by tools while the service is live (stale after it dies). */
-	_Atomic uint32_t stage_read;   /* buffer_only: read staging pages */
-	_Atomic uint32_t stage_write;  /* buffer_only: write staging granted */
-	_Atomic uint32_t parked_reads; /* buffer_only: prefetches waiting for staging */
-	_Atomic uint32_t parked_writes;/* buffer_only: write grants waiting */
-	_Atomic uint32_t jobs_queued;  /* transfer jobs waiting for a worker */
-	_Atomic uint32_t jobs_running; /* transfer jobs a worker runs */
+	_Atomic uint32_t stage_read;    /* buffer_only: read staging pages */
+	_Atomic uint32_t stage_write;   /* buffer_only: write staging granted */
+	_Atomic uint32_t parked_reads;  /* buffer_only: prefetches waiting for staging */
+	_Atomic uint32_t parked_writes; /* buffer_only: write grants waiting */
+	_Atomic uint32_t jobs_queued;   /* transfer jobs waiting for a worker */
+	_Atomic uint32_t jobs_running;  /* transfer jobs a worker runs */
 	uint8_t pad1[24];
 };
 static_assert(sizeof(struct hc_seg_service) == 192, "service record size");
 
 struct hc_seg_ctl {
 	struct hc_seg_service service;
-	struct hc_seg_lock engine_lock;                 /* engine joins and leaves */
-	struct hc_seg_lock index_lock[HC_INDEX_STRIPES]; /* index writers, by key hash */
+	struct hc_seg_lock engine_lock;                    /* engine joins and leaves */
+	struct hc_seg_lock index_lock[HC_INDEX_STRIPES];   /* index writers, by key hash */
 	struct hc_seg_lock ticket_lock[HC_TICKET_STRIPES]; /* ticket find-or-create, by name hash */
-	_Atomic uint64_t lru_clock;   /* HC_EVICT_LRU: the last stamp handed out */
-	_Atomic uint64_t ticket_seq;  /* ticket records taken so far (ticket.c) */
-	_Atomic uint32_t engine_seq;  /* engine incarnations handed out, under engine_lock (engine.c) */
+	_Atomic uint64_t lru_clock;                        /* HC_EVICT_LRU: the last stamp handed out */
+	_Atomic uint64_t ticket_seq;                       /* ticket records taken so far (ticket.c) */
+	_Atomic uint32_t engine_seq; /* engine incarnations handed out, under engine_lock (engine.c) */
 	uint8_t pad0[44];
-	_Atomic uint32_t clock_hand;  /* HC_EVICT_CLOCK: the next page the hand looks at */
+	_Atomic uint32_t clock_hand; /* HC_EVICT_CLOCK: the next page the hand looks at */
 	uint8_t pad1[60];
 };
 static_assert(sizeof(struct hc_seg_lock) == 64, "lock size");
@@ -276,7 +276,7 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
 #define HC_STATS_ROW_WORDS 256u
 /* A row: the counters from word 0, then from word HC_STATS_HIST_WORD each
  * histogram's buckets and its sum of microseconds. */
-#define HC_STATS_HIST_WORD 64u
+#define HC_STATS_HIST_WORD  64u
 #define HC_STATS_HIST_WORDS (HC_HIST_BUCKETS + 1u)
 static_assert(HC_CTR__COUNT <= HC_STATS_HIST_WORD, "a row holds every counter: new counters keep the layout");
 /* Then from word HC_STATS_TOKENS_WORD the histograms of tokens per request
@@ -414,17 +414,17 @@ enum hc_ticket_kind { HC_TK_LOOKUP = 1, HC_TK_RESERVE = 2 };
 struct hc_seg_ticket {
 	_Atomic uint64_t word;
 	_Atomic uint64_t name_hash;
-	_Atomic uint32_t engine;     /* engine id + 1 */
+	_Atomic uint32_t engine; /* engine id + 1 */
 	_Atomic uint32_t step;
 	uint32_t kind;
 	uint32_t nkeys;
 	uint32_t tp_size;
-	uint32_t n;                  /* pages recorded: the hit length, or keys reserved for */
-	uint64_t seq;                /* ctl->ticket_seq when taken: the oldest tombstone goes first */
-	uint64_t deadline_ms;        /* CLOCK_BOOTTIME ms */
-	uint64_t keys_fold[2];       /* which keys the name was used with */
+	uint32_t n;            /* pages recorded: the hit length, or keys reserved for */
+	uint64_t seq;          /* ctl->ticket_seq when taken: the oldest tombstone goes first */
+	uint64_t deadline_ms;  /* CLOCK_BOOTTIME ms */
+	uint64_t keys_fold[2]; /* which keys the name was used with */
 	char request_id[48];
-	int32_t result;              /* 0, or the first rank's failure, which every rank gets */
+	int32_t result;               /* 0, or the first rank's failure, which every rank gets */
 	_Atomic uint32_t incarnation; /* the engine's (hc_seg_rank): a name is for one life of an engine */
 };
 static_assert(sizeof(struct hc_seg_ticket) == 128, "ticket record size");
@@ -437,9 +437,18 @@ static_assert(sizeof(struct hc_seg_ticket) == 128, "ticket record size");
 #define HC_TK_NAMING      (UINT64_C(1) << 36)
 #define HC_TK_CLAIMED     UINT64_C(0xffffffff)
 
-static inline unsigned hc__tk_state(uint64_t w) { return (unsigned)(w >> HC_TK_STATE_SHIFT); }
-static inline unsigned hc__tk_owner(uint64_t w) { return (unsigned)((w >> HC_TK_OWNER_SHIFT) & 0x7f); }
-static inline uint32_t hc__tk_gen(uint64_t w) { return (uint32_t)((w >> HC_TK_GEN_SHIFT) & HC_TK_GEN_MASK); }
+static inline unsigned hc__tk_state(uint64_t w)
+{
+	return (unsigned)(w >> HC_TK_STATE_SHIFT);
+}
+static inline unsigned hc__tk_owner(uint64_t w)
+{
+	return (unsigned)((w >> HC_TK_OWNER_SHIFT) & 0x7f);
+}
+static inline uint32_t hc__tk_gen(uint64_t w)
+{
+	return (uint32_t)((w >> HC_TK_GEN_SHIFT) & HC_TK_GEN_MASK);
+}
 static inline uint64_t hc__tk_with(uint64_t w, unsigned state, unsigned owner)
 {
 	return (w & ~((UINT64_C(7) << HC_TK_STATE_SHIFT) | (UINT64_C(0x7f) << HC_TK_OWNER_SHIFT))) |
@@ -461,14 +470,25 @@ static_assert(ATOMIC_SHORT_LOCK_FREE == 2, "16-bit atomics must be lock-free in 
 
 static inline uint64_t hc__w_make(unsigned state, unsigned owner, uint32_t gen, uint32_t aux)
 {
-	return ((uint64_t)state << HC_W_STATE_SHIFT) |
-	       (((uint64_t)owner & HC_W_OWNER_MASK) << HC_W_OWNER_SHIFT) |
+	return ((uint64_t)state << HC_W_STATE_SHIFT) | (((uint64_t)owner & HC_W_OWNER_MASK) << HC_W_OWNER_SHIFT) |
 	       (((uint64_t)gen & HC_W_GEN_MASK) << HC_W_GEN_SHIFT) | aux;
 }
-static inline unsigned hc__w_state(uint64_t w) { return (unsigned)(w >> HC_W_STATE_SHIFT); }
-static inline unsigned hc__w_owner(uint64_t w) { return (unsigned)((w >> HC_W_OWNER_SHIFT) & HC_W_OWNER_MASK); }
-static inline uint32_t hc__w_gen(uint64_t w) { return (uint32_t)((w >> HC_W_GEN_SHIFT) & HC_W_GEN_MASK); }
-static inline uint32_t hc__w_aux(uint64_t w) { return (uint32_t)w; }
+static inline unsigned hc__w_state(uint64_t w)
+{
+	return (unsigned)(w >> HC_W_STATE_SHIFT);
+}
+static inline unsigned hc__w_owner(uint64_t w)
+{
+	return (unsigned)((w >> HC_W_OWNER_SHIFT) & HC_W_OWNER_MASK);
+}
+static inline uint32_t hc__w_gen(uint64_t w)
+{
+	return (uint32_t)((w >> HC_W_GEN_SHIFT) & HC_W_GEN_MASK);
+}
+static inline uint32_t hc__w_aux(uint64_t w)
+{
+	return (uint32_t)w;
+}
 
 /* FREEING's aux: bit 0 "checked, nothing held"; bits 8..14 the owner the
  * READY word had, which a recoverer of a dead retirer puts back. */
@@ -477,8 +497,14 @@ static inline uint32_t hc__freeing_aux(unsigned ready_owner, uint32_t checked)
 {
 	return (uint32_t)(ready_owner & HC_W_OWNER_MASK) << 8 | checked;
 }
-static inline int hc__freeing_checked(uint64_t w) { return (hc__w_aux(w) & HC_FREEING_CHECKED) != 0; }
-static inline unsigned hc__freeing_owner(uint64_t w) { return (hc__w_aux(w) >> 8) & HC_W_OWNER_MASK; }
+static inline int hc__freeing_checked(uint64_t w)
+{
+	return (hc__w_aux(w) & HC_FREEING_CHECKED) != 0;
+}
+static inline unsigned hc__freeing_owner(uint64_t w)
+{
+	return (hc__w_aux(w) >> 8) & HC_W_OWNER_MASK;
+}
 
 /*
  * A rank slot's block in toc[RINGS]: its completion bell (the rank sleeps
@@ -487,13 +513,13 @@ static inline unsigned hc__freeing_owner(uint64_t w) { return (hc__w_aux(w) >> 8
  * argument area (the rank writes, the service reads).  Each part starts on
  * a cache line; a block is whole 4 KiB pages.
  */
-#define HC_SQE_BYTES 64  /* a request entry */
-#define HC_CQE_BYTES 32  /* a completion entry */
+#define HC_SQE_BYTES 64 /* a request entry */
+#define HC_CQE_BYTES 32 /* a completion entry */
 #define HC_SQ_MAX    4096
 #define HC_ARG_MAX   (UINT64_C(64) << 20)
 
 struct hc__ringgeo {
-	uint64_t block;           /* bytes per rank slot */
+	uint64_t block; /* bytes per rank slot */
 	uint64_t sq_off, cq_off, arg_off;
 };
 
@@ -515,7 +541,6 @@ struct hc__geom {
 int hc__geom_envelope(struct hc__geom *g);
 int hc__geom_regions(struct hc__geom *g);
 void hc__fingerprint(const char *model_id, const struct hc__geom *g, uint8_t out[32]);
-void hc__meta_digest(const struct hc_seg_hdr *h, const struct hc_seg_comp *comps,
-		     uint32_t ncomp, uint8_t out[32]);
+void hc__meta_digest(const struct hc_seg_hdr *h, const struct hc_seg_comp *comps, uint32_t ncomp, uint8_t out[32]);
 
 #endif /* HC_SHMPOOL_LAYOUT_H */

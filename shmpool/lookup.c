@@ -48,7 +48,7 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 		w = atomic_load_explicit(&pg->word, memory_order_relaxed);
 		if (hc__w_state(w) != HC_PAGE_READY)
 			return HC_PAGE_NONE; /* cheap early miss; (B) decides */
-		if (tk >= 0) { /* the ticket's hold first: both are in place at (B) */
+		if (tk >= 0) {               /* the ticket's hold first: both are in place at (B) */
 			tw = &hc__tmask_row(p, id)[tk / 64];
 			bit = UINT64_C(1) << (tk % 64);
 			atomic_fetch_or(tw, bit); /* (A), seq_cst */
@@ -129,7 +129,7 @@ void hc__hit_policy(const struct hc__geom *g, uint32_t mask, uint32_t *full, uin
  */
 #define HASH_AHEAD 8
 #define CAND_AHEAD 4
-#define RING 16 /* > HASH_AHEAD, a power of two */
+#define RING       16 /* > HASH_AHEAD, a power of two */
 
 struct pipe {
 	struct hc__khash kh[RING];
@@ -137,8 +137,7 @@ struct pipe {
 	uint32_t hashed, scanned;
 };
 
-static inline void pipe_fill(struct hc_pool *p, struct pipe *pp, const hc_key_t *keys, uint32_t n, uint32_t i,
-			     int hold)
+static inline void pipe_fill(struct hc_pool *p, struct pipe *pp, const hc_key_t *keys, uint32_t n, uint32_t i, int hold)
 {
 	for (; pp->hashed < n && pp->hashed <= i + HASH_AHEAD; pp->hashed++) {
 		struct hc__khash *kh = &pp->kh[pp->hashed % RING];
@@ -165,8 +164,7 @@ static inline void pipe_fill(struct hc_pool *p, struct pipe *pp, const hc_key_t 
  * rank held nothing on before (its quota's count).  Returns the hit length.
  * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
  */
-int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
-	       uint32_t *newly)
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk, uint32_t *newly)
 {
 	uint32_t full = p->hit_full, win = p->hit_win, maxwin = p->hit_maxwin;
 	uint32_t run[HC_MAX_COMPONENTS], best = 0, n = req->nkeys;

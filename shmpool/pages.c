@@ -98,8 +98,7 @@ static inline int check_id(const struct hc_pool *p, hc_page_t page, const char *
 
 static inline int need_slot(const struct hc_pool *p, const char *op)
 {
-	if (__builtin_expect(p->slot < 0 ||
-			     p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed), 0))
+	if (__builtin_expect(p->slot < 0 || p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed), 0))
 		return bad_slot(p, op);
 	return 0;
 }
@@ -179,9 +178,11 @@ int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 	if (quota == 0 || held <= quota) /* 0: no engine joined, no quota */
 		return 0;
 	atomic_fetch_sub_explicit(&r->held, n, memory_order_relaxed);
-	return hc__err(EDQUOT, "%s: engine %u rank %u would hold %u pages, over its quota of %u: release pins, locks or tickets first",
-		       op, atomic_load_explicit(&r->engine, memory_order_relaxed) - 1,
-		       atomic_load_explicit(&r->tp, memory_order_relaxed) & 0xffff, held, quota);
+	return hc__err(
+		EDQUOT,
+		"%s: engine %u rank %u would hold %u pages, over its quota of %u: release pins, locks or tickets first",
+		op, atomic_load_explicit(&r->engine, memory_order_relaxed) - 1,
+		atomic_load_explicit(&r->tp, memory_order_relaxed) & 0xffff, held, quota);
 }
 
 void hc__quota_give(struct hc_pool *p, uint32_t n)
@@ -296,8 +297,8 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 		was = got;
 		got += hc__evict_take(p, n - got, presence, out + got);
 		for (unsigned i = was; i < got && anon; i++) /* evicted for us: a fresh life, flags 0 */
-			atomic_store_explicit(&p->pages[HC_PAGE_ID(out[i])].flags, fresh_flags(p, HC_PAGE_ID(out[i]), 1),
-					      memory_order_relaxed);
+			atomic_store_explicit(&p->pages[HC_PAGE_ID(out[i])].flags,
+					      fresh_flags(p, HC_PAGE_ID(out[i]), 1), memory_order_relaxed);
 	}
 	if (got < n) /* someone freed pages while we evicted: one more look */
 		got += scan_free(p, n - got, presence, anon, out + got);
@@ -310,14 +311,19 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 	hc__count(p, HC_CTR_alloc_fails, 1);
 	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) == HC_WRITE_BACK + 1) {
 		hc__dirty_note(p, 1); /* the writer makes room: wake it now */
-		return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages; under write_back pages not yet in L3 are never evicted: is hicached running?",
-			       op, n, got, p->info.name, p->g.npages);
+		return hc__err(
+			ENOSPC,
+			"%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages; under write_back pages not yet in L3 are never evicted: is hicached running?",
+			op, n, got, p->info.name, p->g.npages);
 	}
 	if (p->g.host_mode == HC_HOST_BUFFER_ONLY)
-		return hc__err(ENOSPC, "%s: %u pages asked, only %u free in buffer_only pool '%s' of %u pages: pages come back as their transfers end; ask the service for staging first (hc_req_stage)",
-			       op, n, got, p->info.name, p->g.npages);
-	return hc__err(ENOSPC, "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages",
-		       op, n, got, p->info.name, p->g.npages);
+		return hc__err(
+			ENOSPC,
+			"%s: %u pages asked, only %u free in buffer_only pool '%s' of %u pages: pages come back as their transfers end; ask the service for staging first (hc_req_stage)",
+			op, n, got, p->info.name, p->g.npages);
+	return hc__err(ENOSPC,
+		       "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages", op,
+		       n, got, p->info.name, p->g.npages);
 }
 
 int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
@@ -339,8 +345,8 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 	return hc__alloc(p, n, presence, 1, out, "alloc");
 }
 
-int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group,
-		 void **addr, size_t *len)
+int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer, unsigned group, void **addr,
+		 size_t *len)
 {
 	const struct hc_component_info *c;
 	int ret;
@@ -351,7 +357,8 @@ int hc_page_addr(const hc_pool *p, hc_page_t page, unsigned comp, unsigned layer
 		return hc__err(EINVAL, "addr: component %u is out of range: the pool has %u", comp, p->g.ncomp);
 	c = &p->g.comps[comp];
 	if (layer >= c->layers)
-		return hc__err(EINVAL, "addr: layer %u is out of range: component '%s' has %u", layer, c->name, c->layers);
+		return hc__err(EINVAL, "addr: layer %u is out of range: component '%s' has %u", layer, c->name,
+			       c->layers);
 	if (group >= c->groups)
 		return hc__err(EINVAL, "addr: head group %u is out of range: component '%s' has %u", group, c->name,
 			       c->groups);
@@ -409,7 +416,8 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	}
 	do {
 		if (hc__w_gen(w) != gen || (hc__w_state(w) != HC_PAGE_RESERVED && hc__w_state(w) != HC_PAGE_READY))
-			return hc__err(ESTALE, "commit: page %u generation %u is no longer reserved (now %s, generation %u)",
+			return hc__err(ESTALE,
+				       "commit: page %u generation %u is no longer reserved (now %s, generation %u)",
 				       HC_PAGE_ID(page), gen, hc_page_state_name(hc__w_state(w)), hc__w_gen(w));
 		if (hc__w_state(w) == HC_PAGE_READY)
 			return hc__err(EALREADY, "commit: page %u is already READY", HC_PAGE_ID(page));
@@ -483,7 +491,7 @@ int hc__share_reserved(struct hc_pool *p, hc_page_t page)
 
 	if (!(atomic_load_explicit(&pg->flags, memory_order_relaxed) & HC_PF_SHARED))
 		atomic_fetch_or(&pg->flags, HC_PF_SHARED); /* (A'), seq_cst */
-	w = atomic_load(&pg->word); /* (B') */
+	w = atomic_load(&pg->word);                        /* (B') */
 	if (hc__w_state(w) != HC_PAGE_RESERVED || hc__w_gen(w) != HC_PAGE_GEN(page))
 		return -ESTALE;
 	return 0;
@@ -655,7 +663,8 @@ static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *
 	v = atomic_load_explicit(c, memory_order_relaxed);
 	do {
 		if ((v & (one * 0xffffu)) == 0)
-			return hc__err(EINVAL, "%s: page %u is not %s by this rank", op, HC_PAGE_ID(page), hold_name(one));
+			return hc__err(EINVAL, "%s: page %u is not %s by this rank", op, HC_PAGE_ID(page),
+				       hold_name(one));
 		/* Release: our reads of the page happen before a freer sees the count drop. */
 	} while (!atomic_compare_exchange_weak_explicit(c, &v, v - one, memory_order_release, memory_order_relaxed));
 	HC_POINT(unpin_dropped);
@@ -769,7 +778,8 @@ static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned a
 	uint32_t was = hc__w_owner(expect);
 	uint64_t w = expect, checked = hc__w_make(HC_PAGE_FREEING, as, gen, hc__freeing_aux(was, HC_FREEING_CHECKED));
 
-	if (!atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREEING, as, gen, hc__freeing_aux(was, 0)))) /* (C) */
+	if (!atomic_compare_exchange_strong(&pg->word, &w,
+					    hc__w_make(HC_PAGE_FREEING, as, gen, hc__freeing_aux(was, 0)))) /* (C) */
 		return -EAGAIN;
 	HC_POINT(retire_freeing);
 	if (hc__held_anywhere(p, id)) { /* (D) */
@@ -936,7 +946,8 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 				continue;
 			if (rep)
 				rep->unfreed++;
-			if (hc__freeing_owner(w) == slot && (f & (HC_PF_ANON | HC_PF_KEYED | HC_PF_ORPHAN)) == HC_PF_ANON)
+			if (hc__freeing_owner(w) == slot &&
+			    (f & (HC_PF_ANON | HC_PF_KEYED | HC_PF_ORPHAN)) == HC_PF_ANON)
 				reclaim(p, i, nw, slot, rep);
 		} else if (st == HC_PAGE_FREEING) {
 			/* Checked, nothing held: only the dead retirer moved it. */
@@ -995,7 +1006,8 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 		unsigned st = hc__w_state(w);
 		uint32_t *count = NULL;
 
-		if (st > HC_PAGE_FREEING || (st != HC_PAGE_FREE && st != HC_PAGE_READY && hc__w_owner(w) >= p->g.max_ranks)) {
+		if (st > HC_PAGE_FREEING ||
+		    (st != HC_PAGE_FREE && st != HC_PAGE_READY && hc__w_owner(w) >= p->g.max_ranks)) {
 			nw = hc__w_make(HC_PAGE_QUARANTINE, 0, hc__w_gen(w), now);
 			count = rep ? &rep->bad_words : NULL;
 		} else if (st == HC_PAGE_QUARANTINE && grace_over(p, hc__w_aux(w)) && !hc__held_anywhere(p, i)) {
@@ -1008,7 +1020,8 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 			nw = hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0);
 			count = rep ? &rep->released : NULL;
 		} else if (st == HC_PAGE_RESERVED && hc__w_aux(w) != 0 &&
-			   hc__w_aux(w) == hc_page_needed(p, atomic_load_explicit(&p->pages[i].presence, memory_order_relaxed))) {
+			   hc__w_aux(w) == hc_page_needed(p, atomic_load_explicit(&p->pages[i].presence,
+										  memory_order_relaxed))) {
 			/* fill != 0 means a commit ran, so presence is this life's */
 			HC_POINT(sweep_seen);
 			nw = hc__w_make(HC_PAGE_READY, hc__w_owner(w), hc__w_gen(w), 0);

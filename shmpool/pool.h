@@ -28,13 +28,13 @@ struct hc_pool {
 	struct hc_seg_page *pages;
 	_Atomic uint32_t *pins; /* [npages][max_ranks]: pins | locks << 16 */
 	struct hc_seg_ctl *ctl;
-	_Atomic uint64_t *stats;   /* [max_ranks + 1][HC_STATS_ROW_WORDS] */
-	_Atomic uint64_t *tmask;   /* [npages][tmask_words] */
-	_Atomic uint64_t *index;   /* [index_buckets][HC_BUCKET_ENTRIES] */
+	_Atomic uint64_t *stats; /* [max_ranks + 1][HC_STATS_ROW_WORDS] */
+	_Atomic uint64_t *tmask; /* [npages][tmask_words] */
+	_Atomic uint64_t *index; /* [index_buckets][HC_BUCKET_ENTRIES] */
 	struct hc_seg_ticket *tickets;
-	_Atomic uint64_t *tpages;  /* [max_tickets][ticket_keys] */
+	_Atomic uint64_t *tpages; /* [max_tickets][ticket_keys] */
 	uint8_t *env;
-	uint8_t *rings;            /* toc[RINGS]: a block of g.rg.block bytes per rank slot */
+	uint8_t *rings; /* toc[RINGS]: a block of g.rg.block bytes per rank slot */
 	uint32_t tmask_words, imask;
 	uint64_t hash_secret;
 	/* hit policy of a lookup of every component, from the component records */
@@ -43,19 +43,19 @@ struct hc_pool {
 	/* private copies of the geometry: never re-read from the segment */
 	struct hc__geom g;
 	struct hc_pool_info info;
-	uint32_t all_groups;     /* fill bits of every head group */
+	uint32_t all_groups; /* fill bits of every head group */
 	uint32_t quarantine_ms;
 
 	/* this process's rank slot, held by the holder thread */
 	int slot;
-	unsigned fork_gen;       /* hc__forks at attach; differs in a forked child */
+	unsigned fork_gen; /* hc__forks at attach; differs in a forked child */
 	pthread_t holder;
 	/* Process-private handshake with the holder thread.  Not a pipe: a
 	 * forked child would inherit its write end and keep the holder alive. */
 	pthread_mutex_t holder_mu;
 	pthread_cond_t holder_cv;
-	int holder_state;        /* 0 starting, 1 holding, 2 failed, 3 asked to stop */
-	int holder_result;       /* slot, or negative errno */
+	int holder_state;  /* 0 starting, 1 holding, 2 failed, 3 asked to stop */
+	int holder_result; /* slot, or negative errno */
 
 	_Atomic uint32_t cursor; /* where the next allocation scan starts (a hint) */
 
@@ -90,11 +90,10 @@ int hc__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)))
 int hc__abi_in(void *dst, size_t dsize, const void *src, size_t v1size, const char *fn, const char *type);
 int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_t v1size, const char *fn,
 		     const char *type);
-int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn,
-		const char *type);
+int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn, const char *type);
 /* The common case: dst and src of one type, whose first version is today's. */
 #define HC__ABI_IN(dst, src, fn, type) hc__abi_in((dst), sizeof(*(dst)), (src), sizeof(*(dst)), (fn), (type))
-#define HC__ABI_OUT(out, size, src, fn, type) \
+#define HC__ABI_OUT(out, size, src, fn, type)                                                                          \
 	hc__abi_out((out), (size), (src), sizeof(*(src)), sizeof(*(src)), (fn), (type))
 void hc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -171,8 +170,8 @@ void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n);
 
 /* index.c: the key index.  Readers lock nothing; writers hold the stripe. */
 struct hc__khash {
-	uint64_t k[4];       /* the key as four words, as the page table stores it */
-	uint32_t b1, b2;     /* the two buckets it may live in */
+	uint64_t k[4];   /* the key as four words, as the page table stores it */
+	uint32_t b1, b2; /* the two buckets it may live in */
 	uint32_t tag;
 	unsigned stripe;
 };
@@ -188,8 +187,7 @@ void hc__index_rebuild_stripe(struct hc_pool *p, unsigned stripe); /* the stripe
 /* lookup.c, reserve.c: the cores that tickets share */
 void hc__hit_policy(const struct hc__geom *g, uint32_t mask, uint32_t *full, uint32_t *win, uint32_t *maxwin);
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op);
-int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk,
-	       uint32_t *newly);
+int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages, int hold, int tk, uint32_t *newly);
 uint32_t hc__lookup_release(struct hc_pool *p, const hc_page_t *pages, uint32_t n, int tk);
 int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req, const hc_page_t *pages,
 		      const uint8_t *skip, const char *op);

@@ -209,12 +209,14 @@ static void *holder_main(void *arg)
 			if (ret == EOWNERDEAD) {
 				/* The previous owner died: its holds are ours to undo first. */
 				if ((ret = hc__rank_take_dead(p, s, NULL)) != 0) {
-					hc__log(HC_LOG_WARN, "rank slot %u: cannot mark its mutex consistent (%s); skipping it",
-						s, strerror(ret));
+					hc__log(HC_LOG_WARN,
+						"rank slot %u: cannot mark its mutex consistent (%s); skipping it", s,
+						strerror(ret));
 					continue;
 				}
 			} else if (ret != 0) {
-				hc__log(HC_LOG_WARN, "rank slot %u: mutex unusable (%s); skipping it", s, strerror(ret));
+				hc__log(HC_LOG_WARN, "rank slot %u: mutex unusable (%s); skipping it", s,
+					strerror(ret));
 				continue;
 			}
 			slot = (int)s;
@@ -271,9 +273,10 @@ int hc__rank_claim(struct hc_pool *p)
 	pthread_mutex_unlock(&p->holder_mu);
 	if (p->holder_state == 2) {
 		pthread_join(p->holder, NULL);
-		ret = hc__err(-p->holder_result,
-			      "all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
-			      p->g.max_ranks, p->info.name);
+		ret = hc__err(
+			-p->holder_result,
+			"all %u rank slots of pool '%s' are held by live processes: detach some, or recreate the pool with more --max-ranks",
+			p->g.max_ranks, p->info.name);
 		goto fail;
 	}
 	p->slot = p->holder_result;

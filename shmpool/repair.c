@@ -61,7 +61,8 @@ static int retire(struct fix *f, uint32_t id, uint64_t w, uint32_t *count, const
 		say(f, "fixed: page %u: %s; freed", id, why);
 	} else if (r == -EBUSY) {
 		hc__page_holds(f->p, id, &h);
-		say(f, "cannot repair: page %u: %s, but it is held (%u pins, %u host locks, %u tickets); left to its holders",
+		say(f,
+		    "cannot repair: page %u: %s, but it is held (%u pins, %u host locks, %u tickets); left to its holders",
 		    id, why, h.pins, h.locks, h.tickets);
 	}
 	return r;
@@ -114,8 +115,8 @@ static void ready_page(struct fix *f, uint32_t id, uint64_t w)
 
 	if (presence == 0 || (presence >> p->g.ncomp) != 0 || !hc__page_check_ok(p, id, fl)) {
 		if (atomic_load(&pg->word) == w) /* not a writer's moment */
-			retire(f, id, w, &f->r->damaged, keyed ? "its key, depth or presence fail their check"
-							    : "its presence fails its check");
+			retire(f, id, w, &f->r->damaged,
+			       keyed ? "its key, depth or presence fail their check" : "its presence fails its check");
 		return;
 	}
 	if (keyed)
@@ -247,7 +248,8 @@ static void fix_index(struct fix *f)
 	}
 	f->r->index_bad += bad;
 	f->r->index_missing += missing;
-	say(f, "fixed: key index: %u entries that named no page of their key dropped, %u keyed pages put back; rebuilt from the page table",
+	say(f,
+	    "fixed: key index: %u entries that named no page of their key dropped, %u keyed pages put back; rebuilt from the page table",
 	    bad, missing);
 }
 
@@ -276,7 +278,8 @@ static void scrap_ticket(struct fix *f, unsigned t, uint64_t w, const char *why)
 	struct hc_pool *p = f->p;
 	struct hc_seg_ticket *r = &p->tickets[t];
 
-	if (!atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot) | HC_TK_EXPIRED))
+	if (!atomic_compare_exchange_strong(&r->word, &w,
+					    hc__tk_with(w, HC_TK_DROPPING, (unsigned)p->slot) | HC_TK_EXPIRED))
 		return;
 	/* A death here leaves a ticket DROPPING by a dead slot: its recoverer
 	 * drops its holds (bounded by ticket_keys) and closes it. */
@@ -311,8 +314,8 @@ static void fix_tickets(struct fix *f)
 		else if (st == HC_TK_OPEN && !hc__engine_alive(p, f->live, e, inc)) {
 			hc__tickets_end_engine(p, e, inc, (unsigned)p->slot);
 			f->r->tickets_ended++;
-			say(f, "fixed: ticket %u: OPEN for engine %u (incarnation %u), which has no live member; ended", t,
-			    e - 1, inc);
+			say(f, "fixed: ticket %u: OPEN for engine %u (incarnation %u), which has no live member; ended",
+			    t, e - 1, inc);
 		}
 	}
 }
@@ -345,7 +348,8 @@ static void fix_ticket_bits(struct fix *f)
 					continue;
 				}
 				f->r->ticket_bits++;
-				say(f, "fixed: page %u: held by ticket %u, which does not name it; the hold dropped", id, t);
+				say(f, "fixed: page %u: held by ticket %u, which does not name it; the hold dropped",
+				    id, t);
 			}
 		}
 }
@@ -369,8 +373,10 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, siz
 	if (flags & ~HC_CHECK_QUIESCENT)
 		return hc__err(EINVAL, "repair: unknown flags 0x%x", flags & ~HC_CHECK_QUIESCENT);
 	if (p->readonly || p->slot < 0)
-		return hc__err(EPERM, "repair: pool '%s' is attached without a rank slot; attach it as a rank (not HC_ATTACH_ADMIN or READONLY)",
-			       p->info.name);
+		return hc__err(
+			EPERM,
+			"repair: pool '%s' is attached without a rank slot; attach it as a rank (not HC_ATTACH_ADMIN or READONLY)",
+			p->info.name);
 	/* Checked first: a bad size must not cost a repair's findings. */
 	if (rep && (ret = HC__ABI_OUT(rep, size, &mine, "hc_pool_repair", "hc_repair_report")) < 0)
 		return ret;

@@ -82,8 +82,10 @@ int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req,
 		return hc__err(EINVAL, "%s: presence mask 0x%x names a component past the pool's %u", op, req->presence,
 			       p->g.ncomp);
 	if (!hc__fp_ok(p, req->fingerprint, op))
-		return hc__err(EINVAL, "%s: the fingerprint given is not pool '%s''s: pages of another model or layout cannot be stored here",
-			       op, p->info.name);
+		return hc__err(
+			EINVAL,
+			"%s: the fingerprint given is not pool '%s''s: pages of another model or layout cannot be stored here",
+			op, p->info.name);
 	if (req->first_depth > UINT32_MAX - req->nkeys)
 		return hc__err(EINVAL, "%s: first_depth %u overflows with %u keys", op, req->first_depth, req->nkeys);
 	return 0;

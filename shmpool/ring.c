@@ -15,8 +15,8 @@
 
 static int geometry_ok(uint32_t n, uint32_t esize, uint64_t bytes)
 {
-	return n >= 2 && n <= HC_RING_MAX_ENTRIES && !(n & (n - 1)) && esize >= 8 && esize <= 4096 &&
-	       esize % 8 == 0 && bytes >= hc__ring_bytes(n, esize);
+	return n >= 2 && n <= HC_RING_MAX_ENTRIES && !(n & (n - 1)) && esize >= 8 && esize <= 4096 && esize % 8 == 0 &&
+	       bytes >= hc__ring_bytes(n, esize);
 }
 
 int hc__ring_init(void *mem, uint64_t bytes, uint32_t n, uint32_t esize)
@@ -24,8 +24,10 @@ int hc__ring_init(void *mem, uint64_t bytes, uint32_t n, uint32_t esize)
 	struct hc_ring *r = mem;
 
 	if (!geometry_ok(n, esize, bytes))
-		return hc__err(EINVAL, "ring: %u entries of %u bytes in %llu bytes: give a power of two of 2..%u entries of 8..4096 bytes (multiples of 8) and room for them",
-			       n, esize, (unsigned long long)bytes, HC_RING_MAX_ENTRIES);
+		return hc__err(
+			EINVAL,
+			"ring: %u entries of %u bytes in %llu bytes: give a power of two of 2..%u entries of 8..4096 bytes (multiples of 8) and room for them",
+			n, esize, (unsigned long long)bytes, HC_RING_MAX_ENTRIES);
 	memset(r, 0, sizeof(*r));
 	r->nentries = n;
 	r->entry_bytes = esize;
@@ -41,12 +43,15 @@ int hc__ring_attach(struct hc__ring *v, void *mem, uint64_t bytes, uint32_t n, u
 
 	memset(v, 0, sizeof(*v));
 	if (!geometry_ok(n, esize, bytes) || r->nentries != n || r->entry_bytes != esize)
-		return hc__err(EPROTO, "ring: it holds %u entries of %u bytes, %u of %u expected (in %llu bytes): the segment is damaged",
-			       r->nentries, r->entry_bytes, n, esize, (unsigned long long)bytes);
+		return hc__err(
+			EPROTO,
+			"ring: it holds %u entries of %u bytes, %u of %u expected (in %llu bytes): the segment is damaged",
+			r->nentries, r->entry_bytes, n, esize, (unsigned long long)bytes);
 	tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 	head = atomic_load_explicit(&r->head, memory_order_acquire);
 	if (tail - head > n)
-		return hc__err(EPROTO, "ring: tail %u and head %u say %u entries are in a ring of %u: the segment is damaged",
+		return hc__err(EPROTO,
+			       "ring: tail %u and head %u say %u entries are in a ring of %u: the segment is damaged",
 			       tail, head, tail - head, n);
 	v->r = r;
 	v->ent = (uint8_t *)mem + sizeof(*r);
@@ -74,8 +79,10 @@ int hc__ring_room(struct hc__ring *v, uint32_t want)
 		uint32_t head = atomic_load_explicit(&v->r->head, memory_order_acquire);
 		used = v->mine - head;
 		if (used > v->n)
-			return hc__err(EPROTO, "ring: the consumer's head (%u) is %u entries behind our tail (%u), more than the %u it holds",
-				       head, used, v->mine, v->n);
+			return hc__err(
+				EPROTO,
+				"ring: the consumer's head (%u) is %u entries behind our tail (%u), more than the %u it holds",
+				head, used, v->mine, v->n);
 		v->theirs = head;
 	}
 	room = v->n - used;
@@ -89,7 +96,8 @@ int hc__ring_refresh(struct hc__ring *v, enum hc_ring_role role)
 	uint32_t used = role == HC_RING_PRODUCER ? v->mine - t : t - v->mine;
 
 	if (used > v->n)
-		return hc__err(EPROTO, "ring: the %s index (%u) is %u entries from ours (%u), more than the %u it holds",
+		return hc__err(EPROTO,
+			       "ring: the %s index (%u) is %u entries from ours (%u), more than the %u it holds",
 			       role == HC_RING_PRODUCER ? "consumer's" : "producer's", t, used, v->mine, v->n);
 	v->theirs = t;
 	return 0;
@@ -117,8 +125,10 @@ int hc__ring_avail(struct hc__ring *v, uint32_t want)
 		uint32_t tail = atomic_load_explicit(&v->r->tail, memory_order_acquire);
 		have = tail - v->mine;
 		if (have > v->n)
-			return hc__err(EPROTO, "ring: the producer's tail (%u) is %u entries past our head (%u), more than the %u it holds",
-				       tail, have, v->mine, v->n);
+			return hc__err(
+				EPROTO,
+				"ring: the producer's tail (%u) is %u entries past our head (%u), more than the %u it holds",
+				tail, have, v->mine, v->n);
 		v->theirs = tail;
 	}
 	return (int)(have < want ? have : want);
@@ -248,8 +258,10 @@ int64_t hc__argbuf_alloc(struct hc__argbuf *a, uint64_t len, uint32_t idx, uint3
 	uint64_t off, skip = 0;
 
 	if ((uint32_t)(idx - head) >= a->mask + 1u || (uint32_t)(head - a->freed) > a->mask + 1u)
-		return hc__err(EPROTO, "argument area: entry %u with head %u and %u freed: the ring is full or its head is damaged",
-			       idx, head, a->freed);
+		return hc__err(
+			EPROTO,
+			"argument area: entry %u with head %u and %u freed: the ring is full or its head is damaged",
+			idx, head, a->freed);
 	/* Entries the consumer released since the last call: their stretches
 	 * are free.  Each end is read here before a later entry in its slot
 	 * overwrites it, since every posted entry passes through this call. */

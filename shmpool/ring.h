@@ -37,20 +37,20 @@
 #define HC_RING_MAX_ENTRIES (1u << 20)
 
 struct hc_ring {
-	_Atomic uint32_t tail;      /* producer's line */
+	_Atomic uint32_t tail; /* producer's line */
 	_Atomic uint32_t dropped;
 	uint8_t pad0[56];
-	_Atomic uint32_t head;      /* consumer's line */
+	_Atomic uint32_t head; /* consumer's line */
 	uint8_t pad1[60];
-	uint32_t nentries;          /* a power of two */
-	uint32_t entry_bytes;       /* a multiple of 8 */
+	uint32_t nentries;    /* a power of two */
+	uint32_t entry_bytes; /* a multiple of 8 */
 	uint8_t pad2[56];
 	/* entries follow, at offset 192 */
 };
 static_assert(sizeof(struct hc_ring) == 192, "ring header: three cache lines");
 
 struct hc_bell {
-	_Atomic uint32_t seq;       /* the futex word */
+	_Atomic uint32_t seq; /* the futex word */
 	_Atomic uint32_t sleepers;
 	uint8_t pad[56];
 };
@@ -67,8 +67,8 @@ struct hc__ring {
 	struct hc_ring *r;
 	uint8_t *ent;
 	uint32_t n, mask, esize;
-	uint32_t mine;              /* our index: tail for a producer, head for a consumer */
-	uint32_t theirs;            /* the other's, as last read */
+	uint32_t mine;   /* our index: tail for a producer, head for a consumer */
+	uint32_t theirs; /* the other's, as last read */
 };
 
 /* Lay out a ring in mem (zeroed indices); once, by whoever creates it. */
@@ -123,11 +123,11 @@ int hc__bell_wait(struct hc_bell *b, int (*ready)(void *arg), void *arg, uint64_
  */
 struct hc__argbuf {
 	uint64_t size;
-	uint64_t pos;               /* bytes handed out since init, wasted tails included */
-	uint64_t free_pos;          /* everything below it is free again */
-	uint64_t *end;              /* [ring entries]: pos after each entry's stretch */
+	uint64_t pos;      /* bytes handed out since init, wasted tails included */
+	uint64_t free_pos; /* everything below it is free again */
+	uint64_t *end;     /* [ring entries]: pos after each entry's stretch */
 	uint32_t mask;
-	uint32_t freed;             /* ring entries whose stretch is known free */
+	uint32_t freed; /* ring entries whose stretch is known free */
 };
 int hc__argbuf_init(struct hc__argbuf *a, uint64_t size, uint32_t ring_entries);
 void hc__argbuf_fini(struct hc__argbuf *a);

@@ -34,7 +34,7 @@
 #define HUGETLBFS_MAGIC 0x958458f6
 #endif
 
-#define HC_DEFAULT_DIR "/dev/shm"
+#define HC_DEFAULT_DIR      "/dev/shm"
 #define HC_WARN_SMALL_PAGES (UINT64_C(4) << 30)
 
 int hc_pool_name_valid(const char *name)
@@ -52,8 +52,8 @@ int hc_pool_name_valid(const char *name)
 		char c = name[i];
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
 		      c == '-' || c == '.'))
-			return hc__err(EINVAL, "pool name '%s' has '%c': use letters, digits, '_', '-' and '.'",
-				       name, c);
+			return hc__err(EINVAL, "pool name '%s' has '%c': use letters, digits, '_', '-' and '.'", name,
+				       c);
 	}
 	return 0;
 }
@@ -94,7 +94,8 @@ static int populate(void *addr, size_t len, const char *what)
 	if (errno == EINVAL) {
 		/* Kernels before 5.14: say so, then fault every page in by reading
 		 * it.  Never write: other processes are using the segment. */
-		hc__log(HC_LOG_WARN, "%s: MADV_POPULATE_WRITE unsupported (Linux < 5.14); faulting pages in instead", what);
+		hc__log(HC_LOG_WARN, "%s: MADV_POPULATE_WRITE unsupported (Linux < 5.14); faulting pages in instead",
+			what);
 		long pg = sysconf(_SC_PAGESIZE);
 		uint8_t sum = 0;
 		for (size_t off = 0; off < len; off += (size_t)pg)
@@ -103,8 +104,10 @@ static int populate(void *addr, size_t len, const char *what)
 		return 0;
 	}
 	if (errno == EFAULT || errno == ENOMEM)
-		return hc__err(ENOMEM, "%s: populating %.2f GiB failed (%s): the backing file system ran out of memory; lower the capacity or raise the tmpfs size",
-			       what, gib(len), strerror(errno));
+		return hc__err(
+			ENOMEM,
+			"%s: populating %.2f GiB failed (%s): the backing file system ran out of memory; lower the capacity or raise the tmpfs size",
+			what, gib(len), strerror(errno));
 	return hc__err(errno, "%s: MADV_POPULATE_WRITE failed: %s", what, strerror(errno));
 }
 
@@ -117,11 +120,14 @@ static int apply_numa(void *addr, size_t len, const struct hc_pool_spec *s)
 	if (s->numa != HC_NUMA_BIND && s->numa != HC_NUMA_INTERLEAVE)
 		return hc__err(EINVAL, "numa mode %d is not default, bind or interleave", (int)s->numa);
 	if (numa_available() < 0)
-		return hc__err(ENOSYS, "NUMA placement was asked for, but this kernel or machine has no NUMA support; drop the numa option");
+		return hc__err(
+			ENOSYS,
+			"NUMA placement was asked for, but this kernel or machine has no NUMA support; drop the numa option");
 	if (s->numa_nodes && *s->numa_nodes) {
 		nodes = numa_parse_nodestring(s->numa_nodes);
 		if (!nodes)
-			return hc__err(EINVAL, "NUMA node list '%s' is invalid or names nodes this machine lacks (it has %d)",
+			return hc__err(EINVAL,
+				       "NUMA node list '%s' is invalid or names nodes this machine lacks (it has %d)",
 				       s->numa_nodes, numa_max_node() + 1);
 	} else if (s->numa == HC_NUMA_INTERLEAVE) {
 		nodes = numa_allocate_nodemask();
@@ -181,12 +187,14 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 		return hc__err(EINVAL, "give exactly one capacity: a page count or a byte size");
 	if (s->capacity_pages) {
 		if (s->capacity_pages > (uint64_t)INT32_MAX)
-			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31-1", s->capacity_pages);
+			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31-1",
+				       s->capacity_pages);
 		g->npages = (uint32_t)s->capacity_pages;
 	} else {
 		uint64_t n = s->capacity_bytes / g->envelope_bytes;
 		if (n == 0)
-			return hc__err(EINVAL, "capacity of %" PRIu64 " bytes holds no page: one envelope is %" PRIu64 " bytes",
+			return hc__err(EINVAL,
+				       "capacity of %" PRIu64 " bytes holds no page: one envelope is %" PRIu64 " bytes",
 				       s->capacity_bytes, g->envelope_bytes);
 		if (n > (uint64_t)INT32_MAX)
 			return hc__err(EINVAL, "capacity of %" PRIu64 " pages is over the limit of 2^31-1", n);
@@ -216,8 +224,8 @@ static void ctl_init(struct hc_seg_ctl *c)
 }
 
 /* Fill the header and component records of a fresh segment. */
-static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct hc__geom *g,
-		       const uint8_t fp[32], uint32_t qms)
+static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct hc__geom *g, const uint8_t fp[32],
+		       uint32_t qms)
 {
 	struct hc_seg_hdr *h = (struct hc_seg_hdr *)base;
 	struct hc_seg_comp *rc = (struct hc_seg_comp *)(base + g->toc[HC_REG_COMPS].off);
@@ -349,7 +357,8 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	qms = s->quarantine_ms ? s->quarantine_ms : 2000;
 	mode = s->mode ? s->mode : (s->group ? 0660 : 0600);
 	if (mode != 0600 && mode != 0660)
-		return hc__err(EINVAL, "mode %04o is not allowed: a pool is 0600, or 0660 with a group", (unsigned)mode);
+		return hc__err(EINVAL, "mode %04o is not allowed: a pool is 0600, or 0660 with a group",
+			       (unsigned)mode);
 	if (s->flags & ~HC_CREATE_NO_POPULATE)
 		return hc__err(EINVAL, "create: unknown flags 0x%x", s->flags & ~HC_CREATE_NO_POPULATE);
 	if (s->group) {
@@ -394,13 +403,16 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	}
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	if (g.segment_bytes > avail) {
-		ret = hc__err(ENOSPC, "pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
-			      s->name, gib(g.segment_bytes), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
+		ret = hc__err(
+			ENOSPC,
+			"pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
+			s->name, gib(g.segment_bytes), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
 		goto fail_unlink;
 	}
 	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
 	if (g.segment_bytes > phys) {
-		ret = hc__err(ENOMEM, "pool '%s' needs %.2f GiB but this machine has %.2f GiB of memory: lower the capacity",
+		ret = hc__err(ENOMEM,
+			      "pool '%s' needs %.2f GiB but this machine has %.2f GiB of memory: lower the capacity",
 			      s->name, gib(g.segment_bytes), gib(phys));
 		goto fail_unlink;
 	}
@@ -436,8 +448,8 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	base = MAP_FAILED;
 	if ((anon ? publish_anon(fd, path) : link(tmp, path)) < 0) {
 		ret = errno == EEXIST
-			? hc__err(EEXIST, "pool '%s' was created by someone else meanwhile at %s", s->name, path)
-			: hc__err(errno, "cannot publish %s as %s: %s", tmp, path, strerror(errno));
+			      ? hc__err(EEXIST, "pool '%s' was created by someone else meanwhile at %s", s->name, path)
+			      : hc__err(errno, "cannot publish %s as %s: %s", tmp, path, strerror(errno));
 		goto fail_unlink;
 	}
 	if (!anon)
@@ -476,14 +488,17 @@ static int check_owner(const char *path, const struct stat *st)
 	if (!S_ISREG(st->st_mode))
 		return hc__err(EBADMSG, "%s is not a pool: not a regular file", path);
 	if (st->st_mode & 0007)
-		return hc__err(EPERM, "%s has mode %04o, open to every user: a pool must be 0600 or 0660; chmod o-rwx %s",
+		return hc__err(EPERM,
+			       "%s has mode %04o, open to every user: a pool must be 0600 or 0660; chmod o-rwx %s",
 			       path, (unsigned)(st->st_mode & 07777), path);
 	if (st->st_mode & 0111)
 		return hc__err(EPERM, "%s has mode %04o with execute bits: a pool must be 0600 or 0660", path,
 			       (unsigned)(st->st_mode & 07777));
 	if (geteuid() != 0 && st->st_uid != geteuid() && !((st->st_mode & 0060) == 0060 && in_group(st->st_gid)))
-		return hc__err(EACCES, "%s belongs to uid %u and is not shared with a group of yours: attach as its owner, or recreate it with a group",
-			       path, (unsigned)st->st_uid);
+		return hc__err(
+			EACCES,
+			"%s belongs to uid %u and is not shared with a group of yours: attach as its owner, or recreate it with a group",
+			path, (unsigned)st->st_uid);
 	return 0;
 }
 
@@ -498,7 +513,9 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 
 	hc__meta_digest(h, rc, h->ncomp, digest);
 	if (memcmp(digest, h->meta_digest, 32) != 0)
-		return hc__err(EBADMSG, "%s: metadata checksum mismatch, the header is corrupt: destroy and recreate the pool", path);
+		return hc__err(EBADMSG,
+			       "%s: metadata checksum mismatch, the header is corrupt: destroy and recreate the pool",
+			       path);
 	if (memchr(h->model_id, 0, sizeof(h->model_id)) == NULL || h->model_id[0] == 0)
 		return hc__err(EBADMSG, "%s: model id is not a terminated string", path);
 	memset(g, 0, sizeof(*g));
@@ -539,14 +556,15 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 	}
 	want = *g;
 	if (want.envelope_bytes != h->envelope_bytes)
-		return hc__err(EBADMSG, "%s: envelope size %" PRIu64 " does not match its components (%" PRIu64 ")", path,
-			       h->envelope_bytes, want.envelope_bytes);
+		return hc__err(EBADMSG, "%s: envelope size %" PRIu64 " does not match its components (%" PRIu64 ")",
+			       path, h->envelope_bytes, want.envelope_bytes);
 	for (unsigned i = 0; i < h->ncomp; i++) {
 		const struct hc_component_info *c = &want.comps[i];
 		if (c->offset != rc[i].offset || c->bytes != rc[i].bytes || c->groups != rc[i].groups ||
 		    c->group_stride != rc[i].group_stride || c->layer_stride != rc[i].layer_stride ||
 		    c->bytes_per_layer != rc[i].bytes_per_layer)
-			return hc__err(EBADMSG, "%s: component '%s' has offsets or strides that do not follow from its shape",
+			return hc__err(EBADMSG,
+				       "%s: component '%s' has offsets or strides that do not follow from its shape",
 				       path, c->name);
 	}
 	for (int r = 0; r < HC_REG__COUNT; r++)
@@ -557,10 +575,12 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 			       h->npages);
 	/* hugetlbfs may round the size up to its page size; never down. */
 	if (h->segment_bytes < want.segment_bytes || h->segment_bytes % HC_SEG_ENV_ALIGN)
-		return hc__err(EBADMSG, "%s: segment size %" PRIu64 " is too small for its geometry (%" PRIu64 ")", path,
-			       h->segment_bytes, want.segment_bytes);
+		return hc__err(EBADMSG, "%s: segment size %" PRIu64 " is too small for its geometry (%" PRIu64 ")",
+			       path, h->segment_bytes, want.segment_bytes);
 	if (h->segment_bytes != file_bytes)
-		return hc__err(EBADMSG, "%s is truncated or padded: the header says %" PRIu64 " bytes, the file has %" PRIu64 "; destroy and recreate the pool",
+		return hc__err(EBADMSG,
+			       "%s is truncated or padded: the header says %" PRIu64 " bytes, the file has %" PRIu64
+			       "; destroy and recreate the pool",
 			       path, h->segment_bytes, file_bytes);
 	memcpy(model, h->model_id, sizeof(model));
 	hc__fingerprint(model, &want, fp);
@@ -571,8 +591,8 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 }
 
 /* Read and check the header and component table into private memory. */
-static int read_meta(int fd, const char *path, uint64_t file_bytes, struct hc_seg_hdr *h,
-		     struct hc_seg_comp *rc, struct hc__geom *g)
+static int read_meta(int fd, const char *path, uint64_t file_bytes, struct hc_seg_hdr *h, struct hc_seg_comp *rc,
+		     struct hc__geom *g)
 {
 	ssize_t n;
 
@@ -585,8 +605,10 @@ static int read_meta(int fd, const char *path, uint64_t file_bytes, struct hc_se
 	if (h->magic != HC_SEG_MAGIC)
 		return hc__err(EBADMSG, "%s is not a hicache pool (bad magic)", path);
 	if (h->layout_major != HC_LAYOUT_MAJOR)
-		return hc__err(EPROTO, "%s has layout version %u.%u; this build reads version %d.x only: recreate the pool with this build's hicache-pool create",
-			       path, h->layout_major, h->layout_minor, HC_LAYOUT_MAJOR);
+		return hc__err(
+			EPROTO,
+			"%s has layout version %u.%u; this build reads version %d.x only: recreate the pool with this build's hicache-pool create",
+			path, h->layout_major, h->layout_minor, HC_LAYOUT_MAJOR);
 	if (h->hdr_bytes < sizeof(*h) || h->hdr_bytes > HC_SEG_HDR_BYTES)
 		return hc__err(EBADMSG, "%s: header size %u is invalid", path, h->hdr_bytes);
 	if (atomic_load_explicit(&h->state, memory_order_relaxed) != HC_SEG_READY)
@@ -680,10 +702,12 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (p->fd < 0) {
 		ret = errno == ENOENT
-			? hc__err(ENOENT, "no pool '%s' at %s: create it with 'hicache-pool create', or give its directory", name, path)
-			: errno == ELOOP ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
-			: errno == EISDIR ? hc__err(EBADMSG, "%s is not a pool: not a regular file (a directory)", path)
-			: hc__err(errno, "cannot open pool %s: %s", path, strerror(errno));
+			      ? hc__err(ENOENT,
+					"no pool '%s' at %s: create it with 'hicache-pool create', or give its directory",
+					name, path)
+		      : errno == ELOOP  ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
+		      : errno == EISDIR ? hc__err(EBADMSG, "%s is not a pool: not a regular file (a directory)", path)
+					: hc__err(errno, "cannot open pool %s: %s", path, strerror(errno));
 		goto fail_free;
 	}
 	if (fstat(p->fd, &st) < 0) {
@@ -719,7 +743,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	hc__hit_policy(&p->g, (1u << p->g.ncomp) - 1, &p->hit_full, &p->hit_win, &p->hit_maxwin);
 	p->env = p->base + p->g.toc[HC_REG_ENV].off;
 	p->rings = p->base + p->g.toc[HC_REG_RINGS].off;
-	huge = fstatfs(p->fd, &sfs) == 0 && (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
+	huge = fstatfs(p->fd, &sfs) == 0 &&
+	       (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
 	fill_info(p, name, path, &h, huge);
 
 	/* Each process has its own page tables: populate them now, not by faults. */
@@ -767,7 +792,9 @@ int hc_pool_detach(hc_pool *p)
 
 int hc_pool_destroy(const char *name, const char *dir, unsigned flags)
 {
-	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts),
+				    .dir = dir,
+				    .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
 	char path[PATH_MAX];
 	hc_pool *p;
 	int ret, live = 0;
@@ -790,8 +817,10 @@ int hc_pool_destroy(const char *name, const char *dir, unsigned flags)
 				live++;
 		hc_pool_detach(p);
 		if (live && !(flags & HC_DESTROY_FORCE))
-			return hc__err(EBUSY, "pool '%s' has %d live rank(s) attached: stop them first, or use --force (their mappings stay valid until they exit)",
-				       name, live);
+			return hc__err(
+				EBUSY,
+				"pool '%s' has %d live rank(s) attached: stop them first, or use --force (their mappings stay valid until they exit)",
+				name, live);
 	}
 	if (unlink(path) < 0)
 		return hc__err(errno, "cannot remove %s: %s", path, strerror(errno));

@@ -72,9 +72,11 @@ static int membership(const struct hc_pool *p, const char *op)
 	if (!p->eng_id)
 		return hc__err(EINVAL, "%s: this rank has joined no engine: call hc_engine_join first", op);
 	if (e != p->eng_id || tp != p->eng_tp || to != p->eng_timeout_ms || inc != p->eng_inc)
-		return hc__err(EBADMSG, "%s: rank slot %d says engine %lld, TP rank %u of %u, ticket timeout %u ms, incarnation %u, but this rank joined engine %u as TP rank %u of %u (%u ms, incarnation %u): the segment is corrupt; run hicache-pool check",
-			       op, p->slot, (long long)e - 1, tp & 0xffff, tp >> 16, to, inc, p->eng_id - 1, p->eng_tp & 0xffff,
-			       p->eng_tp >> 16, p->eng_timeout_ms, p->eng_inc);
+		return hc__err(
+			EBADMSG,
+			"%s: rank slot %d says engine %lld, TP rank %u of %u, ticket timeout %u ms, incarnation %u, but this rank joined engine %u as TP rank %u of %u (%u ms, incarnation %u): the segment is corrupt; run hicache-pool check",
+			op, p->slot, (long long)e - 1, tp & 0xffff, tp >> 16, to, inc, p->eng_id - 1,
+			p->eng_tp & 0xffff, p->eng_tp >> 16, p->eng_timeout_ms, p->eng_inc);
 	return 0;
 }
 
@@ -191,8 +193,7 @@ static int pick_record(const struct hc_pool *p)
 
 /* Take record t (FREE or CLOSED) for the name, BUILDING and ours; with the
  * name's stripe held.  0, or -EAGAIN if another stripe's taker won it. */
-static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, const struct tk_new *nw,
-		       uint64_t *wout)
+static int take_record(struct hc_pool *p, unsigned t, const struct tk_name *nm, const struct tk_new *nw, uint64_t *wout)
 {
 	struct hc_seg_ticket *r = &p->tickets[t];
 	uint64_t w = atomic_load_explicit(&r->word, memory_order_acquire), taken;
@@ -256,8 +257,10 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 		pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
 		hc__tickets_sweep(p); /* overdue tickets may free records */
 	}
-	return hc__err(EBUSY, "ticket: all %u ticket records of pool '%s' are open: release tickets, or create the pool with more (max_tickets)",
-		       p->g.max_tickets, p->info.name);
+	return hc__err(
+		EBUSY,
+		"ticket: all %u ticket records of pool '%s' are open: release tickets, or create the pool with more (max_tickets)",
+		p->g.max_tickets, p->info.name);
 }
 
 static inline _Atomic uint64_t *tk_pages(const struct hc_pool *p, unsigned t)
@@ -320,8 +323,7 @@ static void drop(struct hc_pool *p, unsigned t, uint64_t w)
 			_Atomic uint64_t *tw = &hc__tmask_row(p, HC_PAGE_ID(h))[t / 64];
 			if (atomic_load_explicit(tw, memory_order_relaxed) & (UINT64_C(1) << (t % 64)))
 				atomic_fetch_and(tw, ~(UINT64_C(1) << (t % 64)));
-		}
-		else if ((w & HC_TK_EXPIRED) && !(e >> HC_TP_SKIP_SHIFT))
+		} else if ((w & HC_TK_EXPIRED) && !(e >> HC_TP_SKIP_SHIFT))
 			abandon(p, h);
 	}
 	HC_POINT(ticket_dropped);
@@ -370,7 +372,8 @@ void hc__tickets_recover_slot(struct hc_pool *p, unsigned slot)
 			/* Nothing was published.  Its reservations, if any, are the dead
 			 * slot's and get quarantined with the rest of its pages. */
 			hc__ticket_clear_bits(p, t);
-			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~(HC_TK_CLAIMED | HC_TK_NAMING));
+			atomic_compare_exchange_strong(&r->word, &w,
+						       hc__tk_with(w, HC_TK_FREE, 0) & ~(HC_TK_CLAIMED | HC_TK_NAMING));
 		} else if (hc__tk_state(w) == HC_TK_DROPPING) {
 			drop(p, t, w);
 		}
@@ -398,8 +401,7 @@ void hc__tickets_end_engine(struct hc_pool *p, uint32_t e, uint32_t inc, unsigne
 			}
 		}
 		/* Only a record of this name's generation: a taker may have it already. */
-		if (hc__tk_state(w) == HC_TK_CLOSED &&
-		    atomic_load_explicit(&r->engine, memory_order_relaxed) == e &&
+		if (hc__tk_state(w) == HC_TK_CLOSED && atomic_load_explicit(&r->engine, memory_order_relaxed) == e &&
 		    atomic_load_explicit(&r->incarnation, memory_order_relaxed) == inc)
 			atomic_compare_exchange_strong(&r->word, &w, hc__tk_with(w, HC_TK_FREE, 0) & ~HC_TK_CLAIMED);
 	}
@@ -415,15 +417,20 @@ static int wait_built(struct hc_pool *p, unsigned t, uint32_t gen, uint32_t time
 		*w = atomic_load_explicit(&p->tickets[t].word, memory_order_acquire);
 		if (hc__tk_gen(*w) != gen || hc__tk_state(*w) != HC_TK_BUILDING)
 			return 0;
-		if (hc__tk_owner(*w) >= p->g.max_ranks) /* never probe a slot past the table: the service's lock lies there */
-			return hc__err(EBADMSG, "ticket: record %u is being built by rank slot %u, past the pool's %u: the segment is corrupt; run hicache-pool check",
-				       t, hc__tk_owner(*w), p->g.max_ranks);
+		if (hc__tk_owner(*w) >=
+		    p->g.max_ranks) /* never probe a slot past the table: the service's lock lies there */
+			return hc__err(
+				EBADMSG,
+				"ticket: record %u is being built by rank slot %u, past the pool's %u: the segment is corrupt; run hicache-pool check",
+				t, hc__tk_owner(*w), p->g.max_ranks);
 		if ((i % 64 == 0 || hc__sched_on()) && hc__rank_probe(p, hc__tk_owner(*w), NULL) == 0)
 			continue; /* the builder was dead: its recovery just freed the record */
 		HC_POINT(ticket_wait);
 		if (now_ms64() - start > timeout_ms)
-			return hc__err(ETIMEDOUT, "ticket: rank slot %u has been building ticket %u for %u ms and is alive; is it stopped?",
-				       hc__tk_owner(*w), t, timeout_ms);
+			return hc__err(
+				ETIMEDOUT,
+				"ticket: rank slot %u has been building ticket %u for %u ms and is alive; is it stopped?",
+				hc__tk_owner(*w), t, timeout_ms);
 		if (hc__sched_on())
 			continue; /* the builder runs while we park */
 		if (i < 32)
@@ -501,8 +508,10 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 
 	*held = 0;
 	if (n > c->nkeys || n > p->g.ticket_keys)
-		return hc__err(EBADMSG, "%s: ticket %u records %u pages for %u keys (at most %u a ticket): the segment is corrupt; run hicache-pool check",
-			       c->op, t, n, c->nkeys, p->g.ticket_keys);
+		return hc__err(
+			EBADMSG,
+			"%s: ticket %u records %u pages for %u keys (at most %u a ticket): the segment is corrupt; run hicache-pool check",
+			c->op, t, n, c->nkeys, p->g.ticket_keys);
 	for (i = 0; i < c->nkeys; i++) {
 		c->pages[i] = HC_PAGE_NONE;
 		if (c->skip)
@@ -515,9 +524,12 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 		if (c->nw.kind == HC_TK_RESERVE && e != HC_PAGE_NONE && why) {
 			/* The builder writes a skip reason alone, and only one
 			 * the API defines: the caller may index by it. */
-			if ((why != HC_SKIP_READY && why != HC_SKIP_BUSY) || (e & ((UINT64_C(1) << HC_TP_SKIP_SHIFT) - 1)))
-				return hc__err(EBADMSG, "%s: ticket %u entry %u is 0x%llx, no skip reason (%d or %d) alone: the segment is corrupt; run hicache-pool check",
-					       c->op, t, i, (unsigned long long)e, HC_SKIP_READY, HC_SKIP_BUSY);
+			if ((why != HC_SKIP_READY && why != HC_SKIP_BUSY) ||
+			    (e & ((UINT64_C(1) << HC_TP_SKIP_SHIFT) - 1)))
+				return hc__err(
+					EBADMSG,
+					"%s: ticket %u entry %u is 0x%llx, no skip reason (%d or %d) alone: the segment is corrupt; run hicache-pool check",
+					c->op, t, i, (unsigned long long)e, HC_SKIP_READY, HC_SKIP_BUSY);
 			c->skip[i] = (uint8_t)why;
 			continue;
 		}
@@ -525,8 +537,10 @@ static int join(struct hc_pool *p, unsigned t, const struct tk_call *c, uint32_t
 			continue;
 		/* A handle: an id of the pool, a generation, nothing above it. */
 		if (HC_PAGE_ID(e) >= p->g.npages || e != HC_PAGE_MAKE(HC_PAGE_ID(e), HC_PAGE_GEN(e)))
-			return hc__err(EBADMSG, "%s: ticket %u entry %u is 0x%llx, no handle of a page of the pool's %u: the segment is corrupt; run hicache-pool check",
-				       c->op, t, i, (unsigned long long)e, p->g.npages);
+			return hc__err(
+				EBADMSG,
+				"%s: ticket %u entry %u is 0x%llx, no handle of a page of the pool's %u: the segment is corrupt; run hicache-pool check",
+				c->op, t, i, (unsigned long long)e, p->g.npages);
 		c->pages[i] = e;
 	}
 	/*
@@ -591,7 +605,8 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 	uint32_t held = 0, tpw;
 	int32_t res_err;
 	int ret, n = 0;
-	hc_ticket res = { .size = sizeof(hc_ticket) }; /* *out is written only on success: a live handle is never lost */
+	hc_ticket res = { .size = sizeof(
+				  hc_ticket) }; /* *out is written only on success: a live handle is never lost */
 	uint32_t g0;
 
 	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = membership(p, c->op)) < 0 ||
@@ -649,21 +664,26 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 			continue;
 		if (r->kind != c->nw.kind || r->nkeys != c->nkeys || r->keys_fold[0] != c->nw.fold[0] ||
 		    r->keys_fold[1] != c->nw.fold[1])
-			return hc__err(EINVAL, "%s: ticket '%s' step %u of engine %u was opened as a %s of %u keys with other keys; a name is for one key list (use another step)",
-				       c->op, nm.req, nm.step, nm.engine - 1, kind_name(r->kind), r->nkeys);
+			return hc__err(
+				EINVAL,
+				"%s: ticket '%s' step %u of engine %u was opened as a %s of %u keys with other keys; a name is for one key list (use another step)",
+				c->op, nm.req, nm.step, nm.engine - 1, kind_name(r->kind), r->nkeys);
 		if (r->tp_size != c->nw.tp)
-			return hc__err(EINVAL, "%s: ticket '%s' step %u was opened for TP %u, this rank has TP %u", c->op,
-				       nm.req, nm.step, r->tp_size, c->nw.tp);
+			return hc__err(EINVAL, "%s: ticket '%s' step %u was opened for TP %u, this rank has TP %u",
+				       c->op, nm.req, nm.step, r->tp_size, c->nw.tp);
 		if (w & bit)
-			return hc__err(EALREADY, "%s: TP rank %u already claimed its share of ticket '%s' step %u", c->op,
-				       c->nw.rank, nm.req, nm.step);
+			return hc__err(EALREADY, "%s: TP rank %u already claimed its share of ticket '%s' step %u",
+				       c->op, c->nw.rank, nm.req, nm.step);
 		if ((w & HC_TK_EXPIRED) || hc__tk_state(w) != HC_TK_OPEN || expire(p, t, w))
-			return hc__err(ESTALE, "%s: ticket '%s' step %u expired before TP rank %u claimed its share (timeout %u ms); look up again under a new step",
-				       c->op, nm.req, nm.step, c->nw.rank, c->nw.timeout_ms);
+			return hc__err(
+				ESTALE,
+				"%s: ticket '%s' step %u expired before TP rank %u claimed its share (timeout %u ms); look up again under a new step",
+				c->op, nm.req, nm.step, c->nw.rank, c->nw.timeout_ms);
 		if ((n = join(p, t, c, &held)) < 0) {
 			uint64_t now = atomic_load(&r->word);
 			if (hc__tk_gen(now) == hc__tk_gen(w) && (now & HC_TK_EXPIRED))
-				return hc__err(ESTALE, "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
+				return hc__err(ESTALE,
+					       "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
 					       c->op, nm.req, nm.step, c->nw.rank);
 			return n;
 		}
@@ -680,9 +700,11 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 					drop(p, t, nw);
 				break;
 			}
-			if (hc__tk_gen(w) != hc__tk_gen(nw) || hc__tk_state(w) != HC_TK_OPEN || (w & (bit | HC_TK_EXPIRED))) {
+			if (hc__tk_gen(w) != hc__tk_gen(nw) || hc__tk_state(w) != HC_TK_OPEN ||
+			    (w & (bit | HC_TK_EXPIRED))) {
 				undo_join(p, c, (uint32_t)n);
-				return hc__err(ESTALE, "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
+				return hc__err(ESTALE,
+					       "%s: ticket '%s' step %u expired while TP rank %u claimed its share",
 					       c->op, nm.req, nm.step, c->nw.rank);
 			}
 		}
@@ -692,9 +714,12 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 			 * negation might not even be an int). */
 			if (res_err < -4095)
 				res_err = -EBADMSG;
-			undo_join(p, c, (uint32_t)n); /* nothing, unless the record was scribbled: no handle keeps them */
-			return hc__err(-res_err, "%s: the first rank of engine %u failed ticket '%s' step %u with %s; every rank gets the same answer (try again under a new step)",
-				       c->op, nm.engine - 1, nm.req, nm.step, strerror(-res_err));
+			undo_join(p, c,
+				  (uint32_t)n); /* nothing, unless the record was scribbled: no handle keeps them */
+			return hc__err(
+				-res_err,
+				"%s: the first rank of engine %u failed ticket '%s' step %u with %s; every rank gets the same answer (try again under a new step)",
+				c->op, nm.engine - 1, nm.req, nm.step, strerror(-res_err));
 		}
 		goto done;
 	}
@@ -717,8 +742,8 @@ done:
 	return n;
 }
 
-int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct hc_lookup_req *req,
-		     hc_page_t *pages, hc_ticket *t)
+int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct hc_lookup_req *req, hc_page_t *pages,
+		     hc_ticket *t)
 {
 	struct tk_call c = { .op = "ticket lookup", .pages = pages };
 	struct hc_lookup_req rb;
@@ -739,8 +764,8 @@ int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct
 	return ticket_run(p, name, &c, t);
 }
 
-int hc_ticket_reserve(hc_pool *p, const struct hc_ticket_name *name, const struct hc_reserve_req *req,
-		      hc_page_t *pages, uint8_t *skip, hc_ticket *t)
+int hc_ticket_reserve(hc_pool *p, const struct hc_ticket_name *name, const struct hc_reserve_req *req, hc_page_t *pages,
+		      uint8_t *skip, hc_ticket *t)
 {
 	struct tk_call c = { .op = "ticket reserve", .pages = pages, .skip = skip };
 	struct hc_reserve_req rb;
@@ -770,7 +795,8 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 	if (t->released)
 		return hc__err(EALREADY, "ticket release: ticket %u was already released by this rank", t->index);
 	if (t->kind != HC_TK_LOOKUP && t->kind != HC_TK_RESERVE)
-		return hc__err(EINVAL, "ticket release: the handle was never filled by hc_ticket_lookup or hc_ticket_reserve");
+		return hc__err(EINVAL,
+			       "ticket release: the handle was never filled by hc_ticket_lookup or hc_ticket_reserve");
 	if (t->n && !t->pages)
 		return hc__err(EINVAL, "ticket release: the handle lost its page array");
 	/* Our pins (lookup), or our write holds (reserve, not the builder). */

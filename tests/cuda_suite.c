@@ -56,8 +56,16 @@ uint8_t *cs_to_host(const void *d, size_t n)
 
 int cs_dev_open(struct cs_dev *g, hc_pool *p, uint32_t rank, enum hc_dev_path path, uint64_t reg_chunk)
 {
-	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .device = 0, .tp_size = 2, .tp_rank = rank, .comps = g->comp,
-				 .ncomp = 2, .path = path, .reg_threads = 3, .reg_chunk = reg_chunk };
+	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec),
+				 .kind = HC_DEV_CUDA,
+				 .device = 0,
+				 .tp_size = 2,
+				 .tp_rank = rank,
+				 .comps = g->comp,
+				 .ncomp = 2,
+				 .path = path,
+				 .reg_threads = 3,
+				 .reg_chunk = reg_chunk };
 
 	memset(g, 0, sizeof(*g));
 	for (int l = 0; l < 2; l++) {
@@ -68,9 +76,18 @@ int cs_dev_open(struct cs_dev *g, hc_pool *p, uint32_t rank, enum hc_dev_path pa
 		g->va[l] = (uintptr_t)g->v[l];
 		g->sa[l] = (uintptr_t)g->st[l];
 	}
-	g->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 0, .k = g->ka, .v = g->va, .token_bytes = KVB,
-					   .token_stride = KVB, .slots = NP * T };
-	g->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 1, .k = g->sa, .token_bytes = 1024, .token_stride = 1024,
+	g->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+					   .comp = 0,
+					   .k = g->ka,
+					   .v = g->va,
+					   .token_bytes = KVB,
+					   .token_stride = KVB,
+					   .slots = NP * T };
+	g->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+					   .comp = 1,
+					   .k = g->sa,
+					   .token_bytes = 1024,
+					   .token_stride = 1024,
 					   .slots = NP };
 	return hc_dev_open(p, &s, &g->dev);
 }
@@ -153,7 +170,11 @@ START_TEST(roundtrip)
 	slots_of(s1, cs_rt->page_blocks && path != HC_PATH_KERNEL); /* the kernel path scatters */
 	hct_perm(ss1, NP, NP);
 	for (int r = 0; r < 2; r++) {
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NP, .slots = s1, .state_slots = ss1,
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = NP,
+					  .slots = s1,
+					  .state_slots = ss1,
 					  .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(a[r].dev, &xr, &x));
 		ck_assert_msg(hc_xfer_free(x) == 0, "store: %s", hc_last_error());
@@ -163,7 +184,11 @@ START_TEST(roundtrip)
 	slots_of(s2, cs_rt->page_blocks);
 	hct_perm(ss2, NP, NP);
 	for (int r = 0; r < 2; r++) {
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NP, .slots = s2, .state_slots = ss2 };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = NP,
+					  .slots = s2,
+					  .state_slots = ss2 };
 		unsigned launches = cs_rt->seen ? seen().launches : 0;
 		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
 		ck_assert_msg(hc_xfer_free(x) == 0, "load: %s", hc_last_error());
@@ -227,10 +252,23 @@ static int cmp_id(const void *a, const void *b)
 START_TEST(run_across_chunks)
 {
 	const char *name = hct_name();
-	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
-				       .sharding = HC_REPLICATED, .bytes_per_layer = 4096, .layers = 1 };
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "t/split", .page_tokens = 16, .tp_size = 1, .comps = &c,
-				  .ncomp = 1, .capacity_pages = 1024, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec),
+				       .name = "st",
+				       .dtype = HC_DTYPE_F32,
+				       .kind = HC_COMP_STATE,
+				       .sharding = HC_REPLICATED,
+				       .bytes_per_layer = 4096,
+				       .layers = 1 };
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
+				  .name = name,
+				  .model_id = "t/split",
+				  .page_tokens = 16,
+				  .tp_size = 1,
+				  .comps = &c,
+				  .ncomp = 1,
+				  .capacity_pages = 1024,
+				  .max_ranks = 4,
+				  .flags = HC_CREATE_NO_POPULATE };
 	enum { N = 1024 };
 	static hc_key_t k[N];
 	static hc_page_t pg[N];
@@ -238,9 +276,19 @@ START_TEST(run_across_chunks)
 	static uint64_t ss[N];
 	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = N };
 	uint64_t base;
-	struct hc_dev_comp dc = { .size = sizeof(struct hc_dev_comp), .comp = 0, .k = &base, .token_bytes = 4096, .token_stride = 4096, .slots = N };
-	struct hc_dev_spec ds = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .tp_size = 1, .comps = &dc, .ncomp = 1,
-				  .path = HC_PATH_DIRECT, .reg_chunk = CHUNK };
+	struct hc_dev_comp dc = { .size = sizeof(struct hc_dev_comp),
+				  .comp = 0,
+				  .k = &base,
+				  .token_bytes = 4096,
+				  .token_stride = 4096,
+				  .slots = N };
+	struct hc_dev_spec ds = { .size = sizeof(struct hc_dev_spec),
+				  .kind = HC_DEV_CUDA,
+				  .tp_size = 1,
+				  .comps = &dc,
+				  .ncomp = 1,
+				  .path = HC_PATH_DIRECT,
+				  .reg_chunk = CHUNK };
 	struct hc_dev_stats st;
 	void *src, *dst;
 	uint8_t *a, *b;
@@ -264,7 +312,11 @@ START_TEST(run_across_chunks)
 	base = (uintptr_t)src;
 	ck_assert_msg(hc_dev_open(p, &ds, &d) == 0, "%s", hc_last_error());
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = N, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = N,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(d, &xr, &x));
 		ck_assert_msg(hc_xfer_free(x) == 0, "%s", hc_last_error());
 	}

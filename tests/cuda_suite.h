@@ -18,9 +18,9 @@
 
 #include "hct.h"
 
-#define NP  48  /* pages a case moves */
-#define T   16  /* hct's page tokens */
-#define KVB 128 /* a token of one rank's K (or V) in hct's layout: 2 of the 4 heads of 64 bytes */
+#define NP      48             /* pages a case moves */
+#define T       16             /* hct's page tokens */
+#define KVB     128            /* a token of one rank's K (or V) in hct's layout: 2 of the 4 heads of 64 bytes */
 #define KV_POOL (NP * T * KVB) /* bytes of a layer's K (or V) pool */
 
 /* What the runtime saw so far; only a fake can tell. */

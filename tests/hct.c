@@ -86,10 +86,21 @@ void hct_spec_init(struct hct_spec *s, const char *name, uint32_t npages)
 {
 	memset(s, 0, sizeof(*s));
 	s->spec.size = sizeof(s->spec);
-	s->comps[0] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
-						  .sharding = HC_SHARDED, .kv_heads = 4, .head_bytes = 64, .layers = 2 };
-	s->comps[1] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
-						  .sharding = HC_REPLICATED, .bytes_per_layer = 1024, .layers = 2 };
+	s->comps[0] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec),
+						  .name = "kv",
+						  .dtype = HC_DTYPE_BF16,
+						  .kind = HC_COMP_KV,
+						  .sharding = HC_SHARDED,
+						  .kv_heads = 4,
+						  .head_bytes = 64,
+						  .layers = 2 };
+	s->comps[1] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec),
+						  .name = "state",
+						  .dtype = HC_DTYPE_F32,
+						  .kind = HC_COMP_STATE,
+						  .sharding = HC_REPLICATED,
+						  .bytes_per_layer = 1024,
+						  .layers = 2 };
 	s->spec.name = name;
 	s->spec.model_id = "test/model-7b";
 	s->spec.page_tokens = 16;
@@ -416,7 +427,10 @@ int hct_key_bytes(hc_pool *p, hc_page_t pg, const hc_key_t key, int fill)
 void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0, hc_page_t *pg)
 {
 	uint8_t *skip = calloc(n, 1);
-	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .first_depth = depth0 };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req),
+				     .keys = keys,
+				     .nkeys = n,
+				     .first_depth = depth0 };
 	uint32_t pres;
 
 	ck_assert_ptr_nonnull(skip);
@@ -433,7 +447,10 @@ int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0)
 {
 	hc_page_t *pages = calloc(n, sizeof(*pages));
 	uint8_t *skip = calloc(n, 1);
-	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .first_depth = depth0 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+				     .keys = keys,
+				     .nkeys = n,
+				     .first_depth = depth0 };
 	int m = hc_reserve(p, &rq, pages, skip);
 
 	for (unsigned i = 0; m > 0 && i < n; i++) {
@@ -583,7 +600,8 @@ pid_t hct_service_child(const char *name, const struct hc_service_opts *o)
 		_exit(hc_service_stop(s) < 0 ? 2 : 0);
 	}
 	while (!__atomic_load_n(ready, __ATOMIC_ACQUIRE)) {
-		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "the service child exited (status 0x%x) without serving", st);
+		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "the service child exited (status 0x%x) without serving",
+			      st);
 		usleep(1000);
 	}
 	munmap(ready, sizeof(int));
@@ -756,7 +774,8 @@ struct hct_puppet *hct_puppet(const char *pool_name)
 	/* Attached and waiting for its first step. */
 	for (int ms = 0; atomic_load(&pp->c->done) != 0; ms++) {
 		int st;
-		ck_assert_msg(waitpid(pp->pid, &st, WNOHANG) == 0, "puppet %d died attaching (status %d)", (int)pp->pid, st);
+		ck_assert_msg(waitpid(pp->pid, &st, WNOHANG) == 0, "puppet %d died attaching (status %d)", (int)pp->pid,
+			      st);
 		ck_assert_msg(ms < HCT_CHILD_MAX_MS, "puppet %d did not attach", (int)pp->pid);
 		usleep(1000);
 	}
@@ -812,7 +831,8 @@ void hct_puppet_stopped(struct hct_puppet *pp)
 		pid_t w = waitpid(pp->pid, &st, WNOHANG | WUNTRACED);
 		ck_assert_int_ge(w, 0);
 		if (w == pp->pid) {
-			ck_assert_msg(WIFSTOPPED(st), "puppet %d ended (status 0x%x) before it stopped", (int)pp->pid, st);
+			ck_assert_msg(WIFSTOPPED(st), "puppet %d ended (status 0x%x) before it stopped", (int)pp->pid,
+				      st);
 			return;
 		}
 		ck_assert_msg(atomic_load(&pp->c->done) != pp->sent, "puppet %d ended step %u without stopping",

@@ -43,7 +43,7 @@ hc_pool *hct_attach(const char *name, unsigned flags);
 
 /* Fill / verify every byte of shard 'group' (HC_SHARD_REPLICATED: the replicated part). */
 void hct_fill(hc_pool *p, hc_page_t page, uint32_t group_bit);
-int hct_verify(hc_pool *p, hc_page_t page, uint32_t group_bit);  /* 0, or -1 on mismatch */
+int hct_verify(hc_pool *p, hc_page_t page, uint32_t group_bit); /* 0, or -1 on mismatch */
 /* Fill and commit every shard the page needs; returns the last commit's result. */
 int hct_fill_commit_all(hc_pool *p, hc_page_t page);
 
@@ -189,8 +189,18 @@ int hct_tool_run(const char *name, const char *const *args, char *out, size_t ou
 /* Run a suite in fork mode, sweeping before and after; returns the exit status. */
 int hct_run(Suite *s);
 
-#define ck_assert_ok(expr) do { int ret__ = (expr); ck_assert_msg(ret__ >= 0, "%s = %d: %s", #expr, ret__, hc_last_error()); } while (0)
-#define ck_assert_err(expr, e) do { int ret__ = (expr); ck_assert_msg(ret__ == -(e), "%s = %d (%s), want -%s: %s", #expr, ret__, strerror(-ret__ > 0 ? -ret__ : 0), #e, hc_last_error()); } while (0)
-#define ck_assert_msg_has(s) ck_assert_msg(strstr(hc_last_error(), (s)) != NULL, "error '%s' lacks '%s'", hc_last_error(), (s))
+#define ck_assert_ok(expr)                                                                                             \
+	do {                                                                                                           \
+		int ret__ = (expr);                                                                                    \
+		ck_assert_msg(ret__ >= 0, "%s = %d: %s", #expr, ret__, hc_last_error());                               \
+	} while (0)
+#define ck_assert_err(expr, e)                                                                                         \
+	do {                                                                                                           \
+		int ret__ = (expr);                                                                                    \
+		ck_assert_msg(ret__ == -(e), "%s = %d (%s), want -%s: %s", #expr, ret__,                               \
+			      strerror(-ret__ > 0 ? -ret__ : 0), #e, hc_last_error());                                 \
+	} while (0)
+#define ck_assert_msg_has(s)                                                                                           \
+	ck_assert_msg(strstr(hc_last_error(), (s)) != NULL, "error '%s' lacks '%s'", hc_last_error(), (s))
 
 #endif

@@ -33,7 +33,7 @@
 #endif
 
 #define START_TRIES 5
-#define READY_MS 5000
+#define READY_MS    5000
 
 static double now_s(void)
 {
@@ -59,7 +59,8 @@ static int free_port(void)
 
 static int answers(int port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int fd = socket(AF_INET, SOCK_STREAM, 0), ok;
 
@@ -160,8 +161,7 @@ static int start_one(struct hct_mcd *m, unsigned i, int keep_port, char *err, si
 	return -1;
 }
 
-static int start_all(struct hct_mcd *m, unsigned n, const char *args, const char *sasl_conf, char *err,
-		     size_t errlen)
+static int start_all(struct hct_mcd *m, unsigned n, const char *args, const char *sasl_conf, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof(*m));
 	if (n == 0 || n > HCT_MCD_MAX) {
@@ -199,9 +199,10 @@ int hct_mcd_start_sasl(struct hct_mcd *m, const char *dir, const char *user, con
 	fprintf(f, "mech_list: plain\nsasldb_path: %s/sasldb2\n", dir);
 	fclose(f);
 	/* the servers run as nobody: they must read the database */
-	snprintf(cmd, sizeof(cmd),
-		 "printf '%%s' '%s' | %s -p -a memcached -c -f '%s/sasldb2' '%s' && chmod 0644 '%s/sasldb2' && chmod 0755 '%s'",
-		 password, HCT_SASLPASSWD2, dir, user, dir, dir);
+	snprintf(
+		cmd, sizeof(cmd),
+		"printf '%%s' '%s' | %s -p -a memcached -c -f '%s/sasldb2' '%s' && chmod 0644 '%s/sasldb2' && chmod 0755 '%s'",
+		password, HCT_SASLPASSWD2, dir, user, dir, dir);
 	status = system(cmd);
 	if (status != 0) {
 		snprintf(err, errlen, "%s failed (status %d): apt-get install sasl2-bin", HCT_SASLPASSWD2, status);

@@ -17,8 +17,8 @@ struct hct_mcd {
 	unsigned n;
 	pid_t pid[HCT_MCD_MAX]; /* 0: not running */
 	int port[HCT_MCD_MAX];
-	char args[256];         /* extra arguments, split on spaces (e.g. "-I 64k -m 8") */
-	char sasl_conf[256];    /* SASL_CONF_PATH for the servers (memcached -S), or "" */
+	char args[256];      /* extra arguments, split on spaces (e.g. "-I 64k -m 8") */
+	char sasl_conf[256]; /* SASL_CONF_PATH for the servers (memcached -S), or "" */
 };
 
 /*

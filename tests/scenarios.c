@@ -30,8 +30,12 @@
 static int join(struct hcs_env *e, hc_pool *p, uint32_t engine, uint32_t tp, uint32_t rank, uint32_t timeout_ms,
 		uint32_t quota)
 {
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
-				     .quota_pages = quota ? quota : HC_QUOTA_UNLIMITED, .ticket_timeout_ms = timeout_ms };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = engine,
+				     .tp_size = tp,
+				     .tp_rank = rank,
+				     .quota_pages = quota ? quota : HC_QUOTA_UNLIMITED,
+				     .ticket_timeout_ms = timeout_ms };
 	int r = hc_engine_join(p, &es);
 
 	if (r < 0)
@@ -48,11 +52,11 @@ static int one_of(int r, const int *ok)
 	return 0;
 }
 
-#define EXPECT(e, r, what, ...)                                                                       \
-	do {                                                                                            \
-		static const int ok_[] = { __VA_ARGS__, 0 };                                            \
-		if ((r) < 0 && !one_of((r), ok_))                                                       \
-			hcs_fail((e), "%s: %d (%s)", (what), (r), hc_last_error());                      \
+#define EXPECT(e, r, what, ...)                                                                                        \
+	do {                                                                                                           \
+		static const int ok_[] = { __VA_ARGS__, 0 };                                                           \
+		if ((r) < 0 && !one_of((r), ok_))                                                                      \
+			hcs_fail((e), "%s: %d (%s)", (what), (r), hc_last_error());                                    \
 	} while (0)
 
 /* A page we hold, read: its bytes must be its key's. */
@@ -181,7 +185,9 @@ static const struct hcs_scenario co_writers = {
 	.actor_name = { "rank 0", "rank 1" },
 	.actor = { cow_actor, cow_actor },
 	.victims = 3,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_keys,
 	.verify = cow_verify,
 };
@@ -193,7 +199,9 @@ static const struct hcs_scenario abort_vs_co_writer = {
 	.actor_name = { "rank 0 (aborts)", "rank 1" },
 	.actor = { abort_actor, cow_actor },
 	.victims = 3,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_keys,
 };
 
@@ -257,7 +265,9 @@ static const struct hcs_scenario sweep_vs_allocator = {
 	.actor_name = { "sweeper", "allocator", "sweeper" },
 	.actor = { sweep_actor, alloc_actor, sweep_actor },
 	.victims = 7,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_quarantined,
 	.verify = sweep_verify,
 };
@@ -266,7 +276,10 @@ static const struct hcs_scenario sweep_vs_allocator = {
 
 static void reader_actor(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 3, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = e->sh->keys,
+				    .nkeys = 3,
+				    .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[3];
 	int h = hc_lookup(p, &rq, pg);
 
@@ -297,7 +310,9 @@ static const struct hcs_scenario lookup_vs_evict = {
 	.actor_name = { "reader", "evictor" },
 	.actor = { reader_actor, evictor_actor },
 	.victims = 3,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_three,
 };
 
@@ -309,7 +324,11 @@ static hc_ticket bg[63];
  * its tickets stay OPEN for an hour. */
 static void ctl_join(struct hcs_env *e)
 {
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 9, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 9,
+				     .tp_size = 2,
+				     .tp_rank = 0,
+				     .quota_pages = HC_QUOTA_UNLIMITED,
 				     .ticket_timeout_ms = 3600u * 1000u };
 
 	ck_assert_ok(hc_engine_join(e->p, &es));
@@ -386,10 +405,9 @@ static void tk_other(struct hcs_env *e, hc_pool *p, unsigned me)
 }
 
 /* Two ranks of engine 2 and another engine, on 63 records held open. */
-#define TICKET_ACTORS                                                            \
-	.nactors = 3, .actor_name = { "rank 0", "rank 1", "other engine" },      \
-	.actor = { tk_rank, tk_rank, tk_other }, .victims = 7, .npages = 4,       \
-	.quarantine_ms = 50, .max_tickets = 64, .setup = setup_tickets
+#define TICKET_ACTORS                                                                                                  \
+	.nactors = 3, .actor_name = { "rank 0", "rank 1", "other engine" }, .actor = { tk_rank, tk_rank, tk_other },   \
+	.victims = 7, .npages = 4, .quarantine_ms = 50, .max_tickets = 64, .setup = setup_tickets
 
 static const struct hcs_scenario ticket_expiry = {
 	.name = "ticket_join_vs_expiry",
@@ -397,8 +415,11 @@ static const struct hcs_scenario ticket_expiry = {
 	TICKET_ACTORS,
 	/* the evictor has chosen the page before the ticket held it, and
 	 * marks it FREEING as rank 1 joins: rank 1 waits it out */
-	.hint = { { 2, HC_PT_evict_victim }, { 0, HC_PT_ticket_released }, { 2, HC_PT_retire_freeing },
-		  { 1, HC_PT_hold_wait } }, .nhint = 4,
+	.hint = { { 2, HC_PT_evict_victim },
+		  { 0, HC_PT_ticket_released },
+		  { 2, HC_PT_retire_freeing },
+		  { 1, HC_PT_hold_wait } },
+	.nhint = 4,
 };
 
 /* The same actors: rank 0 has built 't' and let it go, the other engine
@@ -410,8 +431,12 @@ static const struct hcs_scenario ticket_reuse = {
 	.name = "ticket_join_vs_reuse",
 	.what = "a rank looks up a ticket whose record another engine is taking for a new name",
 	TICKET_ACTORS,
-	.hint = { { 0, HC_PT_ticket_released }, { 2, HC_PT_ticket_taken }, { 1, HC_PT_ticket_wait },
-		  { 2, HC_PT_ticket_released }, { 1, HCS_END } }, .nhint = 5,
+	.hint = { { 0, HC_PT_ticket_released },
+		  { 2, HC_PT_ticket_taken },
+		  { 1, HC_PT_ticket_wait },
+		  { 2, HC_PT_ticket_released },
+		  { 1, HCS_END } },
+	.nhint = 5,
 };
 
 /* ---- a death, and two recoverers */
@@ -419,7 +444,10 @@ static const struct hcs_scenario ticket_reuse = {
 /* Hold one of everything, then die. */
 static void hold_and_die(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = e->sh->keys,
+				    .nkeys = 2,
+				    .flags = HC_LOOKUP_PIN };
 	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = e->sh->keys + 2, .nkeys = 2 };
 	hc_page_t pg[2], anon;
 	uint8_t skip[2];
@@ -452,10 +480,13 @@ static const struct hcs_scenario two_recoverers = {
 	.actor_name = { "dies", "recoverer", "recoverer" },
 	.actor = { hold_and_die, recoverer, recoverer },
 	.victims = 6,
-	.npages = 6, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 6,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_three,
 	/* one recoverer holds the dead slot as the other probes it */
-	.hint = { { 0, HCS_END }, { 1, HC_PT_recover_begin }, { 2, HC_PT_probe_busy } }, .nhint = 3,
+	.hint = { { 0, HCS_END }, { 1, HC_PT_recover_begin }, { 2, HC_PT_probe_busy } },
+	.nhint = 3,
 };
 
 /* A rank dies holding things; the next to notice is one that attaches
@@ -476,7 +507,9 @@ static const struct hcs_scenario death_found_at_attach = {
 	.actor_name = { "dies", "stores" },
 	.actor = { hold_and_die, store_other },
 	.victims = 2,
-	.npages = 6, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 6,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_three,
 };
 
@@ -507,7 +540,9 @@ static const struct hcs_scenario stripe_death = {
 	.actor_name = { "dies in a stripe", "same key", "other key" },
 	.actor = { die_in_stripe, store_same, store_same },
 	.victims = 6,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_keys,
 };
 
@@ -586,7 +621,9 @@ static const struct hcs_scenario alloc_contention = {
 	.actor_name = { "allocates 4", "allocates 4" },
 	.actor = { alloc_four, alloc_four },
 	.victims = 3,
-	.npages = 6, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 6,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_keys,
 };
 
@@ -597,10 +634,13 @@ static const struct hcs_scenario reserve_runs_short = {
 	.actor_name = { "reserves 2", "reserves 1, aborts" },
 	.actor = { reserve_two, reserve_and_abort },
 	.victims = 3,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_tight,
 	/* the key goes missing between the first look and the second */
-	.hint = { { 1, HC_PT_abort_seen }, { 0, HC_PT_reserve_allocated }, { 1, HCS_END } }, .nhint = 3,
+	.hint = { { 1, HC_PT_abort_seen }, { 0, HC_PT_reserve_allocated }, { 1, HCS_END } },
+	.nhint = 3,
 };
 
 /* ---- a page allocated without a key: free against pin */
@@ -657,7 +697,9 @@ static const struct hcs_scenario anon_free_vs_pin = {
 	.actor_name = { "owner", "reader" },
 	.actor = { anon_owner, anon_reader },
 	.victims = 3,
-	.npages = 4, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_zero_page,
 };
 
@@ -681,7 +723,10 @@ static int take_check(struct hcs_env *e, hc_pool *p, hc_req *rq, hc_page_t *pg)
 static void prefetcher(struct hcs_env *e, hc_pool *p, unsigned me)
 {
 	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 3 };
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = e->sh->keys, .nkeys = 3, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = e->sh->keys,
+				      .nkeys = 3,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[3];
 	hc_req *rq;
 	int h, r;
@@ -706,7 +751,9 @@ static const struct hcs_scenario prefetch_vs_death = {
 	.actor_name = { "rank" },
 	.actor = { prefetcher },
 	.victims = 1,
-	.npages = 8, .quarantine_ms = 20, .max_tickets = 64,
+	.npages = 8,
+	.quarantine_ms = 20,
+	.max_tickets = 64,
 	.real_clock = 1,
 	.service = 1,
 	.setup = setup_three,
@@ -715,7 +762,10 @@ static const struct hcs_scenario prefetch_vs_death = {
 /* buffer_only: a write grant, pages stored and backed up, then read back. */
 static void stager(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = e->sh->keys, .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = e->sh->keys,
+				      .nkeys = 2,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[2];
 	hc_req *g, *b, *rq;
 	int r, h;
@@ -753,7 +803,9 @@ static const struct hcs_scenario staging = {
 	.actor_name = { "rank" },
 	.actor = { stager },
 	.victims = 1,
-	.npages = 8, .quarantine_ms = 20, .max_tickets = 64,
+	.npages = 8,
+	.quarantine_ms = 20,
+	.max_tickets = 64,
 	.host_mode = HC_HOST_BUFFER_ONLY,
 	.real_clock = 1,
 	.service = 1,
@@ -783,7 +835,10 @@ static void aborter(struct hcs_env *e, hc_pool *p, unsigned me)
 /* Look keys[0] up (pinned), read it if found, then store it. */
 static void lookup_store(struct hcs_env *e, hc_pool *p, unsigned me)
 {
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = e->sh->keys,
+				    .nkeys = 1,
+				    .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[1];
 	int r = hc_lookup(p, &rq, pg);
 
@@ -806,7 +861,9 @@ static const struct hcs_scenario abort_vs_lookup = {
 	.actor_name = { "aborts", "looks up, stores" },
 	.actor = { aborter, lookup_store },
 	.victims = 3,
-	.npages = 3, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 3,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_keys,
 };
 
@@ -862,14 +919,17 @@ static const struct hcs_scenario repair_vs_rank = {
 	.actor_name = { "rank", "repairs" },
 	.actor = { repair_reader, repairer },
 	.victims = 3,
-	.npages = 8, .quarantine_ms = 50, .max_tickets = 64,
+	.npages = 8,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
 	.setup = setup_damage,
 	.repairs = 1,
 };
 
 const struct hcs_scenario *const hcs_scenarios[] = {
-	&co_writers, &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict, &ticket_expiry, &ticket_reuse,
-	&two_recoverers, &death_found_at_attach, &stripe_death, &alloc_contention, &reserve_runs_short,
-	&anon_free_vs_pin, &abort_vs_lookup, &repair_vs_rank, &prefetch_vs_death, &staging,
+	&co_writers,      &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict,
+	&ticket_expiry,   &ticket_reuse,       &two_recoverers,     &death_found_at_attach,
+	&stripe_death,    &alloc_contention,   &reserve_runs_short, &anon_free_vs_pin,
+	&abort_vs_lookup, &repair_vs_rank,     &prefetch_vs_death,  &staging,
 };
 const unsigned hcs_nscenarios = sizeof(hcs_scenarios) / sizeof(hcs_scenarios[0]);

@@ -24,8 +24,8 @@
 
 #include "sched.h"
 
-#define PARK_WAIT_MS   20000 /* an actor that neither parks nor ends in this long hangs */
-#define EST_STEPS      160   /* PCT spreads its change points over this many steps */
+#define PARK_WAIT_MS 20000 /* an actor that neither parks nor ends in this long hangs */
+#define EST_STEPS    160   /* PCT spreads its change points over this many steps */
 
 enum { A_RUNNING, A_PARKED, A_DONE, A_DEAD };
 
@@ -37,11 +37,11 @@ struct ctl {
 	int st[HCS_ACTORS];
 	uint32_t parks[HCS_ACTORS];
 	pid_t svc, free_pid;
-	int last;                     /* the actor that ran last, or -1 */
+	int last; /* the actor that ran last, or -1 */
 	int killed_once;
-	uint8_t stale[HCS_ACTORS];    /* it spun, and no other actor moved since */
-	unsigned ui;                  /* the phase of plan->until[] we are in */
-	uint32_t prio[HCS_ACTORS];    /* PCT */
+	uint8_t stale[HCS_ACTORS]; /* it spun, and no other actor moved since */
+	unsigned ui;               /* the phase of plan->until[] we are in */
+	uint32_t prio[HCS_ACTORS]; /* PCT */
 	unsigned change[16], nchange;
 	uint64_t rng;
 };
@@ -194,11 +194,13 @@ static void wait_park(struct ctl *c, unsigned a, uint32_t before)
 				c->parks[a] = atomic_load(&sa->parks);
 				c->st[a] = A_DONE;
 				if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-					why(c, "actor %u (%s) exited with status 0x%x", a, c->e.sc->actor_name[a], status);
+					why(c, "actor %u (%s) exited with status 0x%x", a, c->e.sc->actor_name[a],
+					    status);
 				return;
 			}
 			c->st[a] = A_DEAD;
-			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && (atomic_load(&c->e.sh->dying) >> a & 1)) {
+			if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+			    (atomic_load(&c->e.sh->dying) >> a & 1)) {
 				c->e.killed[a] = 1; /* it ended itself, as its scenario says */
 				return;
 			}
@@ -207,7 +209,8 @@ static void wait_park(struct ctl *c, unsigned a, uint32_t before)
 			return;
 		}
 		if (mono_ms() - t0 > PARK_WAIT_MS) {
-			why(c, "actor %u (%s) neither parked nor ended for %d ms after point %s: it blocks outside a point",
+			why(c,
+			    "actor %u (%s) neither parked nor ended for %d ms after point %s: it blocks outside a point",
 			    a, c->e.sc->actor_name[a], PARK_WAIT_MS, hc__pt_name(atomic_load(&sa->at)));
 			kill(c->pid[a], SIGKILL);
 			waitpid(c->pid[a], &status, 0);
@@ -328,7 +331,7 @@ static struct hcs_choice pick(struct ctl *c, unsigned en, unsigned spin, unsigne
 		break;
 	case HCS_PCT:
 		for (unsigned i = 0; i < c->nchange; i++)
-			if (c->change[i] == k && c->last >= 0) /* the running actor drops below all, */
+			if (c->change[i] == k && c->last >= 0)     /* the running actor drops below all, */
 				c->prio[c->last] = c->nchange - i; /* and below those that dropped before */
 		for (unsigned a = 0, best = 0; a < n; a++)
 			if ((calm >> a & 1) && c->prio[a] >= best) {
@@ -388,7 +391,10 @@ static int fork_service(struct ctl *c, int pt)
 		return -1;
 	pid = fork();
 	if (pid == 0) {
-		struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .batch_pages = 4, .workers = 1 };
+		struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+					     .backend = spec,
+					     .batch_pages = 4,
+					     .workers = 1 };
 		hc_service *s;
 		sigset_t set;
 		int sig;
@@ -498,8 +504,8 @@ static void prove(struct ctl *c)
 		why(c, "%u reads by actors saw wrong bytes", atomic_load(&c->e.sh->reads_bad));
 	hc_pool_count_states(p, counts, HC_PAGE__COUNT);
 	if (counts[HC_PAGE_RESERVED] || counts[HC_PAGE_FREEING])
-		why(c, "lost: %llu pages RESERVED and %llu FREEING with every actor ended", (unsigned long long)counts[1],
-		    (unsigned long long)counts[4]);
+		why(c, "lost: %llu pages RESERVED and %llu FREEING with every actor ended",
+		    (unsigned long long)counts[1], (unsigned long long)counts[4]);
 	for (uint32_t id = 0; id < c->e.sc->npages; id++) {
 		struct hc_page_info pi;
 		hc_page_t h;
@@ -512,10 +518,14 @@ static void prove(struct ctl *c)
 			continue;
 		if (!pi.keyed) {
 			if (pi.owner != (uint32_t)p->slot)
-				why(c, "lost: page %u is READY, unkeyed and not the controller's (slot %u)", id, pi.owner);
+				why(c, "lost: page %u is READY, unkeyed and not the controller's (slot %u)", id,
+				    pi.owner);
 			continue;
 		}
-		struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+		struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+					    .keys = (const hc_key_t *)pi.key,
+					    .nkeys = 1,
+					    .flags = HC_LOOKUP_NOTOUCH };
 		if (hc_lookup(p, &rq, &h) != 1 || HC_PAGE_ID(h) != id)
 			why(c, "lost: page %u is READY and keyed, and its key does not find it", id);
 		else if (hct_key_shard(p, h, pi.key, 0, 0) < 0)

@@ -31,7 +31,7 @@
 
 #include "hct.h"
 
-#define HCS_ACTORS   3
+#define HCS_ACTORS    3
 #define HCS_MAX_STEPS 4096
 
 struct hcs_env;
@@ -50,19 +50,19 @@ struct hcs_scenario {
 	const char *actor_name[HCS_ACTORS];
 	/* In actor i's process, attached (as a rank), inside the schedule. */
 	void (*actor[HCS_ACTORS])(struct hcs_env *e, hc_pool *p, unsigned me);
-	unsigned victims;          /* actors an explorer or the sweep may kill: a bit each */
+	unsigned victims; /* actors an explorer or the sweep may kill: a bit each */
 	/* The pool: the test layout (hct_spec_init) with these. */
 	uint32_t npages, quarantine_ms, max_tickets;
-	uint32_t head_groups;      /* 0: the pool's default */
-	uint32_t host_mode;        /* enum hc_host_mode */
-	int real_clock;            /* 1: the pool reads the real clock (a service scenario) */
+	uint32_t head_groups; /* 0: the pool's default */
+	uint32_t host_mode;   /* enum hc_host_mode */
+	int real_clock;       /* 1: the pool reads the real clock (a service scenario) */
 	/* In the controller, before the actors: keys stored, tickets left open. */
 	void (*setup)(struct hcs_env *e);
 	/* A service in a process of its own, for the whole run (NULL: none),
 	 * and what it runs on (NULL: the file backend in e->dir). */
 	int service;
 	const char *backend;
-	int write_policy;          /* enum hc_write_policy + 1; 0: none */
+	int write_policy; /* enum hc_write_policy + 1; 0: none */
 	/* In the controller, after recovery: what else must hold; 0, or -1
 	 * with a line in why. */
 	int (*verify)(struct hcs_env *e, char *why, size_t len);
@@ -82,22 +82,22 @@ struct hcs_scenario {
 struct hcs_shared {
 	hc_key_t keys[HCS_KEYS];
 	hc_page_t pages[HCS_KEYS];
-	_Atomic int flag[8];            /* scenario's own handshakes */
+	_Atomic int flag[8];                  /* scenario's own handshakes */
 	_Atomic uint32_t reads_ok, reads_bad; /* byte checks of what actors read */
-	_Atomic uint32_t errors;        /* unexpected errors in actors */
-	_Atomic uint32_t dying;         /* actors that end themselves by SIGKILL: a bit each */
+	_Atomic uint32_t errors;              /* unexpected errors in actors */
+	_Atomic uint32_t dying;               /* actors that end themselves by SIGKILL: a bit each */
 	char error[256];
-	int32_t ret[HCS_ACTORS][8];     /* what each actor's calls returned */
+	int32_t ret[HCS_ACTORS][8]; /* what each actor's calls returned */
 };
 
 struct hcs_env {
 	const struct hcs_scenario *sc;
-	char name[64];                  /* the pool */
-	char dir[64];                   /* a scratch directory (L3) */
-	hc_pool *p;                     /* the controller's attachment */
+	char name[64]; /* the pool */
+	char dir[64];  /* a scratch directory (L3) */
+	hc_pool *p;    /* the controller's attachment */
 	struct hc__sched *blk;
 	struct hcs_shared *sh;
-	int killed[HCS_ACTORS];         /* set by the controller */
+	int killed[HCS_ACTORS]; /* set by the controller */
 };
 
 /* An actor's unexpected failure: counted, the first line kept. */
@@ -131,10 +131,10 @@ struct hcs_run {
 	unsigned ntrace[HCS_ACTORS];
 	uint16_t trace[HCS_ACTORS][HC_SCHED_TRACE];
 	uint64_t hits[HC_PT__COUNT];
-	int diverged;                  /* a forced prefix met another enabled set */
-	int failed;                    /* the run broke an invariant */
-	int free_killed;               /* the free process died at plan->free_point */
-	char deaths[256];              /* who was killed where, a line each */
+	int diverged;     /* a forced prefix met another enabled set */
+	int failed;       /* the run broke an invariant */
+	int free_killed;  /* the free process died at plan->free_point */
+	char deaths[256]; /* who was killed where, a line each */
 	char why[1024];
 };
 
@@ -150,12 +150,12 @@ struct hcs_run {
 enum hcs_policy { HCS_STICKY, HCS_ROUND, HCS_PCT };
 struct hcs_plan {
 	enum hcs_policy policy;
-	uint64_t seed;                 /* HCS_PCT */
-	unsigned pct_depth;            /* HCS_PCT: change points */
-	unsigned pct_steps;            /* HCS_PCT: spread over so many steps (0: 160) */
+	uint64_t seed;      /* HCS_PCT */
+	unsigned pct_depth; /* HCS_PCT: change points */
+	unsigned pct_steps; /* HCS_PCT: spread over so many steps (0: 160) */
 	const struct hcs_choice *forced;
 	unsigned nforced;
-	int kill_actor;                /* -1: none */
+	int kill_actor; /* -1: none */
 	unsigned kill_point, kill_nth;
 	/* a process of its own, free, armed to die at a point (-1: none) */
 	int free_point;

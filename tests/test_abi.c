@@ -15,10 +15,10 @@
 
 #include "hct.h"
 
-#define ASSERT_SIZE_ERROR(expr, type)                                                                              \
-	do {                                                                                                       \
-		ck_assert_err(expr, EINVAL);                                                                       \
-		ck_assert_msg_has("struct " type);                                                                 \
+#define ASSERT_SIZE_ERROR(expr, type)                                                                                  \
+	do {                                                                                                           \
+		ck_assert_err(expr, EINVAL);                                                                           \
+		ck_assert_msg_has("struct " type);                                                                     \
 	} while (0)
 
 START_TEST(input_size_checked)
@@ -192,8 +192,9 @@ START_TEST(device_structs)
 	hc_pool *p = hct_create_attach(name, 4, 0, 0);
 	static uint8_t kbuf[2][64 * 1024], vbuf[2][64 * 1024];
 	uint64_t k[2] = { (uintptr_t)kbuf[0], (uintptr_t)kbuf[1] }, v[2] = { (uintptr_t)vbuf[0], (uintptr_t)vbuf[1] };
-	struct hc_dev_comp dc[1] = { { .size = 0, .comp = 0, .k = k, .v = v, .token_bytes = 128, .token_stride = 128,
-				       .slots = 512 } };
+	struct hc_dev_comp dc[1] = {
+		{ .size = 0, .comp = 0, .k = k, .v = v, .token_bytes = 128, .token_stride = 128, .slots = 512 }
+	};
 	struct hc_dev_spec ds = { .kind = HC_DEV_HOST, .tp_size = 2, .tp_rank = 0, .comps = dc, .ncomp = 1 };
 	struct hc_xfer_req xr = { .n = 1 };
 	struct hc_dev_stats st;

@@ -21,9 +21,9 @@
 #include <xxhash.h>
 
 #define NPAGES 256
-#define KV    1u /* presence bits of the default test layout */
-#define STATE 2u
-#define BOTH  3u
+#define KV     1u /* presence bits of the default test layout */
+#define STATE  2u
+#define BOTH   3u
 
 /* ---- the backends under test */
 
@@ -204,7 +204,10 @@ static int page_bytes(hc_pool *p, hc_page_t pg, const uint8_t *key, uint32_t sal
 static void make_ready(struct env *e, const hc_key_t *keys, unsigned n, uint32_t salt, uint32_t presence,
 		       hc_page_t *out)
 {
-	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .presence = presence };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+				     .keys = keys,
+				     .nkeys = n,
+				     .presence = presence };
 	uint8_t *skip = calloc(n, 1);
 
 	ck_assert_int_eq(hc_reserve(e->p, &rq, out, skip), (int)n);
@@ -236,7 +239,10 @@ static void put_keys(struct env *e, const hc_key_t *keys, unsigned n, uint32_t s
  * Hits are checked against salt and committed; the rest are aborted. */
 static int get_keys(struct env *e, const hc_key_t *keys, unsigned n, uint32_t salt, uint32_t presence, int *status)
 {
-	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = n, .presence = presence };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+				     .keys = keys,
+				     .nkeys = n,
+				     .presence = presence };
 	hc_page_t *pg = calloc(n, sizeof(*pg));
 	uint8_t *skip = calloc(n, 1);
 	int hits;
@@ -524,8 +530,10 @@ static void *store_worker(void *arg)
 		if (hc_reserve(w->e->p, &rq, pg, skip) != 24) {
 			uint64_t cnt[HC_PAGE__COUNT];
 			hc_pool_count_states(w->e->p, cnt, HC_PAGE__COUNT);
-			snprintf(w->why, sizeof(w->why), "round %d reserve: %s [free %llu res %llu ready %llu q %llu f %llu]", round, hc_last_error(),
-			(unsigned long long)cnt[0],(unsigned long long)cnt[1],(unsigned long long)cnt[2],(unsigned long long)cnt[3],(unsigned long long)cnt[4]);
+			snprintf(w->why, sizeof(w->why),
+				 "round %d reserve: %s [free %llu res %llu ready %llu q %llu f %llu]", round,
+				 hc_last_error(), (unsigned long long)cnt[0], (unsigned long long)cnt[1],
+				 (unsigned long long)cnt[2], (unsigned long long)cnt[3], (unsigned long long)cnt[4]);
 			w->bad = 1;
 			break;
 		}
@@ -813,8 +821,8 @@ START_TEST(presence)
 
 	env_open(&e, _i, 0);
 	hct_keys(k, 4, 17);
-	put_keys(&e, k, 2, 4, BOTH);      /* objects with both components */
-	put_keys(&e, k + 2, 2, 4, KV);    /* objects with the KV component only */
+	put_keys(&e, k, 2, 4, BOTH);   /* objects with both components */
+	put_keys(&e, k + 2, 2, 4, KV); /* objects with the KV component only */
 	/* a page that needs less than the object holds: read whole, then copied */
 	ck_assert_int_eq(get_keys(&e, k, 2, 4, KV, st), 2);
 	ck_assert_uint_eq(hct_store_stat(e.st, "lib_rereads"), 2);
@@ -1138,7 +1146,8 @@ START_TEST(eagain_race)
 	}
 	for (unsigned i = 0; i < 3; i++) {
 		pthread_join(t[i], NULL);
-		ck_assert_msg(a[i].bad == 0, "thread %u: an item failed with %d (%s)", i, a[i].bad, strerror(-a[i].bad));
+		ck_assert_msg(a[i].bad == 0, "thread %u: an item failed with %d (%s)", i, a[i].bad,
+			      strerror(-a[i].bad));
 	}
 	env_close(&e);
 }

@@ -186,9 +186,9 @@ END_TEST
 
 START_TEST(corrupt_header_fields)
 {
-	const size_t offs[] = { offsetof(struct hc_seg_hdr, npages), offsetof(struct hc_seg_hdr, envelope_bytes),
+	const size_t offs[] = { offsetof(struct hc_seg_hdr, npages),      offsetof(struct hc_seg_hdr, envelope_bytes),
 				offsetof(struct hc_seg_hdr, toc) + 8 * 5, offsetof(struct hc_seg_hdr, model_id),
-				offsetof(struct hc_seg_hdr, max_ranks), 4096 + 40 /* a component's kv_heads */ };
+				offsetof(struct hc_seg_hdr, max_ranks),   4096 + 40 /* a component's kv_heads */ };
 
 	for (unsigned i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		const char *name = make_pool();
@@ -317,7 +317,10 @@ START_TEST(wrong_owner)
 		hc_pool *p;
 		if (setgroups(1, grp) || setresgid(4242, 4242, 4242) || setresuid(4343, 4343, 4343))
 			_exit(10);
-		int ret = hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &p);
+		int ret = hc_pool_attach(name,
+					 &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+								   .flags = HC_ATTACH_NO_POPULATE },
+					 &p);
 		_exit(ret == 0 ? 0 : 13);
 	}
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
@@ -406,7 +409,10 @@ START_TEST(bad_specs)
 	ck_assert_msg_has("unknown flags");
 	ck_assert_err(hc_pool_destroy(s.spec.name, NULL, 0x10), EINVAL);
 	hc_pool *p;
-	ck_assert_err(hc_pool_attach(s.spec.name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = 0x100 }, &p), EINVAL);
+	ck_assert_err(hc_pool_attach(s.spec.name,
+				     &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = 0x100 },
+				     &p),
+		      EINVAL);
 
 	/* no file is left by any of the failures */
 	char pfx[64];
@@ -448,7 +454,9 @@ START_TEST(bad_page_args)
 	ck_assert_err(hc_page_alloc(p, 1, 4, &pg), EINVAL);
 	ck_assert_err(hc_page_alloc(p, 1, 1, NULL), EINVAL);
 	ck_assert_err(hc_page_state(p, 4, NULL, NULL, NULL), EINVAL);
-	ck_assert_err(hc_pool_component(p, 2, &(struct hc_component_info){ 0 }, sizeof((struct hc_component_info){ 0 })), EINVAL);
+	ck_assert_err(
+		hc_pool_component(p, 2, &(struct hc_component_info){ 0 }, sizeof((struct hc_component_info){ 0 })),
+		EINVAL);
 	ck_assert_err(hc_pool_rank(p, 32, &(struct hc_rank_info){ 0 }, sizeof((struct hc_rank_info){ 0 })), EINVAL);
 	/* a read-only attachment cannot change anything, and does not crash trying */
 	hc_pool *ro = hct_attach(name, HC_ATTACH_READONLY);
@@ -473,8 +481,8 @@ START_TEST(scribbled_page_words)
 	struct hc_recovery_report rep;
 	hc_page_t pg[4];
 
-	atomic_store(&p->pages[1].word, UINT64_MAX);                               /* invalid state */
-	atomic_store(&p->pages[2].word, hc__w_make(HC_PAGE_RESERVED, 100, 1, 1));  /* owner past max_ranks */
+	atomic_store(&p->pages[1].word, UINT64_MAX);                              /* invalid state */
+	atomic_store(&p->pages[2].word, hc__w_make(HC_PAGE_RESERVED, 100, 1, 1)); /* owner past max_ranks */
 	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.bad_words, 2);
 	ck_assert_int_eq(hc_page_state(p, 1, NULL, NULL, NULL), HC_PAGE_QUARANTINE);

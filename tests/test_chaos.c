@@ -24,25 +24,25 @@
 
 #include "hct.h"
 
-#define NPAGES   256
-#define WORKERS  7         /* 0,1: engine 10 (TP 2); 2,3: engine 11 (TP 2); 4..6: single ranks */
-#define NTP      2         /* TP-2 engines */
-#define NBASE    12        /* base chains */
-#define BASELEN  8         /* pages per base chain */
-#define MAXK     (BASELEN + 2)
-#define OWN      8         /* unkeyed pages a single rank keeps */
-#define QUAR_MS  50
+#define NPAGES    256
+#define WORKERS   7  /* 0,1: engine 10 (TP 2); 2,3: engine 11 (TP 2); 4..6: single ranks */
+#define NTP       2  /* TP-2 engines */
+#define NBASE     12 /* base chains */
+#define BASELEN   8  /* pages per base chain */
+#define MAXK      (BASELEN + 2)
+#define OWN       8 /* unkeyed pages a single rank keeps */
+#define QUAR_MS   50
 #define TICKET_MS 1000
-#define HANG_S   30.0
+#define HANG_S    30.0
 
 struct shared {
-	struct hct_board board;                 /* unkeyed READY pages of single ranks */
-	_Atomic uint32_t attached[WORKERS];     /* attached and joined: a kill now is a death of a live rank */
-	_Atomic uint32_t progress[NTP][2];      /* next request of each rank of a TP engine */
+	struct hct_board board;             /* unkeyed READY pages of single ranks */
+	_Atomic uint32_t attached[WORKERS]; /* attached and joined: a kill now is a death of a live rank */
+	_Atomic uint32_t progress[NTP][2];  /* next request of each rank of a TP engine */
 	_Atomic uint64_t ops, stored, verified, tickets, ticket_errs, locks, evicted, freed, aborted;
 	_Atomic uint32_t bad_bytes, unexpected;
-	_Atomic uint64_t own[WORKERS][OWN];      /* unkeyed READY pages each worker allocated, for adoption */
-	_Atomic uint64_t tk_err[2][160];         /* refused tickets by kind (single, TP) and errno */
+	_Atomic uint64_t own[WORKERS][OWN]; /* unkeyed READY pages each worker allocated, for adoption */
+	_Atomic uint64_t tk_err[2][160];    /* refused tickets by kind (single, TP) and errno */
 	char bad[512], error[512];
 };
 
@@ -120,8 +120,7 @@ static void check_key(hc_pool *p, hc_page_t pg, const uint8_t *key, int w, const
 
 	if (hc_page_info(p, HC_PAGE_ID(pg), &pi, sizeof(pi)) < 0 ||
 	    (pi.state != HC_PAGE_READY && !(pi.state == HC_PAGE_FREEING && !(pi.aux & HC_FREEING_CHECKED))) ||
-	    pi.gen != HC_PAGE_GEN(pg) ||
-	    !pi.keyed || memcmp(pi.key, key, HC_KEY_BYTES) != 0)
+	    pi.gen != HC_PAGE_GEN(pg) || !pi.keyed || memcmp(pi.key, key, HC_KEY_BYTES) != 0)
 		BAD("worker %d: %s: hit page %u gen %u is not the key's page (now %s gen %u, %skeyed, %s key)", w, how,
 		    HC_PAGE_ID(pg), HC_PAGE_GEN(pg), hc_page_state_name(pi.state), pi.gen, pi.keyed ? "" : "not ",
 		    memcmp(pi.key, key, HC_KEY_BYTES) ? "another" : "the same");
@@ -137,11 +136,12 @@ static int expected(int ret, const int *ok)
 	return 0;
 }
 
-#define EXPECT(ret, what, ...) do { \
-	static const int ok__[] = { __VA_ARGS__, 0 }; \
-	if (!expected((ret), ok__)) \
-		UNEXPECTED("worker %d: %s: %d %s", w, (what), (ret), hc_last_error()); \
-} while (0)
+#define EXPECT(ret, what, ...)                                                                                         \
+	do {                                                                                                           \
+		static const int ok__[] = { __VA_ARGS__, 0 };                                                          \
+		if (!expected((ret), ok__))                                                                            \
+			UNEXPECTED("worker %d: %s: %d %s", w, (what), (ret), hc_last_error());                         \
+	} while (0)
 
 /* ---- single-rank operations */
 
@@ -186,8 +186,8 @@ static void store(hc_pool *p, int w, unsigned *seed)
 			ret = hc_page_commit(p, pages[i], 1 | 2 | HC_SHARD_REPLICATED);
 		}
 		if (ret != 1)
-			UNEXPECTED("worker %d: commit of our own reservation (page %u): %d %s", w, HC_PAGE_ID(pages[i]), ret,
-				   hc_last_error());
+			UNEXPECTED("worker %d: commit of our own reservation (page %u): %d %s", w, HC_PAGE_ID(pages[i]),
+				   ret, hc_last_error());
 		atomic_fetch_add(&sh->stored, 1);
 	}
 }
@@ -209,7 +209,10 @@ static void lookup_pin(hc_pool *p, int w, unsigned *seed, struct held *hd)
 	hc_key_t keys[MAXK];
 	hc_page_t pages[MAXK];
 	unsigned n = make_keys(mix(rand_r(seed)), keys);
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = keys,
+				    .nkeys = n,
+				    .flags = HC_LOOKUP_PIN };
 	int h = hc_lookup(p, &rq, pages), ret;
 
 	EXPECT(h, "lookup", EDQUOT);
@@ -246,7 +249,8 @@ static void let_go(hc_pool *p, int w, struct held *hd)
 	for (unsigned i = 0; i < hd->nlock; i++) {
 		check_page(p, hd->lock[i], w, "host lock");
 		if ((ret = hc_page_unlock(p, hd->lock[i])) < 0)
-			UNEXPECTED("worker %d: unlock page %u: %d %s", w, HC_PAGE_ID(hd->lock[i]), ret, hc_last_error());
+			UNEXPECTED("worker %d: unlock page %u: %d %s", w, HC_PAGE_ID(hd->lock[i]), ret,
+				   hc_last_error());
 	}
 	hd->nlock = 0;
 }
@@ -276,7 +280,8 @@ static void alloc_own(hc_pool *p, int w, unsigned *seed)
 	for (unsigned i = 0; i < n; i++) {
 		atomic_store(&sh->own[w][slot[i]], pg[i]);
 		if ((ret = hct_fill_commit_all(p, pg[i])) != 1)
-			UNEXPECTED("worker %d: commit of our own page %u: %d %s", w, HC_PAGE_ID(pg[i]), ret, hc_last_error());
+			UNEXPECTED("worker %d: commit of our own page %u: %d %s", w, HC_PAGE_ID(pg[i]), ret,
+				   hc_last_error());
 		hct_board_put(&sh->board, pg[i]);
 	}
 }
@@ -353,7 +358,8 @@ static void request(hc_pool *p, int w, const char *id, uint64_t x, uint32_t shar
 	uint8_t skip[MAXK];
 	hc_ticket lt = { .size = sizeof(lt) }, rt = { .size = sizeof(rt) };
 	unsigned n = make_keys(x, keys);
-	struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 }, rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 1 };
+	struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 },
+			      rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 1 };
 	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = n };
 	int h, m, ret;
 
@@ -372,7 +378,10 @@ static void request(hc_pool *p, int w, const char *id, uint64_t x, uint32_t shar
 		check_key(p, lp[i], keys[i], w, "ticket lookup");
 	}
 	if ((unsigned)h < n) {
-		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys + h, .nkeys = n - (unsigned)h, .first_depth = (uint32_t)h };
+		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+					     .keys = keys + h,
+					     .nkeys = n - (unsigned)h,
+					     .first_depth = (uint32_t)h };
 
 		m = hc_ticket_reserve(p, &rn, &rq, rp, skip, &rt);
 		atomic_fetch_add(&sh->tickets, 1);
@@ -476,7 +485,9 @@ static void __attribute__((noreturn)) single_rank(hc_pool *p, int w, unsigned se
 static void __attribute__((noreturn)) worker(int w, unsigned seed)
 {
 	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = TICKET_MS };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .quota_pages = HC_QUOTA_UNLIMITED,
+				     .ticket_timeout_ms = TICKET_MS };
 	hc_pool *p;
 	int ret;
 
@@ -558,7 +569,8 @@ START_TEST(random_kills)
 		landed += atomic_load(&sh->attached[w]) != 0;
 		kill(pids[w], SIGKILL);
 		ck_assert_int_eq(waitpid(pids[w], &status, 0), pids[w]);
-		ck_assert_msg(WIFSIGNALED(status), "worker %d exited by itself (status 0x%x): %s", w, status, sh->error);
+		ck_assert_msg(WIFSIGNALED(status), "worker %d exited by itself (status 0x%x): %s", w, status,
+			      sh->error);
 		atomic_store(&sh->attached[w], 0);
 		kills++;
 		adopt(p, w);
@@ -577,15 +589,17 @@ START_TEST(random_kills)
 				if (i == w)
 					continue;
 				ck_assert_int_eq(waitpid(pids[i], &status, WUNTRACED), pids[i]);
-				ck_assert_msg(WIFSTOPPED(status), "worker %d exited by itself (status 0x%x): %s", i, status,
-					      sh->error);
+				ck_assert_msg(WIFSTOPPED(status), "worker %d exited by itself (status 0x%x): %s", i,
+					      status, sh->error);
 			}
 			ret = hc_pool_check(p, 0, print_violation, NULL);
 			if (getenv("CHAOS_DEBUG")) {
 				struct hc_stats d = hct_stats(p);
-				fprintf(stderr, "chaos: stopped: FREE %llu RESERVED %llu READY %llu (keyed %llu) QUARANTINE %llu FREEING %llu; pinned %llu locked %llu ticket-held %llu open tickets %u\n",
-					(unsigned long long)d.pages[0], (unsigned long long)d.pages[1], (unsigned long long)d.pages[2],
-					(unsigned long long)d.keyed, (unsigned long long)d.pages[3], (unsigned long long)d.pages[4],
+				fprintf(stderr,
+					"chaos: stopped: FREE %llu RESERVED %llu READY %llu (keyed %llu) QUARANTINE %llu FREEING %llu; pinned %llu locked %llu ticket-held %llu open tickets %u\n",
+					(unsigned long long)d.pages[0], (unsigned long long)d.pages[1],
+					(unsigned long long)d.pages[2], (unsigned long long)d.keyed,
+					(unsigned long long)d.pages[3], (unsigned long long)d.pages[4],
 					(unsigned long long)d.pinned_pages, (unsigned long long)d.locked_pages,
 					(unsigned long long)d.ticket_pages, d.open_tickets);
 			}
@@ -614,8 +628,9 @@ START_TEST(random_kills)
 	for (int kind = 0; kind < 2; kind++)
 		for (int e = 0; e < 160; e++)
 			if (sh->tk_err[kind][e])
-				fprintf(stderr, "chaos: %s tickets refused with %s: %llu\n", kind ? "TP-2" : "single-rank",
-					strerror(e), (unsigned long long)sh->tk_err[kind][e]);
+				fprintf(stderr, "chaos: %s tickets refused with %s: %llu\n",
+					kind ? "TP-2" : "single-rank", strerror(e),
+					(unsigned long long)sh->tk_err[kind][e]);
 	ck_assert_msg(sh->bad_bytes == 0, "%u reads saw wrong bytes; first: %s", sh->bad_bytes, sh->bad);
 	ck_assert_msg(sh->unexpected == 0, "%u unexpected errors; first: %s", sh->unexpected, sh->error);
 	ck_assert_uint_gt(kills, 10);
@@ -668,7 +683,10 @@ START_TEST(random_kills)
 		ck_assert_msg(check_page(p, HC_PAGE_MAKE(id, pi.gen), -1, "final sweep") == 0, "%s", sh->bad);
 		/* Every worker is dead: recovery freed what they allocated unkeyed. */
 		ck_assert_msg(pi.keyed, "page %u: READY, unkeyed, of dead slot %u, never reclaimed", id, pi.owner);
-		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req),
+					     .keys = (const hc_key_t *)pi.key,
+					     .nkeys = 1,
+					     .flags = HC_LOOKUP_NOTOUCH };
 		ck_assert_int_eq(hc_lookup(p, &one, &h), 1);
 		ck_assert_uint_eq(h, HC_PAGE_MAKE(id, pi.gen));
 	}
@@ -683,7 +701,6 @@ START_TEST(random_kills)
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
 }
 END_TEST
-
 
 /* ---- targeted cases: one moment of death (or stop) each, made certain.
  * Each asserts what the design promises, and failed on main when it was
@@ -701,14 +718,21 @@ static hc_pool *child_attach(const char *name)
 
 static void child_join(hc_pool *c, uint32_t engine, uint32_t tp, uint32_t rank)
 {
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = engine,
+				     .tp_size = tp,
+				     .tp_rank = rank,
 				     .quota_pages = HC_QUOTA_UNLIMITED };
 
 	if (hc_engine_join(c, &es) < 0)
 		_exit(98);
 }
 
-struct step { _Atomic int step; int ret; char msg[256]; };
+struct step {
+	_Atomic int step;
+	int ret;
+	char msg[256];
+};
 
 static void wait_step(struct step *st, int s)
 {
@@ -723,7 +747,11 @@ static pid_t start_replacement(const char *name, struct step *st)
 
 	if (y == 0) {
 		hc_pool *c = child_attach(name);
-		struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 5, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
+		struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+					     .engine_id = 5,
+					     .tp_size = 2,
+					     .tp_rank = 0,
+					     .quota_pages = HC_QUOTA_UNLIMITED };
 		st->ret = hc_engine_join(c, &es);
 		snprintf(st->msg, sizeof(st->msg), "%s", st->ret < 0 ? hc_last_error() : "");
 		_exit(0);
@@ -790,7 +818,7 @@ START_TEST(claim_with_a_dead_freer)
 		atomic_store(&st->step, 2);
 		wait_step(st, 3);
 		signal(SIGALRM, SIG_DFL); /* Check's handler would kill the whole test */
-		alarm(3); /* a cap on the spin, not a deadline for recovery */
+		alarm(3);                 /* a cap on the spin, not a deadline for recovery */
 		int ret = hc_ticket_lookup(c, &nm, &lq, &got, &t);
 		_exit(ret == 1 && got == pg && hct_verify(c, got, 1) == 0 ? 0 : 1);
 	}
@@ -842,7 +870,9 @@ START_TEST(late_shard_after_the_grace)
 			hc_pool *c = child_attach(name);
 			hc_page_t mine;
 			hc_ticket t = { .size = sizeof(hc_ticket) };
-			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "req", .step = 1 };
+			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name),
+						     .request_id = "req",
+						     .step = 1 };
 			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 			child_join(c, 1, 2, i);
 			if (i == 1)
@@ -872,11 +902,16 @@ START_TEST(late_shard_after_the_grace)
 		ck_assert_int_eq(hct_fill_commit_all(p, pg), 1);
 	atomic_store(&st->step, 3);
 	waitpid(r[1], NULL, 0);
-	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k + 1, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = k + 1,
+				    .nkeys = 1,
+				    .flags = HC_LOOKUP_PIN };
 	if (hc_lookup(p, &lq, &got) == 1) {
 		int bad = hct_verify(p, got, 1) || hct_verify(p, got, 2) || hct_verify(p, got, HC_SHARD_REPLICATED);
 		ck_assert_ok(hc_page_unpin(p, got));
-		ck_assert_msg(!bad, "a READY page has wrong bytes: a TP rank's copy into the page of its dead builder landed after the grace");
+		ck_assert_msg(
+			!bad,
+			"a READY page has wrong bytes: a TP rank's copy into the page of its dead builder landed after the grace");
 	}
 	munmap(st, 4096);
 	hc_pool_detach(p);
@@ -896,7 +931,9 @@ START_TEST(stalled_reader_and_a_reused_page)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 1, QUAR_MS, 16);
-	struct res { _Atomic uint64_t iters, wrong; } *res;
+	struct res {
+		_Atomic uint64_t iters, wrong;
+	} * res;
 	hc_key_t k[1];
 	hc_page_t pg;
 	uint8_t skip;
@@ -911,7 +948,10 @@ START_TEST(stalled_reader_and_a_reused_page)
 	ck_assert_int_eq(hct_fill_commit_all(p, pg), 1);
 	if ((r = fork()) == 0) {
 		hc_pool *c = child_attach(name);
-		struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+		struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req),
+					    .keys = k,
+					    .nkeys = 1,
+					    .flags = HC_LOOKUP_PIN };
 		hc_page_t got;
 		struct hc_page_info pi;
 		for (;;) {
@@ -1045,7 +1085,10 @@ START_TEST(check_a_stopped_writer)
 				tok[j] = (uint32_t)mix((uint64_t)i << 8 | j);
 			hc_key_chain(NULL, NULL, tok, 32 * 4, 4, k);
 			/* one writer per page (presence: the state only), so an abort frees at once */
-			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 32, .presence = 2 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+						     .keys = k,
+						     .nkeys = 32,
+						     .presence = 2 };
 			if (hc_reserve(c, &rq, pg, skip) == 32)
 				hc_page_abort(c, pg, 32);
 		}
@@ -1059,8 +1102,8 @@ START_TEST(check_a_stopped_writer)
 	}
 	kill(w, SIGKILL);
 	waitpid(w, NULL, 0);
-	ck_assert_msg(nviol == 0, "%d violation(s) in %u checks of a pool whose only writer is stopped (alive): %s", nviol,
-		      stops, first_viol);
+	ck_assert_msg(nviol == 0, "%d violation(s) in %u checks of a pool whose only writer is stopped (alive): %s",
+		      nviol, stops, first_viol);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
 }
@@ -1121,9 +1164,10 @@ START_TEST(leaving_page_shadows_the_live_one)
 		hc_page_info(p, id, &pi, sizeof(pi));
 		nready += pi.state == HC_PAGE_READY && pi.keyed && memcmp(pi.key, k[0], HC_KEY_BYTES) == 0;
 	}
-	ck_assert_msg(stored_again == 0 && hit == 1 && nready == 1,
-		      "while a leaving page's entry was in the index, the key (READY again) was reserved once more (%d, want 0), a lookup hit %d (want 1); now %d READY pages hold the key (want 1)",
-		      stored_again, hit, nready);
+	ck_assert_msg(
+		stored_again == 0 && hit == 1 && nready == 1,
+		"while a leaving page's entry was in the index, the key (READY again) was reserved once more (%d, want 0), a lookup hit %d (want 1); now %d READY pages hold the key (want 1)",
+		stored_again, hit, nready);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
 }

@@ -175,8 +175,12 @@ END_TEST
 
 static void join(hc_pool *p, uint32_t engine, uint32_t rank)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = 2, .tp_rank = rank,
-				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 60000 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = engine,
+				    .tp_size = 2,
+				    .tp_rank = rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED,
+				    .ticket_timeout_ms = 60000 };
 
 	ck_assert_ok(hc_engine_join(p, &e));
 }

@@ -54,7 +54,11 @@ static void d_get(void *h, const void *d, size_t n)
 }
 
 static const struct cs_rt gpu = {
-	.alloc = d_alloc, .free = d_free, .put = d_put, .get = d_get, .page_blocks = 1,
+	.alloc = d_alloc,
+	.free = d_free,
+	.put = d_put,
+	.get = d_get,
+	.page_blocks = 1,
 };
 
 static void gdev_open(struct cs_dev *g, hc_pool *p, uint32_t rank, enum hc_dev_path path, uint64_t reg_chunk)
@@ -89,7 +93,11 @@ START_TEST(layer_events)
 	{
 		/* Rank 0 stores; rank 1 is not here, so page 0 is committed whole
 		 * by hand, and only rank 0's bytes are compared. */
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NP, .slots = sl, .state_slots = ss };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = NP,
+					  .slots = sl,
+					  .state_slots = ss };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 		ck_assert_ptr_nonnull(hc_xfer_layer_event(x, 1));
 		ck_assert_int_eq(hc_xfer_free(x), 0);
@@ -100,7 +108,11 @@ START_TEST(layer_events)
 	CK_CUDA(cudaStreamCreate(&user));
 	CK_CUDA(cudaMalloc(&copy, T * KVB));
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 1, .slots = sl, .state_slots = ss };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 1,
+					  .slots = sl,
+					  .state_slots = ss };
 		uint8_t *want, *got;
 		ck_assert_ok(hc_dev_load(b.dev, &xr, &x));
 		ck_assert_uint_eq(hc_xfer_layers(x), 2);
@@ -133,10 +145,25 @@ START_TEST(errors)
 	uint64_t host[2], hst[2];
 	uint8_t *buf = malloc(KV_POOL * 4 + NP * 1024 * 2);
 	struct hc_dev_comp c[2] = {
-		{ .size = sizeof(struct hc_dev_comp), .comp = 0, .k = host, .v = host, .token_bytes = KVB, .token_stride = KVB, .slots = NP * T },
-		{ .size = sizeof(struct hc_dev_comp), .comp = 1, .k = hst, .token_bytes = 1024, .token_stride = 1024, .slots = NP },
+		{ .size = sizeof(struct hc_dev_comp),
+		  .comp = 0,
+		  .k = host,
+		  .v = host,
+		  .token_bytes = KVB,
+		  .token_stride = KVB,
+		  .slots = NP * T },
+		{ .size = sizeof(struct hc_dev_comp),
+		  .comp = 1,
+		  .k = hst,
+		  .token_bytes = 1024,
+		  .token_stride = 1024,
+		  .slots = NP },
 	};
-	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .tp_size = 2, .comps = c, .ncomp = 2 };
+	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec),
+				 .kind = HC_DEV_CUDA,
+				 .tp_size = 2,
+				 .comps = c,
+				 .ncomp = 2 };
 	uint64_t vv[2];
 	struct cs_dev g;
 	hc_dev *d;
@@ -158,7 +185,11 @@ START_TEST(errors)
 	/* a registration chunk that is not whole huge pages */
 	gdev_open(&g, p, 0, HC_PATH_AUTO, 0);
 	{
-		struct hc_dev_spec s2 = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .tp_size = 2, .comps = g.comp, .ncomp = 2,
+		struct hc_dev_spec s2 = { .size = sizeof(struct hc_dev_spec),
+					  .kind = HC_DEV_CUDA,
+					  .tp_size = 2,
+					  .comps = g.comp,
+					  .ncomp = 2,
 					  .reg_chunk = 3u << 20 };
 		hc_pool *q = hct_attach(name, 0); /* another handle: registered anew */
 		ck_assert_err(hc_dev_open(q, &s2, &d), EINVAL);

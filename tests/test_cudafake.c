@@ -38,17 +38,17 @@ static struct fake {
 	struct range alloc[MAXR], reg[MAXR];
 	struct range pinned[MAXR];
 	unsigned nalloc, nreg, npinned;
-	pthread_t caller;                  /* the test's thread: no runtime call may run on it */
+	pthread_t caller; /* the test's thread: no runtime call may run on it */
 	pthread_cond_t cv;
-	int hold;                          /* cudaEventSynchronize waits while set */
-	int pools;                         /* cudaDevAttrMemoryPoolsSupported */
-	int test_side;                     /* the test itself calls the fake: not a violation */
-	unsigned reg_calls, reg_fail_at;   /* the reg_fail_at'th registration fails (0: none) */
+	int hold;                        /* cudaEventSynchronize waits while set */
+	int pools;                       /* cudaDevAttrMemoryPoolsSupported */
+	int test_side;                   /* the test itself calls the fake: not a violation */
+	unsigned reg_calls, reg_fail_at; /* the reg_fail_at'th registration fails (0: none) */
 	unsigned copies, copy_fail_at, at_chunk_end;
 	unsigned launches, violations, stream_syncs;
 	unsigned events_live, next_event;
 	uintptr_t last_waited;
-	char why[256];                     /* the first violation */
+	char why[256]; /* the first violation */
 } F;
 
 static void violation(const char *what)
@@ -101,7 +101,7 @@ static cudaError_t f_attr(int *v, enum cudaDeviceAttr a, int d)
 	on_call();
 	(void)d;
 	*v = a == cudaDevAttrCanUseHostPointerForRegisteredMem ? F.host_ptr
-	     : a == cudaDevAttrMemoryPoolsSupported	       ? F.pools
+	     : a == cudaDevAttrMemoryPoolsSupported            ? F.pools
 							       : 0;
 	return cudaSuccess;
 }
@@ -359,13 +359,27 @@ static void fake_install(void)
 	F.pools = 1;
 	F.caller = pthread_self();
 	hc__cuda = (struct hc__cuda_rt){
-		.GetDeviceCount = f_count, .SetDevice = f_set, .DeviceGetAttribute = f_attr,
-		.PointerGetAttributes = f_ptr, .HostRegister = f_reg, .HostUnregister = f_unreg,
-		.StreamCreateWithFlags = f_stream, .StreamDestroy = f_stream_x, .StreamSynchronize = f_stream_sync,
-		.StreamWaitEvent = f_wait, .MallocAsync = f_malloc_async, .FreeAsync = f_free_async,
-		.MallocHost = f_malloc_host, .FreeHost = f_free_host, .MemcpyAsync = f_copy,
-		.EventCreateWithFlags = f_ev_create, .EventRecord = f_ev_record, .EventSynchronize = f_ev_sync,
-		.EventDestroy = f_ev_destroy, .GetLastError = f_last, .gather = f_gather,
+		.GetDeviceCount = f_count,
+		.SetDevice = f_set,
+		.DeviceGetAttribute = f_attr,
+		.PointerGetAttributes = f_ptr,
+		.HostRegister = f_reg,
+		.HostUnregister = f_unreg,
+		.StreamCreateWithFlags = f_stream,
+		.StreamDestroy = f_stream_x,
+		.StreamSynchronize = f_stream_sync,
+		.StreamWaitEvent = f_wait,
+		.MallocAsync = f_malloc_async,
+		.FreeAsync = f_free_async,
+		.MallocHost = f_malloc_host,
+		.FreeHost = f_free_host,
+		.MemcpyAsync = f_copy,
+		.EventCreateWithFlags = f_ev_create,
+		.EventRecord = f_ev_record,
+		.EventSynchronize = f_ev_sync,
+		.EventDestroy = f_ev_destroy,
+		.GetLastError = f_last,
+		.gather = f_gather,
 	};
 }
 
@@ -393,14 +407,25 @@ static void fk_copy(void *dst, const void *src, size_t n)
 static void fk_seen(struct cs_seen *s)
 {
 	pthread_mutex_lock(&F.mu);
-	*s = (struct cs_seen){ .regs = F.nreg, .allocs = F.nalloc, .pinned = F.npinned, .events = F.events_live,
-			       .launches = F.launches, .copies = F.copies, .at_chunk_end = F.at_chunk_end,
-			       .violations = F.violations, .why = F.why };
+	*s = (struct cs_seen){ .regs = F.nreg,
+			       .allocs = F.nalloc,
+			       .pinned = F.npinned,
+			       .events = F.events_live,
+			       .launches = F.launches,
+			       .copies = F.copies,
+			       .at_chunk_end = F.at_chunk_end,
+			       .violations = F.violations,
+			       .why = F.why };
 	pthread_mutex_unlock(&F.mu);
 }
 
 static const struct cs_rt fake = {
-	.alloc = fk_alloc, .free = fk_free, .put = fk_copy, .get = fk_copy, .begin = fake_install, .seen = fk_seen,
+	.alloc = fk_alloc,
+	.free = fk_free,
+	.put = fk_copy,
+	.get = fk_copy,
+	.begin = fake_install,
+	.seen = fk_seen,
 };
 
 /* A layer's event is what the stream recorded; 'after' is waited for first. */
@@ -426,9 +451,14 @@ START_TEST(events)
 	hct_keys(k, 4, 93);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 4);
 	after = (cudaEvent_t)(uintptr_t)0x777; /* the engine's: a number to the fake */
-	F.hold = 1;                             /* layers are issued, none arrives */
+	F.hold = 1;                            /* layers are issued, none arrives */
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 4, .slots = sl, .state_slots = ss, .after = after };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 4,
+					  .slots = sl,
+					  .state_slots = ss,
+					  .after = after };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 		e0 = hc_xfer_layer_event(x, 0);
 		e1 = hc_xfer_layer_event(x, 1);
@@ -475,7 +505,11 @@ START_TEST(failures)
 	static uint8_t skip[NP];
 	static uint64_t sl[NP * T], ss[NP];
 	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = NP };
-	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NP, .slots = sl, .state_slots = ss };
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+				  .pages = pg,
+				  .n = NP,
+				  .slots = sl,
+				  .state_slots = ss };
 	uint64_t host[2];
 	unsigned syncs;
 	hc_xfer *x;
@@ -491,7 +525,10 @@ START_TEST(failures)
 	cs_dev_close(&a);
 	F.ndev = 1;
 	{
-		struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .device = 1, .tp_size = 2 };
+		struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec),
+					 .kind = HC_DEV_CUDA,
+					 .device = 1,
+					 .tp_size = 2 };
 		ck_assert_ok(cs_dev_open(&a, p, 0, HC_PATH_DIRECT, 0)); /* a good one first: the pool registers */
 		s.comps = a.comp;
 		s.ncomp = 2;

@@ -51,8 +51,13 @@ static void rank_open(struct rank_dev *r, hc_pool *p, uint32_t tp, uint32_t rank
 		r->ka[l] = (uintptr_t)r->k[l];
 		r->va[l] = (uintptr_t)r->v[l];
 	}
-	r->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 0, .k = r->ka, .v = r->va, .token_bytes = r->kv_bytes,
-					   .token_stride = r->kv_bytes, .slots = nslots };
+	r->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+					   .comp = 0,
+					   .k = r->ka,
+					   .v = r->va,
+					   .token_bytes = r->kv_bytes,
+					   .token_stride = r->kv_bytes,
+					   .slots = nslots };
 	if (pi.ncomp > 1) {
 		hc_pool_component(p, 1, &st, sizeof(st));
 		r->st_bytes = st.bytes_per_layer;
@@ -62,13 +67,22 @@ static void rank_open(struct rank_dev *r, hc_pool *p, uint32_t tp, uint32_t rank
 				r->st[l][b] = (uint8_t)rand();
 			r->sa[l] = (uintptr_t)r->st[l];
 		}
-		r->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 1, .k = r->sa, .token_bytes = r->st_bytes,
-						   .token_stride = r->st_bytes, .slots = r->nstate };
+		r->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+						   .comp = 1,
+						   .k = r->sa,
+						   .token_bytes = r->st_bytes,
+						   .token_stride = r->st_bytes,
+						   .slots = r->nstate };
 		nc = 2;
 	}
 	{
-		struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_HOST, .tp_size = tp, .tp_rank = rank, .comps = r->comp,
-					 .ncomp = nc, .path = g_path };
+		struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec),
+					 .kind = HC_DEV_HOST,
+					 .tp_size = tp,
+					 .tp_rank = rank,
+					 .comps = r->comp,
+					 .ncomp = nc,
+					 .path = g_path };
 		ck_assert_ok(hc_dev_open(p, &s, &r->dev));
 	}
 }
@@ -108,7 +122,12 @@ START_TEST(roundtrip_tp2)
 	hct_perm(ss1, 6, 16);
 	/* rank 0 stores: its group and the replicated state; the page waits for rank 1 */
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 6, .slots = s1, .state_slots = ss1, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 6,
+					  .slots = s1,
+					  .state_slots = ss1,
+					  .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(a[0].dev, &xr, &x));
 		ck_assert_int_eq(hc_xfer_layers(x), 2);
 		ck_assert_int_eq(hc_xfer_free(x), 0);
@@ -122,7 +141,11 @@ START_TEST(roundtrip_tp2)
 	hct_perm(s2, 6 * 16, 128);
 	hct_perm(ss2, 6, 16);
 	for (int r = 0; r < 2; r++) {
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 6, .slots = s2, .state_slots = ss2 };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 6,
+					  .slots = s2,
+					  .state_slots = ss2 };
 		ck_assert_ok(hc_dev_load(b[r].dev, &xr, &x));
 		ck_assert_int_eq(hc_xfer_free(x), 0);
 		/* 6 pages, 2 layers: K and V of 16 tokens of 128 bytes, and 1024 bytes of state */
@@ -140,7 +163,8 @@ START_TEST(roundtrip_tp2)
 			}
 			/* the replicated state, as rank 0 wrote it, for every rank */
 			for (unsigned i = 0; i < 6; i++)
-				ck_assert_int_eq(memcmp(b[r].st[l] + ss2[i] * 1024, a[0].st[l] + ss1[i] * 1024, 1024), 0);
+				ck_assert_int_eq(memcmp(b[r].st[l] + ss2[i] * 1024, a[0].st[l] + ss1[i] * 1024, 1024),
+						 0);
 		}
 	}
 	for (int r = 0; r < 2; r++) {
@@ -156,10 +180,24 @@ END_TEST
 START_TEST(tp8_read_by_tp4_and_tp2)
 {
 	const char *name = hct_name();
-	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
-				       .sharding = HC_SHARDED, .kv_heads = 8, .head_bytes = 32, .layers = 2 };
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "t/tp8", .page_tokens = 16, .tp_size = 8, .comps = &c,
-				  .ncomp = 1, .capacity_pages = 8, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec),
+				       .name = "kv",
+				       .dtype = HC_DTYPE_BF16,
+				       .kind = HC_COMP_KV,
+				       .sharding = HC_SHARDED,
+				       .kv_heads = 8,
+				       .head_bytes = 32,
+				       .layers = 2 };
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
+				  .name = name,
+				  .model_id = "t/tp8",
+				  .page_tokens = 16,
+				  .tp_size = 8,
+				  .comps = &c,
+				  .ncomp = 1,
+				  .capacity_pages = 8,
+				  .max_ranks = 4,
+				  .flags = HC_CREATE_NO_POPULATE };
 	struct rank_dev w[8], r2;
 	hc_key_t k[4];
 	hc_page_t pg[4];
@@ -177,7 +215,11 @@ START_TEST(tp8_read_by_tp4_and_tp2)
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 4);
 	hct_perm(s1, 4 * 16, 64);
 	for (uint32_t r = 0; r < 8; r++) {
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 4, .slots = s1, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 4,
+					  .slots = s1,
+					  .flags = HC_XFER_COMMIT };
 		rank_open(&w[r], p, 8, r, 64, 1);
 		ck_assert_uint_eq(w[r].kv_bytes, 32);
 		ck_assert_ok(hc_dev_store(w[r].dev, &xr, &x));
@@ -187,7 +229,10 @@ START_TEST(tp8_read_by_tp4_and_tp2)
 	hct_perm(s2, 4 * 16, 64);
 	for (uint32_t S = 4; S >= 2; S /= 2)
 		for (uint32_t rank = 0; rank < S; rank++) {
-			struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 4, .slots = s2 };
+			struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+						  .pages = pg,
+						  .n = 4,
+						  .slots = s2 };
 			uint32_t hpr = 8 / S, tb = hpr * 32;
 			rank_open(&r2, p, S, rank, 64, 0);
 			ck_assert_uint_eq(r2.kv_bytes, tb);
@@ -198,8 +243,12 @@ START_TEST(tp8_read_by_tp4_and_tp2)
 				for (unsigned i = 0; i < 4 * 16; i++)
 					for (unsigned h = 0; h < hpr; h++) {
 						const struct rank_dev *src = &w[rank * hpr + h];
-						ck_assert_int_eq(memcmp(r2.k[l] + s2[i] * tb + h * 32, src->k[l] + s1[i] * 32, 32), 0);
-						ck_assert_int_eq(memcmp(r2.v[l] + s2[i] * tb + h * 32, src->v[l] + s1[i] * 32, 32), 0);
+						ck_assert_int_eq(memcmp(r2.k[l] + s2[i] * tb + h * 32,
+									src->k[l] + s1[i] * 32, 32),
+								 0);
+						ck_assert_int_eq(memcmp(r2.v[l] + s2[i] * tb + h * 32,
+									src->v[l] + s1[i] * 32, 32),
+								 0);
 					}
 			rank_close(&r2);
 		}
@@ -214,10 +263,24 @@ END_TEST
 START_TEST(layer_marks_in_order)
 {
 	const char *name = hct_name();
-	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV,
-				       .sharding = HC_SHARDED, .kv_heads = 8, .head_bytes = 256, .layers = 8 };
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "t/layers", .page_tokens = 32, .tp_size = 1, .comps = &c,
-				  .ncomp = 1, .capacity_pages = 32, .max_ranks = 4, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec),
+				       .name = "kv",
+				       .dtype = HC_DTYPE_BF16,
+				       .kind = HC_COMP_KV,
+				       .sharding = HC_SHARDED,
+				       .kv_heads = 8,
+				       .head_bytes = 256,
+				       .layers = 8 };
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
+				  .name = name,
+				  .model_id = "t/layers",
+				  .page_tokens = 32,
+				  .tp_size = 1,
+				  .comps = &c,
+				  .ncomp = 1,
+				  .capacity_pages = 32,
+				  .max_ranks = 4,
+				  .flags = HC_CREATE_NO_POPULATE };
 	struct rank_dev a, b;
 	hc_key_t k[32];
 	hc_page_t pg[32];
@@ -238,7 +301,11 @@ START_TEST(layer_marks_in_order)
 	for (unsigned i = 0; i < 32 * 32; i++)
 		sl[i] = i;
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 32, .slots = sl, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 32,
+					  .slots = sl,
+					  .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 		ck_assert_int_eq(hc_xfer_free(x), 0);
 	}
@@ -288,7 +355,11 @@ START_TEST(errors)
 	uint8_t skip[2];
 	uint64_t sl[2 * 16], ss[2] = { 0, 1 };
 	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
-	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 2, .slots = sl, .state_slots = ss };
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+				  .pages = pg,
+				  .n = 2,
+				  .slots = sl,
+				  .state_slots = ss };
 	struct hc_dev_spec spec = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_CUDA, .tp_size = 2 };
 	hc_dev *d;
 	hc_xfer *x;
@@ -387,7 +458,10 @@ START_TEST(store_into_another_ranks_reservation)
 		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 1 };
 		uint8_t skip[1];
 		hc_pool *q;
-		if (hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &q) < 0 ||
+		if (hc_pool_attach(name,
+				   &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+							     .flags = HC_ATTACH_NO_POPULATE },
+				   &q) < 0 ||
 		    hc_reserve(q, &rq, pg, skip) != 1)
 			_exit(1);
 		if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) < 0) /* hold it until told */
@@ -399,7 +473,11 @@ START_TEST(store_into_another_ranks_reservation)
 	ck_assert_int_eq(read(up[0], &c, 1), 1);
 	rank_open(&a, p, 2, 0, 64, 1);
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 1, .slots = sl, .state_slots = ss };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 1,
+					  .slots = sl,
+					  .state_slots = ss };
 		ck_assert_err(hc_dev_store(a.dev, &xr, &x), EPERM);
 		ck_assert_msg_has("reserved by rank slot");
 	}
@@ -423,7 +501,11 @@ START_TEST(store_into_the_engines_reservation)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 100, 4);
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 7, .tp_size = 2, .tp_rank = 0, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 7,
+				     .tp_size = 2,
+				     .tp_rank = 0,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
 	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = NULL, .nkeys = 1 };
 	struct rank_dev a;
 	hc_key_t k[2];
@@ -446,21 +528,34 @@ START_TEST(store_into_the_engines_reservation)
 	child = fork();
 	if (child == 0) {
 		struct hc_engine_spec e1 = es;
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 1, .slots = sl, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 1,
+					  .slots = sl,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT };
 		struct rank_dev b;
 		hc_pool *q;
 		hc_xfer *y;
 		int ok = 1;
 		e1.tp_rank = 1;
-		if (hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &q) < 0 ||
+		if (hc_pool_attach(name,
+				   &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+							     .flags = HC_ATTACH_NO_POPULATE },
+				   &q) < 0 ||
 		    hc_engine_join(q, &e1) < 0)
 			_exit(1);
 		rank_open(&b, q, 2, 1, 16, 1);
 		/* rank 1 writes its head group into rank 0's reservation */
 		ok &= hc_dev_store(b.dev, &xr, &y) == 0 && hc_xfer_free(y) == 0;
 		/* and reserves a page of the replicated state only: rank 0 writes it */
-		ok &= hc_reserve(q, &(struct hc_reserve_req){ .size = sizeof(struct hc_reserve_req), .keys = k + 1, .nkeys = 1, .first_depth = 1,
-							      .presence = 1u << 1 }, pg + 1, skip) == 1;
+		ok &= hc_reserve(q,
+				 &(struct hc_reserve_req){ .size = sizeof(struct hc_reserve_req),
+							   .keys = k + 1,
+							   .nkeys = 1,
+							   .first_depth = 1,
+							   .presence = 1u << 1 },
+				 pg + 1, skip) == 1;
 		if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1)
 			_exit(2);
 		/* READY now, both: nothing left of them to write, so nothing is
@@ -473,10 +568,16 @@ START_TEST(store_into_the_engines_reservation)
 		_exit(ok ? 0 : 3);
 	}
 	ck_assert_int_eq(read(up[0], &c, 1), 1);
-	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_RESERVED); /* rank 0's part is missing */
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL),
+			 HC_PAGE_RESERVED); /* rank 0's part is missing */
 	rank_open(&a, p, 2, 0, 16, 1);
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 2, .slots = sl, .state_slots = ss, .flags = HC_XFER_COMMIT };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 2,
+					  .slots = sl,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT };
 		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
 		ck_assert_ok(hc_xfer_free(x));
 	}
@@ -488,7 +589,11 @@ START_TEST(store_into_the_engines_reservation)
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[0]), NULL, NULL, NULL), HC_PAGE_READY);
 	/* this rank's own READY page is no reservation to store into */
 	{
-		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = 1, .slots = sl, .state_slots = ss };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 1,
+					  .slots = sl,
+					  .state_slots = ss };
 		ck_assert_err(hc_dev_store(a.dev, &xr, &x), ESTALE);
 	}
 	rank_close(&a);

@@ -20,13 +20,30 @@ struct pool {
 static void mk(struct pool *q, uint32_t heads, uint32_t tp, uint32_t groups, int with_state)
 {
 	struct hc_component_spec c[2] = {
-		{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = heads,
-		  .head_bytes = 16, .layers = 3 },
-		{ .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
-		  .bytes_per_layer = 256, .layers = 2 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "kv",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_KV,
+		  .sharding = HC_SHARDED,
+		  .kv_heads = heads,
+		  .head_bytes = 16,
+		  .layers = 3 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "st",
+		  .dtype = HC_DTYPE_F32,
+		  .kind = HC_COMP_STATE,
+		  .sharding = HC_REPLICATED,
+		  .bytes_per_layer = 256,
+		  .layers = 2 },
 	};
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .model_id = "t/devmap", .page_tokens = 8, .tp_size = tp, .head_groups = groups,
-				  .comps = c, .ncomp = with_state ? 2 : 1, .capacity_pages = 32,
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
+				  .model_id = "t/devmap",
+				  .page_tokens = 8,
+				  .tp_size = tp,
+				  .head_groups = groups,
+				  .comps = c,
+				  .ncomp = with_state ? 2 : 1,
+				  .capacity_pages = 32,
 				  .flags = HC_CREATE_NO_POPULATE };
 	hc_page_t pg;
 
@@ -47,8 +64,8 @@ static void rm(struct pool *q)
 }
 
 /* The reference: every byte of rank r's heads, from the formula in hicache.h. */
-static void reference(struct pool *q, uint32_t S, uint32_t r, unsigned n, const uint32_t *pages,
-		      const uint64_t *slots, uint8_t *dev_k[], uint8_t *dev_v[], uint64_t stride)
+static void reference(struct pool *q, uint32_t S, uint32_t r, unsigned n, const uint32_t *pages, const uint64_t *slots,
+		      uint8_t *dev_k[], uint8_t *dev_v[], uint64_t stride)
 {
 	const struct hc_component_info *ci = &q->p->g.comps[0];
 	uint32_t T = q->p->g.page_tokens, G = ci->groups, Hg = ci->kv_heads / G, B = ci->head_bytes, L = ci->layers;
@@ -68,12 +85,13 @@ static void reference(struct pool *q, uint32_t S, uint32_t r, unsigned n, const 
 					for (uint32_t h = h0; h < h0 + nh; h++)
 						for (uint32_t b = 0; b < B; b++) {
 							uint32_t g = h / Hg;
-							uint64_t off = (uint64_t)pages[i] * q->p->g.envelope_bytes + ci->offset +
-								       (uint64_t)g * (L * 2 * T * Hg * B) +
-								       (uint64_t)l * (2 * T * Hg * B) + kv * (T * Hg * B) +
-								       (uint64_t)t * (Hg * B) + (h - g * Hg) * B + b;
-							uint8_t *dev = (kv ? dev_v : dev_k)[l] + slots[i * T + t] * stride +
-								       (h - h0) * B + b;
+							uint64_t off = (uint64_t)pages[i] * q->p->g.envelope_bytes +
+								       ci->offset + (uint64_t)g * (L * 2 * T * Hg * B) +
+								       (uint64_t)l * (2 * T * Hg * B) +
+								       kv * (T * Hg * B) + (uint64_t)t * (Hg * B) +
+								       (h - g * Hg) * B + b;
+							uint8_t *dev = (kv ? dev_v : dev_k)[l] +
+								       slots[i * T + t] * stride + (h - h0) * B + b;
 							*dev = q->env[off];
 						}
 }
@@ -115,7 +133,12 @@ static void check_rank(struct pool *q, uint32_t S, uint32_t r, uint64_t pad)
 	uint8_t *ref_k[3], *ref_v[3], *got_k[3], *got_v[3];
 	uint32_t pages[12];
 	uint64_t all[200];
-	struct hc__dev_comp dc = { .comp = 0, .k = kb, .v = vb, .token_bytes = tb, .token_stride = stride, .slots = nslots };
+	struct hc__dev_comp dc = { .comp = 0,
+				   .k = kb,
+				   .v = vb,
+				   .token_bytes = tb,
+				   .token_stride = stride,
+				   .slots = nslots };
 	struct hc__dev_desc d = { .tp_size = S, .tp_rank = r, .ncomp = 1, .comps = &dc };
 	struct hc__dev_plan pl;
 	unsigned nruns;
@@ -143,8 +166,10 @@ static void check_rank(struct pool *q, uint32_t S, uint32_t r, uint64_t pad)
 	reference(q, S, r, 12, pages, slots, ref_k, ref_v, stride);
 	through_runs(q, &pl, 12, pages, slots, NULL, &nruns);
 	for (unsigned l = 0; l < 3; l++) {
-		ck_assert_msg(memcmp(ref_k[l], got_k[l], nslots * stride) == 0, "TP %u rank %u layer %u K differs", S, r, l);
-		ck_assert_msg(memcmp(ref_v[l], got_v[l], nslots * stride) == 0, "TP %u rank %u layer %u V differs", S, r, l);
+		ck_assert_msg(memcmp(ref_k[l], got_k[l], nslots * stride) == 0, "TP %u rank %u layer %u K differs", S,
+			      r, l);
+		ck_assert_msg(memcmp(ref_v[l], got_v[l], nslots * stride) == 0, "TP %u rank %u layer %u V differs", S,
+			      r, l);
 		free(ref_k[l]);
 		free(ref_v[l]);
 		free(got_k[l]);
@@ -214,10 +239,21 @@ END_TEST
 START_TEST(state_pages_merge)
 {
 	struct pool q;
-	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE,
-				       .sharding = HC_REPLICATED, .bytes_per_layer = 4096, .layers = 1 };
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .model_id = "t/state", .page_tokens = 8, .tp_size = 1, .comps = &c, .ncomp = 1,
-				  .capacity_pages = 16, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_component_spec c = { .size = sizeof(struct hc_component_spec),
+				       .name = "st",
+				       .dtype = HC_DTYPE_F32,
+				       .kind = HC_COMP_STATE,
+				       .sharding = HC_REPLICATED,
+				       .bytes_per_layer = 4096,
+				       .layers = 1 };
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
+				  .model_id = "t/state",
+				  .page_tokens = 8,
+				  .tp_size = 1,
+				  .comps = &c,
+				  .ncomp = 1,
+				  .capacity_pages = 16,
+				  .flags = HC_CREATE_NO_POPULATE };
 	uint8_t *buf = calloc(16, 4096);
 	uint64_t base = (uintptr_t)buf, ss[3] = { 10, 11, 12 };
 	struct hc__dev_comp dc = { .comp = 0, .k = &base, .token_bytes = 4096, .token_stride = 4096, .slots = 16 };
@@ -256,14 +292,38 @@ struct kind_dev {
 };
 
 static const struct hc_component_spec kinds[4] = {
-	{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 8,
-	  .head_bytes = 16, .layers = 3 },
-	{ .size = sizeof(struct hc_component_spec), .name = "mla", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_REPLICATED, .kv_heads = 1,
-	  .head_bytes = 48, .layers = 2 },
-	{ .size = sizeof(struct hc_component_spec), .name = "st", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED, .bytes_per_layer = 256,
-	  .layers = 2, .window_pages = 1 },
-	{ .size = sizeof(struct hc_component_spec), .name = "sst", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_SHARDED, .bytes_per_layer = 512,
-	  .layers = 1, .window_pages = 1 },
+	{ .size = sizeof(struct hc_component_spec),
+	  .name = "kv",
+	  .dtype = HC_DTYPE_BF16,
+	  .kind = HC_COMP_KV,
+	  .sharding = HC_SHARDED,
+	  .kv_heads = 8,
+	  .head_bytes = 16,
+	  .layers = 3 },
+	{ .size = sizeof(struct hc_component_spec),
+	  .name = "mla",
+	  .dtype = HC_DTYPE_BF16,
+	  .kind = HC_COMP_KV,
+	  .sharding = HC_REPLICATED,
+	  .kv_heads = 1,
+	  .head_bytes = 48,
+	  .layers = 2 },
+	{ .size = sizeof(struct hc_component_spec),
+	  .name = "st",
+	  .dtype = HC_DTYPE_F32,
+	  .kind = HC_COMP_STATE,
+	  .sharding = HC_REPLICATED,
+	  .bytes_per_layer = 256,
+	  .layers = 2,
+	  .window_pages = 1 },
+	{ .size = sizeof(struct hc_component_spec),
+	  .name = "sst",
+	  .dtype = HC_DTYPE_F32,
+	  .kind = HC_COMP_STATE,
+	  .sharding = HC_SHARDED,
+	  .bytes_per_layer = 512,
+	  .layers = 1,
+	  .window_pages = 1 },
 };
 
 /* Lay out one rank's device pools (random padding) in one buffer. */
@@ -282,7 +342,9 @@ static void kind_dev_init(struct kind_dev *k, const struct hc_pool_info *pi, uin
 				k->base[c][kv][l] = off;
 				off += k->nslots * k->stride[c] + 4 * (unsigned)(rand() % 4);
 			}
-		dc[c] = (struct hc__dev_comp){ .comp = c, .token_bytes = k->tb[c], .token_stride = k->stride[c],
+		dc[c] = (struct hc__dev_comp){ .comp = c,
+					       .token_bytes = k->tb[c],
+					       .token_stride = k->stride[c],
 					       .slots = k->nslots };
 	}
 	k->bytes = off;
@@ -307,7 +369,8 @@ static void kind_ref(struct pool *q, struct kind_dev *k, uint32_t S, uint32_t r,
 		const struct hc_component_info *ci = &q->p->g.comps[c];
 		uint32_t G = ci->groups, ng = S <= G ? G / S : 1, g0 = S <= G ? r * ng : r / (S / G);
 		uint32_t L = ci->layers;
-		uint64_t gb = ci->kind == HC_COMP_KV ? (uint64_t)(ci->kv_heads / G) * ci->head_bytes : ci->bytes_per_layer / G;
+		uint64_t gb = ci->kind == HC_COMP_KV ? (uint64_t)(ci->kv_heads / G) * ci->head_bytes
+						     : ci->bytes_per_layer / G;
 
 		if (ci->sharding == HC_REPLICATED)
 			g0 = 0, ng = 1;
@@ -318,7 +381,8 @@ static void kind_ref(struct pool *q, struct kind_dev *k, uint32_t S, uint32_t r,
 				for (uint32_t l = 0; l < L; l++)
 					for (uint32_t kv = 0; kv < (ci->kind == HC_COMP_KV ? 2u : 1u); kv++)
 						for (uint32_t t = 0; t < (ci->kind == HC_COMP_KV ? T : 1u); t++) {
-							uint64_t eo = (uint64_t)pages[i] * q->p->g.envelope_bytes + ci->offset;
+							uint64_t eo = (uint64_t)pages[i] * q->p->g.envelope_bytes +
+								      ci->offset;
 							uint8_t *d;
 							if (ci->kind == HC_COMP_KV)
 								eo += (g0 + j) * (L * 2 * T * gb) + l * (2 * T * gb) +
@@ -326,9 +390,11 @@ static void kind_ref(struct pool *q, struct kind_dev *k, uint32_t S, uint32_t r,
 							else
 								eo += (g0 + j) * (L * gb) + l * gb;
 							d = (uint8_t *)(uintptr_t)(k->base[c][kv][l] +
-										    (ci->kind == HC_COMP_KV ? slots[i * T + t] : ss[i]) *
-											    k->stride[c] +
-										    j * gb);
+										   (ci->kind == HC_COMP_KV
+											    ? slots[i * T + t]
+											    : ss[i]) *
+											   k->stride[c] +
+										   j * gb);
 							if (store)
 								memcpy(env + eo, d, gb);
 							else
@@ -341,8 +407,14 @@ static void kind_ref(struct pool *q, struct kind_dev *k, uint32_t S, uint32_t r,
 START_TEST(every_kind_random)
 {
 	struct pool q;
-	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec), .model_id = "t/kinds", .page_tokens = 8, .tp_size = 8, .comps = kinds, .ncomp = 4,
-				  .capacity_pages = 24, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_pool_spec s = { .size = sizeof(struct hc_pool_spec),
+				  .model_id = "t/kinds",
+				  .page_tokens = 8,
+				  .tp_size = 8,
+				  .comps = kinds,
+				  .ncomp = 4,
+				  .capacity_pages = 24,
+				  .flags = HC_CREATE_NO_POPULATE };
 	struct hc_pool_info pi;
 	hc_page_t pg;
 
@@ -400,15 +472,19 @@ START_TEST(every_kind_random)
 				/* load: reference, runs, kernel loop */
 				for (unsigned c = 0; c < 4; c++)
 					dc[c].k = got.base[c][0], dc[c].v = c < 2 ? got.base[c][1] : NULL;
-				ck_assert_msg(hc__dev_plan(&q.p->g, &d, &pl) == 0, "TP %u rank %u: %s", S, r, hc_last_error());
+				ck_assert_msg(hc__dev_plan(&q.p->g, &d, &pl) == 0, "TP %u rank %u: %s", S, r,
+					      hc_last_error());
 				kind_ref(&q, &ref, S, r, n, pages, presence, slots, ss, 0, q.env);
 				for (unsigned l = 0; l < 3; l++) {
-					int m = hc__dev_runs(&q.p->g, &pl, l, pages, presence, n, slots, ss, runs, 8192, NULL);
+					int m = hc__dev_runs(&q.p->g, &pl, l, pages, presence, n, slots, ss, runs, 8192,
+							     NULL);
 					ck_assert_msg(m >= 0, "%s", hc_last_error());
 					for (int i = 0; i < m; i++)
-						memcpy((void *)(uintptr_t)runs[i].dev, q.env + runs[i].env, runs[i].len);
+						memcpy((void *)(uintptr_t)runs[i].dev, q.env + runs[i].env,
+						       runs[i].len);
 				}
-				ck_assert_msg(memcmp(ref.buf, got.buf, ref.bytes) == 0, "runs: TP %u rank %u load differs", S, r);
+				ck_assert_msg(memcmp(ref.buf, got.buf, ref.bytes) == 0,
+					      "runs: TP %u rank %u load differs", S, r);
 				for (unsigned c = 0; c < 4; c++)
 					dc[c].k = krn.base[c][0], dc[c].v = c < 2 ? krn.base[c][1] : NULL;
 				ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
@@ -419,10 +495,14 @@ START_TEST(every_kind_random)
 					/* 4-byte padding: at least f32 copies, and every base a multiple */
 					ck_assert(L.align >= 4 && L.align <= 16 && !(L.align & (L.align - 1)));
 					for (unsigned c = 0; c < L.ncomp; c++)
-						ck_assert_uint_eq((L.c[c].dev[0] | L.c[c].dev[1] | L.c[c].stride | L.c[c].gb) % L.align, 0);
+						ck_assert_uint_eq(
+							(L.c[c].dev[0] | L.c[c].dev[1] | L.c[c].stride | L.c[c].gb) %
+								L.align,
+							0);
 					hc__dl_copy(&L, q.env, pages, presence, slots, ss, 0);
 				}
-				ck_assert_msg(memcmp(ref.buf, krn.buf, ref.bytes) == 0, "kernel loop: TP %u rank %u load differs", S, r);
+				ck_assert_msg(memcmp(ref.buf, krn.buf, ref.bytes) == 0,
+					      "kernel loop: TP %u rank %u load differs", S, r);
 				/* store: each writes exactly the reference's bytes of a scribbled copy */
 				for (size_t b = 0; b < ref.bytes; b++)
 					ref.buf[b] = krn.buf[b] = (uint8_t)(b * 131 + 7);
@@ -435,12 +515,15 @@ START_TEST(every_kind_random)
 					int m;
 					ck_assert_ok(hc__dl_init(&q.p->g, &pl, l, n, &L));
 					hc__dl_copy(&L, e_krn, pages, presence, slots, ss, 1);
-					m = hc__dev_runs(&q.p->g, &pl, l, pages, presence, n, slots, ss, runs, 8192, NULL);
+					m = hc__dev_runs(&q.p->g, &pl, l, pages, presence, n, slots, ss, runs, 8192,
+							 NULL);
 					ck_assert_int_ge(m, 0);
 					for (int i = 0; i < m; i++)
-						memcpy(e_run + runs[i].env, (void *)(uintptr_t)runs[i].dev, runs[i].len);
+						memcpy(e_run + runs[i].env, (void *)(uintptr_t)runs[i].dev,
+						       runs[i].len);
 				}
-				ck_assert_msg(memcmp(e_ref, e_krn, eb) == 0, "kernel loop: TP %u rank %u store differs", S, r);
+				ck_assert_msg(memcmp(e_ref, e_krn, eb) == 0, "kernel loop: TP %u rank %u store differs",
+					      S, r);
 				ck_assert_msg(memcmp(e_ref, e_run, eb) == 0, "runs: TP %u rank %u store differs", S, r);
 				free(ref.buf), free(got.buf), free(krn.buf);
 				free(e_ref), free(e_run), free(e_krn);

@@ -21,7 +21,7 @@ struct fake {
 	int regs[NCH], unregs[NCH];
 	uint64_t lens[NCH];
 	int inside, max_inside;
-	int fail_at;          /* chunk that fails, or -1 */
+	int fail_at; /* chunk that fails, or -1 */
 	unsigned sleep_us;
 };
 
@@ -67,8 +67,13 @@ static void setup(struct fake *f, struct hc__reg_job *j, uint64_t chunk, uint64_
 	f->chunk = chunk;
 	f->fail_at = -1;
 	f->sleep_us = 20000;
-	*j = (struct hc__reg_job){ .base = f->base, .len = len, .chunk = chunk, .threads = threads,
-				   .reg = fake_reg, .unreg = fake_unreg, .arg = f };
+	*j = (struct hc__reg_job){ .base = f->base,
+				   .len = len,
+				   .chunk = chunk,
+				   .threads = threads,
+				   .reg = fake_reg,
+				   .unreg = fake_unreg,
+				   .arg = f };
 }
 
 START_TEST(every_chunk_once_in_parallel)

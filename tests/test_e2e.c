@@ -18,11 +18,11 @@
 
 #include "hct.h"
 
-#define NRANKS 3
-#define NK 8        /* pages per rank */
-#define T 16        /* tokens per page (hct_spec_init) */
-#define SLOTS 256   /* token slots per layer on a rank's device */
-#define LAYERS 2
+#define NRANKS   3
+#define NK       8   /* pages per rank */
+#define T        16  /* tokens per page (hct_spec_init) */
+#define SLOTS    256 /* token slots per layer on a rank's device */
+#define LAYERS   2
 #define KV_BYTES 256 /* a token's K (or V) at TP 1: 4 heads x 64 B */
 #define ST_BYTES 1024
 
@@ -35,7 +35,12 @@ struct dev_mem {
 
 static hc_dev *dev_open(hc_pool *p, struct dev_mem *m)
 {
-	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_HOST, .tp_size = 1, .tp_rank = 0, .comps = m->comp, .ncomp = 2 };
+	struct hc_dev_spec s = { .size = sizeof(struct hc_dev_spec),
+				 .kind = HC_DEV_HOST,
+				 .tp_size = 1,
+				 .tp_rank = 0,
+				 .comps = m->comp,
+				 .ncomp = 2 };
 	hc_dev *d = NULL;
 
 	for (int l = 0; l < LAYERS; l++) {
@@ -43,9 +48,18 @@ static hc_dev *dev_open(hc_pool *p, struct dev_mem *m)
 		m->va[l] = (uintptr_t)m->v[l];
 		m->sa[l] = (uintptr_t)m->st[l];
 	}
-	m->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 0, .k = m->ka, .v = m->va, .token_bytes = KV_BYTES,
-					   .token_stride = KV_BYTES, .slots = SLOTS };
-	m->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = 1, .k = m->sa, .token_bytes = ST_BYTES, .token_stride = ST_BYTES,
+	m->comp[0] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+					   .comp = 0,
+					   .k = m->ka,
+					   .v = m->va,
+					   .token_bytes = KV_BYTES,
+					   .token_stride = KV_BYTES,
+					   .slots = SLOTS };
+	m->comp[1] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+					   .comp = 1,
+					   .k = m->sa,
+					   .token_bytes = ST_BYTES,
+					   .token_stride = ST_BYTES,
 					   .slots = NK };
 	return hc_dev_open(p, &s, &d) < 0 ? NULL : d;
 }
@@ -60,8 +74,15 @@ static void rank(hc_pool *p, void *arg)
 	hc_page_t pg[NK];
 	uint8_t skip[NK];
 	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = NK };
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = NK, .policy = HC_PREFETCH_WAIT_COMPLETE };
-	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = pg, .n = NK, .slots = slots, .state_slots = sslots };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = k,
+				      .nkeys = NK,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+				  .pages = pg,
+				  .n = NK,
+				  .slots = slots,
+				  .state_slots = sslots };
 	hc_dev *da, *db;
 	hc_xfer *x;
 	hc_req *rq;
@@ -127,7 +148,9 @@ START_TEST(store_backup_evict_prefetch_load)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, NRANKS * NK + 8, 100, 8);
 	char spec[192], shm_path[128] = "";
-	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = spec, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts),
+				      .backend = spec,
+				      .write_policy = HC_WRITE_NONE };
 	unsigned ids[NRANKS];
 	pid_t pid[NRANKS], svc;
 	struct hc_stats st;

@@ -113,7 +113,10 @@ START_TEST(all_or_nothing_when_pinned)
 	hc_pool *p = make(HC_EVICT_LRU, 8);
 	hc_key_t k[8];
 	hc_page_t pages[8], out[4];
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = k,
+				    .nkeys = 6,
+				    .flags = HC_LOOKUP_PIN };
 	struct hc_stats st;
 
 	hct_keys(k, 8, 36);

@@ -51,7 +51,8 @@ static void report(const struct hcs_scenario *sc, const char *how, const struct 
 	static char sched[16384];
 
 	hcs_schedule_str(r, sched, sizeof(sched));
-	fprintf(stderr, "explore: %s FAILED under %s\n  schedule: %s\n  replay: HC_EXPLORE_REPLAY='%s:%s' %s/tests/test_explore\n%s%s",
+	fprintf(stderr,
+		"explore: %s FAILED under %s\n  schedule: %s\n  replay: HC_EXPLORE_REPLAY='%s:%s' %s/tests/test_explore\n%s%s",
 		sc->name, how, sched, sc->name, sched, getenv("HC_BUILDDIR") ? getenv("HC_BUILDDIR") : ".", r->deaths,
 		r->why);
 	failures++;
@@ -131,7 +132,8 @@ static int absorb(struct dfs *d, const struct hcs_run *r, unsigned forced)
 static void explore(const struct hcs_scenario *sc)
 {
 	unsigned max_pre = env_u("HC_EXPLORE_PREEMPT", 1), max = env_u("HC_EXPLORE_MAX", 3000);
-	unsigned seconds = env_u("HC_EXPLORE_SECONDS", (unsigned)hct_seconds(10)), seeds = env_u("HC_EXPLORE_SEEDS", 16);
+	unsigned seconds = env_u("HC_EXPLORE_SECONDS", (unsigned)hct_seconds(10)),
+		 seeds = env_u("HC_EXPLORE_SEEDS", 16);
 	struct hcs_plan plan = { .policy = HCS_STICKY, .kill_actor = -1, .free_point = -1 };
 	unsigned schedules = 0, odd = 0, steps = 0, longest = 0, f0 = failures, pct = 0;
 	double t0 = hct_now();
@@ -155,7 +157,10 @@ static void explore(const struct hcs_scenario *sc)
 	/* The scenario's hint: the race it is there for, which the bound
 	 * may not reach. */
 	if (sc->nhint) {
-		struct hcs_plan h = { .policy = HCS_STICKY, .kill_actor = -1, .free_point = -1, .until = sc->hint,
+		struct hcs_plan h = { .policy = HCS_STICKY,
+				      .kill_actor = -1,
+				      .free_point = -1,
+				      .until = sc->hint,
 				      .nuntil = sc->nhint };
 		if (hcs_run(sc, &h, &run) < 0)
 			report(sc, "its hint", &run);
@@ -163,7 +168,12 @@ static void explore(const struct hcs_scenario *sc)
 	}
 	/* PCT: random priorities, three change points, one kill at a random step. */
 	for (unsigned s = 1; s <= seeds && hct_now() - t0 < seconds + seconds / 2 && failures - f0 < 3; s++) {
-		struct hcs_plan p = { .policy = HCS_PCT, .seed = s, .pct_depth = 3, .pct_steps = longest, .kill_actor = -1, .free_point = -1 };
+		struct hcs_plan p = { .policy = HCS_PCT,
+				      .seed = s,
+				      .pct_depth = 3,
+				      .pct_steps = longest,
+				      .kill_actor = -1,
+				      .free_point = -1 };
 		char how[64];
 
 		if (hcs_run(sc, &p, &run) < 0) {
@@ -172,7 +182,8 @@ static void explore(const struct hcs_scenario *sc)
 		}
 		pct++;
 	}
-	fprintf(stderr, "explore: %-24s %4u schedules (%s), %3u PCT seeds, %6u steps, longest %4u, %u diverged, %.1f s, %u failed\n",
+	fprintf(stderr,
+		"explore: %-24s %4u schedules (%s), %3u PCT seeds, %6u steps, longest %4u, %u diverged, %.1f s, %u failed\n",
 		sc->name, schedules, more ? "bound cut short" : "all within the bound", pct, steps, longest, odd,
 		hct_now() - t0, failures - f0);
 }
@@ -180,7 +191,8 @@ static void explore(const struct hcs_scenario *sc)
 START_TEST(scenario)
 {
 	explore(hcs_scenarios[_i]);
-	ck_assert_msg(failures == 0, "%s: %u schedules broke an invariant (see stderr)", hcs_scenarios[_i]->name, failures);
+	ck_assert_msg(failures == 0, "%s: %u schedules broke an invariant (see stderr)", hcs_scenarios[_i]->name,
+		      failures);
 }
 END_TEST
 
@@ -206,7 +218,8 @@ static int replay(const char *spec)
 		    hcs_scenarios[i]->name[colon - spec])
 			continue;
 		if ((n = hcs_schedule_parse(colon + 1, forced, HCS_MAX_STEPS)) < 0) {
-			fprintf(stderr, "HC_EXPLORE_REPLAY: the schedule after ':' is not 'ACTOR*N' and 'kACTOR' words\n");
+			fprintf(stderr,
+				"HC_EXPLORE_REPLAY: the schedule after ':' is not 'ACTOR*N' and 'kACTOR' words\n");
 			return 2;
 		}
 		plan.nforced = (unsigned)n;
@@ -221,7 +234,8 @@ static int replay(const char *spec)
 				fprintf(stderr, "  step %u: %s%u (%s) from %s\n", k, run.chosen[k].kill ? "kill " : "",
 					run.chosen[k].actor, hcs_scenarios[i]->actor_name[run.chosen[k].actor],
 					run.at[k][run.chosen[k].actor] < HC_PT__COUNT
-						? hc__pt_name(run.at[k][run.chosen[k].actor]) : "the start");
+						? hc__pt_name(run.at[k][run.chosen[k].actor])
+						: "the start");
 		fprintf(stderr, "%s: %s%s\n  schedule: %s\n%s%s", hcs_scenarios[i]->name, n ? "FAILED" : "ok",
 			run.diverged ? " (the run left the schedule: it is not this build's)" : "", sched, run.deaths,
 			run.why);

@@ -797,8 +797,9 @@ END_TEST
 
 START_TEST(ctl_and_stats)
 {
-	static const char *names[] = { "objects", "bytes", "capacity_bytes", "gets", "hits", "misses", "puts",
-				       "deletes", "evictions", "errors", "fixed_buffers", "direct_fallbacks" };
+	static const char *names[] = { "objects",   "bytes",  "capacity_bytes", "gets",
+				       "hits",      "misses", "puts",           "deletes",
+				       "evictions", "errors", "fixed_buffers",  "direct_fallbacks" };
 	void *be = open_be("queue_depth=16 capacity=10G fsync=always direct=off fixed_buffers=off");
 	char out[8];
 	uint64_t caps;
@@ -916,7 +917,8 @@ START_TEST(kill_midput)
 		B->close(be);
 	}
 	ck_assert_uint_gt(atomic_load(done), 8);
-	fprintf(stderr, "kill_midput: %" PRIu64 " puts in 8 kills; the new content %u times\n", atomic_load(done), news);
+	fprintf(stderr, "kill_midput: %" PRIu64 " puts in 8 kills; the new content %u times\n", atomic_load(done),
+		news);
 }
 END_TEST
 
@@ -1090,14 +1092,14 @@ END_TEST
 
 /* ---- concurrency */
 
-#define T_SUB 4
+#define T_SUB  4
 #define T_REAP 3
-#define T_OPS 48
-#define T_LEN 20000
+#define T_OPS  48
+#define T_LEN  20000
 
 struct tctx {
 	void *be;
-	_Atomic int phase_ops;  /* completions reaped in this phase */
+	_Atomic int phase_ops; /* completions reaped in this phase */
 	_Atomic int seen[T_SUB * T_OPS];
 	_Atomic int bad;
 	int want;

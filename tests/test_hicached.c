@@ -34,13 +34,13 @@
 #include "hct.h"
 
 #define WAIT_MS 5000 /* the most any daemon gets to start or stop */
-#define MAXD 32 /* daemons one test may start */
+#define MAXD    32   /* daemons one test may start */
 
 /* What this test process must undo, whatever happens. */
 static struct {
 	pid_t pid[MAXD];
-	int live[MAXD];   /* not reaped yet */
-	int out[MAXD];    /* memfd with the daemon's stdout and stderr */
+	int live[MAXD]; /* not reaped yet */
+	int out[MAXD];  /* memfd with the daemon's stdout and stderr */
 	unsigned n;
 	const char *pools[4];
 	unsigned npools;
@@ -271,12 +271,13 @@ static void wait_serving(const char *name, pid_t pid)
 	hc_pool_detach(p);
 }
 
-#define ck_assert_has(text, s) ck_assert_msg(strstr((text), (s)) != NULL, "output lacks '%s':\n%s", (s), (text))
+#define ck_assert_has(text, s)   ck_assert_msg(strstr((text), (s)) != NULL, "output lacks '%s':\n%s", (s), (text))
 #define ck_assert_lacks(text, s) ck_assert_msg(strstr((text), (s)) == NULL, "output has '%s':\n%s", (s), (text))
 
 /* The geometry of hct_spec_init, as options. */
-#define GEOMETRY "--model", "test/model-7b", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2", \
-		 "--state", "state,f32,1024,2,replicated"
+#define GEOMETRY                                                                                                       \
+	"--model", "test/model-7b", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2", "--state",           \
+		"state,f32,1024,2,replicated"
 
 /* A pool made by the library, as an admin would with hicache-pool. */
 static void create_pool(const char *name, uint32_t npages)
@@ -392,7 +393,8 @@ START_TEST(bad_config)
 		int line;
 		const char *want;
 	} cases[] = {
-		{ "[pool]\nname = p\npage_tokenz = 16\n", 3, "unknown key 'page_tokenz' in [pool]: its keys are name, dir, model" },
+		{ "[pool]\nname = p\npage_tokenz = 16\n", 3,
+		  "unknown key 'page_tokenz' in [pool]: its keys are name, dir, model" },
 		{ "[pool]\n# a comment\npages = 12x\n", 3, "pages '12x' is not a decimal number" },
 		{ "[service]\nbatch_pages = 0\n", 2, "batch_pages '0' is too small" },
 		{ "[log]\nlevel = loud\n", 2, "level 'loud': use err, warn, info or debug" },
@@ -415,8 +417,8 @@ START_TEST(bad_config)
 		ck_assert_msg(reap(d) == 2, "case %u: want exit 2:\n%s", i, output(d));
 		snprintf(want, sizeof(want), "hicached: %s:%d: %s", conf, cases[i].line, cases[i].want);
 		ck_assert_msg(strstr(output(d), want), "case %u: output lacks '%s':\n%s", i, want, output(d));
-		ck_assert_msg(strchr(output(d), '\n') == output(d) + strlen(output(d)) - 1, "case %u: not one line:\n%s",
-			      i, output(d));
+		ck_assert_msg(strchr(output(d), '\n') == output(d) + strlen(output(d)) - 1,
+			      "case %u: not one line:\n%s", i, output(d));
 	}
 	ck_assert_int_eq(access("/dev/shm/hicache.neverserved", F_OK), -1);
 }
@@ -428,13 +430,12 @@ START_TEST(usage_errors)
 	static char out[4096];
 	pid_t d;
 
-#define RUN_EXPECT(code, want, ...)                                                             \
-	do {                                                                                    \
-		d = spawn(ARGS(__VA_ARGS__));                                                   \
-		ck_assert_msg(reap(d) == (code), "%s: want exit %d:\n%s", #__VA_ARGS__, (code), \
-			      output(d));                                                       \
-		snprintf(out, sizeof(out), "%s", output(d));                                    \
-		ck_assert_has(out, (want));                                                     \
+#define RUN_EXPECT(code, want, ...)                                                                                    \
+	do {                                                                                                           \
+		d = spawn(ARGS(__VA_ARGS__));                                                                          \
+		ck_assert_msg(reap(d) == (code), "%s: want exit %d:\n%s", #__VA_ARGS__, (code), output(d));            \
+		snprintf(out, sizeof(out), "%s", output(d));                                                           \
+		ck_assert_has(out, (want));                                                                            \
 	} while (0)
 
 	RUN_EXPECT(2, "cannot read the config file", "--config", path_in_tmp("missing.conf"));
@@ -535,8 +536,8 @@ START_TEST(geometry_disagrees)
 	pid_t d;
 
 	create_pool(name, 8);
-	d = spawn(ARGS("--pool", name, "--backend", backend(), "--model", "test/model-7b", "--page-tokens", "32", "--tp",
-		       "4", "--kv", "kv,bf16,4,64,2", "--pages", "8"));
+	d = spawn(ARGS("--pool", name, "--backend", backend(), "--model", "test/model-7b", "--page-tokens", "32",
+		       "--tp", "4", "--kv", "kv,bf16,4,64,2", "--pages", "8"));
 	ck_assert_int_eq(reap(d), 2);
 	ck_assert_has(output(d), "exists with another geometry");
 	ck_assert_has(output(d), "--page-tokens 32 (the pool has 16)");
@@ -640,7 +641,8 @@ static unsigned free_port(void)
 /* Send req to 127.0.0.1:port; the whole response, in buf. */
 static const char *http(unsigned port, const char *req, char *buf, size_t len)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	size_t got = 0;

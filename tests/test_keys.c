@@ -116,8 +116,8 @@ static char *run_python(const char *args)
 	/* The shell's 127: no python3 at all.  A dependency, so a failure, not a skip. */
 	ck_assert_msg(!(WIFEXITED(st) && WEXITSTATUS(st) == 127),
 		      "python3 not found: it checks the keys against hashlib; run ./install-deps.sh");
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "python3 failed (status %#x), printed:\n%s",
-		      st, out.s ? out.s : "");
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "python3 failed (status %#x), printed:\n%s", st,
+		      out.s ? out.s : "");
 	ck_assert_ptr_nonnull(out.s);
 	return out.s;
 }
@@ -126,8 +126,8 @@ static char *run_python(const char *args)
  * Compute the seed of (extra_key, cache_salt) and each case's chain here
  * and in Python, and compare line by line.
  */
-static void check_against_python(const char *extra_key, const char *cache_salt,
-				 const struct kcase *cases, unsigned ncases)
+static void check_against_python(const char *extra_key, const char *cache_salt, const struct kcase *cases,
+				 unsigned ncases)
 {
 	struct buf args = { 0 }, ours = { 0 };
 	uint8_t seed[HC_KEY_BYTES];
@@ -181,11 +181,12 @@ static void check_against_python(const char *extra_key, const char *cache_salt,
 		const char *what = line == 1 ? "seed" : c < ncases ? cases[c].what : "(extra)";
 		unsigned pt = line > 1 && c < ncases ? cases[c].pt : 0;
 
-		ck_assert_msg(la == lb && memcmp(a, b, la) == 0,
-			      "extra_key %s%s%s, cache_salt %s%s%s: %s, page_tokens %u, line %u: ours %.*s, hashlib %.*s",
-			      extra_key ? "'" : "", extra_key ? extra_key : "NULL", extra_key ? "'" : "",
-			      cache_salt ? "'" : "", cache_salt ? cache_salt : "NULL", cache_salt ? "'" : "",
-			      what, pt, line, (int)la, a, (int)lb, b);
+		ck_assert_msg(
+			la == lb && memcmp(a, b, la) == 0,
+			"extra_key %s%s%s, cache_salt %s%s%s: %s, page_tokens %u, line %u: ours %.*s, hashlib %.*s",
+			extra_key ? "'" : "", extra_key ? extra_key : "NULL", extra_key ? "'" : "",
+			cache_salt ? "'" : "", cache_salt ? cache_salt : "NULL", cache_salt ? "'" : "", what, pt, line,
+			(int)la, a, (int)lb, b);
 		if (line > 1 && la == 2 && memcmp(a, "--", 2) == 0)
 			c++;
 		a += la + (a[la] ? 1 : 0);
@@ -221,12 +222,9 @@ static unsigned make_cases(struct kcase *cases, uint32_t (*store)[MAXTOK])
 			int random;
 			const char *what;
 		} shapes[] = {
-			{ 0, 0, "no tokens" },
-			{ pt - 1, 0, "less than a page" },
-			{ pt, 0, "one page" },
-			{ 2 * pt + pt / 2 + 1, 0, "a partial last page" },
-			{ 5 * pt, 0, "five pages" },
-			{ 7 * pt + 5, 1, "random tokens of all 32 bits" },
+			{ 0, 0, "no tokens" },       { pt - 1, 0, "less than a page" },
+			{ pt, 0, "one page" },       { 2 * pt + pt / 2 + 1, 0, "a partial last page" },
+			{ 5 * pt, 0, "five pages" }, { 7 * pt + 5, 1, "random tokens of all 32 bits" },
 		};
 
 		for (unsigned h = 0; h < sizeof(shapes) / sizeof(shapes[0]); h++) {

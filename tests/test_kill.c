@@ -21,9 +21,9 @@
 
 #include "hct.h"
 
-#define WORKERS 4
-#define NPAGES 96
-#define MIN_KILLS 16
+#define WORKERS       4
+#define NPAGES        96
+#define MIN_KILLS     16
 #define QUARANTINE_MS 200
 
 struct shared {
@@ -93,9 +93,11 @@ static void claim(int w, hc_page_t pg)
 			why = "before its killed holder's quarantine ran out";
 		if (why) {
 			if (atomic_fetch_add(&sh->twice, 1) == 0 && !sh->error[0])
-				snprintf(sh->error, sizeof(sh->error),
-					 "page %u generation %u handed to worker %d %s: worker %u life %u holds generation %u (tag 0x%llx)",
-					 HC_PAGE_ID(pg), HC_PAGE_GEN(pg), w, why, hw, life, (uint32_t)(z >> 8) & 0x3fffff, (unsigned long long)z);
+				snprintf(
+					sh->error, sizeof(sh->error),
+					"page %u generation %u handed to worker %d %s: worker %u life %u holds generation %u (tag 0x%llx)",
+					HC_PAGE_ID(pg), HC_PAGE_GEN(pg), w, why, hw, life,
+					(uint32_t)(z >> 8) & 0x3fffff, (unsigned long long)z);
 			return;
 		}
 	}
@@ -262,8 +264,8 @@ START_TEST(random_kills)
 	 * the deadline only adds more on a fast machine, and the hard limit
 	 * (well inside the test timeout) turns a stuck pool into a failed
 	 * assertion below rather than a timeout. */
-	while (hct_now() < hard && (hct_now() < deadline || kills < MIN_KILLS || sh->commits <= 20 ||
-				    sh->verified <= 20)) {
+	while (hct_now() < hard &&
+	       (hct_now() < deadline || kills < MIN_KILLS || sh->commits <= 20 || sh->verified <= 20)) {
 		usleep(1000 + rand_r(&seed) % 15000);
 		int w = (int)(rand_r(&seed) % WORKERS);
 		kill_worker(w, pids[w], lives[w]);
@@ -315,7 +317,8 @@ START_TEST(random_kills)
 	for (uint32_t id = 0; id < NPAGES; id++)
 		ck_assert_uint_eq(atomic_load(&hc__pin_row(p, id)[1]), 0);
 	ck_assert_int_eq(hc_page_alloc(p, NPAGES, 3, (hc_page_t[NPAGES]){ 0 }), NPAGES);
-	fprintf(stderr, "kill: %u kills, %u frozen checks, %llu allocs, %llu commits, %llu aborts, %llu verified, %llu frees\n",
+	fprintf(stderr,
+		"kill: %u kills, %u frozen checks, %llu allocs, %llu commits, %llu aborts, %llu verified, %llu frees\n",
 		kills, checks, (unsigned long long)sh->allocs, (unsigned long long)sh->commits,
 		(unsigned long long)sh->aborts, (unsigned long long)sh->verified, (unsigned long long)sh->frees);
 	hc_pool_detach(p);

@@ -66,9 +66,11 @@ START_TEST(byte_order_matches_formula)
 				for (uint64_t kvi = 0; kvi < 2; kvi++)
 					for (uint64_t t = 0; t < T; t += 5)
 						for (uint64_t h = 0; h < Hg; h++) {
-							uint64_t want = g * (L * 2 * T * Hg * B) + l * (2 * T * Hg * B) +
-									kvi * (T * Hg * B) + t * (Hg * B) + h * B;
-							uint64_t got = (uint64_t)(a + kvi * T * Hg * B + t * Hg * B + h * B - env);
+							uint64_t want = g * (L * 2 * T * Hg * B) +
+									l * (2 * T * Hg * B) + kvi * (T * Hg * B) +
+									t * (Hg * B) + h * B;
+							uint64_t got = (uint64_t)(a + kvi * T * Hg * B + t * Hg * B +
+										  h * B - env);
 							ck_assert_uint_eq(got, want);
 						}
 			}

@@ -114,7 +114,10 @@ START_TEST(other_fingerprint_finds_nothing)
 	uint8_t fp[32], skip[4];
 	struct hc_pool_info info;
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 4 };
-	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys, .nkeys = 4, .fingerprint = fp };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req),
+				     .keys = keys,
+				     .nkeys = 4,
+				     .fingerprint = fp };
 
 	hct_keys(keys, 4, 4);
 	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
@@ -134,7 +137,10 @@ START_TEST(lookup_pin_holds_against_eviction)
 {
 	hc_key_t keys[4];
 	hc_page_t pages[4];
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 4, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = keys,
+				    .nkeys = 4,
+				    .flags = HC_LOOKUP_PIN };
 
 	hct_keys(keys, 4, 5);
 	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
@@ -207,8 +213,8 @@ START_TEST(reserve_takes_exactly_the_free_pages)
 
 	hct_keys(k, 64, 21);
 	hct_keys(fill, 60, 22);
-	ck_assert_int_eq(hct_store(pool, k + 4, 4, 4), 4);   /* keys 4..7 READY */
-	ck_assert_int_eq(hct_store(pool, fill, 56, 0), 56);  /* 4 pages left free */
+	ck_assert_int_eq(hct_store(pool, k + 4, 4, 4), 4);  /* keys 4..7 READY */
+	ck_assert_int_eq(hct_store(pool, fill, 56, 0), 56); /* 4 pages left free */
 	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 4);
 	for (int i = 0; i < 8; i++)
 		ck_assert_int_eq(skip[i], i < 4 ? 0 : HC_SKIP_READY);
@@ -228,8 +234,8 @@ START_TEST(reserve_spares_its_own_ready_pages)
 
 	hct_keys(k, 8, 23);
 	hct_keys(fill, 62, 24);
-	ck_assert_int_eq(hct_store(pool, k + 4, 4, 4), 4);   /* keys 4..7: the oldest */
-	ck_assert_int_eq(hct_store(pool, fill, 58, 0), 58);  /* 2 pages left free */
+	ck_assert_int_eq(hct_store(pool, k + 4, 4, 4), 4);       /* keys 4..7: the oldest */
+	ck_assert_int_eq(hct_store(pool, fill, 58, 0), 58);      /* 2 pages left free */
 	ck_assert_int_eq(hc_reserve(pool, &rr, pages, skip), 4); /* 2 free, 2 evicted */
 	ck_assert_int_eq(hct_hit(pool, k + 4, 4), 4);
 	ck_assert_int_eq(hct_hit(pool, fill, 58), 0); /* the victims were others' */
@@ -242,7 +248,11 @@ static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned
 {
 	hc_page_t pages[8];
 	uint8_t skip[8];
-	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = keys + first, .nkeys = n, .first_depth = first, .presence = presence };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req),
+				     .keys = keys + first,
+				     .nkeys = n,
+				     .first_depth = first,
+				     .presence = presence };
 	int m = hc_reserve(p, &rr, pages, skip);
 
 	for (unsigned i = 0; m > 0 && i < n; i++)
@@ -258,12 +268,31 @@ static int store_with(hc_pool *p, const hc_key_t *keys, unsigned first, unsigned
 START_TEST(hit_policies)
 {
 	struct hc_component_spec comps[3] = {
-		{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
-		  .head_bytes = 64, .layers = 1 },
-		{ .size = sizeof(struct hc_component_spec), .name = "swa", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED, .kv_heads = 2,
-		  .head_bytes = 64, .layers = 1, .window_pages = 2 },
-		{ .size = sizeof(struct hc_component_spec), .name = "state", .dtype = HC_DTYPE_F32, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
-		  .bytes_per_layer = 512, .layers = 1, .window_pages = 1 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "kv",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_KV,
+		  .sharding = HC_SHARDED,
+		  .kv_heads = 2,
+		  .head_bytes = 64,
+		  .layers = 1 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "swa",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_KV,
+		  .sharding = HC_SHARDED,
+		  .kv_heads = 2,
+		  .head_bytes = 64,
+		  .layers = 1,
+		  .window_pages = 2 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "state",
+		  .dtype = HC_DTYPE_F32,
+		  .kind = HC_COMP_STATE,
+		  .sharding = HC_REPLICATED,
+		  .bytes_per_layer = 512,
+		  .layers = 1,
+		  .window_pages = 1 },
 	};
 	struct hct_spec s;
 	const char *n2 = hct_name();
@@ -292,9 +321,9 @@ START_TEST(hit_policies)
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
 	rq.comps = 0x5; /* state on the last page: 5 */
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
-	rq.comps = 0;   /* all three */
+	rq.comps = 0; /* all three */
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 6);
-	rq.nkeys = 5;   /* ends at page 4: no state there; page 2 has it, but swa needs 1 and 2 */
+	rq.nkeys = 5; /* ends at page 4: no state there; page 2 has it, but swa needs 1 and 2 */
 	rq.comps = 0x5;
 	ck_assert_int_eq(hc_lookup(p, &rq, pages), 3);
 	rq.comps = 0x7;
@@ -403,7 +432,10 @@ START_TEST(clear_empties_when_nothing_is_held)
 {
 	hc_key_t keys[6];
 	hc_page_t pages[6];
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = keys,
+				    .nkeys = 6,
+				    .flags = HC_LOOKUP_PIN };
 	struct hc_stats st;
 
 	hct_keys(keys, 6, 24);

@@ -120,7 +120,9 @@ static void run_ops(void *inst, struct op *ops, unsigned n)
 	unsigned done = 0, sub = 0;
 
 	for (unsigned i = 0; i < n; i++) {
-		b[i] = (struct hc_be_op){ .opcode = ops[i].opcode, .iovcnt = ops[i].iovcnt, .iov = ops[i].iov,
+		b[i] = (struct hc_be_op){ .opcode = ops[i].opcode,
+					  .iovcnt = ops[i].iovcnt,
+					  .iov = ops[i].iov,
 					  .user_data = i };
 		oname(b[i].name, ops[i].id);
 		ops[i].result = INT64_MIN;
@@ -349,7 +351,9 @@ START_TEST(small_items)
 	{
 		size_t len = sizes[5];
 		uint8_t *b = malloc(len + 16);
-		struct op o = { .opcode = HC_BE_OP_GET, .id = 5, .iovcnt = 3,
+		struct op o = { .opcode = HC_BE_OP_GET,
+				.id = 5,
+				.iovcnt = 3,
 				.iov = { { b + 1, 4097 }, { b + 1 + 4097, 70001 }, { b + 1 + 74098, len - 74098 } } };
 		run_ops(inst, &o, 1);
 		ck_assert_int_eq(o.result, (int64_t)len);
@@ -367,7 +371,9 @@ START_TEST(small_items)
 		uint32_t flags;
 		memcached_return_t rc;
 		char *v;
-		struct op o = { .opcode = HC_BE_OP_PUT, .id = 50, .iovcnt = 2,
+		struct op o = { .opcode = HC_BE_OP_PUT,
+				.id = 50,
+				.iovcnt = 2,
 				.iov = { { src, 4096 }, { src + 4096, len - 4096 } } };
 		uint64_t written = hct_be_stat(B, inst, "items_written");
 		run_ops(inst, &o, 1);
@@ -388,7 +394,9 @@ START_TEST(small_items)
 		ck_assert_int_eq(got, 4);
 		/* and read back in the same two parts */
 		memset(b, 0, len);
-		o = (struct op){ .opcode = HC_BE_OP_GET, .id = 50, .iovcnt = 2,
+		o = (struct op){ .opcode = HC_BE_OP_GET,
+				 .id = 50,
+				 .iovcnt = 2,
 				 .iov = { { b, 4096 }, { b + 4096, len - 4096 } } };
 		run_ops(inst, &o, 1);
 		ck_assert_int_eq(o.result, (int64_t)len);
@@ -407,7 +415,8 @@ START_TEST(small_items)
 				memcached_st *mc = direct(s);
 				for (int c = 0; c < (int)((sizes[i] + 64511) / 64512); c++)
 					ck_assert_msg(has_item(mc, i, c) == ((int)s == h),
-						      "object %u chunk %d: on server %u, its manifest on %d", i, c, s, h);
+						      "object %u chunk %d: on server %u, its manifest on %d", i, c, s,
+						      h);
 				memcached_free(mc);
 			}
 		}
@@ -625,7 +634,9 @@ START_TEST(other_chunk_size)
 	/* the host's shape from a, read by b into no more than the head */
 	{
 		uint8_t *src = obj_new(3, 5, len), buf[4096];
-		struct op o = { .opcode = HC_BE_OP_PUT, .id = 3, .iovcnt = 2,
+		struct op o = { .opcode = HC_BE_OP_PUT,
+				.id = 3,
+				.iovcnt = 2,
 				.iov = { { src, 4096 }, { src + 4096, len - 4096 } } };
 		run_ops(a, &o, 1);
 		ck_assert_int_eq(o.result, 0);
@@ -754,8 +765,8 @@ static void *streamer(void *arg)
 			s->stale[s->phase]++;
 		} else if (o[1].result > 0) {
 			s->wrong++;
-			snprintf(s->why, sizeof(s->why), "object %u version %u: got %lld bytes that are not it", id, ver,
-				 (long long)o[1].result);
+			snprintf(s->why, sizeof(s->why), "object %u version %u: got %lld bytes that are not it", id,
+				 ver, (long long)o[1].result);
 		} else {
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "get of object %u before the kill: %lld", id,
@@ -813,16 +824,16 @@ START_TEST(server_killed)
 	for (int i = 0; i < 2; i++) {
 		pthread_join(t[i], NULL);
 		fprintf(stderr, "server_killed: stream %d: ok %u %u %u, failed %u %u %u, older versions %u %u %u\n", i,
-			s[i].ok[0], s[i].ok[1], s[i].ok[2], s[i].failed[0], s[i].failed[1], s[i].failed[2], s[i].stale[0],
-			s[i].stale[1], s[i].stale[2]);
+			s[i].ok[0], s[i].ok[1], s[i].ok[2], s[i].failed[0], s[i].failed[1], s[i].failed[2],
+			s[i].stale[0], s[i].stale[1], s[i].stale[2]);
 		ck_assert_msg(s[i].wrong == 0, "%s", s[i].why);
 		ck_assert_msg(s[i].ok[0] > 0 && s[i].ok[1] > 0 && s[i].ok[2] > 0,
 			      "stream %d: ok before %u, while dead %u, after %u (failed %u %u %u)", i, s[i].ok[0],
 			      s[i].ok[1], s[i].ok[2], s[i].failed[0], s[i].failed[1], s[i].failed[2]);
 		ck_assert_msg(s[i].failed[0] == 0, "stream %d: %s", i, s[i].why);
 		ck_assert_msg(s[i].stale[0] + s[i].stale[1] + s[i].stale[2] == 0,
-			      "stream %d: older versions read: %u before the kill, %u while dead, %u after", i, s[i].stale[0],
-			      s[i].stale[1], s[i].stale[2]);
+			      "stream %d: older versions read: %u before the kill, %u while dead, %u after", i,
+			      s[i].stale[0], s[i].stale[1], s[i].stale[2]);
 	}
 	/* the restarted server is used again: new objects land on it */
 	{
@@ -831,7 +842,8 @@ START_TEST(server_killed)
 		for (uint32_t id = 2000; id < 2060; id++) {
 			/* each worker's connection finds out on its own, within eject_s */
 			int64_t r;
-			for (double until = hct_now() + 10; (r = put_obj(inst, id, 1, 20000)) != 0 && hct_now() < until;)
+			for (double until = hct_now() + 10;
+			     (r = put_obj(inst, id, 1, 20000)) != 0 && hct_now() < until;)
 				usleep(100 * 1000);
 			ck_assert_int_eq(r, 0);
 			on1 += has_item(mc, id, -1);
@@ -870,7 +882,10 @@ START_TEST(server_hung)
 		struct op o[60];
 		uint8_t *b = malloc(60 * 30000);
 		for (uint32_t id = 0; id < 60; id++)
-			o[id] = (struct op){ .opcode = HC_BE_OP_GET, .id = id, .iovcnt = 1, .iov = { { b + id * 30000, 30000 } } };
+			o[id] = (struct op){ .opcode = HC_BE_OP_GET,
+					     .id = id,
+					     .iovcnt = 1,
+					     .iov = { { b + id * 30000, 30000 } } };
 		run_ops(inst, o, 60);
 		for (uint32_t id = 0; id < 60; id++) {
 			if (home[id] == 1) {

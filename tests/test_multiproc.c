@@ -17,7 +17,7 @@
 #include "hct.h"
 
 #define ENGINES 2
-#define MBOX 64
+#define MBOX    64
 
 struct shared {
 	struct hct_board board;               /* READY pages anyone may read */
@@ -166,7 +166,8 @@ START_TEST(two_engines_four_ranks)
 		pids[i] = fork();
 		if (pids[i] == 0) {
 			hc_pool *c;
-			struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+			struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts),
+						    .flags = HC_ATTACH_NO_POPULATE };
 			int ret = hc_pool_attach(pool_name, &o, &c);
 			if (ret < 0) {
 				record_fail("attach", ret);

@@ -96,7 +96,7 @@ START_TEST(every_bad_field)
 	} cases[] = {
 		{ 0, 0x01, 0, -EBADMSG, "bad magic" },
 		{ 8, 0x03, 0, -EPROTO, "object format 2.0" },   /* a newer major */
-		{ 200, 0x01, 0, -EBADMSG, "header checksum" }, /* any byte */
+		{ 200, 0x01, 0, -EBADMSG, "header checksum" },  /* any byte */
 		{ 4090, 0x01, 0, -EBADMSG, "header checksum" }, /* the checksum itself */
 		{ 13, 0x20, 1, -EBADMSG, "header size" },
 		{ 16, 0x01, 1, -EBADMSG, "fingerprint" },

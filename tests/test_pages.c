@@ -7,8 +7,8 @@
 
 #include "hct.h"
 
-#define ALL_COMPS 3u   /* kv (sharded) + state (replicated) */
-#define KV_ONLY   1u
+#define ALL_COMPS  3u /* kv (sharded) + state (replicated) */
+#define KV_ONLY    1u
 #define STATE_ONLY 2u
 
 struct fixture {
@@ -172,7 +172,11 @@ START_TEST(racing_full_commits_one_winner)
 		pid = fork();
 		if (pid == 0) {
 			hc_pool *c;
-			if (hc_pool_attach(fx.name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE | HC_ATTACH_NO_RECOVER }, &c) < 0)
+			if (hc_pool_attach(
+				    fx.name,
+				    &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+							      .flags = HC_ATTACH_NO_POPULATE | HC_ATTACH_NO_RECOVER },
+				    &c) < 0)
 				_exit(100);
 			if (write(fds[1], "r", 1) != 1)
 				_exit(101);

@@ -112,8 +112,10 @@ START_TEST(exists_and_names)
 	ck_assert_msg_has("already exists");
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
 
-	const char *bad[] = { "", "a/b", "..", ".hidden", "a..b", "sp ace", "semi;colon",
-			      "x123456789012345678901234567890123456789012345678901234567890123456789" };
+	const char *bad[] = { "",           "a/b",
+			      "..",         ".hidden",
+			      "a..b",       "sp ace",
+			      "semi;colon", "x123456789012345678901234567890123456789012345678901234567890123456789" };
 	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		ck_assert_err(hc_pool_name_valid(bad[i]), EINVAL);
 		s.spec.name = bad[i];
@@ -277,7 +279,8 @@ START_TEST(warns_big_pool_on_small_pages)
 		if (huge)
 			ck_assert_str_eq(logged, "");
 		else
-			ck_assert_msg(strstr(logged, "4 KiB pages") && strstr(logged, "huge=always"), "log: %s", logged);
+			ck_assert_msg(strstr(logged, "4 KiB pages") && strstr(logged, "huge=always"), "log: %s",
+				      logged);
 		unmount_tmpfs(dir);
 	}
 }

@@ -43,7 +43,10 @@ static void evict(hc_pool *p, const hc_key_t *keys, unsigned n)
 
 static struct hc_service_opts opts(unsigned threshold)
 {
-	return (struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec, .batch_pages = 4, .prefetch_threshold = threshold,
+	return (struct hc_service_opts){ .size = sizeof(struct hc_service_opts),
+					 .backend = hct_l3_spec,
+					 .batch_pages = 4,
+					 .prefetch_threshold = threshold,
 					 .write_policy = HC_WRITE_NONE };
 }
 
@@ -62,7 +65,10 @@ static void check_clean(hc_pool *p)
 /* Prefetch keys without a ticket, wait for it, take the hit: its length. */
 static int prefetch_all(hc_pool *p, const hc_key_t *keys, unsigned n, hc_page_t *pg, int *result)
 {
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = keys, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = keys,
+				      .nkeys = n,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_req *rq;
 	int h;
 
@@ -214,7 +220,7 @@ static void files_now(char (*names)[4096], unsigned *n)
 
 /* ---- ranks of one engine, with different timing, take the same hit */
 
-#define NR 3      /* ranks: two of engine 1, one of engine 2 */
+#define NR    3 /* ranks: two of engine 1, one of engine 2 */
 #define NKEYS 24
 
 struct board {
@@ -234,12 +240,19 @@ struct rank_arg {
 static void rank(hc_pool *p, void *arg)
 {
 	struct rank_arg *a = arg;
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = a->me < 2 ? 1 : 2, .tp_size = a->me < 2 ? 2 : 1,
-				     .tp_rank = a->me < 2 ? (uint32_t)a->me : 0, .quota_pages = HC_QUOTA_UNLIMITED };
-	struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = a->me < 2 ? "req-A" : "req-B", .step = 1 };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = a->me < 2 ? 1 : 2,
+				     .tp_size = a->me < 2 ? 2 : 1,
+				     .tp_rank = a->me < 2 ? (uint32_t)a->me : 0,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name),
+				     .request_id = a->me < 2 ? "req-A" : "req-B",
+				     .step = 1 };
 	/* rank 0 takes at once, rank 1 waits for the end; engine 2 asks for
 	 * an overlapping range */
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = a->me < 2 ? a->keys : a->keys + 4, .nkeys = NKEYS - 4 * (a->me == 2),
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = a->me < 2 ? a->keys : a->keys + 4,
+				      .nkeys = NKEYS - 4 * (a->me == 2),
 				      .name = &nm,
 				      .policy = a->me == 0 ? HC_PREFETCH_BEST_EFFORT : HC_PREFETCH_WAIT_COMPLETE };
 	hc_ticket t = { .size = sizeof(hc_ticket) };
@@ -366,9 +379,14 @@ START_TEST(cancel)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 32, 100, 8);
 	char spec[160];
-	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .batch_pages = 2, .workers = 1,
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+				     .backend = spec,
+				     .batch_pages = 2,
+				     .workers = 1,
 				     .write_policy = HC_WRITE_NONE };
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .nkeys = 8, .policy = HC_PREFETCH_BEST_EFFORT };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .nkeys = 8,
+				      .policy = HC_PREFETCH_BEST_EFFORT };
 	hc_service *s;
 	hc_key_t k[8];
 	hc_page_t pg[8];
@@ -429,7 +447,10 @@ START_TEST(parts_settle_in_order)
 	char spec[200];
 	/* batches of 4: 10 parts for 4 workers; each get takes 20 ms, so the
 	 * workers idle when the prefetch starts are sure to help */
-	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+				     .backend = spec,
+				     .batch_pages = 4,
+				     .write_policy = HC_WRITE_NONE };
 	hc_service *s;
 	hc_key_t k[N];
 	hc_page_t pg[N];
@@ -475,7 +496,11 @@ START_TEST(backups_share_puts)
 	char spec[200];
 	/* one worker, and every op takes 100 ms: the requests posted while
 	 * the first runs queue up behind it */
-	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = spec, .batch_pages = 16, .workers = 1, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+				     .backend = spec,
+				     .batch_pages = 16,
+				     .workers = 1,
+				     .write_policy = HC_WRITE_NONE };
 	hc_service *s;
 	hc_key_t k[R * PER];
 	hc_page_t pg[R * PER];
@@ -547,8 +572,10 @@ START_TEST(threshold_and_bad_input)
 	pr.name = &nm;
 	ck_assert_err(hc_req_prefetch(p, &pr, &rq), EINVAL);
 	ck_assert_msg_has("hc_engine_join");
-	ck_assert_ok(hc_engine_join(p, &(struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec), .engine_id = 3, .tp_size = 1,
-							      .quota_pages = HC_QUOTA_UNLIMITED }));
+	ck_assert_ok(hc_engine_join(p, &(struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec),
+								 .engine_id = 3,
+								 .tp_size = 1,
+								 .quota_pages = HC_QUOTA_UNLIMITED }));
 	nm.request_id = "";
 	ck_assert_err(hc_req_prefetch(p, &pr, &rq), EINVAL);
 	ck_assert_msg_has("request id");

@@ -58,7 +58,10 @@ static void quiet_check(void)
 
 static void step_join(hc_pool *p, long rank)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 3, .tp_size = 2, .tp_rank = (uint32_t)rank,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 3,
+				    .tp_size = 2,
+				    .tp_rank = (uint32_t)rank,
 				    .quota_pages = HC_QUOTA_UNLIMITED };
 
 	ck_assert_ok(hc_engine_join(p, &e));
@@ -118,8 +121,8 @@ static int lookup_hits(void)
 	return hc_lookup(pool, &rq, pages);
 }
 
-#define G0 UINT32_C(1)
-#define G1 UINT32_C(2)
+#define G0   UINT32_C(1)
+#define G1   UINT32_C(2)
 #define REPL HC_SHARD_REPLICATED
 
 /*
@@ -208,9 +211,9 @@ static hc_page_t keyed_quarantine(void)
 	ck_assert_int_eq(hc_reserve(pool, &rr, &pg, &skip), 1);
 	e = &pool->pages[HC_PAGE_ID(pg)];
 	w = atomic_load(&e->word);
-	ck_assert(atomic_compare_exchange_strong(&e->word, &w,
-						 hc__w_make(HC_PAGE_QUARANTINE, (unsigned)pool->slot, hc__w_gen(w),
-							    (hc__now_ms() - 3600 * 1000u) | 1)));
+	ck_assert(atomic_compare_exchange_strong(
+		&e->word, &w,
+		hc__w_make(HC_PAGE_QUARANTINE, (unsigned)pool->slot, hc__w_gen(w), (hc__now_ms() - 3600 * 1000u) | 1)));
 	hc__quota_give(pool, 1);
 	return pg;
 }

@@ -210,7 +210,11 @@ START_TEST(slots_run_out)
 	ck_assert_ok(hc_pool_info(a, &ia, sizeof(ia)));
 	ck_assert_ok(hc_pool_info(b, &ib, sizeof(ib)));
 	ck_assert_int_ne(ia.self_slot, ib.self_slot);
-	ck_assert_err(hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &c), EUSERS);
+	ck_assert_err(hc_pool_attach(name,
+				     &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+							       .flags = HC_ATTACH_NO_POPULATE },
+				     &c),
+		      EUSERS);
 	ck_assert_msg_has("max-ranks");
 	hc_pool_detach(b);
 	c = hct_attach(name, 0);
@@ -353,7 +357,10 @@ START_TEST(probes_do_not_steal_slots)
 	ck_assert_int_eq(read(fds[0], &b, 1), 1);
 	for (int i = 0; i < 2000; i++) {
 		hc_pool *p;
-		int ret = hc_pool_attach(name, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE }, &p);
+		int ret = hc_pool_attach(name,
+					 &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+								   .flags = HC_ATTACH_NO_POPULATE },
+					 &p);
 		ck_assert_msg(ret == 0, "attach %d: %d %s", i, ret, hc_last_error());
 		hc_pool_detach(p);
 	}

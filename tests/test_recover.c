@@ -71,7 +71,10 @@ static void settle(void)
 
 static void hold_everything(hc_pool *p)
 {
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = sh->keys, .nkeys = 3, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = sh->keys,
+				    .nkeys = 3,
+				    .flags = HC_LOOKUP_PIN };
 	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = sh->keys + 4, .nkeys = 4 };
 	uint8_t skip[4];
 
@@ -157,8 +160,12 @@ END_TEST
 
 static void join_engine(hc_pool *p, uint32_t rank)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 6, .tp_size = 2, .tp_rank = rank,
-				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 5000 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 6,
+				    .tp_size = 2,
+				    .tp_rank = rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED,
+				    .ticket_timeout_ms = 5000 };
 	ck_assert_ok(hc_engine_join(p, &e));
 }
 

@@ -54,7 +54,10 @@ static void repaired(struct hc_repair_report *rep, const char *has)
 static void still_there(unsigned i)
 {
 	hc_page_t h;
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys + i, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = keys + i,
+				    .nkeys = 1,
+				    .flags = HC_LOOKUP_NOTOUCH };
 
 	ck_assert_int_eq(hc_lookup(pool, &rq, &h), 1);
 	ck_assert_int_eq(hct_key_bytes(pool, h, keys[i], 0), 0);
@@ -90,7 +93,7 @@ START_TEST(lost_pages_are_freed)
 	atomic_fetch_and(&pg(kp[1])->flags, ~HC_PF_KEYED); /* READY, its key flag gone */
 	repaired(&rep, "allocated without a key by a slot that is not live");
 	ck_assert_uint_eq(rep.lost, 1);
-	ck_assert_uint_eq(rep.damaged, 1); /* without the flag its check fails too */
+	ck_assert_uint_eq(rep.damaged, 1);   /* without the flag its check fails too */
 	ck_assert_uint_ge(rep.index_bad, 1); /* kp[1]'s entry named an unkeyed page */
 	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(a), NULL, NULL, NULL), HC_PAGE_FREE);
 	ck_assert_int_eq(hc_page_state(pool, HC_PAGE_ID(kp[1]), NULL, NULL, NULL), HC_PAGE_FREE);
@@ -205,8 +208,12 @@ END_TEST
 
 static void join(hc_pool *p, uint32_t engine, uint32_t rank)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = 2, .tp_rank = rank,
-				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 60000 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = engine,
+				    .tp_size = 2,
+				    .tp_rank = rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED,
+				    .ticket_timeout_ms = 60000 };
 
 	ck_assert_ok(hc_engine_join(p, &e));
 }
@@ -233,7 +240,7 @@ START_TEST(tickets_are_ended)
 	join(pool, 2, 0);
 	a = open_ticket("a");
 	b = open_ticket("b");
-	pool->tickets[b.index].n = 9; /* more pages than keys */
+	pool->tickets[b.index].n = 9;                                                        /* more pages than keys */
 	atomic_fetch_or(&hc__tmask_row(pool, HC_PAGE_ID(kp[3]))[0], UINT64_C(1) << a.index); /* a names no kp[3] */
 	repaired(&rep, "a record that does not add up");
 	ck_assert_uint_eq(rep.tickets_ended, 1);

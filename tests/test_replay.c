@@ -56,7 +56,8 @@ static void refused(const char *text, int err, const char *piece1, const char *p
 	ck_assert_ptr_null(w.req); /* freed */
 }
 
-#define REQ(t, in, ids) "{\"timestamp\": " #t ", \"input_length\": " #in ", \"output_length\": 7, \"hash_ids\": " ids "}\n"
+#define REQ(t, in, ids)                                                                                                \
+	"{\"timestamp\": " #t ", \"input_length\": " #in ", \"output_length\": 7, \"hash_ids\": " ids "}\n"
 
 START_TEST(trace_slice)
 {
@@ -92,9 +93,11 @@ END_TEST
 START_TEST(trace_good_lines)
 {
 	struct hc_rp_workload w;
-	const char *path = trace_of("ok.jsonl", "\n" REQ(5, 1000, "[7, 8]") "   \n"
-						   "{\"hash_ids\": [7, 9, 10], \"output_length\": 0, \"input_length\": 1025, "
-						   "\"timestamp\": 5.0, \"extra\": {\"x\": [1]}}\r\n" REQ(6, 0, "[]"));
+	const char *path = trace_of(
+		"ok.jsonl",
+		"\n" REQ(5, 1000, "[7, 8]") "   \n"
+					    "{\"hash_ids\": [7, 9, 10], \"output_length\": 0, \"input_length\": 1025, "
+					    "\"timestamp\": 5.0, \"extra\": {\"x\": [1]}}\r\n" REQ(6, 0, "[]"));
 
 	ck_assert_msg(hc_rp_trace_load(path, 0, &w) == 0, "%s", hc_cli_error());
 	ck_assert_uint_eq(w.n, 3);
@@ -115,25 +118,27 @@ START_TEST(trace_bad_lines)
 	refused("{\"timestamp\": 0, \"input_length\": 5\n", EINVAL, "t.jsonl:1:", "ends in the middle");
 	refused(REQ(0, 10, "[1]") "{]\n", EINVAL, "t.jsonl:2:", "not JSON at column");
 	refused(REQ(0, 10, "[1]") REQ(1, 10, "[1]") "[1, 2]\n", EINVAL, "t.jsonl:3:", "one JSON object per request");
-	refused("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\n", EINVAL, "t.jsonl:1:",
-		"no \"hash_ids\" field");
-	refused("{\"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n", EINVAL, "t.jsonl:1:",
-		"no \"timestamp\" field");
+	refused("{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1}\n", EINVAL,
+		"t.jsonl:1:", "no \"hash_ids\" field");
+	refused("{\"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]}\n", EINVAL,
+		"t.jsonl:1:", "no \"timestamp\" field");
 	refused(REQ(-1, 10, "[1]"), ERANGE, "t.jsonl:1:", "\"timestamp\" is -1");
 	refused(REQ(0, -10, "[1]"), ERANGE, "\"input_length\" is -10", NULL);
-	refused(REQ(0, 10, "[1]") REQ(9, 10, "[1]") REQ(8, 10, "[1]"), EINVAL, "t.jsonl:3: timestamp 8 is before line 2's 9",
-		"arrival order");
+	refused(REQ(0, 10, "[1]") REQ(9, 10, "[1]") REQ(8, 10, "[1]"), EINVAL,
+		"t.jsonl:3: timestamp 8 is before line 2's 9", "arrival order");
 	refused(REQ(0.5, 10, "[1]"), EINVAL, "\"timestamp\" is 0.5", "whole number");
 	refused(REQ("3", 10, "[1]"), EINVAL, "\"timestamp\" is \"3\"", NULL);
 	refused(REQ(0, 1025, "[1, 2]"), EINVAL, "\"hash_ids\" has 2 ids, but input_length 1025 needs 3", NULL);
 	refused(REQ(0, 10, "[1, 2]"), EINVAL, "has 2 ids", "needs 1");
 	refused(REQ(0, 600, "[1, -2]"), EINVAL, "hash_ids[1] is -2", NULL);
 	refused(REQ(0, 600, "[1, \"a\"]"), EINVAL, "hash_ids[1] is \"a\"", NULL);
-	refused(REQ(0, 10, "[1]") "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1],}\n",
+	refused(REQ(0, 10,
+		    "[1]") "{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1],}\n",
 		EINVAL, "t.jsonl:2: not JSON", NULL); /* json-c alone would take the trailing comma */
 	refused("{'timestamp': 0}\n", EINVAL, "t.jsonl:1:", NULL);
 	refused(REQ(0, 10, "{}"), EINVAL, "\"hash_ids\" is { }", "an array");
-	refused(REQ(0, 10, "[1]") "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]} {}\n",
+	refused(REQ(0, 10,
+		    "[1]") "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]} {}\n",
 		EINVAL, "t.jsonl:2: ", "column 75"); /* the second object */
 	refused(REQ(0, 99999999999, "[1]"), ERANGE, "\"input_length\" is 99999999999", NULL);
 	{
@@ -328,7 +333,9 @@ START_TEST(refsim_against_naive)
 	for (size_t q = 0; q < w.n; q++)
 		most = hc_rp_pages(&w.req[q], 128) > most ? hc_rp_pages(&w.req[q], 128) : most;
 	for (uint32_t cap = most + 1; cap < 8 * most; cap = cap * 2 + 3) {
-		struct naive v = { .k = calloc(cap, sizeof(hc_key_t)), .mark = calloc(cap, sizeof(uint32_t)), .cap = cap };
+		struct naive v = { .k = calloc(cap, sizeof(hc_key_t)),
+				   .mark = calloc(cap, sizeof(uint32_t)),
+				   .cap = cap };
 		hc_key_t *keys = calloc(most, sizeof(hc_key_t));
 		struct hc_rp_refsim rs;
 		ck_assert_int_eq(hc_rp_refsim(&w, 128, cap, &rs), 0);
@@ -369,11 +376,10 @@ static int replay(const char *arg, ...)
 	return hct_tool_run("hicache-bench", args, out, sizeof(out), err, sizeof(err));
 }
 #define REPLAY(...) replay(__VA_ARGS__, (const char *)NULL)
-#define ck_assert_replay(want, ...)                                                                       \
-	do {                                                                                              \
-		int got_ = REPLAY(__VA_ARGS__);                                                           \
-		ck_assert_msg(got_ == (want), "exit %d, want %d\nstdout:\n%s\nstderr:\n%s", got_, (want), out, \
-			      err);                                                                       \
+#define ck_assert_replay(want, ...)                                                                                    \
+	do {                                                                                                           \
+		int got_ = REPLAY(__VA_ARGS__);                                                                        \
+		ck_assert_msg(got_ == (want), "exit %d, want %d\nstdout:\n%s\nstderr:\n%s", got_, (want), out, err);   \
 	} while (0)
 
 static const char *slice(void)
@@ -472,8 +478,8 @@ START_TEST(backends)
 	be[3] = mspec;
 	for (unsigned i = 0; i < 4; i++) {
 		json_object *j;
-		ck_assert_replay(0, "--trace", slice(), "--requests", "60", "--page-tokens", "128", "--kv", "kv,bf16,2,16,1",
-				 "--pool-pages", "700", "--backend", be[i], "--dir", hct_l3_dir,
+		ck_assert_replay(0, "--trace", slice(), "--requests", "60", "--page-tokens", "128", "--kv",
+				 "kv,bf16,2,16,1", "--pool-pages", "700", "--backend", be[i], "--dir", hct_l3_dir,
 				 "--json", in_dir("c.json"));
 		j = json_object_from_file(in_dir("c.json"));
 		ck_assert_ptr_nonnull(j);
@@ -492,8 +498,8 @@ START_TEST(backends)
 		ck_assert_int_gt(jget(j, "bytes.backup"), 0);
 		ck_assert_int_gt(jget(j, "bytes.checked"), 0);
 		ck_assert_int_eq(jget(j, "bytes.bad"), 0);
-		ck_assert_int_eq(jget(j, "tokens.total"),
-				 jget(j, "tokens.l1") + jget(j, "tokens.l2") + jget(j, "tokens.l3") + jget(j, "tokens.miss"));
+		ck_assert_int_eq(jget(j, "tokens.total"), jget(j, "tokens.l1") + jget(j, "tokens.l2") +
+								  jget(j, "tokens.l3") + jget(j, "tokens.miss"));
 		json_object_put(j);
 	}
 	hct_mcd_stop(&mcd);
@@ -545,8 +551,8 @@ START_TEST(outputs)
 	int rows = 0;
 
 	ck_assert_replay(0, "--sessions", "16", "--kv", "kv,bf16,2,16,1", "--pool-pages", "200", "--backend", "file",
-			 "--dir", hct_l3_dir, "--json", in_dir("g.json"), "--csv", in_dir("g.csv"),
-			 "--svg", in_dir("g.svg"));
+			 "--dir", hct_l3_dir, "--json", in_dir("g.json"), "--csv", in_dir("g.csv"), "--svg",
+			 in_dir("g.svg"));
 	ck_assert_msg(strstr(out, "hit tokens") && strstr(out, "L2 -> GPU (loads)") && strstr(out, "prefill saved"),
 		      "%s", out);
 	j = json_object_from_file(in_dir("g.json"));
@@ -565,7 +571,8 @@ START_TEST(outputs)
 	ck_assert_ptr_nonnull(f);
 	ck_assert_uint_gt(fread(out, 1, sizeof(out) - 1, f), 100);
 	fclose(f);
-	ck_assert_msg(!strncmp(out, "<svg", 4) && strstr(out, "<polyline") && strstr(out, "</svg>"), "not an SVG chart");
+	ck_assert_msg(!strncmp(out, "<svg", 4) && strstr(out, "<polyline") && strstr(out, "</svg>"),
+		      "not an SVG chart");
 }
 END_TEST
 
@@ -575,10 +582,23 @@ END_TEST
 START_TEST(existing_pool)
 {
 	const char *name = hct_name();
-	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
-					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
-	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
-				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
+					.name = "kv",
+					.dtype = HC_DTYPE_BF16,
+					.kind = HC_COMP_KV,
+					.sharding = HC_SHARDED,
+					.kv_heads = 2,
+					.head_bytes = 16,
+					.layers = 1 };
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
+				   .name = name,
+				   .model_id = "test/replay",
+				   .page_tokens = 64,
+				   .tp_size = 2,
+				   .comps = &kv,
+				   .ncomp = 1,
+				   .capacity_pages = 300,
+				   .flags = HC_CREATE_NO_POPULATE };
 	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec };
 	json_object *j;
 	hc_pool *p;
@@ -619,10 +639,23 @@ END_TEST
 START_TEST(existing_pool_twice)
 {
 	const char *name = hct_name();
-	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
-					.kv_heads = 2, .head_bytes = 16, .layers = 1 };
-	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .name = name, .model_id = "test/replay", .page_tokens = 64, .tp_size = 2, .comps = &kv,
-				   .ncomp = 1, .capacity_pages = 300, .flags = HC_CREATE_NO_POPULATE };
+	struct hc_component_spec kv = { .size = sizeof(struct hc_component_spec),
+					.name = "kv",
+					.dtype = HC_DTYPE_BF16,
+					.kind = HC_COMP_KV,
+					.sharding = HC_SHARDED,
+					.kv_heads = 2,
+					.head_bytes = 16,
+					.layers = 1 };
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
+				   .name = name,
+				   .model_id = "test/replay",
+				   .page_tokens = 64,
+				   .tp_size = 2,
+				   .comps = &kv,
+				   .ncomp = 1,
+				   .capacity_pages = 300,
+				   .flags = HC_CREATE_NO_POPULATE };
 	hc_pool *p;
 
 	ck_assert_ok(hc_pool_create(&ps));
@@ -645,10 +678,11 @@ START_TEST(paced)
 	json_object *j;
 
 	ck_assert_replay(0, "--trace", slice(), "--requests", "40", "--speedup", "20", "--kv", "kv,bf16,2,16,1",
-			 "--page-tokens", "128", "--pool-pages", "700", "--backend", "none", "--json", in_dir("p.json"));
+			 "--page-tokens", "128", "--pool-pages", "700", "--backend", "none", "--json",
+			 in_dir("p.json"));
 	j = json_object_from_file(in_dir("p.json"));
-	ck_assert_msg(json_object_get_double(json_object_object_get(j, "seconds")) >= 12.075 / 20,
-		      "served in %.3f s", json_object_get_double(json_object_object_get(j, "seconds")));
+	ck_assert_msg(json_object_get_double(json_object_object_get(j, "seconds")) >= 12.075 / 20, "served in %.3f s",
+		      json_object_get_double(json_object_object_get(j, "seconds")));
 	json_object_put(j);
 }
 END_TEST

@@ -17,13 +17,13 @@
 #include "../shmpool/ring.h"
 #include "hct.h"
 
-#define N 64      /* ring entries */
-#define ARG 4096  /* argument area bytes */
+#define N   64   /* ring entries */
+#define ARG 4096 /* argument area bytes */
 
 struct ent {
 	uint64_t seq;
 	uint64_t off, len;
-	uint64_t sum;     /* of the argument bytes */
+	uint64_t sum; /* of the argument bytes */
 };
 
 /* One shared block: a ring, two bells (entries in, room out), an argument area. */
@@ -310,7 +310,7 @@ START_TEST(bell)
 	ck_assert_int_ne(atomic_load(flag), 0);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_uint_eq(atomic_load(&b->seq), 1); /* rung once: a sleeper was there */
-	hc__bell_ring(b); /* nobody sleeps: nothing to do */
+	hc__bell_ring(b);                           /* nobody sleeps: nothing to do */
 	ck_assert_uint_eq(atomic_load(&b->seq), 1);
 }
 END_TEST
@@ -342,8 +342,8 @@ START_TEST(argbuf_model)
 			for (uint32_t i = head; i != tail && len; i++) {
 				uint64_t l = lo[i & (N - 1)], h = hi[i & (N - 1)];
 				ck_assert_msg((uint64_t)off + len <= l || (uint64_t)off >= h,
-					      "[%lld, +%llu) overlaps [%llu, %llu)", (long long)off, (unsigned long long)len,
-					      (unsigned long long)l, (unsigned long long)h);
+					      "[%lld, +%llu) overlaps [%llu, %llu)", (long long)off,
+					      (unsigned long long)len, (unsigned long long)l, (unsigned long long)h);
 			}
 			lo[tail & (N - 1)] = (uint64_t)off;
 			hi[tail & (N - 1)] = (uint64_t)off + len;

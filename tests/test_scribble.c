@@ -53,44 +53,56 @@
 
 #include "hct.h"
 
-#define NPAGES     16
-#define MAX_RANKS  8
+#define NPAGES      16
+#define MAX_RANKS   8
 #define TICKET_KEYS 8
-#define RANKS      3     /* 0, 1: engine 1 (TP 2); 2: engine 2 (TP 1) */
-#define NCHAIN     6
-#define CHAIN      4     /* keys per chain: at most CHAIN keys a call */
-#define ROUNDS     3
-#define RUN_MS     700   /* each rank's loop, per round */
-#define GRACE_MS   6000  /* after RUN_MS: its last call, detach and exit */
-#define TICKET_MS  100
-#define QUAR_MS    20
+#define RANKS       3 /* 0, 1: engine 1 (TP 2); 2: engine 2 (TP 1) */
+#define NCHAIN      6
+#define CHAIN       4 /* keys per chain: at most CHAIN keys a call */
+#define ROUNDS      3
+#define RUN_MS      700  /* each rank's loop, per round */
+#define GRACE_MS    6000 /* after RUN_MS: its last call, detach and exit */
+#define TICKET_MS   100
+#define QUAR_MS     20
 /* Between two writes, by round (pacing only: it orders nothing): from a
  * few hundred writes a round, which leaves the ranks mostly working on a
  * damaged pool, to thousands, which leaves little undamaged. */
 static const long scribble_us[ROUNDS] = { 1000, 200, 40 };
-#define GUARD      4     /* canary words each side of an array */
-#define CANARY     UINT64_C(0xcafef00dd15ea5e5)
+#define GUARD        4 /* canary words each side of an array */
+#define CANARY       UINT64_C(0xcafef00dd15ea5e5)
 #define DEFAULT_SEED UINT64_C(20240611)
 
 enum op {
-	OP_IDLE, OP_STORE, OP_LOOKUP, OP_LOCK, OP_TICKETS, OP_EVICT, OP_EVICT_KEY, OP_FREE, OP_ANON, OP_RECOVER,
-	OP_INFO, OP_L3, OP_DETACH, OP__COUNT
+	OP_IDLE,
+	OP_STORE,
+	OP_LOOKUP,
+	OP_LOCK,
+	OP_TICKETS,
+	OP_EVICT,
+	OP_EVICT_KEY,
+	OP_FREE,
+	OP_ANON,
+	OP_RECOVER,
+	OP_INFO,
+	OP_L3,
+	OP_DETACH,
+	OP__COUNT
 };
-static const char *const op_names[OP__COUNT] = { "idle", "store", "lookup", "lock", "tickets", "evict",
-						 "evict_key", "free", "anon", "recover", "info", "L3 request", "detach" };
+static const char *const op_names[OP__COUNT] = { "idle", "store", "lookup",  "lock", "tickets",    "evict", "evict_key",
+						 "free", "anon",  "recover", "info", "L3 request", "detach" };
 
 struct shared {
-	_Atomic int ready[RANKS];       /* attached and joined */
-	_Atomic int go;                 /* the parent: loops start */
-	_Atomic int stop;               /* the parent: the scribbler stops */
+	_Atomic int ready[RANKS]; /* attached and joined */
+	_Atomic int go;           /* the parent: loops start */
+	_Atomic int stop;         /* the parent: the scribbler stops */
 	_Atomic int scribbler_ready;
-	_Atomic uint32_t progress[2];   /* the TP pair's request under way */
-	_Atomic int op_now[RANKS];      /* what each rank is in: a hang's message */
-	_Atomic uint64_t op_since[RANKS];  /* since when (ms) */
-	_Atomic uint64_t slowest[RANKS];   /* the longest op (ms) << 8 | op */
+	_Atomic uint32_t progress[2];     /* the TP pair's request under way */
+	_Atomic int op_now[RANKS];        /* what each rank is in: a hang's message */
+	_Atomic uint64_t op_since[RANKS]; /* since when (ms) */
+	_Atomic uint64_t slowest[RANKS];  /* the longest op (ms) << 8 | op */
 	_Atomic uint64_t ops[RANKS], errs[RANKS], writes;
 	_Atomic uint64_t errno_seen[RANKS][136];
-	_Atomic uint32_t bad;           /* caller-visible violations */
+	_Atomic uint32_t bad; /* caller-visible violations */
 	char why[512];
 };
 
@@ -184,11 +196,11 @@ static void guard_end(int w, struct guarded *g, const char *what)
 
 	for (size_t i = 0; i < GUARD; i++) {
 		if (g->mem[i] != CANARY)
-			bad(w, "%s: the canary word %zu before the caller's array was overwritten (0x%llx)", what, GUARD - i,
-			    (unsigned long long)g->mem[i]);
+			bad(w, "%s: the canary word %zu before the caller's array was overwritten (0x%llx)", what,
+			    GUARD - i, (unsigned long long)g->mem[i]);
 		if (g->mem[g->words - 1 - i] != CANARY)
-			bad(w, "%s: the canary word %zu after the caller's array was overwritten (0x%llx)", what, GUARD - i,
-			    (unsigned long long)g->mem[g->words - 1 - i]);
+			bad(w, "%s: the canary word %zu after the caller's array was overwritten (0x%llx)", what,
+			    GUARD - i, (unsigned long long)g->mem[g->words - 1 - i]);
 	}
 	for (size_t i = g->used; i < (g->words - 2 * GUARD) * 8; i++)
 		if (b[i] != c[i % 8])
@@ -262,7 +274,10 @@ static void lookup(struct rank *r, unsigned c, unsigned n, int lock)
 {
 	struct guarded gp;
 	hc_page_t *pg = guard_new(&gp, n, sizeof(*pg));
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = chains[c], .nkeys = n, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = chains[c],
+				    .nkeys = n,
+				    .flags = HC_LOOKUP_PIN };
 	int h = hc_lookup(r->p, &rq, pg);
 
 	if (result(r->w, h, (int)n, "lookup") && pages_ok(r->w, pg, n, NULL, "lookup")) {
@@ -301,7 +316,8 @@ static void box_check(int w, const struct tk_box *b, const char *what)
  * ticket reservation of what it missed, filled with this rank's shards. */
 static void tickets(struct rank *r, const char *id, unsigned c, unsigned n, uint32_t shards)
 {
-	struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 }, rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 1 };
+	struct hc_ticket_name ln = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 0 },
+			      rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 1 };
 	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = chains[c], .nkeys = n };
 	struct guarded glp;
 	hc_page_t *lp = guard_new(&glp, n, sizeof(*lp));
@@ -316,7 +332,10 @@ static void tickets(struct rank *r, const char *id, unsigned c, unsigned n, uint
 			bad(r->w, "ticket lookup: the handle says %u pages for %u keys", lt.t.n, n);
 		if ((unsigned)h < n) {
 			unsigned k = n - (unsigned)h;
-			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = chains[c] + h, .nkeys = k, .first_depth = (uint32_t)h };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+						     .keys = chains[c] + h,
+						     .nkeys = k,
+						     .first_depth = (uint32_t)h };
 			struct guarded grp, grs;
 			hc_page_t *rp = guard_new(&grp, k, sizeof(*rp));
 			uint8_t *skip = guard_new(&grs, k, 1);
@@ -324,7 +343,8 @@ static void tickets(struct rank *r, const char *id, unsigned c, unsigned n, uint
 			box_init(&rt);
 			m = hc_ticket_reserve(r->p, &rn, &rq, rp, skip, &rt.t);
 			box_check(r->w, &rt, "ticket reserve");
-			if (result(r->w, m, (int)k, "ticket reserve") && pages_ok(r->w, rp, k, skip, "ticket reserve")) {
+			if (result(r->w, m, (int)k, "ticket reserve") &&
+			    pages_ok(r->w, rp, k, skip, "ticket reserve")) {
 				if (rt.t.n > k)
 					bad(r->w, "ticket reserve: the handle says %u pages for %u keys", rt.t.n, k);
 				for (unsigned i = 0; i < k; i++) {
@@ -407,7 +427,8 @@ static void set_op(struct rank *r, enum op op)
 {
 	uint64_t now = now_ms(), took = now - atomic_load(&sh->op_since[r->w]);
 
-	if (atomic_load(&sh->op_since[r->w]) && (took << 8 | (unsigned)atomic_load(&sh->op_now[r->w])) > atomic_load(&sh->slowest[r->w]))
+	if (atomic_load(&sh->op_since[r->w]) &&
+	    (took << 8 | (unsigned)atomic_load(&sh->op_now[r->w])) > atomic_load(&sh->slowest[r->w]))
 		atomic_store(&sh->slowest[r->w], took << 8 | (unsigned)atomic_load(&sh->op_now[r->w]));
 	atomic_store(&sh->op_now[r->w], op);
 	atomic_store(&sh->op_since[r->w], now);
@@ -461,8 +482,11 @@ static void single_op(struct rank *r)
 static void rank_main(hc_pool *p, void *arg)
 {
 	struct rank r = { .p = p, .w = (int)(intptr_t)arg };
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = r.w < 2 ? 1 : 2, .tp_size = r.w < 2 ? 2 : 1,
-				     .tp_rank = r.w < 2 ? (uint32_t)r.w : 0, .quota_pages = HC_QUOTA_UNLIMITED,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = r.w < 2 ? 1 : 2,
+				     .tp_size = r.w < 2 ? 2 : 1,
+				     .tp_rank = r.w < 2 ? (uint32_t)r.w : 0,
+				     .quota_pages = HC_QUOTA_UNLIMITED,
 				     .ticket_timeout_ms = TICKET_MS };
 	uint64_t start = now_ms(), end;
 	int ret;
@@ -535,11 +559,35 @@ static struct scrib *scr; /* the scribbler's, for put32 and put64 */
 static uint64_t nasty(struct scrib *s)
 {
 	const struct hc_pool *p = s->p;
-	const uint64_t v[] = { 0, 1, 2, UINT32_MAX, UINT64_MAX, UINT32_MAX - 1, p->g.max_ranks, p->g.max_ranks + 1,
-			       p->g.max_ranks - 1, 127, 128, p->g.npages, p->g.npages + 1, p->g.npages - 1,
-			       p->g.max_tickets, p->g.max_tickets + 1, p->g.ticket_keys, p->g.ticket_keys + 1,
-			       HC_INDEX_STRIPES, HC_TICKET_STRIPES, UINT32_C(1) << 31, INT32_MIN, 0xffff, 0x10000,
-			       UINT64_C(1) << 63, (uint64_t)-4096, HC_TP_MAX, HC_TP_MAX + 1, p->g.index_buckets };
+	const uint64_t v[] = { 0,
+			       1,
+			       2,
+			       UINT32_MAX,
+			       UINT64_MAX,
+			       UINT32_MAX - 1,
+			       p->g.max_ranks,
+			       p->g.max_ranks + 1,
+			       p->g.max_ranks - 1,
+			       127,
+			       128,
+			       p->g.npages,
+			       p->g.npages + 1,
+			       p->g.npages - 1,
+			       p->g.max_tickets,
+			       p->g.max_tickets + 1,
+			       p->g.ticket_keys,
+			       p->g.ticket_keys + 1,
+			       HC_INDEX_STRIPES,
+			       HC_TICKET_STRIPES,
+			       UINT32_C(1) << 31,
+			       INT32_MIN,
+			       0xffff,
+			       0x10000,
+			       UINT64_C(1) << 63,
+			       (uint64_t)-4096,
+			       HC_TP_MAX,
+			       HC_TP_MAX + 1,
+			       p->g.index_buckets };
 
 	return v[below(&s->rng, sizeof(v) / sizeof(v[0]))];
 }
@@ -555,7 +603,8 @@ static void undo_one(struct undo *u)
 {
 	if (u->width == 4) {
 		uint32_t want = (uint32_t)u->now;
-		__atomic_compare_exchange_n((uint32_t *)u->at, &want, (uint32_t)u->old, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		__atomic_compare_exchange_n((uint32_t *)u->at, &want, (uint32_t)u->old, 0, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
 	} else if (u->width == 8) {
 		uint64_t want = u->now;
 		__atomic_compare_exchange_n((uint64_t *)u->at, &want, u->old, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
@@ -644,7 +693,8 @@ static void scribble_page(struct scrib *s)
 		put64(&pg->key[below(&s->rng, 4)], next(&s->rng));
 		break;
 	case 6:
-		put32(&pg->flags, below(&s->rng, 2) ? (uint32_t)value(s) : atomic_load(&pg->flags) ^ (1u << below(&s->rng, 32)));
+		put32(&pg->flags,
+		      below(&s->rng, 2) ? (uint32_t)value(s) : atomic_load(&pg->flags) ^ (1u << below(&s->rng, 32)));
 		break;
 	default:
 		if (below(&s->rng, 2))
@@ -661,7 +711,8 @@ static void scribble_holds(struct scrib *s)
 
 	if (below(&s->rng, 3)) {
 		static const uint32_t v[] = { 0, 1, 0xffff, 0x10000, 0xffff0000u, UINT32_MAX, 2 };
-		put32(&hc__pin_row(p, id)[below(&s->rng, p->g.max_ranks)], below(&s->rng, 2) ? v[below(&s->rng, 7)] : (uint32_t)next(&s->rng));
+		put32(&hc__pin_row(p, id)[below(&s->rng, p->g.max_ranks)],
+		      below(&s->rng, 2) ? v[below(&s->rng, 7)] : (uint32_t)next(&s->rng));
 	} else {
 		_Atomic uint64_t *tw = &hc__tmask_row(p, id)[below(&s->rng, p->tmask_words)];
 		put64(tw, below(&s->rng, 4) ? atomic_load(tw) ^ UINT64_C(1) << below(&s->rng, 64) : next(&s->rng));
@@ -676,13 +727,15 @@ static void scribble_index(struct scrib *s)
 
 	switch (below(&s->rng, 4)) {
 	case 0: /* the same tag, another page id, maybe past the pool */
-		put64(&p->index[i], (e & ~UINT64_C(0xffffffff)) | (uint32_t)(below(&s->rng, 2) ? nasty(s) : 1 + below(&s->rng, NPAGES)));
+		put64(&p->index[i], (e & ~UINT64_C(0xffffffff)) |
+					    (uint32_t)(below(&s->rng, 2) ? nasty(s) : 1 + below(&s->rng, NPAGES)));
 		break;
 	case 1: { /* an entry a lookup of a live page's key meets first, naming another page */
 		struct hc__khash kh;
 		uint32_t id = below(&s->rng, NPAGES);
 		hc__page_khash(p, id, &kh);
-		put64(&p->index[(size_t)(below(&s->rng, 2) ? kh.b1 : kh.b2) * HC_BUCKET_ENTRIES + below(&s->rng, HC_BUCKET_ENTRIES)],
+		put64(&p->index[(size_t)(below(&s->rng, 2) ? kh.b1 : kh.b2) * HC_BUCKET_ENTRIES +
+				below(&s->rng, HC_BUCKET_ENTRIES)],
 		      (uint64_t)kh.tag << 32 | (uint32_t)(below(&s->rng, 2) ? nasty(s) : 1 + below(&s->rng, NPAGES)));
 		break;
 	}
@@ -706,7 +759,8 @@ static void scribble_ticket(struct scrib *s)
 		put64(&r->word, hc__tk_with(w, below(&s->rng, 8), some_slot(s)));
 		break;
 	case 1: /* shares and the expired bit */
-		put64(&r->word, (w & ~(HC_TK_CLAIMED | HC_TK_EXPIRED)) | (next(&s->rng) & (HC_TK_CLAIMED | HC_TK_EXPIRED)));
+		put64(&r->word,
+		      (w & ~(HC_TK_CLAIMED | HC_TK_EXPIRED)) | (next(&s->rng) & (HC_TK_CLAIMED | HC_TK_EXPIRED)));
 		break;
 	case 2:
 	case 3:
@@ -736,7 +790,8 @@ static void scribble_ticket(struct scrib *s)
 			put64(&list[i], HC_PAGE_MAKE((uint32_t)nasty(s), HC_PAGE_GEN(e)));
 			break;
 		case 1:
-			put64(&list[i], (uint64_t)(1 + below(&s->rng, 255)) << HC_TP_SKIP_SHIFT | (e & 0xffffffffffffffu));
+			put64(&list[i],
+			      (uint64_t)(1 + below(&s->rng, 255)) << HC_TP_SKIP_SHIFT | (e & 0xffffffffffffffu));
 			break;
 		case 2:
 			put64(&list[i], e ^ (UINT64_C(1) << below(&s->rng, 64)));
@@ -767,7 +822,8 @@ static void scribble_rank(struct scrib *s)
 		break;
 	case 2:
 		s->transient = 1;
-		put32(&r->tp, below(&s->rng, 2) ? (uint32_t)value(s) : (uint32_t)(below(&s->rng, 40) << 16 | below(&s->rng, 70)));
+		put32(&r->tp, below(&s->rng, 2) ? (uint32_t)value(s)
+						: (uint32_t)(below(&s->rng, 40) << 16 | below(&s->rng, 70)));
 		break;
 	case 3:
 		put32(&r->quota, (uint32_t)value(s));
@@ -846,7 +902,9 @@ static void scribble_ring(struct scrib *s)
 	case 4:
 	case 5: { /* a word of an entry: op, epoch, user_data, arg_off, n and arg_len; result, epoch */
 		uint8_t *e = (uint8_t *)(r + 1) + (size_t)below(&s->rng, n) * esize + 8 * below(&s->rng, esize / 8);
-		put64(e, below(&s->rng, 2) ? value(s) : atomic_load((_Atomic uint64_t *)(void *)e) ^ (UINT64_C(1) << below(&s->rng, 64)));
+		put64(e, below(&s->rng, 2)
+				 ? value(s)
+				 : atomic_load((_Atomic uint64_t *)(void *)e) ^ (UINT64_C(1) << below(&s->rng, 64)));
 		break;
 	}
 	case 6: /* the argument area */
@@ -906,7 +964,8 @@ static void final_damage(struct scrib *s)
 
 static void __attribute__((noreturn)) scribbler(const char *name)
 {
-	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts),
+				    .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE };
 	struct scrib s = { .rng = round_seed * 1000 + 999 };
 	struct timespec pace = { 0, scribble_us[round_no] * 1000 };
 	uint64_t start = now_ms();
@@ -971,12 +1030,13 @@ static void teardown(void);
 /* Fail the round, with no process, pool or directory of it left behind
  * (a failed check ends the test process: the fixture's teardown would not
  * run).  The message is made first: it may quote the shared block. */
-#define FAIL(...) do { \
-	char msg__[1024]; \
-	snprintf(msg__, sizeof(msg__), __VA_ARGS__); \
-	teardown(); \
-	ck_abort_msg("%s", msg__); \
-} while (0)
+#define FAIL(...)                                                                                                      \
+	do {                                                                                                           \
+		char msg__[1024];                                                                                      \
+		snprintf(msg__, sizeof(msg__), __VA_ARGS__);                                                           \
+		teardown();                                                                                            \
+		ck_abort_msg("%s", msg__);                                                                             \
+	} while (0)
 
 static uint64_t base_seed(void)
 {
@@ -1007,7 +1067,10 @@ static void teardown(void)
 START_TEST(scribble_while_ranks_work)
 {
 	struct hct_spec spec;
-	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec, .write_policy = HC_WRITE_NONE, .workers = 1 };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts),
+				      .backend = hct_l3_spec,
+				      .write_policy = HC_WRITE_NONE,
+				      .workers = 1 };
 	struct lines live = { 0 }, quiet = { 0 };
 	hc_pool *p;
 	uint64_t t0, deadline;
@@ -1052,7 +1115,10 @@ START_TEST(scribble_while_ranks_work)
 			if (waitpid(kids[i], &st, WNOHANG) == kids[i]) {
 				kids[i] = 0;
 				FAIL("%s %d ended (status 0x%x) before the scribbling started: %s",
-				     i < RANKS ? "rank" : i == SCRIBBLER ? "scribbler" : "service", i, st, sh->why);
+				     i < RANKS        ? "rank"
+				     : i == SCRIBBLER ? "scribbler"
+						      : "service",
+				     i, st, sh->why);
 			}
 		if (now_ms() - t0 > 15000)
 			FAIL("the ranks did not attach and join within 15 s");
@@ -1076,9 +1142,10 @@ START_TEST(scribble_while_ranks_work)
 			if (waitpid(kids[w], &st, WNOHANG) == kids[w]) {
 				kids[w] = 0;
 				if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-					FAIL("rank %d %s %d (in %s): %s", w, WIFSIGNALED(st) ? "was killed by signal" : "exited with",
-					     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), op_names[atomic_load(&sh->op_now[w])],
-					     sh->why);
+					FAIL("rank %d %s %d (in %s): %s", w,
+					     WIFSIGNALED(st) ? "was killed by signal" : "exited with",
+					     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+					     op_names[atomic_load(&sh->op_now[w])], sh->why);
 				continue;
 			}
 			alive++;
@@ -1135,9 +1202,10 @@ START_TEST(scribble_while_ranks_work)
 			if (atomic_load(&sh->errno_seen[w][e]))
 				snprintf(errs + strlen(errs), sizeof(errs) - strlen(errs), " %d:%llu", e,
 					 (unsigned long long)atomic_load(&sh->errno_seen[w][e]));
-		fprintf(stderr, "scribble: rank %d: %llu ops, %llu errors (errno:count):%s; slowest op: %s, %llu ms\n", w,
-			(unsigned long long)atomic_load(&sh->ops[w]), (unsigned long long)atomic_load(&sh->errs[w]), errs,
-			op_names[atomic_load(&sh->slowest[w]) & 0xff], (unsigned long long)(atomic_load(&sh->slowest[w]) >> 8));
+		fprintf(stderr, "scribble: rank %d: %llu ops, %llu errors (errno:count):%s; slowest op: %s, %llu ms\n",
+			w, (unsigned long long)atomic_load(&sh->ops[w]), (unsigned long long)atomic_load(&sh->errs[w]),
+			errs, op_names[atomic_load(&sh->slowest[w]) & 0xff],
+			(unsigned long long)(atomic_load(&sh->slowest[w]) >> 8));
 	}
 	if (atomic_load(&sh->bad))
 		FAIL("%u caller-visible violations; the first: %s", atomic_load(&sh->bad), sh->why);
@@ -1163,12 +1231,12 @@ END_TEST
 
 /* ---- one nasty value at a time: what the scribbler found, made by hand */
 
-static hc_pool *pool;        /* this process: a rank of engine 1, TP rank 0 */
+static hc_pool *pool; /* this process: a rank of engine 1, TP rank 0 */
 static hc_key_t keys[2];
-static hc_page_t kp[2];      /* keys' READY pages */
+static hc_page_t kp[2]; /* keys' READY pages */
 
-struct one {                 /* what a child did, for the parent */
-	char id[48];         /* the ticket's request id (the parent's) */
+struct one {         /* what a child did, for the parent */
+	char id[48]; /* the ticket's request id (the parent's) */
 	int ret;
 	double took;
 	char msg[512];
@@ -1177,7 +1245,11 @@ static struct one *one;
 
 static void join_engine(hc_pool *p, uint32_t rank)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 2, .tp_rank = rank, .quota_pages = HC_QUOTA_UNLIMITED,
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 1,
+				    .tp_size = 2,
+				    .tp_rank = rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED,
 				    .ticket_timeout_ms = 60000 };
 
 	ck_assert_ok(hc_engine_join(p, &e));
@@ -1257,7 +1329,8 @@ START_TEST(hold_waits_a_bounded_time)
 	wp = &pool->pages[HC_PAGE_ID(pg[0])].word;
 	w = atomic_load(wp);
 	tid = atomic_load(&pool->ranks[pool->slot].holder_tid);
-	atomic_store(wp, hc__w_make(HC_PAGE_FREEING, (unsigned)pool->slot, hc__w_gen(w), hc__freeing_aux((unsigned)pool->slot, 0)));
+	atomic_store(wp, hc__w_make(HC_PAGE_FREEING, (unsigned)pool->slot, hc__w_gen(w),
+				    hc__freeing_aux((unsigned)pool->slot, 0)));
 	ck_assert_int_eq(hct_in_child(name, ticket_lookup_as_rank1, (void *)1), 0);
 	atomic_store(&pool->ranks[pool->slot].holder_tid, tid);
 	atomic_store(wp, w);
@@ -1289,7 +1362,9 @@ START_TEST(own_membership_scribbled)
 	}
 	tn.request_id = "mine-solo"; /* TP 1 of its own: no partner needed */
 	ck_assert_ok(hc_engine_leave(pool));
-	ck_assert_ok(hc_engine_join(pool, &(struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec), .engine_id = 3, .tp_size = 1,
+	ck_assert_ok(hc_engine_join(pool, &(struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec),
+								    .engine_id = 3,
+								    .tp_size = 1,
 								    .quota_pages = HC_QUOTA_UNLIMITED }));
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pg, &t), 2);
 	ck_assert_ok(hc_ticket_release(pool, &t));
@@ -1377,7 +1452,7 @@ START_TEST(ring_index_scribbled_and_restored)
 	was = atomic_exchange(&r->head, 3 - 1000); /* the producer's side of it */
 	ck_assert_err(hc__ring_room(&prod, (uint32_t)n), EPROTO);
 	ck_assert_err(hc__ring_room(&prod, (uint32_t)n), EPROTO); /* by its last trusted head, 3 are unread */
-	ck_assert_int_eq(hc__ring_room(&prod, 1), 1); /* by the last head it trusted */
+	ck_assert_int_eq(hc__ring_room(&prod, 1), 1);             /* by the last head it trusted */
 	atomic_store(&r->head, was);
 	ck_assert_int_eq(hc__ring_room(&prod, (uint32_t)n), (int)n);
 	free(mem);

@@ -19,7 +19,10 @@
 
 static hc_service *start(const char *name, const char *backend)
 {
-	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = backend, .batch_pages = 4, .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+				     .backend = backend,
+				     .batch_pages = 4,
+				     .write_policy = HC_WRITE_NONE };
 
 	return hct_service_start(name, &o);
 }
@@ -27,7 +30,9 @@ static hc_service *start(const char *name, const char *backend)
 /* A service in a child process (no write policy: only what is asked). */
 static pid_t service_child(const char *name)
 {
-	return hct_service_child(name, &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = "mem", .write_policy = HC_WRITE_NONE });
+	return hct_service_child(name, &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts),
+								  .backend = "mem",
+								  .write_policy = HC_WRITE_NONE });
 }
 
 START_TEST(no_service)
@@ -158,7 +163,11 @@ START_TEST(one_service_per_pool)
 	ck_assert_int_eq(hc_service_probe(p, NULL), 0);
 	o.backend = NULL;
 	ck_assert_err(hc_service_start(name, &o, &s2), EINVAL);
-	ck_assert_err(hc_service_start("bad/name", &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = "mem" }, &s2), EINVAL);
+	ck_assert_err(
+		hc_service_start("bad/name",
+				 &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = "mem" },
+				 &s2),
+		EINVAL);
 	s = start(name, "mem"); /* and again, after a clean stop */
 	ck_assert_ok(hc_service_stop(s));
 	hc_pool_detach(p);

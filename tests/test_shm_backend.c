@@ -33,9 +33,9 @@
 #include "../backends/shm/layout.h"
 #include "hctbe.h"
 
-#define PREFIX "hctshm-"
+#define PREFIX      "hctshm-"
 #define FILE_PREFIX "hicache-l3." PREFIX
-#define K4 4096u
+#define K4          4096u
 
 static const struct hc_backend *B;
 static char logbuf[16384]; /* this process's log lines, '\n'-separated */
@@ -484,21 +484,21 @@ START_TEST(test_lru_capacity)
 	for (uint32_t id = 1; id <= 4; id++) /* A B C D, 4 blocks each: full */
 		put_obj(be, id, 1, 4 * K4);
 	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 0);
-	get_obj(be, 1, 1, 4 * K4);            /* A is now the most recent */
-	ck_assert_int_eq(exists(be, 2), 1);   /* EXISTS does not touch */
-	put_obj(be, 5, 1, 4 * K4);            /* E evicts B; order C D A E */
+	get_obj(be, 1, 1, 4 * K4);          /* A is now the most recent */
+	ck_assert_int_eq(exists(be, 2), 1); /* EXISTS does not touch */
+	put_obj(be, 5, 1, 4 * K4);          /* E evicts B; order C D A E */
 	ck_assert_int_eq(exists(be, 2), 0);
 	ck_assert_int_eq(exists(be, 1), 1);
-	put_obj(be, 6, 1, 2 * K4 + 1);        /* F (3 blocks) evicts C; order D A E F, 1 block free */
+	put_obj(be, 6, 1, 2 * K4 + 1); /* F (3 blocks) evicts C; order D A E F, 1 block free */
 	ck_assert_int_eq(exists(be, 3), 0);
 	ck_assert_int_eq(exists(be, 4), 1);
 	/* Replacing D: the old D goes last, so A (next least recent) goes. */
 	put_obj(be, 4, 2, 4 * K4);
 	ck_assert_int_eq(exists(be, 1), 0);
-	get_obj(be, 4, 2, 4 * K4);            /* order E F D, 5 blocks free */
+	get_obj(be, 4, 2, 4 * K4); /* order E F D, 5 blocks free */
 	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 3);
 	ck_assert_uint_eq(hct_be_stat(B, be, "free_bytes"), 5 * K4);
-	put_obj(be, 7, 1, 6 * K4);            /* G evicts E only */
+	put_obj(be, 7, 1, 6 * K4); /* G evicts E only */
 	ck_assert_int_eq(exists(be, 5), 0);
 	ck_assert_int_eq(exists(be, 6), 1);
 	ck_assert_uint_eq(hct_be_stat(B, be, "evictions"), 4);
@@ -594,10 +594,10 @@ START_TEST(test_pinned_not_evicted)
 	void *be = must_open(name, "capacity=64K", "put_wait_ms=50", "destroy_on_close=1");
 	pid_t reader;
 
-	put_obj(be, 1, 1, 8 * K4); /* P: 8 blocks */
-	put_obj(be, 2, 1, 4 * K4); /* Q: 4 blocks; 4 free */
+	put_obj(be, 1, 1, 8 * K4);                              /* P: 8 blocks */
+	put_obj(be, 2, 1, 4 * K4);                              /* Q: 4 blocks; 4 free */
 	reader = spawn_stuck(name, HC_BE_OP_GET, 1, 0, 8 * K4); /* pins P */
-	get_obj(be, 2, 1, 4 * K4); /* Q the most recent: P, pinned, is the least */
+	get_obj(be, 2, 1, 4 * K4);                              /* Q the most recent: P, pinned, is the least */
 	/* R needs 8 blocks of the 4 free: P is skipped, Q goes. */
 	put_obj(be, 3, 1, 8 * K4);
 	ck_assert_int_eq(exists(be, 1), 1);
@@ -883,7 +883,7 @@ END_TEST
 
 /* ---- concurrent processes and threads, with content checks */
 
-#define IDS 40
+#define IDS    40
 #define MAXLEN (24 * K4)
 struct stress {
 	_Atomic int stop;
@@ -1354,7 +1354,7 @@ START_TEST(test_bad_options)
 	}
 	ck_assert_int_eq(B->open(&nullkey, 1, &be, err, sizeof(err)), -EINVAL);
 	ck_assert_int_eq(B->open(NULL, 0, &be, err, sizeof(err)), -EINVAL); /* no name */
-	ck_assert_int_eq(access(spath(name), F_OK), -1);                  /* nothing left behind */
+	ck_assert_int_eq(access(spath(name), F_OK), -1);                    /* nothing left behind */
 	/* Against an existing store. */
 	be = must_open(name, "capacity=1M");
 	{

@@ -34,7 +34,10 @@ static hc_pool *buffer_pool(const char *name, uint32_t npages, uint32_t max_rank
 
 static struct hc_service_opts opts(unsigned park_ms, unsigned hold_ms)
 {
-	return (struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec, .batch_pages = 4, .write_park_ms = park_ms,
+	return (struct hc_service_opts){ .size = sizeof(struct hc_service_opts),
+					 .backend = hct_l3_spec,
+					 .batch_pages = 4,
+					 .write_park_ms = park_ms,
 					 .stage_hold_ms = hold_ms };
 }
 
@@ -86,12 +89,12 @@ static struct hc_service_info info(hc_pool *p)
 }
 
 /* Wait (5 s at most) for a gauge to reach want. */
-#define WAIT_GAUGE(p, field, want)                                                                       \
-	do {                                                                                             \
-		uint32_t v__ = 0;                                                                        \
-		for (int i__ = 0; i__ < 500 && (v__ = info(p).field) != (want); i__++)                   \
-			usleep(10000);                                                                   \
-		ck_assert_msg(v__ == (want), #field " is %u, want %u", v__, (unsigned)(want));           \
+#define WAIT_GAUGE(p, field, want)                                                                                     \
+	do {                                                                                                           \
+		uint32_t v__ = 0;                                                                                      \
+		for (int i__ = 0; i__ < 500 && (v__ = info(p).field) != (want); i__++)                                 \
+			usleep(10000);                                                                                 \
+		ck_assert_msg(v__ == (want), #field " is %u, want %u", v__, (unsigned)(want));                         \
 	} while (0)
 
 static hc_req *grant(hc_pool *p, unsigned n, unsigned prio)
@@ -120,7 +123,10 @@ static void write_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth
 /* Prefetch keys (waiting for all), take them, check every byte, let go. */
 static void read_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
 {
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .first_depth = depth0,
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = k,
+				      .nkeys = n,
+				      .first_depth = depth0,
 				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t *pg = calloc(n, sizeof(*pg));
 	hc_req *rq;
@@ -139,7 +145,10 @@ static void read_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0
  * whole, not taken: the request. */
 static hc_req *read_not_taken(hc_pool *p, hc_key_t *k, unsigned n, uint32_t seed)
 {
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = k,
+				      .nkeys = n,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_req *rq;
 
 	hct_keys(k, n, seed);
@@ -183,7 +192,8 @@ START_TEST(write_then_read_frees_every_page)
 		ck_assert_ptr_nonnull(f = popen(cmd, "r"));
 		fread(out, 1, sizeof(out) - 1, f);
 		ck_assert_int_eq(pclose(f), 0);
-		ck_assert_msg(strstr(out, "; staging 0 read, 8 write, 0 reads and 0 writes waiting\n"), "info: %s", out);
+		ck_assert_msg(strstr(out, "; staging 0 read, 8 write, 0 reads and 0 writes waiting\n"), "info: %s",
+			      out);
 	}
 	hct_store_by_key(p, k, 8, 0, pg);
 	ck_assert_ok(hc_req_backup(p, pg, 8, &b));
@@ -231,7 +241,10 @@ START_TEST(prefetch_held_until_taken_or_freed)
 	ck_assert_uint_eq(info(p).stage_read, 6);
 	{
 		/* the same keys again need no staging: admitted at once, never parked */
-		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+					      .keys = k,
+					      .nkeys = 6,
+					      .policy = HC_PREFETCH_WAIT_COMPLETE };
 		hc_req *again;
 		ck_assert_ok(hc_req_prefetch(p, &pr, &again));
 		ck_assert_int_eq(hc_req_wait(again, 10000), 6);
@@ -284,7 +297,9 @@ START_TEST(failures_release_their_staging)
 	hc_pool *p = buffer_pool(name, 32, 4);
 	struct hc_service_opts o = opts(0, 0);
 	hc_service *s = NULL;
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .nkeys = 2, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .nkeys = 2,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	char spec[160];
 	hc_page_t pg[4];
 	hc_key_t k[4];
@@ -492,7 +507,10 @@ struct dead_arg {
 static void hold_and_die(hc_pool *p, void *arg)
 {
 	struct dead_arg *a = arg;
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = a->k, .nkeys = 6, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = a->k,
+				      .nkeys = 6,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_req *g, *rq;
 
 	ck_assert_ok(hc_req_stage(p, 10, 0, &g));
@@ -528,9 +546,9 @@ END_TEST
 /* Many ranks at once on a pool far smaller than their data: each writes
  * its own chains through grants and reads them back, and every byte read
  * must be right.  Nothing may be left staged at the end. */
-#define PR_RANKS 3
+#define PR_RANKS  3
 #define PR_ROUNDS 6
-#define PR_CHUNK 5
+#define PR_CHUNK  5
 
 struct pressure {
 	unsigned seed[PR_RANKS];
@@ -547,8 +565,11 @@ static void pressure_rank(hc_pool *p, void *arg)
 	for (unsigned r = 0; r < PR_ROUNDS; r++) {
 		const hc_key_t *c = k + r * PR_CHUNK;
 		hc_page_t pg[PR_CHUNK];
-		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = (r + 1) * PR_CHUNK,
-					      .policy = HC_PREFETCH_WAIT_COMPLETE, .prio = r % HC_PRIO_CLASSES };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+					      .keys = k,
+					      .nkeys = (r + 1) * PR_CHUNK,
+					      .policy = HC_PREFETCH_WAIT_COMPLETE,
+					      .prio = r % HC_PRIO_CLASSES };
 		hc_page_t *rd = calloc(pr.nkeys, sizeof(*rd));
 		hc_req *g, *b, *rq;
 		int h;
@@ -616,12 +637,14 @@ static void churn_rank(hc_pool *p, void *arg)
 		hc_page_t pg[4], got[4];
 		uint8_t skip[4];
 		struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 4 };
-		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = 4, .policy = HC_PREFETCH_WAIT_COMPLETE };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+					      .keys = k,
+					      .nkeys = 4,
+					      .policy = HC_PREFETCH_WAIT_COMPLETE };
 		hc_req *g = NULL, *b = NULL, *rq = NULL;
 		int h;
 		hct_keys(k, 4, 5000 + (uint32_t)atomic_fetch_add(&c->next, 1));
-		if (hc_req_stage(p, 4, 0, &g) < 0 || hc_req_wait(g, 5000) != 4 ||
-		    hc_reserve(p, &rr, pg, skip) != 4) {
+		if (hc_req_stage(p, 4, 0, &g) < 0 || hc_req_wait(g, 5000) != 4 || hc_reserve(p, &rr, pg, skip) != 4) {
 			hc_req_free(g); /* no service now, or no room yet: later */
 			usleep(20000);
 			continue;

@@ -30,26 +30,26 @@
 
 /* ---- what the rank processes share with the test */
 
-#define NRANK 3
-#define NKEY 6          /* keys per round of a rank */
+#define NRANK      3
+#define NKEY       6 /* keys per round of a rank */
 #define MAX_ROUNDS 200
 #define RANK_MAX_S 10.0 /* one step of a rank, retries included */
-#define WAIT_MS 5000    /* a request a live service has not answered by then hangs */
+#define WAIT_MS    5000 /* a request a live service has not answered by then hangs */
 
 enum { OP_NONE, OP_BACKUP, OP_PREFETCH };
 
 struct board {
-	int stop;                     /* test: finish the round and go */
-	int64_t kill_us;              /* test: when it last killed the service */
-	int inflight[NRANK];          /* rank: OP_* posted and not answered */
-	int rounds[NRANK];            /* rank: rounds done, all backed up and read back */
-	int lost[NRANK][3];           /* rank: requests lost in flight (ENOTCONN), by OP_* */
-	int refused[NRANK];           /* rank: posts refused with ENOTCONN (no service) */
-	int64_t worst_us[NRANK];      /* rank: longest from a kill to its ENOTCONN */
-	uint64_t verified[NRANK];     /* rank: pages read back and checked */
-	int step[NRANK];              /* test 2: the test's go, the rank's done */
+	int stop;                 /* test: finish the round and go */
+	int64_t kill_us;          /* test: when it last killed the service */
+	int inflight[NRANK];      /* rank: OP_* posted and not answered */
+	int rounds[NRANK];        /* rank: rounds done, all backed up and read back */
+	int lost[NRANK][3];       /* rank: requests lost in flight (ENOTCONN), by OP_* */
+	int refused[NRANK];       /* rank: posts refused with ENOTCONN (no service) */
+	int64_t worst_us[NRANK];  /* rank: longest from a kill to its ENOTCONN */
+	uint64_t verified[NRANK]; /* rank: pages read back and checked */
+	int step[NRANK];          /* test 2: the test's go, the rank's done */
 	int slot[NRANK];
-	char why[NRANK][200];         /* rank: why it failed */
+	char why[NRANK][200]; /* rank: why it failed */
 };
 
 struct rank_arg {
@@ -73,7 +73,10 @@ struct env {
 static void env_backend(struct env *e, const char *extra, unsigned batch)
 {
 	snprintf(e->spec, sizeof(e->spec), "fault:dir=%s%s", hct_l3_dir, extra);
-	e->o = (struct hc_service_opts){ .size = sizeof(struct hc_service_opts), .backend = e->spec, .batch_pages = batch, .workers = 4,
+	e->o = (struct hc_service_opts){ .size = sizeof(struct hc_service_opts),
+					 .backend = e->spec,
+					 .batch_pages = batch,
+					 .workers = 4,
 					 .write_policy = HC_WRITE_NONE };
 }
 
@@ -95,7 +98,7 @@ static int64_t now_us(void)
 
 /* A rank gives up: why, for the test to show, and a status of its own. */
 __attribute__((format(printf, 4, 5), noreturn)) static void rank_fail(struct board *b, int me, int code,
-									const char *fmt, ...)
+								      const char *fmt, ...)
 {
 	va_list ap;
 
@@ -220,7 +223,11 @@ static void rank_prefetch(hc_pool *p, struct board *b, int me, const hc_key_t *k
 	double t0 = hct_now();
 
 	while (hct_now() - t0 < RANK_MAX_S) {
-		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .policy = HC_PREFETCH_TIMEOUT, .timeout_ms = WAIT_MS };
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+					      .keys = k,
+					      .nkeys = n,
+					      .policy = HC_PREFETCH_TIMEOUT,
+					      .timeout_ms = WAIT_MS };
 		hc_page_t pg[NKEY * 4];
 		hc_req *rq;
 		int r, h;
@@ -306,7 +313,10 @@ static void check_pinned(hc_pool *p, const hc_key_t *k, const hc_page_t *pg, uns
 /* keys READY in the pool, with the right bytes. */
 static void check_ready(hc_pool *p, const hc_key_t *k, unsigned n)
 {
-	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = n, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+				    .keys = k,
+				    .nkeys = n,
+				    .flags = HC_LOOKUP_PIN };
 	hc_page_t pg[NKEY * 4];
 
 	ck_assert_int_eq(hc_lookup(p, &lr, pg), (int)n);
@@ -316,7 +326,10 @@ static void check_ready(hc_pool *p, const hc_key_t *k, unsigned n)
 /* Evict keys, prefetch them from L3 with a live service, check every byte. */
 static void read_back(hc_pool *p, const hc_key_t *k, unsigned n)
 {
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = k, .nkeys = n, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = k,
+				      .nkeys = n,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_page_t pg[NKEY * 4];
 	hc_req *rq;
 
@@ -480,9 +493,15 @@ static void victim(hc_pool *p, void *arg)
 	struct rank_arg *a = arg;
 	hc_key_t ka[NA], kv[NV], kw[NW];
 	hc_page_t pv[NV], pw[NW];
-	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = kv, .nkeys = NV, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+				    .keys = kv,
+				    .nkeys = NV,
+				    .flags = HC_LOOKUP_PIN };
 	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = kw, .nkeys = NW };
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = ka, .nkeys = NA, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = ka,
+				      .nkeys = NA,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	uint8_t skip[NW];
 	uint32_t pres, need;
 	hc_req *r1, *r2;

@@ -48,8 +48,8 @@ static void go(const struct hcs_scenario *sc, const struct hcs_plan *pl, const c
 	if (hcs_run(sc, pl, &run) == 0)
 		return;
 	hcs_schedule_str(&run, sched, sizeof(sched));
-	fprintf(stderr, "sweep: %s FAILED, %s\n  replay: HC_EXPLORE_REPLAY='%s:%s' tests/test_explore\n%s%s\n", sc->name,
-		how, sc->name, sched, run.deaths, run.why);
+	fprintf(stderr, "sweep: %s FAILED, %s\n  replay: HC_EXPLORE_REPLAY='%s:%s' tests/test_explore\n%s%s\n",
+		sc->name, how, sc->name, sched, run.deaths, run.why);
 	if (pt < HC_PT__COUNT)
 		tally[pt].failed++;
 	failures++;
@@ -87,8 +87,8 @@ static int kill_run(const struct hcs_scenario *sc, const struct hcs_plan *base, 
 		n += snprintf(how + n, sizeof(how) - (size_t)n, ", actor %d (%s) killed at %s, pass %u", a,
 			      sc->actor_name[a], hc__pt_name(vpt), nth);
 	if (fp >= 0)
-		snprintf(how + n, sizeof(how) - (size_t)n, ", %s killed at %s", sc->service ? "the service" : "a recoverer",
-			 hc__pt_name((unsigned)fp));
+		snprintf(how + n, sizeof(how) - (size_t)n, ", %s killed at %s",
+			 sc->service ? "the service" : "a recoverer", hc__pt_name((unsigned)fp));
 	go(sc, &pl, how, fp >= 0 ? (unsigned)fp : vpt);
 	return fp >= 0 ? run.free_killed : run.deaths[0] != 0;
 }
@@ -98,9 +98,9 @@ struct sweep {
 	const struct hcs_scenario *sc;
 	unsigned done[HCS_ACTORS][HC_PT__COUNT]; /* a victim was killed (or tried) there */
 	unsigned killed[HC_PT__COUNT];
-	uint64_t other[HC_PT__COUNT];             /* a process outside the schedule passed it */
+	uint64_t other[HC_PT__COUNT]; /* a process outside the schedule passed it */
 	unsigned f0;
-	unsigned steps;                           /* the longest fixed run */
+	unsigned steps; /* the longest fixed run */
 };
 
 /* One fixed run under base, then each victim killed at every point it
@@ -149,13 +149,22 @@ static void sweep(const struct hcs_scenario *sc)
 	w.sc = sc;
 	w.f0 = failures;
 	for (unsigned b = 0; b < 2 + seeds && failures - w.f0 < 3; b++) {
-		struct hcs_plan base = { .policy = b == 0 ? HCS_STICKY : b == 1 ? HCS_ROUND : HCS_PCT,
-					 .seed = b - 1, .pct_depth = 3, .pct_steps = w.steps, .kill_actor = -1, .free_point = -1 };
+		struct hcs_plan base = { .policy = b == 0   ? HCS_STICKY
+						   : b == 1 ? HCS_ROUND
+							    : HCS_PCT,
+					 .seed = b - 1,
+					 .pct_depth = 3,
+					 .pct_steps = w.steps,
+					 .kill_actor = -1,
+					 .free_point = -1 };
 		from_base(&w, &base);
 	}
 	if (sc->nhint) {
-		struct hcs_plan base = { .policy = HCS_STICKY, .kill_actor = -1, .free_point = -1,
-					 .until = sc->hint, .nuntil = sc->nhint };
+		struct hcs_plan base = { .policy = HCS_STICKY,
+					 .kill_actor = -1,
+					 .free_point = -1,
+					 .until = sc->hint,
+					 .nuntil = sc->nhint };
 		from_base(&w, &base);
 	}
 	/* The points only others reached: kill the service there, or a

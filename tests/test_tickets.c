@@ -48,8 +48,12 @@ static void teardown(void)
 
 static void join(hc_pool *p, uint32_t engine, uint32_t tp, uint32_t rank, uint32_t timeout_ms)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
-				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = timeout_ms };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = engine,
+				    .tp_size = tp,
+				    .tp_rank = rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED,
+				    .ticket_timeout_ms = timeout_ms };
 	ck_assert_ok(hc_engine_join(p, &e));
 }
 
@@ -70,15 +74,21 @@ struct lk {
 static void child_lookup(hc_pool *p, void *arg)
 {
 	struct lk *a = arg;
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = a->engine, .tp_size = a->tp, .tp_rank = a->rank,
-				    .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = a->timeout_ms };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = a->engine,
+				    .tp_size = a->tp,
+				    .tp_rank = a->rank,
+				    .quota_pages = HC_QUOTA_UNLIMITED,
+				    .ticket_timeout_ms = a->timeout_ms };
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = a->req, .step = a->step };
 	hc_ticket t = { .size = sizeof(hc_ticket) };
 
 	if (hc_engine_join(p, &e) < 0)
 		_exit(101);
 	if (a->reserve) {
-		struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = a->n };
+		struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req),
+					     .keys = shared->keys,
+					     .nkeys = a->n };
 		shared->ret = hc_ticket_reserve(p, &tn, &rr, shared->pages, shared->skip, &t);
 	} else {
 		struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = a->n };
@@ -186,7 +196,13 @@ START_TEST(same_name_other_keys)
 	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-2", .step = 3 };
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 4 };
-	struct lk a = { .engine = 7, .tp = 2, .rank = 1, .n = 4, .step = 3, .req = "req-2", .release = 1,
+	struct lk a = { .engine = 7,
+			.tp = 2,
+			.rank = 1,
+			.n = 4,
+			.step = 3,
+			.req = "req-2",
+			.release = 1,
 			.expect_err = "other keys" };
 
 	hct_keys(shared->keys, NK, 12);
@@ -212,7 +228,12 @@ START_TEST(latecomer_after_timeout)
 	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-3", .step = 0 };
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 3 };
-	struct lk a = { .engine = 9, .tp = 2, .rank = 1, .timeout_ms = 100, .n = 3, .req = "req-3",
+	struct lk a = { .engine = 9,
+			.tp = 2,
+			.rank = 1,
+			.timeout_ms = 100,
+			.n = 3,
+			.req = "req-3",
 			.expect_err = "expired" };
 	struct hc_page_info pi;
 
@@ -258,7 +279,7 @@ START_TEST(builder_dies_after_publishing)
 	ck_assert(WIFSIGNALED(st));
 	ck_assert_int_eq(shared->ret, 4);
 	ck_assert_ok(hc_pool_recover(pool, NULL, 0)); /* its pins go; the engine lives on in us */
-	ck_assert_int_eq(hc_evict(pool, 32), 0); /* the ticket still holds all 4 */
+	ck_assert_int_eq(hc_evict(pool, 32), 0);      /* the ticket still holds all 4 */
 	ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t), 4);
 	ck_assert_int_eq(t.first, 0);
 	ck_assert_mem_eq(shared->pages, pages, 4 * sizeof(hc_page_t));
@@ -279,8 +300,15 @@ START_TEST(reserve_by_key_two_ranks)
 	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-5", .step = 1 };
 	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = 4 };
-	struct lk a = { .engine = 3, .tp = 2, .rank = 1, .n = 4, .step = 1, .req = "req-5", .reserve = 1,
-			.release = 1, .fill_group = 2 };
+	struct lk a = { .engine = 3,
+			.tp = 2,
+			.rank = 1,
+			.n = 4,
+			.step = 1,
+			.req = "req-5",
+			.reserve = 1,
+			.release = 1,
+			.fill_group = 2 };
 
 	hct_keys(shared->keys, NK, 15);
 	ck_assert_int_eq(hct_store(pool, shared->keys, 1, 0), 1); /* key 0 is READY already */
@@ -338,7 +366,11 @@ END_TEST
 
 START_TEST(engine_join_errors)
 {
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 2, .tp_rank = 0, .quota_pages = 10 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 1,
+				    .tp_size = 2,
+				    .tp_rank = 0,
+				    .quota_pages = 10 };
 	struct lk a = { .engine = 1, .tp = 4, .rank = 1, .n = 1, .req = "x" };
 	hc_page_t pages[1];
 	hc_ticket t = { .size = sizeof(hc_ticket) };
@@ -422,7 +454,10 @@ START_TEST(too_many_keys_for_a_ticket)
 	hc_ticket t = { .size = sizeof(hc_ticket) };
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "big" };
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 5 };
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 1,
+				    .tp_size = 1,
+				    .quota_pages = HC_QUOTA_UNLIMITED };
 
 	hct_spec_init(&s, n2, 16);
 	s.spec.ticket_keys = 4;
@@ -444,8 +479,14 @@ START_TEST(quota_limits_holds)
 {
 	hc_key_t keys[6];
 	hc_page_t pages[6], more[4];
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = 3 };
-	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = keys, .nkeys = 6, .flags = HC_LOOKUP_PIN };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 1,
+				    .tp_size = 1,
+				    .quota_pages = 3 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = keys,
+				    .nkeys = 6,
+				    .flags = HC_LOOKUP_PIN };
 	struct hc_rank_info ri;
 
 	hct_keys(keys, 6, 19);
@@ -465,7 +506,10 @@ START_TEST(quota_limits_holds)
 	ck_assert_uint_eq(ri.held, 3);
 	ck_assert_err(hc_page_alloc(pool, 1, 1, more), EDQUOT);
 	{
-		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = keys + 3, .nkeys = 1, .flags = HC_LOOKUP_PIN };
+		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req),
+					     .keys = keys + 3,
+					     .nkeys = 1,
+					     .flags = HC_LOOKUP_PIN };
 		ck_assert_err(hc_lookup(pool, &one, more), EDQUOT);
 	}
 	ck_assert_ok(hc_page_unpin(pool, pages[0]));
@@ -489,7 +533,11 @@ START_TEST(failure_is_shared)
 	hc_ticket t = { .size = sizeof(t), .index = 77 };
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "req-f", .step = 0 };
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 3 };
-	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec), .engine_id = 12, .tp_size = 2, .tp_rank = 0, .quota_pages = 2 };
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 12,
+				    .tp_size = 2,
+				    .tp_rank = 0,
+				    .quota_pages = 2 };
 	struct lk a = { .engine = 12, .tp = 2, .rank = 1, .n = 3, .req = "req-f", .expect_err = "first rank" };
 
 	hct_keys(shared->keys, NK, 25);
@@ -505,7 +553,8 @@ START_TEST(failure_is_shared)
 		int st;
 		if (pid == 0) {
 			hc_pool *p;
-			struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+			struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts),
+						    .flags = HC_ATTACH_NO_POPULATE };
 			struct hc_engine_spec e1 = e;
 			hc_ticket t1 = { .size = sizeof(hc_ticket) };
 			e1.tp_rank = 1;
@@ -546,7 +595,9 @@ START_TEST(ticket_table_full)
 		ck_assert_int_eq(hc_ticket_lookup(pool, &tn, &rq, pages, &t[i]), 0);
 	}
 	{
-		struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "one-more", .step = 0 };
+		struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name),
+					     .request_id = "one-more",
+					     .step = 0 };
 		t[64].size = sizeof(t[64]);
 		ck_assert_err(hc_ticket_lookup(pool, &tn, &rq, pages, &t[64]), EBUSY);
 		ck_assert_msg_has("max_tickets");
@@ -580,7 +631,10 @@ static void step_leave(hc_pool *p, long arg)
 static void step_reserve_one(hc_pool *p, long arg)
 {
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "shared-resv", .step = 0 };
-	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = shared->keys, .nkeys = 1, .presence = (uint32_t)arg };
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req),
+				     .keys = shared->keys,
+				     .nkeys = 1,
+				     .presence = (uint32_t)arg };
 
 	shared->ret = hc_ticket_reserve(p, &tn, &rr, my_pages, my_skip, &my_tk);
 	shared->pages[0] = my_pages[0];
@@ -666,7 +720,10 @@ END_TEST
  */
 static void step_join_two(hc_pool *p, long arg)
 {
-	struct { hc_page_t pages[2]; hc_page_t canary[1100]; } *out = malloc(sizeof(*out));
+	struct {
+		hc_page_t pages[2];
+		hc_page_t canary[1100];
+	} *out = malloc(sizeof(*out));
 	struct hc_ticket_name tn = { .size = sizeof(struct hc_ticket_name), .request_id = "scribbled", .step = 0 };
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = shared->keys, .nkeys = 2 };
 	hc_ticket t = { .size = sizeof(hc_ticket) };

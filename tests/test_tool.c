@@ -29,12 +29,12 @@
 #define TOOL_OUT_MAX (256 * 1024)
 
 struct run {
-	int status;       /* exit status, or 128 + signal */
+	int status; /* exit status, or 128 + signal */
 	char out[TOOL_OUT_MAX];
 	char err[16384];
 };
 
-static struct run r;  /* one per forked test: too big for the stack */
+static struct run r; /* one per forked test: too big for the stack */
 
 /* Run hicache-pool with the NULL-terminated arguments; fills r. */
 static int tool(const char *arg, ...)
@@ -53,11 +53,11 @@ static int tool(const char *arg, ...)
 }
 #define TOOL(...) tool(__VA_ARGS__, (const char *)NULL)
 
-#define ck_assert_tool(want, ...)                                                                     \
-	do {                                                                                          \
-		int got__ = TOOL(__VA_ARGS__);                                                        \
-		ck_assert_msg(got__ == (want), "exit %d, want %d\nstdout: %s\nstderr: %s", got__,     \
-			      (want), r.out, r.err);                                                  \
+#define ck_assert_tool(want, ...)                                                                                      \
+	do {                                                                                                           \
+		int got__ = TOOL(__VA_ARGS__);                                                                         \
+		ck_assert_msg(got__ == (want), "exit %d, want %d\nstdout: %s\nstderr: %s", got__, (want), r.out,       \
+			      r.err);                                                                                  \
 	} while (0)
 
 #define ck_assert_out_has(s) ck_assert_msg(strstr(r.out, (s)), "stdout lacks '%s':\n%s", (s), r.out)
@@ -74,9 +74,9 @@ static const char *shm_path(const char *name)
 /* A tiny pool: sharded bf16 K/V (4 heads x 256 B, 2 layers) and a replicated state. */
 static void create_tiny(const char *name, const char *pages)
 {
-	ck_assert_tool(0, "create", name, "--model", "test/tool-1b", "--page-tokens", "16", "--tp", "2",
-		       "--kv", "kv,bf16,4,256,2", "--state", "st,f32,1K,2,replicated", "--pages", pages,
-		       "--quarantine-ms", "600000");
+	ck_assert_tool(0, "create", name, "--model", "test/tool-1b", "--page-tokens", "16", "--tp", "2", "--kv",
+		       "kv,bf16,4,256,2", "--state", "st,f32,1K,2,replicated", "--pages", pages, "--quarantine-ms",
+		       "600000");
 }
 
 /* ---- JSON helpers: each asserts the key exists with the right type */
@@ -93,8 +93,7 @@ static json_object *jget(json_object *o, const char *k, json_type t)
 {
 	json_object *v = NULL;
 
-	ck_assert_msg(json_object_object_get_ex(o, k, &v), "JSON lacks \"%s\": %s", k,
-		      json_object_to_json_string(o));
+	ck_assert_msg(json_object_object_get_ex(o, k, &v), "JSON lacks \"%s\": %s", k, json_object_to_json_string(o));
 	ck_assert_msg(json_object_is_type(v, t), "JSON \"%s\" has type %s, want %s", k,
 		      json_type_to_name(json_object_get_type(v)), json_type_to_name(t));
 	return v;
@@ -338,7 +337,8 @@ START_TEST(usage_errors)
 		{ { "--pages", "4", "--kv", "x,bf16,4x,256,2" }, "HEADS '4x'" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,,2" }, "HEAD_BYTES" },
 		{ { "--pages", "4", "--kv", "x,bf16,4,256,zero" }, "LAYERS 'zero'" },
-		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" }, "'mirror' must be 'replicated', 'sharded' or 'window=PAGES'" },
+		{ { "--pages", "4", "--kv", "x,bf16,4,256,2,mirror" },
+		  "'mirror' must be 'replicated', 'sharded' or 'window=PAGES'" },
 		{ { "--pages", "4", "--kv", "a b,bf16,4,256,2" }, "NAME 'a b'" },
 		{ { "--pages", "4", "--state", "s,f32,1Z,2" }, "BYTES_PER_LAYER '1Z'" },
 		{ { "--pages", "4", "--mode", "0644" }, "--mode '0644'" },
@@ -356,7 +356,8 @@ START_TEST(usage_errors)
 			       "kv,bf16,4,256,2", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
 
 		ck_assert_msg(got == 2, "case %u (%s %s): exit %d, want 2: %s", i, a[0], a[1] ? a[1] : "", got, r.err);
-		ck_assert_msg(strstr(r.err, cases[i].want), "case %u: stderr lacks \"%s\": %s", i, cases[i].want, r.err);
+		ck_assert_msg(strstr(r.err, cases[i].want), "case %u: stderr lacks \"%s\": %s", i, cases[i].want,
+			      r.err);
 		ck_assert_msg(!strncmp(r.err, "hicache-pool: create: ", 22), "case %u: bad prefix: %s", i, r.err);
 		ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "case %u: not one line: %s", i, r.err);
 		ck_assert_msg(access(shm_path(name), F_OK) == -1, "case %u created the pool anyway", i);
@@ -372,7 +373,8 @@ START_TEST(usage_errors)
 	ck_assert_tool(2, "create", "--model", "m", "--page-tokens", "16", "--tp", "2", "--pages", "4", "--kv",
 		       "kv,bf16,4,256,2");
 	ck_assert_err_has("missing pool NAME");
-	ck_assert_tool(2, "create", name, "--page-tokens", "16", "--tp", "2", "--pages", "4", "--kv", "kv,bf16,4,256,2");
+	ck_assert_tool(2, "create", name, "--page-tokens", "16", "--tp", "2", "--pages", "4", "--kv",
+		       "kv,bf16,4,256,2");
 	ck_assert_err_has("missing --model");
 	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--pages", "4");
 	ck_assert_err_has("--kv or --state");
@@ -476,11 +478,11 @@ START_TEST(library_refusal)
 	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--head-groups", "2",
 		       "--kv", "kv,bf16,3,256,2", "--pages", "4");
 	ck_assert_err_has("3 KV heads do not split into 2 head groups");
-	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,f32,4,6,2", "--pages", "4");
+	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,f32,4,6,2",
+		       "--pages", "4");
 	ck_assert_err_has("head_bytes 6 is not a multiple of the f32 size 4");
-	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,256,2", "--size", "100");
+	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,256,2",
+		       "--size", "100");
 	ck_assert_err_has("holds no page");
 	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
 }
@@ -494,8 +496,8 @@ START_TEST(create_options)
 	struct stat st;
 
 	/* one envelope: 4 heads x 256 B x 16 tokens x K/V x 2 layers = 64 KiB */
-	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--head-groups",
-		       "4", "--kv", "kv,bf16,4,256,2", "--kv", "mla,fp8_e4m3,1,64,3,replicated", "--size", "1000K",
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--head-groups", "4",
+		       "--kv", "kv,bf16,4,256,2", "--kv", "mla,fp8_e4m3,1,64,3,replicated", "--size", "1000K",
 		       "--max-ranks", "8", "--mode", "0660", "--quarantine-ms", "50");
 	ck_assert_tool(0, "info", name, "--json");
 	o = jparse(r.out);
@@ -516,9 +518,9 @@ START_TEST(create_options)
 	ck_assert_tool(0, "destroy", name);
 
 	/* The cache options: eviction policy, tickets, hit windows. */
-	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--kv", "swa,bf16,4,64,2,window=4", "--state", "st,f32,1024,1,replicated,window=1",
-		       "--pages", "16", "--evict", "lru", "--max-tickets", "128", "--ticket-keys", "512");
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--kv", "swa,bf16,4,64,2,window=4", "--state", "st,f32,1024,1,replicated,window=1", "--pages",
+		       "16", "--evict", "lru", "--max-tickets", "128", "--ticket-keys", "512");
 	ck_assert_tool(0, "info", name, "--json");
 	o = jparse(r.out);
 	ck_assert_str_eq(jstr(o, "evict"), "lru");
@@ -533,11 +535,11 @@ START_TEST(create_options)
 	ck_assert_str_eq(jstr(c, "sharding"), "replicated");
 	json_object_put(o);
 	ck_assert_tool(0, "destroy", name);
-	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--pages", "16", "--evict", "fifo");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--pages", "16", "--evict", "fifo");
 	ck_assert_msg(strstr(r.err, "'clock' or 'lru'"), "stderr: %s", r.err);
-	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--pages", "16", "--max-tickets", "100");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--pages", "16", "--max-tickets", "100");
 	ck_assert_msg(strstr(r.err, "multiple of 64"), "stderr: %s", r.err);
 	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
 		       "kv,bf16,4,64,2,window=0", "--pages", "16");
@@ -546,9 +548,9 @@ START_TEST(create_options)
 	ck_assert_msg(strstr(r.err, "window=PAGES"), "stderr: %s", r.err);
 
 	/* The host-memory mode and the request path's sizes. */
-	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--pages", "16", "--host-mode", "buffer_only", "--ring-entries", "16",
-		       "--arg-bytes", "8K", "--max-ranks", "4");
+	ck_assert_tool(0, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--pages", "16", "--host-mode", "buffer_only", "--ring-entries", "16", "--arg-bytes", "8K",
+		       "--max-ranks", "4");
 	ck_assert_tool(0, "info", name, "--json");
 	o = jparse(r.out);
 	ck_assert_str_eq(jstr(o, "host_mode"), "buffer_only");
@@ -557,17 +559,18 @@ START_TEST(create_options)
 	ck_assert_int_eq(jint(o, "arg_bytes"), 8192);
 	json_object_put(o);
 	ck_assert_tool(0, "info", name);
-	ck_assert_msg(strstr(r.out, "host mode    buffer_only; requests: 16 a rank, 32 completions, 8 KiB of arguments"),
-		      "stdout: %s", r.out);
+	ck_assert_msg(
+		strstr(r.out, "host mode    buffer_only; requests: 16 a rank, 32 completions, 8 KiB of arguments"),
+		"stdout: %s", r.out);
 	ck_assert_tool(0, "destroy", name);
-	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--pages", "16", "--host-mode", "buffer");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--pages", "16", "--host-mode", "buffer");
 	ck_assert_msg(strstr(r.err, "'cache' or 'buffer_only'"), "stderr: %s", r.err);
-	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--pages", "16", "--ring-entries", "100");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--pages", "16", "--ring-entries", "100");
 	ck_assert_msg(strstr(r.err, "power of two"), "stderr: %s", r.err);
-	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv",
-		       "kv,bf16,4,64,2", "--pages", "16", "--arg-bytes", "5000");
+	ck_assert_tool(2, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,64,2",
+		       "--pages", "16", "--arg-bytes", "5000");
 	ck_assert_msg(strstr(r.err, "multiple of 4096"), "stderr: %s", r.err);
 }
 END_TEST
@@ -583,8 +586,8 @@ START_TEST(ls_dir_incomplete)
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	ck_assert_tool(0, "ls", "--dir", dir);
 	ck_assert_out_has("no pools");
-	ck_assert_tool(0, "create", name, "--dir", dir, "--model", "m", "--page-tokens", "16", "--tp", "1",
-		       "--kv", "kv,f16,2,64,1", "--pages", "4");
+	ck_assert_tool(0, "create", name, "--dir", dir, "--model", "m", "--page-tokens", "16", "--tp", "1", "--kv",
+		       "kv,f16,2,64,1", "--pages", "4");
 	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
 	snprintf(path, sizeof(path), "%s/.hicache.half.v2.creating.4242", dir);
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -627,8 +630,8 @@ END_TEST
 
 START_TEST(help_and_version)
 {
-	static const char *const verbs[] = { "create", "info", "ls", "stat", "check", "keys", "evict", "clear",
-					     "destroy", "repair" };
+	static const char *const verbs[] = { "create", "info",  "ls",    "stat",    "check",
+					     "keys",   "evict", "clear", "destroy", "repair" };
 
 	ck_assert_tool(0, "--version");
 	ck_assert_out_has("hicache-pool (hicache) " HICACHE_VERSION_STRING "\n");
@@ -662,7 +665,8 @@ START_TEST(help_and_version)
 	ck_assert_tool(0, "evict", "--help");
 	ck_assert_out_has("--count N");
 	ck_assert_tool(2, "frobnicate");
-	ck_assert_err_has("use create, info, ls, stat, top, check, keys, evict, clear, destroy, repair, backend or help");
+	ck_assert_err_has(
+		"use create, info, ls, stat, top, check, keys, evict, clear, destroy, repair, backend or help");
 }
 END_TEST
 
@@ -790,8 +794,10 @@ START_TEST(stat_formats)
 			if (!strncmp(l, "# TYPE ", 7)) {
 				ck_assert_int_eq(sscanf(l, "# TYPE %63s %15s", typed[nt], types[nt]), 2);
 				ck_assert_msg(!strcmp(types[nt], "gauge") || !strcmp(types[nt], "counter") ||
-					      !strcmp(types[nt], "histogram"), "%s", l);
-				ck_assert_msg(nh == nt + 1 && !strcmp(helped[nt], typed[nt]), "TYPE without its HELP: %s", l);
+						      !strcmp(types[nt], "histogram"),
+					      "%s", l);
+				ck_assert_msg(nh == nt + 1 && !strcmp(helped[nt], typed[nt]),
+					      "TYPE without its HELP: %s", l);
 				nt++;
 				continue;
 			}
@@ -818,8 +824,9 @@ START_TEST(stat_formats)
 			for (const char *const *sfx = (const char *const[]){ "_bucket", "_sum", "_count", NULL };
 			     k == nt && *sfx; sfx++)
 				if (ml > strlen(*sfx) && !strcmp(metric + ml - strlen(*sfx), *sfx))
-					for (k = 0; k < nt && (strncmp(typed[k], metric, ml - strlen(*sfx)) ||
-							       typed[k][ml - strlen(*sfx)] || strcmp(types[k], "histogram"));
+					for (k = 0;
+					     k < nt && (strncmp(typed[k], metric, ml - strlen(*sfx)) ||
+							typed[k][ml - strlen(*sfx)] || strcmp(types[k], "histogram"));
 					     k++)
 						;
 			ck_assert_msg(k < nt, "sample before its HELP and TYPE: %s", l);
@@ -829,8 +836,8 @@ START_TEST(stat_formats)
 				samples++;
 				continue;
 			}
-			ck_assert_msg(!strcmp(types[k], "counter") == (strlen(metric) > 6 &&
-								       !strcmp(metric + strlen(metric) - 6, "_total")),
+			ck_assert_msg(!strcmp(types[k], "counter") ==
+					      (strlen(metric) > 6 && !strcmp(metric + strlen(metric) - 6, "_total")),
 				      "counter names end in _total, gauges do not: %s", l);
 			samples++;
 		}
@@ -1068,7 +1075,9 @@ START_TEST(backend_attach_detach)
 {
 	const char *name = hct_name();
 	char dir[64], spec[128];
-	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = "mem", .write_policy = HC_WRITE_NONE };
+	struct hc_service_opts so = { .size = sizeof(struct hc_service_opts),
+				      .backend = "mem",
+				      .write_policy = HC_WRITE_NONE };
 	hc_key_t k[2];
 	hc_page_t pg[2];
 	uint8_t skip[2];
@@ -1083,7 +1092,8 @@ START_TEST(backend_attach_detach)
 	ck_assert_out_has("service      none (0 started so far)\n");
 	svc = hct_service_child(name, &so);
 	ck_assert_tool(0, "info", name);
-	snprintf(spec, sizeof(spec), "service      pid %d (generation 1), write policy write_none; jobs 0 queued, 0 running\n", (int)svc);
+	snprintf(spec, sizeof(spec),
+		 "service      pid %d (generation 1), write policy write_none; jobs 0 queued, 0 running\n", (int)svc);
 	ck_assert_out_has(spec);
 	ck_assert_tool(0, "info", name, "--json");
 	{
@@ -1135,7 +1145,8 @@ START_TEST(backend_attach_detach)
 	ck_assert_out_has("Usage: hicache-pool backend attach");
 	hct_service_child_stop(svc);
 	ck_assert_tool(0, "info", name);
-	ck_assert_out_has("service      none (1 started so far); the last one's write policy, write_none, still holds\n");
+	ck_assert_out_has(
+		"service      none (1 started so far); the last one's write policy, write_none, still holds\n");
 	hc_pool_detach(p);
 	hct_rmtree(dir);
 	ck_assert_tool(0, "destroy", name);
@@ -1284,7 +1295,8 @@ START_TEST(admin_usage_errors)
 		int got = TOOL(a[0], a[1], a[2], a[3], a[4], a[5], a[6]);
 
 		ck_assert_msg(got == 2, "case %u (%s %s): exit %d, want 2: %s", i, a[0], a[1] ? a[1] : "", got, r.err);
-		ck_assert_msg(strstr(r.err, cases[i].want), "case %u: stderr lacks \"%s\": %s", i, cases[i].want, r.err);
+		ck_assert_msg(strstr(r.err, cases[i].want), "case %u: stderr lacks \"%s\": %s", i, cases[i].want,
+			      r.err);
 		snprintf(prefix, sizeof(prefix), "hicache-pool: %s: ", a[0]);
 		ck_assert_msg(!strncmp(r.err, prefix, strlen(prefix)), "case %u: bad prefix: %s", i, r.err);
 		ck_assert_msg(strchr(r.err, '\n') == r.err + strlen(r.err) - 1, "case %u: not one line: %s", i, r.err);
@@ -1305,7 +1317,10 @@ END_TEST
 START_TEST(ls_engines)
 {
 	const char *name = hct_name();
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 7, .tp_size = 2, .quota_pages = 32 };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 7,
+				     .tp_size = 2,
+				     .quota_pages = 32 };
 	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1, .flags = HC_LOOKUP_PIN };
 	hc_pool *a, *b, *c, *d;
 	struct hc_pool_info ia, ib, ic, id;
@@ -1328,7 +1343,11 @@ START_TEST(ls_engines)
 	ck_assert_ok(hc_engine_join(b, &es));
 	es.tp_rank = 0;
 	ck_assert_ok(hc_engine_join(a, &es));
-	es = (struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec), .engine_id = 9, .tp_size = 4, .tp_rank = 2, .quota_pages = HC_QUOTA_UNLIMITED };
+	es = (struct hc_engine_spec){ .size = sizeof(struct hc_engine_spec),
+				      .engine_id = 9,
+				      .tp_size = 4,
+				      .tp_rank = 2,
+				      .quota_pages = HC_QUOTA_UNLIMITED };
 	ck_assert_ok(hc_engine_join(d, &es));
 	hct_keys(&key, 1, 51);
 	ck_assert_int_eq(hct_store(a, &key, 1, 0), 1);

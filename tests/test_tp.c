@@ -31,10 +31,10 @@
 
 #include "hct.h"
 
-#define MAXK 16     /* keys per request */
-#define MAXR 64     /* requests per engine */
-#define MAXTP 4
-#define NENG 2
+#define MAXK   16 /* keys per request */
+#define MAXR   64 /* requests per engine */
+#define MAXTP  4
+#define NENG   2
 #define WINDOW 2    /* a rank starts request r once every rank of its engine finished r - WINDOW */
 #define HANG_S 30.0 /* only prevents hangs */
 
@@ -43,7 +43,7 @@ struct cfg {
 	uint32_t tp[NENG], nreq[NENG];
 	uint32_t nbases, baselen;
 	uint32_t seed;
-	int evicting;       /* the pool is too small: B evicts, and A's last rank comes late */
+	int evicting; /* the pool is too small: B evicts, and A's last rank comes late */
 };
 
 /* What one rank got from one ticket. */
@@ -142,8 +142,7 @@ static uint32_t min_progress(int e)
 	return m;
 }
 
-static void record(struct rec *rc, int ret, const hc_ticket *t, const hc_page_t *pages, const uint8_t *skip,
-		   unsigned n)
+static void record(struct rec *rc, int ret, const hc_ticket *t, const hc_page_t *pages, const uint8_t *skip, unsigned n)
 {
 	rc->ret = ret;
 	rc->first = ret >= 0 ? t->first : -1;
@@ -180,8 +179,12 @@ static int rank_main(int e, uint32_t k)
 {
 	hc_pool *p;
 	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 100 + (uint32_t)e, .tp_size = cfg->tp[e], .tp_rank = k,
-				     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 10000 };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 100 + (uint32_t)e,
+				     .tp_size = cfg->tp[e],
+				     .tp_rank = k,
+				     .quota_pages = HC_QUOTA_UNLIMITED,
+				     .ticket_timeout_ms = 10000 };
 	struct hc_pool_info info;
 	uint32_t mask = shard_mask(cfg->head_groups, cfg->tp[e], k);
 	unsigned seed = (unsigned)(e * 131 + k * 17 + cfg->seed);
@@ -204,7 +207,9 @@ static int rank_main(int e, uint32_t k)
 		while (r >= WINDOW && min_progress(e) < r - WINDOW + 1 && hct_now() < until && !atomic_load(&sh->fails))
 			usleep(100);
 		if (hct_now() >= until)
-			return failf("engine %d rank %u: request %u: waited %.0f s for the other ranks", e, k, r, HANG_S), 1;
+			return failf("engine %d rank %u: request %u: waited %.0f s for the other ranks", e, k, r,
+				     HANG_S),
+			       1;
 		if (is_late(e, k, r))
 			come_late(p);
 		else
@@ -216,25 +221,35 @@ static int rank_main(int e, uint32_t k)
 		int h = hc_ticket_lookup(p, &ln, &lq, lpages, &lt);
 		record(&sh->rec[e][r][0][k], h, &lt, lpages, NULL, n);
 		if (h < 0)
-			return failf("engine %d rank %u: request %u: ticket lookup: %d %s", e, k, r, h, hc_last_error()), 1;
+			return failf("engine %d rank %u: request %u: ticket lookup: %d %s", e, k, r, h,
+				     hc_last_error()),
+			       1;
 		for (int i = 0; i < h; i++) {
 			for (uint32_t m = mask; m; m &= m - 1) {
 				uint32_t bit = m & -m;
 				if (lpages[i] == HC_PAGE_NONE || hct_verify(p, lpages[i], bit) != 0)
 					return failf("engine %d rank %u: request %u: hit page %d (%u gen %u) has wrong bytes in shard 0x%x%s",
 						     e, k, r, i, HC_PAGE_ID(lpages[i]), HC_PAGE_GEN(lpages[i]), bit,
-						     is_late(e, k, r) ? " (late rank)" : ""), 1;
+						     is_late(e, k, r) ? " (late rank)" : ""),
+					       1;
 				atomic_fetch_add(&sh->verified, 1);
 			}
 		}
 		if ((unsigned)h < n) {
-			struct hc_ticket_name rn = { .size = sizeof(struct hc_ticket_name), .request_id = id, .step = 2 * r + 1 };
-			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = keys + h, .nkeys = n - (unsigned)h, .first_depth = (uint32_t)h };
+			struct hc_ticket_name rn = { .size = sizeof(struct hc_ticket_name),
+						     .request_id = id,
+						     .step = 2 * r + 1 };
+			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+						     .keys = keys + h,
+						     .nkeys = n - (unsigned)h,
+						     .first_depth = (uint32_t)h };
 			int m = hc_ticket_reserve(p, &rn, &rq, rpages, skip, &rt);
 
 			record(&sh->rec[e][r][1][k], m, &rt, rpages, skip, n - (unsigned)h);
 			if (m < 0)
-				return failf("engine %d rank %u: request %u: ticket reserve: %d %s", e, k, r, m, hc_last_error()), 1;
+				return failf("engine %d rank %u: request %u: ticket reserve: %d %s", e, k, r, m,
+					     hc_last_error()),
+				       1;
 			for (unsigned i = 0; i < n - (unsigned)h; i++) {
 				if (skip[i] || !mask)
 					continue;
@@ -242,13 +257,18 @@ static int rank_main(int e, uint32_t k)
 					hct_fill(p, rpages[i], b & -b);
 				if ((ret = hc_page_commit(p, rpages[i], mask)) < 0)
 					return failf("engine %d rank %u: request %u: commit page %u: %d %s", e, k, r,
-						     HC_PAGE_ID(rpages[i]), ret, hc_last_error()), 1;
+						     HC_PAGE_ID(rpages[i]), ret, hc_last_error()),
+					       1;
 			}
 			if ((ret = hc_ticket_release(p, &rt)) < 0)
-				return failf("engine %d rank %u: request %u: reserve release: %d %s", e, k, r, ret, hc_last_error()), 1;
+				return failf("engine %d rank %u: request %u: reserve release: %d %s", e, k, r, ret,
+					     hc_last_error()),
+				       1;
 		}
 		if ((ret = hc_ticket_release(p, &lt)) < 0)
-			return failf("engine %d rank %u: request %u: lookup release: %d %s", e, k, r, ret, hc_last_error()), 1;
+			return failf("engine %d rank %u: request %u: lookup release: %d %s", e, k, r, ret,
+				     hc_last_error()),
+			       1;
 		if (e == 1 && k == 0 && cfg->evicting && r % 2)
 			hc_evict(p, 8);
 		atomic_store(&sh->progress[e][k], r + 1);
@@ -256,8 +276,8 @@ static int rank_main(int e, uint32_t k)
 	/* The builder of a reserve ticket owns its pages: leaving before the other
 	 * ranks commit would quarantine them.  Everyone leaves together. */
 	atomic_fetch_add(&sh->leaving, 1);
-	for (double until = hct_now() + HANG_S; atomic_load(&sh->leaving) < sh->nranks && hct_now() < until &&
-						  !atomic_load(&sh->fails);)
+	for (double until = hct_now() + HANG_S;
+	     atomic_load(&sh->leaving) < sh->nranks && hct_now() < until && !atomic_load(&sh->fails);)
 		usleep(500);
 	hc_pool_detach(p);
 	return atomic_load(&sh->fails) ? 1 : 0;
@@ -338,8 +358,8 @@ static void run_script(const struct cfg *c)
 				;
 			ck_abort_msg("ranks still running after %.0f s: %s", HANG_S + 5, sh->fail);
 		}
-		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank process %d failed (status 0x%x): %s", i,
-			      status, sh->fail);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank process %d failed (status 0x%x): %s",
+			      i, status, sh->fail);
 	}
 	ck_assert_msg(atomic_load(&sh->fails) == 0, "%s", sh->fail);
 
@@ -356,35 +376,43 @@ static void run_script(const struct cfg *c)
 				int firsts = 0;
 
 				if (s == 1 && !r0->done) {
-					ck_assert_msg(sh->rec[e][r][0][0].ret == (int)n, "engine %d request %u: hit %d of %u, no reservation",
-						      e, r, sh->rec[e][r][0][0].ret, n);
+					ck_assert_msg(sh->rec[e][r][0][0].ret == (int)n,
+						      "engine %d request %u: hit %d of %u, no reservation", e, r,
+						      sh->rec[e][r][0][0].ret, n);
 					continue;
 				}
 				for (uint32_t k = 0; k < c->tp[e]; k++) {
 					const struct rec *rk = &sh->rec[e][r][s][k];
-					ck_assert_msg(rk->done, "engine %d request %u step %d: rank %u has no record", e, r, s, k);
-					ck_assert_msg(rk->ret == r0->ret, "engine %d request %u %s: rank %u got %d, rank 0 got %d", e,
-						      r, s ? "reserve" : "lookup", k, rk->ret, r0->ret);
+					ck_assert_msg(rk->done, "engine %d request %u step %d: rank %u has no record",
+						      e, r, s, k);
+					ck_assert_msg(rk->ret == r0->ret,
+						      "engine %d request %u %s: rank %u got %d, rank 0 got %d", e, r,
+						      s ? "reserve" : "lookup", k, rk->ret, r0->ret);
 					ck_assert_uint_eq(rk->nkeys, r0->nkeys);
 					for (unsigned i = 0; i < r0->nkeys; i++) {
-						ck_assert_msg(rk->pages[i] == r0->pages[i],
-							      "engine %d request %u %s: key %u: rank %u has page 0x%llx, rank 0 0x%llx", e, r,
-							      s ? "reserve" : "lookup", i, k, (unsigned long long)rk->pages[i],
-							      (unsigned long long)r0->pages[i]);
-						ck_assert_msg(rk->skip[i] == r0->skip[i],
-							      "engine %d request %u reserve: key %u: rank %u skip %u, rank 0 skip %u", e, r, i,
-							      k, rk->skip[i], r0->skip[i]);
+						ck_assert_msg(
+							rk->pages[i] == r0->pages[i],
+							"engine %d request %u %s: key %u: rank %u has page 0x%llx, rank 0 0x%llx",
+							e, r, s ? "reserve" : "lookup", i, k,
+							(unsigned long long)rk->pages[i],
+							(unsigned long long)r0->pages[i]);
+						ck_assert_msg(
+							rk->skip[i] == r0->skip[i],
+							"engine %d request %u reserve: key %u: rank %u skip %u, rank 0 skip %u",
+							e, r, i, k, rk->skip[i], r0->skip[i]);
 					}
 					firsts += rk->first == 1;
 				}
-				ck_assert_msg(firsts == 1, "engine %d request %u step %d: %d ranks built the ticket", e, r, s, firsts);
+				ck_assert_msg(firsts == 1, "engine %d request %u step %d: %d ranks built the ticket", e,
+					      r, s, firsts);
 				tickets++;
 				joined += c->tp[e] - 1;
 				if (s == 0) {
 					lookups++;
 					hits += (uint64_t)r0->ret;
 					for (int i = 0; i < r0->ret; i++)
-						ck_assert_msg(r0->pages[i] != HC_PAGE_NONE, "engine %d request %u: hit page %d is NONE", e, r, i);
+						ck_assert_msg(r0->pages[i] != HC_PAGE_NONE,
+							      "engine %d request %u: hit page %d is NONE", e, r, i);
 					for (unsigned i = (unsigned)r0->ret; i < n; i++)
 						ck_assert(r0->pages[i] == HC_PAGE_NONE);
 					continue;
@@ -393,7 +421,8 @@ static void run_script(const struct cfg *c)
 				ck_assert_uint_eq(r0->nkeys, n - (unsigned)sh->rec[e][r][0][0].ret);
 				int m = 0;
 				for (unsigned i = 0; i < r0->nkeys; i++) {
-					ck_assert_msg(r0->skip[i] == 0 || r0->skip[i] == HC_SKIP_READY || r0->skip[i] == HC_SKIP_BUSY,
+					ck_assert_msg(r0->skip[i] == 0 || r0->skip[i] == HC_SKIP_READY ||
+							      r0->skip[i] == HC_SKIP_BUSY,
 						      "bad skip %u", r0->skip[i]);
 					if (r0->skip[i]) {
 						ck_assert(r0->pages[i] == HC_PAGE_NONE);
@@ -409,8 +438,9 @@ static void run_script(const struct cfg *c)
 				}
 				/* hc_reserve returns the pages reserved; hc_ticket_reserve returns
 				 * the keys it recorded (hc_ticket.n).  Either is one answer. */
-				ck_assert_msg(r0->ret == m || r0->ret == (int)r0->nkeys, "reserve ticket returned %d: %d reserved of %u keys",
-					      r0->ret, m, r0->nkeys);
+				ck_assert_msg(r0->ret == m || r0->ret == (int)r0->nkeys,
+					      "reserve ticket returned %d: %d reserved of %u keys", r0->ret, m,
+					      r0->nkeys);
 				reserves += (uint64_t)m;
 			}
 		}
@@ -420,8 +450,8 @@ static void run_script(const struct cfg *c)
 	qsort(kc, nkc, sizeof(*kc), cmp_key);
 	for (unsigned i = 1; i < nkc && !c->evicting; i++)
 		ck_assert_msg(memcmp(kc[i - 1].key, kc[i].key, HC_KEY_BYTES) != 0,
-			      "a key was reserved twice: by engine %d (page %u) and by engine %d (page %u)", kc[i - 1].engine,
-			      HC_PAGE_ID(kc[i - 1].page), kc[i].engine, HC_PAGE_ID(kc[i].page));
+			      "a key was reserved twice: by engine %d (page %u) and by engine %d (page %u)",
+			      kc[i - 1].engine, HC_PAGE_ID(kc[i - 1].page), kc[i].engine, HC_PAGE_ID(kc[i].page));
 
 	/* The counters add up. */
 	st = hct_stats(p);
@@ -465,23 +495,28 @@ static void run_script(const struct cfg *c)
 		ready[nready].page = HC_PAGE_MAKE(id, pi.gen);
 		nready++;
 		hc_page_t got;
-		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)pi.key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+		struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req),
+					     .keys = (const hc_key_t *)pi.key,
+					     .nkeys = 1,
+					     .flags = HC_LOOKUP_NOTOUCH };
 		ck_assert_int_eq(hc_lookup(p, &one, &got), 1);
 		ck_assert_uint_eq(got, HC_PAGE_MAKE(id, pi.gen));
 		for (uint32_t g = 0; g < c->head_groups; g++)
-			ck_assert_msg(hct_verify(p, got, 1u << g) == 0, "READY page %u: group %u has wrong bytes", id, g);
+			ck_assert_msg(hct_verify(p, got, 1u << g) == 0, "READY page %u: group %u has wrong bytes", id,
+				      g);
 		ck_assert_int_eq(hct_verify(p, got, HC_SHARD_REPLICATED), 0);
 	}
 	qsort(ready, nready, sizeof(*ready), cmp_key);
 	for (unsigned i = 1; i < nready; i++)
 		ck_assert_msg(memcmp(ready[i - 1].key, ready[i].key, HC_KEY_BYTES) != 0,
-			      "one key has two READY pages: %u and %u", HC_PAGE_ID(ready[i - 1].page), HC_PAGE_ID(ready[i].page));
+			      "one key has two READY pages: %u and %u", HC_PAGE_ID(ready[i - 1].page),
+			      HC_PAGE_ID(ready[i].page));
 	if (!c->evicting) {
 		ck_assert_uint_eq(nready, nkc);
 		for (unsigned i = 0; i < nkc; i++) {
 			struct keycount *f = bsearch(kc[i].key, ready, nready, sizeof(*ready), cmp_key);
-			ck_assert_msg(f && f->page == kc[i].page, "the page reserved for a key (%u) is not its READY page",
-				      HC_PAGE_ID(kc[i].page));
+			ck_assert_msg(f && f->page == kc[i].page,
+				      "the page reserved for a key (%u) is not its READY page", HC_PAGE_ID(kc[i].page));
 		}
 	}
 	fprintf(stderr,
@@ -501,8 +536,13 @@ static void run_script(const struct cfg *c)
 /* The default layout (2 head groups): an engine of TP 2 and one of TP 1. */
 START_TEST(tp2_and_tp1)
 {
-	static const struct cfg c = { .head_groups = 2, .npages = 288, .tp = { 2, 1 }, .nreq = { 40, 40 },
-				      .nbases = 4, .baselen = 8, .seed = 11 };
+	static const struct cfg c = { .head_groups = 2,
+				      .npages = 288,
+				      .tp = { 2, 1 },
+				      .nreq = { 40, 40 },
+				      .nbases = 4,
+				      .baselen = 8,
+				      .seed = 11 };
 	run_script(&c);
 }
 END_TEST
@@ -510,8 +550,13 @@ END_TEST
 /* 4 head groups: an engine of TP 4 and one of TP 2 (two groups per rank). */
 START_TEST(tp4_and_tp2)
 {
-	static const struct cfg c = { .head_groups = 4, .npages = 288, .tp = { 4, 2 }, .nreq = { 40, 40 },
-				      .nbases = 4, .baselen = 8, .seed = 23 };
+	static const struct cfg c = { .head_groups = 4,
+				      .npages = 288,
+				      .tp = { 4, 2 },
+				      .nreq = { 40, 40 },
+				      .nbases = 4,
+				      .baselen = 8,
+				      .seed = 23 };
 	run_script(&c);
 }
 END_TEST
@@ -521,12 +566,17 @@ END_TEST
  * stored and evicted, and after it evicted every unheld page itself. */
 START_TEST(late_rank_under_eviction)
 {
-	static const struct cfg c = { .head_groups = 4, .npages = 64, .tp = { 4, 2 }, .nreq = { 24, 64 },
-				      .nbases = 4, .baselen = 8, .seed = 37, .evicting = 1 };
+	static const struct cfg c = { .head_groups = 4,
+				      .npages = 64,
+				      .tp = { 4, 2 },
+				      .nreq = { 24, 64 },
+				      .nbases = 4,
+				      .baselen = 8,
+				      .seed = 37,
+				      .evicting = 1 };
 	run_script(&c);
 }
 END_TEST
-
 
 /* ---- targeted cases: each asserts what the API promises, and failed on
  * main when it was written (see the comment of each). */
@@ -545,7 +595,10 @@ static hc_pool *child_attach(const char *name)
 
 static void child_join(hc_pool *c, uint32_t engine, uint32_t tp, uint32_t rank)
 {
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine, .tp_size = tp, .tp_rank = rank,
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = engine,
+				     .tp_size = tp,
+				     .tp_rank = rank,
 				     .quota_pages = HC_QUOTA_UNLIMITED };
 
 	if (hc_engine_join(c, &es) < 0) {
@@ -585,7 +638,10 @@ START_TEST(quota_counts_pages_held)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 16, 50, 8);
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = 4 };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 1,
+				     .tp_size = 1,
+				     .quota_pages = 4 };
 	hc_key_t k[6];
 	hc_page_t pg[2], pins[2], more[3];
 	uint8_t skip[2];
@@ -608,10 +664,16 @@ START_TEST(quota_counts_pages_held)
 	ck_assert_int_eq(hct_fill_commit_all(p, pg[1]), 1);
 	ck_assert_uint_eq(held_now(p), 0);
 	/* Two pins, then a reserve ticket: commit, release. */
-	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 2, .flags = HC_LOOKUP_PIN };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = k,
+				    .nkeys = 2,
+				    .flags = HC_LOOKUP_PIN };
 	ck_assert_int_eq(hc_lookup(p, &lq, pins), 2);
 	struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "quota", .step = 0 };
-	struct hc_reserve_req r2 = { .size = sizeof(struct hc_reserve_req), .keys = k + 2, .nkeys = 2, .first_depth = 2 };
+	struct hc_reserve_req r2 = { .size = sizeof(struct hc_reserve_req),
+				     .keys = k + 2,
+				     .nkeys = 2,
+				     .first_depth = 2 };
 	ck_assert_int_ge(hc_ticket_reserve(p, &nm, &r2, pg, skip, &t), 0);
 	ck_assert_uint_eq(held_now(p), 4);
 	for (int i = 0; i < 2; i++) {
@@ -633,7 +695,9 @@ START_TEST(quota_counts_pages_held)
 		ck_assert_int_eq(hc_page_unpin(p, pins[i % 2]), 0);
 	/* Quota 4, 2 pages pinned: 2 more pages, not 3. */
 	granted = 0;
-	struct hc_lookup_req one[3] = { { .size = sizeof(struct hc_lookup_req), .keys = k + 2, .nkeys = 1 }, { .size = sizeof(struct hc_lookup_req), .keys = k + 3, .nkeys = 1 }, { .size = sizeof(struct hc_lookup_req), .keys = k + 4, .nkeys = 1 } };
+	struct hc_lookup_req one[3] = { { .size = sizeof(struct hc_lookup_req), .keys = k + 2, .nkeys = 1 },
+					{ .size = sizeof(struct hc_lookup_req), .keys = k + 3, .nkeys = 1 },
+					{ .size = sizeof(struct hc_lookup_req), .keys = k + 4, .nkeys = 1 } };
 	for (int i = 0; i < 3; i++) {
 		ck_assert_int_eq(hc_lookup(p, &one[i], &more[i]), 1);
 		granted += hc_page_pin(p, more[i]) == 0;
@@ -670,7 +734,9 @@ START_TEST(failed_build_is_the_answer)
 			hc_page_t pg[4];
 			uint8_t skip[4];
 			hc_ticket t = { .size = sizeof(hc_ticket) };
-			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = "full", .step = 1 };
+			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name),
+						     .request_id = "full",
+						     .step = 1 };
 			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 4 };
 			child_join(c, 1, 2, r);
 			ret[r] = hc_ticket_reserve(c, &nm, &rq, pg, skip, &t);
@@ -712,7 +778,11 @@ START_TEST(waiter_joins_only_its_ticket)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 16, 50, 8);
 	hc_key_t k[2];
-	struct res { int ret; uint32_t index, gen; hc_page_t pg[2]; } *res;
+	struct res {
+		int ret;
+		uint32_t index, gen;
+		hc_page_t pg[2];
+	} * res;
 	pid_t pid[4];
 	int status;
 
@@ -741,7 +811,9 @@ START_TEST(waiter_joins_only_its_ticket)
 			hc_pool *c = child_attach(name);
 			uint8_t skip[2];
 			hc_ticket t = { .size = sizeof(hc_ticket) };
-			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = i < 2 ? "engine-1" : "engine-2", .step = 1 };
+			struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name),
+						     .request_id = i < 2 ? "engine-1" : "engine-2",
+						     .step = 1 };
 			struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 2 };
 			child_join(c, i < 2 ? 1 : 2, 2, (uint32_t)i % 2);
 			if (i == 1)
@@ -754,7 +826,8 @@ START_TEST(waiter_joins_only_its_ticket)
 			_exit(0);
 		}
 		if (i == 0) {
-			for (int tries = 0; tries < 2000 && hc__tk_state(atomic_load(&p->tickets[0].word)) != HC_TK_BUILDING; tries++)
+			for (int tries = 0;
+			     tries < 2000 && hc__tk_state(atomic_load(&p->tickets[0].word)) != HC_TK_BUILDING; tries++)
 				usleep(1000);
 			ck_assert_uint_eq(hc__tk_state(atomic_load(&p->tickets[0].word)), HC_TK_BUILDING);
 		}
@@ -766,7 +839,8 @@ START_TEST(waiter_joins_only_its_ticket)
 			kill(pid[1], SIGSTOP);
 		}
 		if (i == 2) {
-			for (int tries = 0; tries < 2000 && hc__tk_state(atomic_load(&p->tickets[0].word)) != HC_TK_OPEN; tries++)
+			for (int tries = 0;
+			     tries < 2000 && hc__tk_state(atomic_load(&p->tickets[0].word)) != HC_TK_OPEN; tries++)
 				usleep(1000);
 		}
 	}
@@ -775,9 +849,10 @@ START_TEST(waiter_joins_only_its_ticket)
 	waitpid(pid[2], &status, 0);
 	ck_assert_int_eq(res[2].ret, 2);
 	ck_assert_msg(res[3].ret == 2, "engine 2 rank 1 could not claim its own share: %d", res[3].ret);
-	ck_assert_msg(res[1].ret < 0 || res[1].index != res[2].index || res[1].gen != res[2].gen,
-		      "engine 1 rank 1 asked for 'engine-1' and joined engine 2's ticket (record %u gen %u, pages %u and %u)",
-		      res[1].index, res[1].gen, HC_PAGE_ID(res[1].pg[0]), HC_PAGE_ID(res[1].pg[1]));
+	ck_assert_msg(
+		res[1].ret < 0 || res[1].index != res[2].index || res[1].gen != res[2].gen,
+		"engine 1 rank 1 asked for 'engine-1' and joined engine 2's ticket (record %u gen %u, pages %u and %u)",
+		res[1].index, res[1].gen, HC_PAGE_ID(res[1].pg[0]), HC_PAGE_ID(res[1].pg[1]));
 	munmap(res, 4096);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
@@ -797,7 +872,10 @@ START_TEST(oldest_tombstone_goes_first)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 50, 8);
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 1,
+				     .tp_size = 1,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
 	hc_key_t k[1];
 	hc_page_t pg;
 	hc_ticket t = { .size = sizeof(hc_ticket) };
@@ -813,7 +891,8 @@ START_TEST(oldest_tombstone_goes_first)
 		ck_assert_int_ge(hc_ticket_lookup(p, &nm, &lq, &pg, &t), 0);
 		ck_assert_ok(hc_ticket_release(p, &t));
 	}
-	struct hc_ticket_name a = { .size = sizeof(struct hc_ticket_name), .request_id = "A", .step = 0 }, b = { .size = sizeof(struct hc_ticket_name), .request_id = "B", .step = 0 };
+	struct hc_ticket_name a = { .size = sizeof(struct hc_ticket_name), .request_id = "A", .step = 0 },
+			      b = { .size = sizeof(struct hc_ticket_name), .request_id = "B", .step = 0 };
 	usleep(2000); /* the pool's clock counts milliseconds */
 	ck_assert_int_ge(hc_ticket_lookup(p, &a, &lq, &pg, &t), 0);
 	ck_assert_ok(hc_ticket_release(p, &t));
@@ -823,8 +902,9 @@ START_TEST(oldest_tombstone_goes_first)
 	ret = hc_ticket_lookup(p, &a, &lq, &pg, &t);
 	if (ret >= 0)
 		hc_ticket_release(p, &t);
-	ck_assert_msg(ret == -EALREADY, "ticket A, asked again right after one other ticket: %d (first %d), want -EALREADY",
-		      ret, ret >= 0 ? t.first : -1);
+	ck_assert_msg(ret == -EALREADY,
+		      "ticket A, asked again right after one other ticket: %d (first %d), want -EALREADY", ret,
+		      ret >= 0 ? t.first : -1);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
 }
@@ -843,8 +923,13 @@ START_TEST(expired_tombstone_outlives_older_ones)
 {
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 8, 50, 8);
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = 1, .tp_size = 1, .quota_pages = HC_QUOTA_UNLIMITED };
-	struct res { int ret, first; } *res;
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 1,
+				     .tp_size = 1,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
+	struct res {
+		int ret, first;
+	} * res;
 	hc_key_t k[1];
 	hc_page_t pg;
 	hc_ticket t = { .size = sizeof(hc_ticket) };
@@ -870,7 +955,9 @@ START_TEST(expired_tombstone_outlives_older_ones)
 			 * engine 1 opens one more ticket, which needs a record. */
 			usleep(100 * 1000);
 			ck_assert_ok(hc_pool_recover(p, NULL, 0)); /* sweeps overdue tickets */
-			struct hc_ticket_name y = { .size = sizeof(struct hc_ticket_name), .request_id = "Y", .step = 0 };
+			struct hc_ticket_name y = { .size = sizeof(struct hc_ticket_name),
+						    .request_id = "Y",
+						    .step = 0 };
 			ck_assert_int_ge(hc_ticket_lookup(p, &y, &lq, &pg, &t), 0);
 			ck_assert_ok(hc_ticket_release(p, &t));
 		}
@@ -878,9 +965,15 @@ START_TEST(expired_tombstone_outlives_older_ones)
 		ck_assert_int_ge(pid, 0);
 		if (pid == 0) { /* engine 2, TP 2, ticket timeout 50 ms: ticket X */
 			hc_pool *c = child_attach(name);
-			struct hc_engine_spec e2 = { .size = sizeof(struct hc_engine_spec), .engine_id = 2, .tp_size = 2, .tp_rank = r,
-						     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 50 };
-			struct hc_ticket_name x = { .size = sizeof(struct hc_ticket_name), .request_id = "X", .step = 0 };
+			struct hc_engine_spec e2 = { .size = sizeof(struct hc_engine_spec),
+						     .engine_id = 2,
+						     .tp_size = 2,
+						     .tp_rank = r,
+						     .quota_pages = HC_QUOTA_UNLIMITED,
+						     .ticket_timeout_ms = 50 };
+			struct hc_ticket_name x = { .size = sizeof(struct hc_ticket_name),
+						    .request_id = "X",
+						    .step = 0 };
 			hc_page_t got;
 			hc_ticket tx = { .size = sizeof(hc_ticket) };
 			if (hc_engine_join(c, &e2) < 0)
@@ -904,8 +997,8 @@ START_TEST(expired_tombstone_outlives_older_ones)
 	ck_assert_int_eq(wait_child(r0), 0);
 	ck_assert_int_eq(res[0].ret, 1);
 	ck_assert_int_eq(res[0].first, 1);
-	ck_assert_msg(res[1].ret == -ESTALE, "rank 1, late for expired ticket X: %d (first %d), want -ESTALE", res[1].ret,
-		      res[1].first);
+	ck_assert_msg(res[1].ret == -ESTALE, "rank 1, late for expired ticket X: %d (first %d), want -ESTALE",
+		      res[1].ret, res[1].first);
 	munmap(res, 4096);
 	hc_pool_detach(p);
 	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));

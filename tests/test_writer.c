@@ -2,10 +2,9 @@
 /*
  * test_writer.c - the write policies, with the file backend: write_through
  * backs up every page once it is READY, a restarted service catches up
- * on what it missed, and pages whose objects L3 lost are written again; write_through_selective waits for N hits; write_back
- * keeps a clean share of the pool by writing the oldest dirty pages,
- * and while no service runs dirty pages are not evicted and allocation
- * fails cleanly; write_none writes nothing unasked; bad options are refused.
+ * on what it missed, and pages whose objects L3 lost are written again; write_through_selective waits for N hits;
+ * write_back keeps a clean share of the pool by writing the oldest dirty pages, and while no service runs dirty pages
+ * are not evicted and allocation fails cleanly; write_none writes nothing unasked; bad options are refused.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +19,12 @@
 
 static hc_service *start(const char *name, enum hc_write_policy wp, unsigned select_hits, unsigned pct)
 {
-	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts), .backend = hct_l3_spec, .batch_pages = 4, .write_policy = wp,
-				     .select_hits = select_hits, .writeback_pct = pct };
+	struct hc_service_opts o = { .size = sizeof(struct hc_service_opts),
+				     .backend = hct_l3_spec,
+				     .batch_pages = 4,
+				     .write_policy = wp,
+				     .select_hits = select_hits,
+				     .writeback_pct = pct };
 
 	return hct_service_start(name, &o);
 }
@@ -29,7 +32,10 @@ static hc_service *start(const char *name, enum hc_write_policy wp, unsigned sel
 /* Is key's READY page marked in L3?  (-1: not in the pool.) */
 static int in_l3(hc_pool *p, const hc_key_t key)
 {
-	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = (const hc_key_t *)key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+				    .keys = (const hc_key_t *)key,
+				    .nkeys = 1,
+				    .flags = HC_LOOKUP_NOTOUCH };
 	hc_page_t pg;
 
 	if (hc_lookup(p, &lr, &pg) != 1)
@@ -106,7 +112,9 @@ START_TEST(l3_forgets)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 32, 100, 4);
 	hc_service *s = start(name, HC_WRITE_THROUGH, 0, 0);
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .nkeys = N, .policy = HC_PREFETCH_WAIT_COMPLETE };
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .nkeys = N,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
 	hc_key_t k[N];
 	hc_page_t pg[N];
 	hc_store *st;

@@ -167,9 +167,10 @@ static int parse_opts(const struct hc_be_option *opts, unsigned nopts, struct op
 		while (k < OPT_N && key && strcmp(key, optdef[k].key) != 0)
 			k++;
 		if (!key || k == OPT_N) {
-			snprintf(err, errlen,
-				 "unknown option %s=%s: the file backend takes dir, queue_depth, capacity, fsync, direct, fixed_buffers",
-				 key ? key : "(null)", v ? v : "(null)");
+			snprintf(
+				err, errlen,
+				"unknown option %s=%s: the file backend takes dir, queue_depth, capacity, fsync, direct, fixed_buffers",
+				key ? key : "(null)", v ? v : "(null)");
 			return -EINVAL;
 		}
 		if (!v) {
@@ -228,7 +229,9 @@ static int open_dir(struct hc_file *be, char *err, size_t errlen)
 	if (be->root < 0) {
 		r = -errno;
 		snprintf(err, errlen, "bad value dir=%s: %s: expected %s", be->dir,
-			 r == -ENOTDIR ? "not a directory" : r == -ENOENT ? "no such directory" : strerror(-r),
+			 r == -ENOTDIR  ? "not a directory"
+			 : r == -ENOENT ? "no such directory"
+					: strerror(-r),
 			 optdef[OPT_DIR].accepted);
 		return -EINVAL;
 	}
@@ -240,7 +243,8 @@ static int open_dir(struct hc_file *be, char *err, size_t errlen)
 	}
 	if (flock(be->lockfd, LOCK_EX | LOCK_NB) < 0) {
 		r = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		snprintf(err, errlen, "dir=%s is in use by another open instance (%s/%s is locked): one instance per directory",
+		snprintf(err, errlen,
+			 "dir=%s is in use by another open instance (%s/%s is locked): one instance per directory",
 			 be->dir, be->dir, LOCK_NAME);
 		return r;
 	}
@@ -248,7 +252,8 @@ static int open_dir(struct hc_file *be, char *err, size_t errlen)
 		return 0;
 	r = probe_direct(be);
 	if (r == -EINVAL && be->direct_mode == HC_DIRECT_ON) {
-		snprintf(err, errlen, "bad value direct=on: the filesystem of %s refuses O_DIRECT: use direct=auto or direct=off",
+		snprintf(err, errlen,
+			 "bad value direct=on: the filesystem of %s refuses O_DIRECT: use direct=auto or direct=off",
 			 be->dir);
 		return -EINVAL;
 	}
@@ -410,7 +415,8 @@ static int file_ctl(void *arg, const char *key, const char *value, char *out, si
 		pthread_mutex_lock(&be->idx_lock);
 		cap = be->capacity;
 		pthread_mutex_unlock(&be->idx_lock);
-		n = cap == HC_FILE_UNLIMITED ? snprintf(out, outlen, "unlimited") : snprintf(out, outlen, "%" PRIu64, cap);
+		n = cap == HC_FILE_UNLIMITED ? snprintf(out, outlen, "unlimited")
+					     : snprintf(out, outlen, "%" PRIu64, cap);
 	} else if (strcmp(key, "fsync") == 0) {
 		n = snprintf(out, outlen, "%s", fsync_names[be->fsync_mode]);
 	} else if (strcmp(key, "direct") == 0) {
@@ -462,8 +468,8 @@ static const struct hc_backend file_backend = {
 	.size = sizeof(struct hc_backend),
 	.name = "file",
 	.description = "one file per object under a directory, through io_uring (O_DIRECT, fixed buffers)",
-	.caps = HC_BE_CAP_ASYNC | HC_BE_CAP_ZERO_COPY | HC_BE_CAP_BATCH_EXISTS | HC_BE_CAP_DELETE |
-		HC_BE_CAP_DURABLE | HC_BE_CAP_PERSISTENT,
+	.caps = HC_BE_CAP_ASYNC | HC_BE_CAP_ZERO_COPY | HC_BE_CAP_BATCH_EXISTS | HC_BE_CAP_DELETE | HC_BE_CAP_DURABLE |
+		HC_BE_CAP_PERSISTENT,
 	.open = file_open,
 	.close = file_close,
 	.reg_mem = file_reg_mem,

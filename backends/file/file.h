@@ -38,23 +38,38 @@
 #include "index.h"
 
 #define HC_FILE_NAME_LOCKS 64
-#define HC_FILE_PATH_MAX 160      /* fp/kk/.key.seq.tmp: 64+1+2+1+1+64+1+16+4, and NUL */
-#define HC_FILE_CHUNK (1ull << 30) /* the kernel's limit on one fixed buffer */
-#define HC_FILE_BUF_SLOTS 1024u    /* the sparse fixed-buffer table */
-#define HC_FILE_DONE_EXTRA 1024u   /* completions without a ring op that may wait to be reaped */
-#define HC_FILE_ALIGN 4096u        /* O_DIRECT only when every iovec is aligned to this */
-#define HC_FILE_QD_MAX 4096u
-#define HC_FILE_UNLIMITED UINT64_MAX
+#define HC_FILE_PATH_MAX   160          /* fp/kk/.key.seq.tmp: 64+1+2+1+1+64+1+16+4, and NUL */
+#define HC_FILE_CHUNK      (1ull << 30) /* the kernel's limit on one fixed buffer */
+#define HC_FILE_BUF_SLOTS  1024u        /* the sparse fixed-buffer table */
+#define HC_FILE_DONE_EXTRA 1024u        /* completions without a ring op that may wait to be reaped */
+#define HC_FILE_ALIGN      4096u        /* O_DIRECT only when every iovec is aligned to this */
+#define HC_FILE_QD_MAX     4096u
+#define HC_FILE_UNLIMITED  UINT64_MAX
 
 enum { HC_FSYNC_NONE, HC_FSYNC_ALWAYS };
 enum { HC_DIRECT_AUTO, HC_DIRECT_ON, HC_DIRECT_OFF };
 enum { HC_FIXED_AUTO, HC_FIXED_OFF };
 
 /* Counters, declared once (memcached's way) for the struct and stats(). */
-#define HC_FILE_COUNTERS(X) \
-	X(gets) X(hits) X(misses) X(puts) X(deletes) X(exists) X(evictions) X(errors) X(canceled) \
-	X(bytes_read) X(bytes_written) X(direct_ios) X(buffered_ios) X(fixed_ios) \
-	X(direct_fallbacks) X(retries) X(temp_swept) X(ignored_files)
+#define HC_FILE_COUNTERS(X)                                                                                            \
+	X(gets)                                                                                                        \
+	X(hits)                                                                                                        \
+	X(misses)                                                                                                      \
+	X(puts)                                                                                                        \
+	X(deletes)                                                                                                     \
+	X(exists)                                                                                                      \
+	X(evictions)                                                                                                   \
+	X(errors)                                                                                                      \
+	X(canceled)                                                                                                    \
+	X(bytes_read)                                                                                                  \
+	X(bytes_written)                                                                                               \
+	X(direct_ios)                                                                                                  \
+	X(buffered_ios)                                                                                                \
+	X(fixed_ios)                                                                                                   \
+	X(direct_fallbacks)                                                                                            \
+	X(retries)                                                                                                     \
+	X(temp_swept)                                                                                                  \
+	X(ignored_files)
 
 struct hc_file_counters {
 #define X(n) _Atomic uint64_t n;
@@ -65,32 +80,32 @@ struct hc_file_counters {
 
 /* One SQE's worth of an op's bytes: a fixed buffer, or a run of iovecs. */
 struct hc_fseg {
-	uint64_t off;          /* file offset of the segment's next byte */
-	uint32_t first, cnt;   /* op->iov[first .. first+cnt) */
-	int buf;               /* fixed buffer index, or -1 for READV/WRITEV */
-	uint32_t tries;        /* resubmissions after a spurious -ECANCELED */
-	_Atomic bool busy;     /* its SQE is in the ring (what cancel targets) */
+	uint64_t off;        /* file offset of the segment's next byte */
+	uint32_t first, cnt; /* op->iov[first .. first+cnt) */
+	int buf;             /* fixed buffer index, or -1 for READV/WRITEV */
+	uint32_t tries;      /* resubmissions after a spurious -ECANCELED */
+	_Atomic bool busy;   /* its SQE is in the ring (what cancel targets) */
 };
 
 enum hc_fstep { HC_STEP_IO, HC_STEP_FSYNC, HC_STEP_DIRSYNC };
 
 /* An accepted op that uses the ring (GET hit, PUT, DELETE with fsync). */
 struct hc_fop {
-	uint64_t user_data;     /* the host's */
+	uint64_t user_data; /* the host's */
 	uint32_t opcode;
-	uint32_t gen;           /* bumped at each reuse of the slot: stale cancels miss */
+	uint32_t gen; /* bumped at each reuse of the slot: stale cancels miss */
 	uint32_t slot;
-	uint32_t budget;        /* CQEs this op may cause at once */
+	uint32_t budget; /* CQEs this op may cause at once */
 	bool active;
-	bool fixed;             /* may use fixed buffers (fits the budget) */
-	bool direct;            /* its file is open with O_DIRECT */
-	bool reserved;          /* a PUT holding capacity */
+	bool fixed;    /* may use fixed buffers (fits the budget) */
+	bool direct;   /* its file is open with O_DIRECT */
+	bool reserved; /* a PUT holding capacity */
 	enum hc_fstep step;
-	uint32_t step_tries;    /* resubmissions of an fsync after a spurious -ECANCELED */
-	int fd;                 /* the object or temp file; -1 */
-	int dfd;                /* the fan-out directory, for its fsync; -1 */
-	uint64_t size;          /* GET: the object's length; PUT: bytes to write */
-	uint64_t seq;           /* PUT: the temp name's number */
+	uint32_t step_tries; /* resubmissions of an fsync after a spurious -ECANCELED */
+	int fd;              /* the object or temp file; -1 */
+	int dfd;             /* the fan-out directory, for its fsync; -1 */
+	uint64_t size;       /* GET: the object's length; PUT: bytes to write */
+	uint64_t seq;        /* PUT: the temp name's number */
 	_Atomic bool canceled;
 	_Atomic uint32_t pending; /* SQEs in the ring */
 	_Atomic int64_t err;      /* the first failure, or 0 */
@@ -111,8 +126,8 @@ struct hc_fregion {
 struct hc_fchunk {
 	uintptr_t addr;
 	size_t len;
-	unsigned slot;   /* index in the ring's buffer table */
-	void *region;    /* the addr reg_mem was given */
+	unsigned slot; /* index in the ring's buffer table */
+	void *region;  /* the addr reg_mem was given */
 };
 
 struct hc_file {
@@ -120,8 +135,8 @@ struct hc_file {
 	char *dir;
 	unsigned qd;
 	int fsync_mode, direct_mode, fixed_mode;
-	int root;         /* the directory */
-	int lockfd;       /* flock: one instance per directory */
+	int root;   /* the directory */
+	int lockfd; /* flock: one instance per directory */
 	_Atomic bool direct_ok;
 
 	struct io_uring ring;
@@ -130,44 +145,44 @@ struct hc_file {
 
 	pthread_mutex_t ops_lock;
 	pthread_cond_t ops_cond;
-	struct hc_fop *op;        /* qd slots */
+	struct hc_fop *op; /* qd slots */
 	uint32_t *free_slot;
 	unsigned nfree;
-	struct hc_be_cqe *done;   /* a circular queue of finished ops */
+	struct hc_be_cqe *done; /* a circular queue of finished ops */
 	unsigned done_cap, done_head, done_len;
-	unsigned outstanding;     /* accepted and not yet reaped */
-	unsigned budget_used;     /* CQEs that may still come, besides the wake-up */
+	unsigned outstanding; /* accepted and not yet reaped */
+	unsigned budget_used; /* CQEs that may still come, besides the wake-up */
 	bool harvesting, in_wait, wake_pending;
 
 	pthread_mutex_t idx_lock;
 	struct hc_idx idx;
 	uint64_t capacity;
-	uint64_t reserved;        /* bytes of puts in flight */
+	uint64_t reserved; /* bytes of puts in flight */
 	pthread_mutex_t name_lock[HC_FILE_NAME_LOCKS];
 
 	/* fixed buffers: reg_mem/unreg_mem never run beside anything else */
 	bool fixed_usable;
 	struct hc_fregion *region;
 	unsigned nregion;
-	struct hc_fchunk *chunk;  /* sorted by addr */
+	struct hc_fchunk *chunk; /* sorted by addr */
 	unsigned nchunk;
 	uint8_t buf_used[HC_FILE_BUF_SLOTS];
 
 	_Atomic uint64_t seq;
-	_Atomic unsigned warned;  /* HC_WARN_* bits: one warning per cause */
+	_Atomic unsigned warned; /* HC_WARN_* bits: one warning per cause */
 	struct hc_file_counters cnt;
 };
 
-#define HC_WARN_DIRECT  1u
-#define HC_WARN_FIXED   2u
-#define HC_WARN_RING    4u
-#define HC_WARN_INDEX   8u
+#define HC_WARN_DIRECT 1u
+#define HC_WARN_FIXED  2u
+#define HC_WARN_RING   4u
+#define HC_WARN_INDEX  8u
 
 /* file.c */
 /* Logging through the host entry() was given (backends/common.h); warn_once
  * logs at WARN unless this cause was already logged. */
 const struct hc_backend_host *hc__file_host(void);
-#define hc__file_log(be, level, ...) ((void)(be), hc_be_log(hc__file_host(), (level), __VA_ARGS__))
+#define hc__file_log(be, level, ...)       ((void)(be), hc_be_log(hc__file_host(), (level), __VA_ARGS__))
 #define hc__file_warn_once(be, cause, ...) hc_be_warn_once(hc__file_host(), &(be)->warned, (cause), __VA_ARGS__)
 
 /* store.c */

@@ -25,9 +25,9 @@ struct hc_idx_ent {
 
 struct hc_idx {
 	struct hc_idx_ent *ent;
-	uint32_t cap;     /* entries allocated */
-	uint32_t used;    /* entries ever handed out (the rest were never used) */
-	uint32_t free;    /* head of the free list */
+	uint32_t cap;  /* entries allocated */
+	uint32_t used; /* entries ever handed out (the rest were never used) */
+	uint32_t free; /* head of the free list */
 	uint32_t *bucket;
 	uint32_t nbucket; /* a power of two */
 	uint32_t head;    /* most recently used */

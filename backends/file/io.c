@@ -32,14 +32,16 @@ int hc__file_ring_init(struct hc_file *be, char *err, size_t errlen)
 	}
 	if (r < 0) {
 		snprintf(err, errlen, "io_uring_setup with %u entries failed: %s%s", be->qd, strerror(-r),
-			 r == -EPERM ? " (is sysctl kernel.io_uring_disabled set?)" :
-			 r == -ENOMEM ? " (lower queue_depth, or raise RLIMIT_MEMLOCK)" : "");
+			 r == -EPERM    ? " (is sysctl kernel.io_uring_disabled set?)"
+			 : r == -ENOMEM ? " (lower queue_depth, or raise RLIMIT_MEMLOCK)"
+					: "");
 		return r;
 	}
 	/* Waiting with a timeout must not take an SQE (submitters own the SQ). */
 	if (!(p.features & IORING_FEAT_EXT_ARG)) {
 		io_uring_queue_exit(&be->ring);
-		snprintf(err, errlen, "this kernel's io_uring lacks IORING_FEAT_EXT_ARG: Linux 5.11 or newer is needed");
+		snprintf(err, errlen,
+			 "this kernel's io_uring lacks IORING_FEAT_EXT_ARG: Linux 5.11 or newer is needed");
 		return -EOPNOTSUPP;
 	}
 	io_uring_ring_dontfork(&be->ring);
@@ -48,7 +50,8 @@ int hc__file_ring_init(struct hc_file *be, char *err, size_t errlen)
 	if (be->fixed_mode == HC_FIXED_AUTO) {
 		r = io_uring_register_buffers_sparse(&be->ring, HC_FILE_BUF_SLOTS);
 		if (r < 0)
-			hc__file_warn_once(be, HC_WARN_FIXED, "%s: no fixed buffers (a sparse table of %u: %s): plain reads and writes",
+			hc__file_warn_once(be, HC_WARN_FIXED,
+					   "%s: no fixed buffers (a sparse table of %u: %s): plain reads and writes",
 					   be->dir, HC_FILE_BUF_SLOTS, strerror(-r));
 		be->fixed_usable = r == 0;
 	}
@@ -154,9 +157,10 @@ static void warn_unregistered(struct hc_file *be, void *addr, size_t len, int r)
 
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
 		snprintf(lim, sizeof(lim), "%" PRIu64 " bytes", (uint64_t)rl.rlim_cur);
-	hc__file_warn_once(be, HC_WARN_FIXED,
-			   "%s: fixed buffers unavailable: registering %zu bytes at %p: %s (RLIMIT_MEMLOCK %s; raise it or grant CAP_IPC_LOCK): plain reads and writes",
-			   be->dir, len, addr, r == -ENOSPC ? "the buffer table is full" : strerror(-r), lim);
+	hc__file_warn_once(
+		be, HC_WARN_FIXED,
+		"%s: fixed buffers unavailable: registering %zu bytes at %p: %s (RLIMIT_MEMLOCK %s; raise it or grant CAP_IPC_LOCK): plain reads and writes",
+		be->dir, len, addr, r == -ENOSPC ? "the buffer table is full" : strerror(-r), lim);
 }
 
 int hc__file_reg(struct hc_file *be, void *addr, size_t len)
@@ -220,7 +224,8 @@ static void flush_locked(struct hc_file *be)
 
 		if (r <= 0 && r != -EINTR) {
 			if (r < 0)
-				hc__file_warn_once(be, HC_WARN_RING, "%s: io_uring_enter: %s (retrying)", be->dir, strerror(-r));
+				hc__file_warn_once(be, HC_WARN_RING, "%s: io_uring_enter: %s (retrying)", be->dir,
+						   strerror(-r));
 			break;
 		}
 	}

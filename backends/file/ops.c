@@ -223,8 +223,8 @@ static bool direct_refused(struct hc_file *be, const char *when)
 		return false;
 	HC_COUNT(be, direct_fallbacks, 1);
 	atomic_store(&be->direct_ok, false);
-	hc__file_warn_once(be, HC_WARN_DIRECT, "%s: the filesystem refuses O_DIRECT (EINVAL %s): buffered I/O from now on",
-			   be->dir, when);
+	hc__file_warn_once(be, HC_WARN_DIRECT,
+			   "%s: the filesystem refuses O_DIRECT (EINVAL %s): buffered I/O from now on", be->dir, when);
 	return true;
 }
 

@@ -24,7 +24,7 @@
 #include "file.h"
 
 #define LOCK_NAME ".hicache-file.lock"
-#define HEX_NAME 64 /* hex digits of a fingerprint or a key */
+#define HEX_NAME  64 /* hex digits of a fingerprint or a key */
 
 static const char hexd[] = "0123456789abcdef";
 
@@ -519,8 +519,8 @@ int hc__file_rebuild(struct hc_file *be, char *err, size_t errlen)
 	be->cnt.ignored_files = s.ignored;
 	if (s.ignored)
 		hc__file_log(be, HC_BE_LOG_WARN,
-			     "%s: %" PRIu64 " entries are not objects of this backend: ignored, left in place",
-			     be->dir, s.ignored);
+			     "%s: %" PRIu64 " entries are not objects of this backend: ignored, left in place", be->dir,
+			     s.ignored);
 	uint64_t before = be->cnt.evictions;
 	hc__file_make_room(be, 0, NULL);
 	hc__file_log(be, HC_BE_LOG_INFO,

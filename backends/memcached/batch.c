@@ -290,8 +290,9 @@ static void get_found(void *ctx, unsigned k, const char *val, size_t len, uint32
 			return; /* asked once; a server repeating itself is not believed twice */
 		if (hc__mc_manifest_decode(val, len, g->job->name, &g->m) < 0) {
 			HC_MC_COUNT(c->be, bad_manifests, 1);
-			hc__mc_warn_once(c->be, HC_MC_WARN_MANIF,
-					 "a manifest item that is not one of ours, or damaged: its object reads as a miss");
+			hc__mc_warn_once(
+				c->be, HC_MC_WARN_MANIF,
+				"a manifest item that is not one of ours, or damaged: its object reads as a miss");
 			return;
 		}
 		g->have_m = true;
@@ -385,7 +386,8 @@ void hc__mc_run_get(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 			}
 			if (!warned) {
 				hc__mc_warn_once(be, HC_MC_WARN_CHUNKSZ,
-						 "objects written with a smaller chunk size than ours (%" PRIu32 "): they take more round trips; give every node the same chunk_size=",
+						 "objects written with a smaller chunk size than ours (%" PRIu32
+						 "): they take more round trips; give every node the same chunk_size=",
 						 be->chunk_bytes);
 				warned = true;
 			}
@@ -538,7 +540,6 @@ static int put_one(struct hc_mc_worker *w, struct hc_mc_job *j)
 	HC_MC_COUNT(be, put_bytes, m.length);
 	return 0;
 }
-
 
 void hc__mc_run_put(struct hc_mc_worker *w, struct hc_mc_job **jobs, unsigned n)
 {

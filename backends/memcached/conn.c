@@ -39,12 +39,14 @@ static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err,
 	if ((ret = set_behavior(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1, "binary protocol", err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_DISTRIBUTION, MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA,
 				"ketama distribution", err, errlen)) < 0 ||
-	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_KETAMA_HASH, MEMCACHED_HASH_MD5, "ketama hash", err, errlen)) < 0 ||
+	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_KETAMA_HASH, MEMCACHED_HASH_MD5, "ketama hash", err, errlen)) <
+		    0 ||
 	    /* without it, Nagle and delayed ACKs stall every set (40 ms) */
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1, "tcp_nodelay", err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, o->connect_timeout_ms, "connect_timeout_ms",
 				err, errlen)) < 0 ||
-	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, o->io_timeout_ms, "io_timeout_ms", err, errlen)) < 0 ||
+	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, o->io_timeout_ms, "io_timeout_ms", err, errlen)) <
+		    0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, o->eject_s, "eject_s", err, errlen)) < 0 ||
 	    (ret = set_behavior(mc, MEMCACHED_BEHAVIOR_SERVER_TIMEOUT_LIMIT, o->eject_after, "eject_after", err,
 				errlen)) < 0)
@@ -82,7 +84,8 @@ static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err,
 	if (o->sasl) {
 		memcached_return_t rc = memcached_set_sasl_auth_data(mc, o->username, o->password);
 		if (rc != MEMCACHED_SUCCESS)
-			return hc__mc_fail(err, errlen, ENOTSUP, "username=: SASL: %s (is libmemcached built with SASL?)",
+			return hc__mc_fail(err, errlen, ENOTSUP,
+					   "username=: SASL: %s (is libmemcached built with SASL?)",
 					   memcached_strerror(mc, rc));
 	}
 	return 0;
@@ -136,8 +139,8 @@ uint64_t hc__mc_stat_u64(const char *value, size_t vlen)
 	return strtoull(v, NULL, 10);
 }
 
-static memcached_return_t probe_cb(const memcached_instance_st *inst, const char *key, size_t klen,
-				   const char *value, size_t vlen, void *ctx)
+static memcached_return_t probe_cb(const memcached_instance_st *inst, const char *key, size_t klen, const char *value,
+				   size_t vlen, void *ctx)
 {
 	struct probe *pr = ctx;
 	uint64_t x;
@@ -181,12 +184,14 @@ int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 					   "SASL authentication failed on %s: check username= and password=",
 					   hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
 		if (rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM)
-			return hc__mc_fail(err, errlen, EACCES,
-					   "server %s requires SASL authentication: give username= and password= (or password_file=)",
-					   hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
+			return hc__mc_fail(
+				err, errlen, EACCES,
+				"server %s requires SASL authentication: give username= and password= (or password_file=)",
+				hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
 		snprintf(why, sizeof(why), "%s: %s", hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)),
 			 memcached_last_error_message(be->solo[i]));
-		hc__mc_log(HC_BE_LOG_WARN, "server %s did not answer at open: its objects are misses until it does", why);
+		hc__mc_log(HC_BE_LOG_WARN, "server %s did not answer at open: its objects are misses until it does",
+			   why);
 	}
 	if (!pr.answered)
 		return hc__mc_fail(err, errlen, EHOSTDOWN,
@@ -197,13 +202,15 @@ int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 			return hc__mc_fail(err, errlen, EINVAL,
 					   "chunk_size=%" PRIu32 " does not fit server %s, whose item size is %" PRIu64
 					   " (memcached -I): give chunk_size=%" PRIu64 " or less, or auto",
-					   be->o.chunk_bytes, pr.item_min_server, pr.item_min, pr.item_min - HC_MC_ITEM_SLACK);
+					   be->o.chunk_bytes, pr.item_min_server, pr.item_min,
+					   pr.item_min - HC_MC_ITEM_SLACK);
 		be->chunk_bytes = be->o.chunk_bytes;
 	} else {
 		uint64_t item = pr.item_min ? pr.item_min : HC_MC_DEFAULT_ITEM;
 		if (item < HC_MC_MIN_CHUNK + HC_MC_ITEM_SLACK)
 			return hc__mc_fail(err, errlen, EINVAL,
-					   "server %s has an item size of %" PRIu64 " bytes: too small for chunks (2K or more, memcached -I)",
+					   "server %s has an item size of %" PRIu64
+					   " bytes: too small for chunks (2K or more, memcached -I)",
 					   pr.item_min_server, item);
 		item = item > (1ull << 30) ? (1ull << 30) : item;
 		be->chunk_bytes = (uint32_t)(item - HC_MC_ITEM_SLACK);
@@ -254,9 +261,10 @@ void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server)
 	atomic_store_explicit(&be->hung_until[server], now_ms() + (uint64_t)be->o.eject_s * 1000, memory_order_relaxed);
 	HC_MC_COUNT(be, hung, 1);
 	memcached_quit(mc); /* its late answers must not meet the next request */
-	hc__mc_warn_once(be, HC_MC_WARN_HUNG,
-			 "server %s answered nothing in io_timeout_ms=%u: left alone for eject_s=%u, its objects are misses (logged once)",
-			 hc__mc_server_str(&be->o.servers[server], where, sizeof(where)), be->o.io_timeout_ms, be->o.eject_s);
+	hc__mc_warn_once(
+		be, HC_MC_WARN_HUNG,
+		"server %s answered nothing in io_timeout_ms=%u: left alone for eject_s=%u, its objects are misses (logged once)",
+		hc__mc_server_str(&be->o.servers[server], where, sizeof(where)), be->o.io_timeout_ms, be->o.eject_s);
 }
 
 int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n)
@@ -357,31 +365,34 @@ void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t
 	char where[HC_MC_HOST_MAX + 16] = "a server";
 
 	if (inst)
-		snprintf(where, sizeof(where), "%s:%u", memcached_server_name(inst), (unsigned)memcached_server_port(inst));
+		snprintf(where, sizeof(where), "%s:%u", memcached_server_name(inst),
+			 (unsigned)memcached_server_port(inst));
 	HC_MC_COUNT(be, server_errors, 1);
 	if (rc == MEMCACHED_TIMEOUT)
 		HC_MC_COUNT(be, timeouts, 1);
 	switch (rc) {
 	case MEMCACHED_E2BIG:
 		hc__mc_warn_once(be, HC_MC_WARN_E2BIG,
-				 "%s: an item of a %s was too large for a server (chunk_size %" PRIu32 "): lower chunk_size= or raise memcached -I",
+				 "%s: an item of a %s was too large for a server (chunk_size %" PRIu32
+				 "): lower chunk_size= or raise memcached -I",
 				 memcached_strerror(mc, rc), what, be->chunk_bytes);
 		break;
 	case MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE:
 	case MEMCACHED_MEMORY_ALLOCATION_FAILURE:
-		hc__mc_warn_once(be, HC_MC_WARN_FULL,
-				 "a %s: a server could not make room (%s): give it more memory (memcached -m), and no -M",
-				 what, memcached_strerror(mc, rc));
+		hc__mc_warn_once(
+			be, HC_MC_WARN_FULL,
+			"a %s: a server could not make room (%s): give it more memory (memcached -m), and no -M", what,
+			memcached_strerror(mc, rc));
 		break;
 	case MEMCACHED_AUTH_FAILURE:
 	case MEMCACHED_AUTH_PROBLEM:
-		hc__mc_warn_once(be, HC_MC_WARN_AUTH, "a %s on %s: SASL authentication failed: check username= and password=",
-				 what, where);
+		hc__mc_warn_once(be, HC_MC_WARN_AUTH,
+				 "a %s on %s: SASL authentication failed: check username= and password=", what, where);
 		break;
 	default:
 		hc__mc_warn_once(be, HC_MC_WARN_SERVER,
-				 "a %s on %s failed: %s (%s); its objects are misses while it fails (logged once)", what,
-				 where, memcached_strerror(mc, rc), memcached_last_error_message(mc));
+				 "a %s on %s failed: %s (%s); its objects are misses while it fails (logged once)",
+				 what, where, memcached_strerror(mc, rc), memcached_last_error_message(mc));
 		break;
 	}
 }

@@ -45,11 +45,11 @@
 #define HC_MC_KEY_MAX      (HC_MC_PREFIX_MAX + HC_MC_HEXNAME + 12) /* ".<chunk>" and NUL: < 250 */
 #define HC_MC_MAX_CHUNKS   65536u
 #define HC_MC_MIN_CHUNK    1024u
-#define HC_MC_ITEM_SLACK   1024u  /* of a server's item size: its item header and our key */
+#define HC_MC_ITEM_SLACK   1024u      /* of a server's item size: its item header and our key */
 #define HC_MC_DEFAULT_ITEM (1u << 20) /* memcached's default -I */
-#define HC_MC_QUEUE_MAX    65536u /* ops accepted and not yet reaped */
-#define HC_MC_MGET_KEYS    4096u  /* keys of one multi-get, at most (beyond one object's) */
-#define HC_MC_TTL_MAX      2592000u /* 30 days: memcached reads larger values as a date */
+#define HC_MC_QUEUE_MAX    65536u     /* ops accepted and not yet reaped */
+#define HC_MC_MGET_KEYS    4096u      /* keys of one multi-get, at most (beyond one object's) */
+#define HC_MC_TTL_MAX      2592000u   /* 30 days: memcached reads larger values as a date */
 
 struct hc_mc_server {
 	char host[HC_MC_HOST_MAX + 1]; /* a host name or address, or a socket's path */
@@ -61,12 +61,12 @@ struct hc_mc_opts {
 	unsigned nservers;
 	unsigned connect_timeout_ms;
 	unsigned io_timeout_ms;
-	unsigned eject_after;   /* failed connects in a row that eject a server */
-	unsigned eject_s;       /* seconds an ejected server is left alone before it is tried again */
-	uint32_t chunk_bytes;   /* object bytes per chunk item; 0: from the servers' item size */
-	uint32_t ttl_s;         /* items expire after this; 0: never (LRU only) */
-	unsigned workers;       /* threads, each with a connection to every server */
-	unsigned batch;         /* ops in one multi-get or pipeline */
+	unsigned eject_after; /* failed connects in a row that eject a server */
+	unsigned eject_s;     /* seconds an ejected server is left alone before it is tried again */
+	uint32_t chunk_bytes; /* object bytes per chunk item; 0: from the servers' item size */
+	uint32_t ttl_s;       /* items expire after this; 0: never (LRU only) */
+	unsigned workers;     /* threads, each with a connection to every server */
+	unsigned batch;       /* ops in one multi-get or pipeline */
 	char prefix[HC_MC_PREFIX_MAX + 1];
 	char username[256];
 	char password[256];
@@ -74,10 +74,27 @@ struct hc_mc_opts {
 };
 
 /* Counters, declared once (memcached's way) for the struct and stats(). */
-#define HC_MC_COUNTERS(X) \
-	X(gets) X(hits) X(misses) X(puts) X(deletes) X(exists) X(errors) X(canceled) \
-	X(get_bytes) X(put_bytes) X(items_read) X(items_written) X(round_trips) \
-	X(missing_chunks) X(inconsistent) X(bad_manifests) X(server_errors) X(timeouts) X(hung) X(skipped)
+#define HC_MC_COUNTERS(X)                                                                                              \
+	X(gets)                                                                                                        \
+	X(hits)                                                                                                        \
+	X(misses)                                                                                                      \
+	X(puts)                                                                                                        \
+	X(deletes)                                                                                                     \
+	X(exists)                                                                                                      \
+	X(errors)                                                                                                      \
+	X(canceled)                                                                                                    \
+	X(get_bytes)                                                                                                   \
+	X(put_bytes)                                                                                                   \
+	X(items_read)                                                                                                  \
+	X(items_written)                                                                                               \
+	X(round_trips)                                                                                                 \
+	X(missing_chunks)                                                                                              \
+	X(inconsistent)                                                                                                \
+	X(bad_manifests)                                                                                               \
+	X(server_errors)                                                                                               \
+	X(timeouts)                                                                                                    \
+	X(hung)                                                                                                        \
+	X(skipped)
 
 struct hc_mc_counters {
 #define X(n) _Atomic uint64_t n;
@@ -92,7 +109,7 @@ struct hc_mc_job {
 	uint64_t user_data;
 	uint32_t opcode;
 	uint32_t iovcnt;
-	uint64_t bytes;     /* of the iovecs, summed at submit */
+	uint64_t bytes; /* of the iovecs, summed at submit */
 	uint8_t name[HC_BE_NAME_BYTES];
 	int64_t result;
 	struct iovec iov[]; /* iovcnt of them */
@@ -103,22 +120,22 @@ struct hc_mc_worker;
 /* One open instance. */
 struct hc_mc {
 	struct hc_mc_opts o;
-	uint32_t chunk_bytes;    /* in use: o.chunk_bytes, or what the servers allow */
-	memcached_st *tmpl;      /* the handle every worker's is cloned from */
-	memcached_st **solo;     /* one handle per server: probes and stats (under stat_mu) */
+	uint32_t chunk_bytes;         /* in use: o.chunk_bytes, or what the servers allow */
+	memcached_st *tmpl;           /* the handle every worker's is cloned from */
+	memcached_st **solo;          /* one handle per server: probes and stats (under stat_mu) */
 	_Atomic uint64_t *hung_until; /* per server (ring position): CLOCK_MONOTONIC ms, 0 if not */
 	pthread_mutex_t stat_mu;
 
 	pthread_mutex_t mu;
-	pthread_cond_t work;     /* a job was queued, or stop */
-	pthread_cond_t done;     /* a job completed */
+	pthread_cond_t work;             /* a job was queued, or stop */
+	pthread_cond_t done;             /* a job completed */
 	struct hc_mc_job *qhead, *qtail; /* queued, in submit order */
 	unsigned nqueued;
 	struct hc_mc_job *dhead, *dtail; /* completed, waiting for reap */
 	unsigned ndone;
 	unsigned nrunning;
-	unsigned accepted;       /* queued + running + done: bounded by HC_MC_QUEUE_MAX */
-	unsigned idle;           /* workers waiting for work */
+	unsigned accepted; /* queued + running + done: bounded by HC_MC_QUEUE_MAX */
+	unsigned idle;     /* workers waiting for work */
 	bool stop;
 
 	struct hc_mc_worker *workers;
@@ -141,8 +158,8 @@ struct hc_mc_worker {
 	struct hc_mc *be;
 	pthread_t thread;
 	bool started;
-	struct hc_mc_job **jobs;  /* the running batch (room for be->o.batch): slots NULL once done */
-	unsigned nbatch;          /* its size, 0 between batches (under be->mu) */
+	struct hc_mc_job **jobs; /* the running batch (room for be->o.batch): slots NULL once done */
+	unsigned nbatch;         /* its size, 0 between batches (under be->mu) */
 	memcached_st *mc;
 	memcached_result_st result; /* reused by every fetch */
 	uint8_t *bounce;            /* one chunk, for a chunk that spans iovecs */
@@ -156,13 +173,12 @@ struct hc_mc_worker {
 /* memcached.c: the host entry() was given; logging through it
  * (backends/common.h), and errors into err. */
 const struct hc_backend_host *hc__mc_host(void);
-#define hc__mc_log(level, ...) hc_be_log(hc__mc_host(), (level), __VA_ARGS__)
+#define hc__mc_log(level, ...)           hc_be_log(hc__mc_host(), (level), __VA_ARGS__)
 #define hc__mc_warn_once(be, cause, ...) hc_be_warn_once(hc__mc_host(), &(be)->warned, (cause), __VA_ARGS__)
-#define hc__mc_fail hc_be_fail
+#define hc__mc_fail                      hc_be_fail
 
 /* opts.c */
-int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err,
-		      size_t errlen);
+int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err, size_t errlen);
 const char *hc__mc_server_str(const struct hc_mc_server *s, char *buf, size_t len);
 
 /* Call fn for each piece of bytes [off, off+len) of iov[0..iovcnt), in
@@ -193,14 +209,14 @@ static inline void hc__mc_iov_each(const struct iovec *iov, unsigned iovcnt, uin
 size_t hc__mc_key(const struct hc_mc *be, const uint8_t name[HC_BE_NAME_BYTES], int chunk, char *out);
 uint32_t hc__mc_place(const char *key, size_t len, void *ctx);
 struct hc_mc_manifest {
-	uint64_t length;      /* the object's bytes */
-	uint64_t nonce;       /* ties the chunks to this version of the object */
+	uint64_t length; /* the object's bytes */
+	uint64_t nonce;  /* ties the chunks to this version of the object */
 	uint32_t chunk_bytes;
-	uint32_t nchunks;     /* chunk items after the head */
-	uint32_t head_bytes;  /* object bytes [0, head_bytes) carried by the manifest itself */
+	uint32_t nchunks;    /* chunk items after the head */
+	uint32_t head_bytes; /* object bytes [0, head_bytes) carried by the manifest itself */
 };
-#define HC_MC_MANIFEST_BYTES 128      /* the manifest's own fields; the head follows them */
-#define HC_MC_HEAD_MAX      (64u << 10)
+#define HC_MC_MANIFEST_BYTES 128 /* the manifest's own fields; the head follows them */
+#define HC_MC_HEAD_MAX       (64u << 10)
 /* out has room for HC_MC_MANIFEST_BYTES; the head is the caller's to append. */
 void hc__mc_manifest_encode(const struct hc_mc_manifest *m, const uint8_t name[HC_BE_NAME_BYTES],
 			    uint8_t out[HC_MC_MANIFEST_BYTES]);
@@ -209,10 +225,8 @@ static inline uint64_t hc__mc_chunk_off(const struct hc_mc_manifest *m, uint32_t
 {
 	return m->head_bytes + (uint64_t)i * m->chunk_bytes;
 }
-int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE_NAME_BYTES],
-			   struct hc_mc_manifest *m);
-uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *iov, unsigned iovcnt,
-		      uint64_t length);
+int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE_NAME_BYTES], struct hc_mc_manifest *m);
+uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *iov, unsigned iovcnt, uint64_t length);
 uint32_t hc__mc_chunk_tag(uint64_t nonce, uint32_t chunk);
 
 /* conn.c */

@@ -216,7 +216,7 @@ static int64_t iov_check(const struct hc_be_op *op)
 
 	if (op->opcode != HC_BE_OP_GET && op->opcode != HC_BE_OP_PUT)
 		return op->opcode == HC_BE_OP_EXISTS || op->opcode == HC_BE_OP_DELETE ? (op->iovcnt ? -EINVAL : 0)
-										     : -EINVAL;
+										      : -EINVAL;
 	if (op->iovcnt == 0 || op->iovcnt > HC_BE_IOV_MAX || !op->iov)
 		return -EINVAL;
 	for (unsigned v = 0; v < op->iovcnt; v++) {
@@ -385,8 +385,8 @@ struct srv_sum {
 	uint64_t items, bytes, limit, evictions, up;
 };
 
-static memcached_return_t stat_cb(const memcached_instance_st *inst, const char *key, size_t klen,
-				  const char *value, size_t vlen, void *ctx)
+static memcached_return_t stat_cb(const memcached_instance_st *inst, const char *key, size_t klen, const char *value,
+				  size_t vlen, void *ctx)
 {
 	struct srv_sum *s = ctx;
 	uint64_t x = hc__mc_stat_u64(value, vlen);
@@ -461,8 +461,8 @@ static int ctl_out(char *out, size_t outlen, const char *fmt, ...)
 }
 
 static const char *const ctl_keys[] = {
-	"servers", "chunk_size", "ttl", "prefix", "workers", "batch", "connect_timeout_ms", "io_timeout_ms",
-	"eject_after", "eject_s",
+	"servers", "chunk_size",         "ttl",           "prefix",      "workers",
+	"batch",   "connect_timeout_ms", "io_timeout_ms", "eject_after", "eject_s",
 };
 
 static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t outlen)
@@ -494,15 +494,24 @@ static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t
 		}
 		return (int)off;
 	}
-	case 1: return ctl_out(out, outlen, "%" PRIu32, be->chunk_bytes);
-	case 2: return ctl_out(out, outlen, "%" PRIu32, be->o.ttl_s);
-	case 3: return ctl_out(out, outlen, "%s", be->o.prefix);
-	case 4: return ctl_out(out, outlen, "%u", be->o.workers);
-	case 5: return ctl_out(out, outlen, "%u", be->o.batch);
-	case 6: return ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
-	case 7: return ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
-	case 8: return ctl_out(out, outlen, "%u", be->o.eject_after);
-	default: return ctl_out(out, outlen, "%u", be->o.eject_s);
+	case 1:
+		return ctl_out(out, outlen, "%" PRIu32, be->chunk_bytes);
+	case 2:
+		return ctl_out(out, outlen, "%" PRIu32, be->o.ttl_s);
+	case 3:
+		return ctl_out(out, outlen, "%s", be->o.prefix);
+	case 4:
+		return ctl_out(out, outlen, "%u", be->o.workers);
+	case 5:
+		return ctl_out(out, outlen, "%u", be->o.batch);
+	case 6:
+		return ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
+	case 7:
+		return ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
+	case 8:
+		return ctl_out(out, outlen, "%u", be->o.eject_after);
+	default:
+		return ctl_out(out, outlen, "%u", be->o.eject_s);
 	}
 }
 

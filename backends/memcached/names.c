@@ -134,8 +134,7 @@ void hc__mc_manifest_encode(const struct hc_mc_manifest *m, const uint8_t name[H
 
 /* 0, or -EBADMSG for anything but a manifest of this name whose numbers
  * agree (its head is the len - HC_MC_MANIFEST_BYTES bytes after it). */
-int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE_NAME_BYTES],
-			   struct hc_mc_manifest *m)
+int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE_NAME_BYTES], struct hc_mc_manifest *m)
 {
 	const uint8_t *b = buf;
 
@@ -147,8 +146,8 @@ int hc__mc_manifest_decode(const void *buf, size_t len, const uint8_t name[HC_BE
 	m->nonce = get64(b + 24);
 	m->nchunks = get32(b + 32);
 	m->head_bytes = get32(b + 36);
-	if (m->length == 0 || m->length > INT64_MAX || m->chunk_bytes < HC_MC_MIN_CHUNK || m->nchunks > HC_MC_MAX_CHUNKS ||
-	    m->head_bytes > HC_MC_HEAD_MAX || m->head_bytes >= m->length ||
+	if (m->length == 0 || m->length > INT64_MAX || m->chunk_bytes < HC_MC_MIN_CHUNK ||
+	    m->nchunks > HC_MC_MAX_CHUNKS || m->head_bytes > HC_MC_HEAD_MAX || m->head_bytes >= m->length ||
 	    len != HC_MC_MANIFEST_BYTES + m->head_bytes ||
 	    m->nchunks != (m->length - m->head_bytes + m->chunk_bytes - 1) / m->chunk_bytes)
 		return -EBADMSG;
@@ -161,8 +160,7 @@ static void feed(void *st, uint8_t *piece, size_t n, uint64_t done)
 	XXH3_64bits_update(st, piece, n);
 }
 
-uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *iov, unsigned iovcnt,
-		      uint64_t length)
+uint64_t hc__mc_nonce(const uint8_t name[HC_BE_NAME_BYTES], const struct iovec *iov, unsigned iovcnt, uint64_t length)
 {
 	XXH3_state_t st;
 	uint64_t edge = length < 4096 ? length : 4096, le = htole64(length);

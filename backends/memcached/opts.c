@@ -40,11 +40,22 @@ static int parse_bytes(const char *v, unsigned long long *out)
 	if (errno)
 		return -1;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; break;
-	case 'm': case 'M': shift = 20; break;
-	case 'g': case 'G': shift = 30; break;
-	case '\0': return 0;
-	default: return -1;
+	case 'k':
+	case 'K':
+		shift = 10;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		break;
+	case '\0':
+		return 0;
+	default:
+		return -1;
 	}
 	end++;
 	if (*end && strcmp(end, "iB") && strcmp(end, "B"))
@@ -77,19 +88,21 @@ static int parse_server(const char *s, size_t len, struct hc_mc_server *out, cha
 	memset(out, 0, sizeof(*out));
 	if (s[0] == '/') {
 		if (len > HC_MC_HOST_MAX)
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: the socket path '%.*s' is too long", (int)len, s);
+			return hc__mc_fail(err, errlen, EINVAL, "servers=: the socket path '%.*s' is too long",
+					   (int)len, s);
 		memcpy(out->host, s, len);
 		return 0;
 	}
 	if (memchr(s, ' ', len))
 		return hc__mc_fail(err, errlen, EINVAL,
-				   "servers=: '%.*s' has a space: separate servers with ';' and write HOST:PORT", (int)len, s);
+				   "servers=: '%.*s' has a space: separate servers with ';' and write HOST:PORT",
+				   (int)len, s);
 	if (s[0] == '[') {
 		const char *close = memchr(s, ']', len);
 		if (!close || close == s + 1 || !memchr(s, ':', (size_t)(close - s)) ||
 		    (close + 1 < s + len && close[1] != ':'))
-			return hc__mc_fail(err, errlen, EINVAL,
-					   "servers=: '%.*s' is not [IPV6-ADDRESS]:PORT", (int)len, s);
+			return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is not [IPV6-ADDRESS]:PORT", (int)len,
+					   s);
 		host = s + 1;
 		hlen = (size_t)(close - host);
 		if (close + 1 < s + len)
@@ -98,8 +111,10 @@ static int parse_server(const char *s, size_t len, struct hc_mc_server *out, cha
 		const char *colon = memchr(s, ':', len);
 		if (colon) {
 			if (memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)))
-				return hc__mc_fail(err, errlen, EINVAL,
-						   "servers=: '%.*s': write an IPv6 address in brackets, [ADDRESS]:PORT", (int)len, s);
+				return hc__mc_fail(
+					err, errlen, EINVAL,
+					"servers=: '%.*s': write an IPv6 address in brackets, [ADDRESS]:PORT", (int)len,
+					s);
 			hlen = (size_t)(colon - s);
 			port = colon + 1;
 		}
@@ -108,8 +123,8 @@ static int parse_server(const char *s, size_t len, struct hc_mc_server *out, cha
 		return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' has no host name", (int)len, s);
 	for (size_t i = 0; i < hlen; i++)
 		if (!isalnum((unsigned char)host[i]) && !strchr(".-_:%", host[i]))
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is not a host name or address", (int)len,
-					   s);
+			return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is not a host name or address",
+					   (int)len, s);
 	if (port) {
 		size_t plen = len - (size_t)(port - s);
 		if (plen == 0 || plen >= sizeof(pbuf))
@@ -121,8 +136,8 @@ static int parse_server(const char *s, size_t len, struct hc_mc_server *out, cha
 				p = 0;
 		}
 		if (!p)
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' has no port from 1 to 65535 after ':'",
-					   (int)len, s);
+			return hc__mc_fail(err, errlen, EINVAL,
+					   "servers=: '%.*s' has no port from 1 to 65535 after ':'", (int)len, s);
 	}
 	memcpy(out->host, host, hlen);
 	out->port = (unsigned)p;
@@ -156,13 +171,15 @@ static int parse_servers(const char *v, struct hc_mc_opts *o, char *err, size_t 
 		for (unsigned i = 0; i < o->nservers; i++)
 			if (!strcmp(o->servers[i].host, o->servers[o->nservers].host) &&
 			    o->servers[i].port == o->servers[o->nservers].port)
-				return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is listed twice", (int)len, p);
+				return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is listed twice", (int)len,
+						   p);
 		o->nservers++;
 		p = end;
 	}
 	if (!o->nservers)
-		return hc__mc_fail(err, errlen, EINVAL,
-				   "servers= is empty: give HOST:PORT, several separated by ';', e.g. servers=10.0.0.1:11211;10.0.0.2:11211");
+		return hc__mc_fail(
+			err, errlen, EINVAL,
+			"servers= is empty: give HOST:PORT, several separated by ';', e.g. servers=10.0.0.1:11211;10.0.0.2:11211");
 	return 0;
 }
 
@@ -185,15 +202,28 @@ static int read_password(const char *path, struct hc_mc_opts *o, char *err, size
 	buf[n] = '\0';
 	buf[strcspn(buf, "\r\n")] = '\0';
 	if (!buf[0] || strlen(buf) >= sizeof(o->password))
-		return hc__mc_fail(err, errlen, EINVAL, "password_file=%s: its first line must hold the password (1 to %zu bytes)",
-				   path, sizeof(o->password) - 1);
+		return hc__mc_fail(err, errlen, EINVAL,
+				   "password_file=%s: its first line must hold the password (1 to %zu bytes)", path,
+				   sizeof(o->password) - 1);
 	strcpy(o->password, buf);
 	return 0;
 }
 
 enum opt_key {
-	OPT_SERVERS, OPT_CONNECT_TIMEOUT, OPT_IO_TIMEOUT, OPT_EJECT_AFTER, OPT_EJECT_S, OPT_CHUNK_SIZE, OPT_TTL,
-	OPT_WORKERS, OPT_BATCH, OPT_PREFIX, OPT_USERNAME, OPT_PASSWORD, OPT_PASSWORD_FILE, OPT__COUNT
+	OPT_SERVERS,
+	OPT_CONNECT_TIMEOUT,
+	OPT_IO_TIMEOUT,
+	OPT_EJECT_AFTER,
+	OPT_EJECT_S,
+	OPT_CHUNK_SIZE,
+	OPT_TTL,
+	OPT_WORKERS,
+	OPT_BATCH,
+	OPT_PREFIX,
+	OPT_USERNAME,
+	OPT_PASSWORD,
+	OPT_PASSWORD_FILE,
+	OPT__COUNT
 };
 
 static const char *const opt_names[OPT__COUNT] = {
@@ -228,13 +258,14 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 		return 0;
 	case OPT_EJECT_AFTER:
 		if (parse_uint(v, 1, 1000, &n) < 0)
-			return hc__mc_fail(err, errlen, EINVAL, "eject_after=%s is not a count of failed connects from 1 to 1000",
-					   v);
+			return hc__mc_fail(err, errlen, EINVAL,
+					   "eject_after=%s is not a count of failed connects from 1 to 1000", v);
 		o->eject_after = (unsigned)n;
 		return 0;
 	case OPT_EJECT_S:
 		if (parse_uint(v, 1, 86400, &n) < 0)
-			return hc__mc_fail(err, errlen, EINVAL, "eject_s=%s is not a count of seconds from 1 to 86400", v);
+			return hc__mc_fail(err, errlen, EINVAL, "eject_s=%s is not a count of seconds from 1 to 86400",
+					   v);
 		o->eject_s = (unsigned)n;
 		return 0;
 	case OPT_CHUNK_SIZE:
@@ -243,15 +274,17 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 			return 0;
 		}
 		if (parse_bytes(v, &n) < 0 || n < HC_MC_MIN_CHUNK || n > (1ull << 30))
-			return hc__mc_fail(err, errlen, EINVAL,
-					   "chunk_size=%s is not auto or a size from 1K to 1G (e.g. 1000K): keep it below the servers' item size (memcached -I)",
-					   v);
+			return hc__mc_fail(
+				err, errlen, EINVAL,
+				"chunk_size=%s is not auto or a size from 1K to 1G (e.g. 1000K): keep it below the servers' item size (memcached -I)",
+				v);
 		o->chunk_bytes = (uint32_t)n;
 		return 0;
 	case OPT_TTL:
 		if (parse_uint(v, 0, HC_MC_TTL_MAX, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL,
-					   "ttl=%s is not a count of seconds from 0 (no expiry) to %u (30 days)", v, HC_MC_TTL_MAX);
+					   "ttl=%s is not a count of seconds from 0 (no expiry) to %u (30 days)", v,
+					   HC_MC_TTL_MAX);
 		o->ttl_s = (uint32_t)n;
 		return 0;
 	case OPT_WORKERS:
@@ -266,7 +299,8 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 		return 0;
 	case OPT_PREFIX:
 		if (!v[0] || strlen(v) > HC_MC_PREFIX_MAX)
-			return hc__mc_fail(err, errlen, EINVAL, "prefix=%s must be 1 to %d characters", v, HC_MC_PREFIX_MAX);
+			return hc__mc_fail(err, errlen, EINVAL, "prefix=%s must be 1 to %d characters", v,
+					   HC_MC_PREFIX_MAX);
 		for (const char *c = v; *c; c++)
 			if (!isgraph((unsigned char)*c))
 				return hc__mc_fail(err, errlen, EINVAL,
@@ -287,8 +321,7 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 	}
 }
 
-int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err,
-		      size_t errlen)
+int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err, size_t errlen)
 {
 	bool seen[OPT__COUNT] = { false };
 	int ret;
@@ -312,20 +345,25 @@ int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc
 		for (k = 0; k < OPT__COUNT && strcmp(key, opt_names[k]) != 0; k++)
 			;
 		if (k == OPT__COUNT)
-			return hc__mc_fail(err, errlen, EINVAL,
-					   "unknown option '%s': memcached takes servers, connect_timeout_ms, io_timeout_ms, eject_after, eject_s, chunk_size, ttl, workers, batch, prefix, username, password, password_file",
-					   key);
+			return hc__mc_fail(
+				err, errlen, EINVAL,
+				"unknown option '%s': memcached takes servers, connect_timeout_ms, io_timeout_ms, eject_after, eject_s, chunk_size, ttl, workers, batch, prefix, username, password, password_file",
+				key);
 		if (seen[k] || (k == OPT_PASSWORD_FILE && seen[OPT_PASSWORD]) ||
 		    (k == OPT_PASSWORD && seen[OPT_PASSWORD_FILE]))
-			return hc__mc_fail(err, errlen, EINVAL, "option %s= is given twice (or with %s=): give one", key,
-					   k == OPT_PASSWORD ? "password_file" : k == OPT_PASSWORD_FILE ? "password" : key);
+			return hc__mc_fail(err, errlen, EINVAL, "option %s= is given twice (or with %s=): give one",
+					   key,
+					   k == OPT_PASSWORD        ? "password_file"
+					   : k == OPT_PASSWORD_FILE ? "password"
+								    : key);
 		seen[k] = true;
 		if ((ret = set_opt(o, (enum opt_key)k, v, err, errlen)) < 0)
 			return ret;
 	}
 	if (!seen[OPT_SERVERS])
-		return hc__mc_fail(err, errlen, EINVAL,
-				   "servers= is missing: give HOST:PORT, several separated by ';', e.g. servers=10.0.0.1:11211;10.0.0.2:11211");
+		return hc__mc_fail(
+			err, errlen, EINVAL,
+			"servers= is missing: give HOST:PORT, several separated by ';', e.g. servers=10.0.0.1:11211;10.0.0.2:11211");
 	if (seen[OPT_USERNAME] != (seen[OPT_PASSWORD] || seen[OPT_PASSWORD_FILE]))
 		return hc__mc_fail(err, errlen, EINVAL,
 				   "SASL needs both username= and password= (or password_file=): one is missing");

@@ -73,23 +73,23 @@ struct hc_shm_hdr {
 	char magic[8];
 	uint32_t version_major;
 	uint32_t version_minor;
-	uint32_t hdr_bytes;       /* sizeof(struct hc_shm_hdr) */
-	uint32_t block_bytes;     /* a power of two, 4 KiB .. 64 MiB */
-	uint64_t segment_bytes;   /* the file's size */
-	uint64_t capacity_bytes;  /* nblocks * block_bytes */
+	uint32_t hdr_bytes;      /* sizeof(struct hc_shm_hdr) */
+	uint32_t block_bytes;    /* a power of two, 4 KiB .. 64 MiB */
+	uint64_t segment_bytes;  /* the file's size */
+	uint64_t capacity_bytes; /* nblocks * block_bytes */
 	uint32_t nblocks;
 	uint32_t max_objects;
 	uint32_t max_openers;
 	uint32_t pins_per_opener;
-	uint32_t nbuckets;        /* a power of two >= max_objects */
+	uint32_t nbuckets; /* a power of two >= max_objects */
 	uint32_t creator_pid;
 	uint32_t creator_uid;
 	uint32_t reserved0;
 	uint64_t created_unix_ns;
-	uint64_t hash_secret;     /* random per segment */
+	uint64_t hash_secret; /* random per segment */
 	struct hc_shm_region toc[HC_SHM_TOC_SLOTS];
 	uint64_t meta_sum;
-	_Atomic uint32_t state;   /* enum hc_shm_seg_state */
+	_Atomic uint32_t state; /* enum hc_shm_seg_state */
 	uint32_t reserved1;
 };
 static_assert(offsetof(struct hc_shm_hdr, version_major) == 8, "header layout");
@@ -120,17 +120,17 @@ static_assert(sizeof(pthread_mutex_t) <= 64, "a mutex fits its cache line");
  */
 struct hc_shm_ctl {
 	union hc_shm_mutex lock;
-	uint32_t dirty;        /* 1: the structures below must be rebuilt before use */
-	uint32_t free_obj;     /* head of FREE object entries, chained by hnext */
-	uint32_t lru_head;     /* most recently used LIVE object */
-	uint32_t lru_tail;     /* least recently used LIVE object */
-	uint32_t free_ext;     /* head of the free extents, chained by ext.next */
-	uint32_t nobjects;     /* LIVE objects */
-	uint64_t free_blocks;  /* blocks on the free extent list */
-	uint64_t live_bytes;   /* sum of the lengths of LIVE objects */
-	uint64_t clock;        /* last LRU stamp / publish sequence handed out */
-	uint64_t live_blocks;  /* blocks of LIVE objects */
-	uint64_t pinned_blocks; /* blocks of LIVE objects with pins (not evictable) */
+	uint32_t dirty;              /* 1: the structures below must be rebuilt before use */
+	uint32_t free_obj;           /* head of FREE object entries, chained by hnext */
+	uint32_t lru_head;           /* most recently used LIVE object */
+	uint32_t lru_tail;           /* least recently used LIVE object */
+	uint32_t free_ext;           /* head of the free extents, chained by ext.next */
+	uint32_t nobjects;           /* LIVE objects */
+	uint64_t free_blocks;        /* blocks on the free extent list */
+	uint64_t live_bytes;         /* sum of the lengths of LIVE objects */
+	uint64_t clock;              /* last LRU stamp / publish sequence handed out */
+	uint64_t live_blocks;        /* blocks of LIVE objects */
+	uint64_t pinned_blocks;      /* blocks of LIVE objects with pins (not evictable) */
 	_Atomic uint64_t opens;      /* instances opened, ever */
 	_Atomic uint64_t recoveries; /* dead openers whose holds were undone */
 	_Atomic uint64_t rebuilds;   /* metadata rebuilds (a death under the lock, or damage found) */
@@ -205,12 +205,12 @@ enum hc_shm_obj_state {
 
 struct hc_shm_obj {
 	uint8_t name[HC_BE_NAME_BYTES];
-	uint64_t length;   /* bytes, >= 1 */
-	uint64_t stamp;    /* ctl->clock at the last use: the LRU order */
-	uint64_t seq;      /* ctl->clock at publish: the newest of two same names wins */
-	uint32_t gen;      /* bumped whenever the entry is freed */
-	uint32_t state;    /* enum hc_shm_obj_state */
-	uint32_t owner;    /* WRITING: the writer's slot */
+	uint64_t length; /* bytes, >= 1 */
+	uint64_t stamp;  /* ctl->clock at the last use: the LRU order */
+	uint64_t seq;    /* ctl->clock at publish: the newest of two same names wins */
+	uint32_t gen;    /* bumped whenever the entry is freed */
+	uint32_t state;  /* enum hc_shm_obj_state */
+	uint32_t owner;  /* WRITING: the writer's slot */
 	uint32_t pins;
 	uint32_t hnext;    /* LIVE: next in the bucket; FREE: next free entry */
 	uint32_t lprev;    /* LIVE: toward the LRU head (newer) */

@@ -35,7 +35,7 @@
 
 #include "shm.h"
 
-#define HC_SHM_SPIN 128
+#define HC_SHM_SPIN    128
 #define HC_SHM_DAMAGED (-EUCLEAN) /* internal: the metadata is damaged; rebuild and retry */
 
 static inline void cpu_relax(void)
@@ -74,9 +74,10 @@ int hc__shm_lock(struct hc_shm *be)
 		}
 	}
 	if (ret != 0) {
-		hc__shm_warn_once(be, HC_SHM_WARN_LOCK,
-				  "%s: the metadata lock is unusable (%s): remove the segment and let it be created again",
-				  be->seg.path, strerror(ret));
+		hc__shm_warn_once(
+			be, HC_SHM_WARN_LOCK,
+			"%s: the metadata lock is unusable (%s): remove the segment and let it be created again",
+			be->seg.path, strerror(ret));
 		return -ret;
 	}
 	/* Never work on damaged metadata: on failure (no memory) dirty stays
@@ -397,8 +398,8 @@ static int reserve(struct hc_shm *be, const uint8_t *name, uint64_t length, uint
 	return take_blocks(s, o, nb);
 }
 
-int hc__shm_reserve_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES], uint64_t length,
-			   uint32_t *obj, uint32_t *gen, unsigned *evicted)
+int hc__shm_reserve_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES], uint64_t length, uint32_t *obj,
+			   uint32_t *gen, unsigned *evicted)
 {
 	const struct hc_shm_seg *s = &be->seg;
 	uint64_t nb = (length + s->g.block_bytes - 1) >> s->block_shift;
@@ -418,14 +419,14 @@ int hc__shm_reserve_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTE
 		 * has our LIVE slot, so the rebuild keeps it only if its chain
 		 * is whole; free it either way and start again. */
 		damaged(be, "free lists");
-		if (*obj && s->objs[*obj - 1].state == HC_SHM_OBJ_WRITING && s->objs[*obj - 1].owner == (uint32_t)be->slot)
+		if (*obj && s->objs[*obj - 1].state == HC_SHM_OBJ_WRITING &&
+		    s->objs[*obj - 1].owner == (uint32_t)be->slot)
 			hc__shm_free_obj_locked(be, *obj);
 	}
 	if (ret == 0)
 		*gen = s->objs[*obj - 1].gen;
 	return ret;
 }
-
 
 static struct hc_shm_obj *own_write(struct hc_shm *be, uint32_t i, uint32_t gen)
 {
@@ -575,8 +576,7 @@ static bool length_fits(const struct hc_shm_seg *s, const struct hc_shm_obj *o)
 {
 	uint64_t cap = (uint64_t)s->g.nblocks << s->block_shift;
 
-	return o->length >= 1 && o->length <= cap &&
-	       o->nblocks == (o->length + s->g.block_bytes - 1) >> s->block_shift;
+	return o->length >= 1 && o->length <= cap && o->nblocks == (o->length + s->g.block_bytes - 1) >> s->block_shift;
 }
 
 /* Whether an entry in this state holds blocks and should keep them. */
@@ -740,8 +740,8 @@ int hc__shm_rebuild_locked(struct hc_shm *be)
 	int ret = 0;
 
 	if (!bits || !ord) {
-		hc__shm_warn_once(be, HC_SHM_WARN_NOMEM, "%s: no memory to rebuild the metadata; the next op tries again",
-				  s->path);
+		hc__shm_warn_once(be, HC_SHM_WARN_NOMEM,
+				  "%s: no memory to rebuild the metadata; the next op tries again", s->path);
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -778,7 +778,12 @@ out:
 
 /* ---- check: read-only, for tests and ctl "check" */
 
-#define CHECK_FAIL(...) do { snprintf(out, outlen, __VA_ARGS__); ret = -EUCLEAN; goto done; } while (0)
+#define CHECK_FAIL(...)                                                                                                \
+	do {                                                                                                           \
+		snprintf(out, outlen, __VA_ARGS__);                                                                    \
+		ret = -EUCLEAN;                                                                                        \
+		goto done;                                                                                             \
+	} while (0)
 
 static int check_objects(const struct hc_shm_seg *s, uint64_t *bits, uint32_t *npins, char *out, size_t outlen)
 {
@@ -790,7 +795,8 @@ static int check_objects(const struct hc_shm_seg *s, uint64_t *bits, uint32_t *n
 		if (!p->obj)
 			continue;
 		if (!pin_matches(s, p))
-			CHECK_FAIL("pin entry %zu of slot %zu names object %" PRIu32 " gen %" PRIu32 ", which is not pinnable",
+			CHECK_FAIL("pin entry %zu of slot %zu names object %" PRIu32 " gen %" PRIu32
+				   ", which is not pinnable",
 				   k % s->g.pins_per_opener, k / s->g.pins_per_opener, p->obj, p->gen);
 		npins[p->obj - 1]++;
 	}
@@ -804,8 +810,8 @@ static int check_objects(const struct hc_shm_seg *s, uint64_t *bits, uint32_t *n
 		if (o->state > HC_SHM_OBJ_DEAD)
 			CHECK_FAIL("object %" PRIu32 " has state %" PRIu32, i + 1, o->state);
 		if (o->pins != npins[i])
-			CHECK_FAIL("object %" PRIu32 " counts %" PRIu32 " pins, its entries say %" PRIu32, i + 1, o->pins,
-				   npins[i]);
+			CHECK_FAIL("object %" PRIu32 " counts %" PRIu32 " pins, its entries say %" PRIu32, i + 1,
+				   o->pins, npins[i]);
 		if (o->state == HC_SHM_OBJ_DEAD && !o->pins)
 			CHECK_FAIL("object %" PRIu32 " is DEAD and unpinned (leaked)", i + 1);
 		if (o->state == HC_SHM_OBJ_WRITING && o->owner >= s->g.max_openers)
@@ -842,7 +848,8 @@ static int check_free(const struct hc_shm_seg *s, uint64_t *bits, char *out, siz
 		CHECK_FAIL("%" PRIu64 " blocks are neither free nor in an object (leaked)", s->g.nblocks - marked);
 	for (uint32_t i = ctl->free_obj; i; i = s->objs[i - 1].hnext) {
 		if (!hc__shm_obj(s, i) || s->objs[i - 1].state != HC_SHM_OBJ_FREE || ++nentries > s->g.max_objects)
-			CHECK_FAIL("the free object list holds object %" PRIu32 ", which is not FREE, or has a cycle", i);
+			CHECK_FAIL("the free object list holds object %" PRIu32 ", which is not FREE, or has a cycle",
+				   i);
 	}
 	for (uint32_t i = 0; i < s->g.max_objects; i++)
 		nentries -= s->objs[i].state == HC_SHM_OBJ_FREE;
@@ -873,7 +880,9 @@ static int check_index(const struct hc_shm_seg *s, uint32_t *seen, char *out, si
 		for (i = s->buckets[b]; i; i = s->objs[i - 1].hnext) {
 			if (!hc__shm_obj(s, i) || s->objs[i - 1].state != HC_SHM_OBJ_LIVE || ++steps > nlive ||
 			    bucket_of(s, s->objs[i - 1].name) != b)
-				CHECK_FAIL("bucket %" PRIu32 " holds object %" PRIu32 ", not LIVE or not of that bucket", b, i);
+				CHECK_FAIL("bucket %" PRIu32 " holds object %" PRIu32
+					   ", not LIVE or not of that bucket",
+					   b, i);
 			seen[i - 1] |= 1;
 			for (uint32_t j = s->objs[i - 1].hnext; j && hc__shm_obj(s, j); j = s->objs[j - 1].hnext)
 				if (memcmp(s->objs[j - 1].name, s->objs[i - 1].name, HC_BE_NAME_BYTES) == 0)
@@ -889,12 +898,14 @@ static int check_index(const struct hc_shm_seg *s, uint32_t *seen, char *out, si
 		seen[i - 1] |= 2;
 	}
 	if (steps != nlive || prev != ctl->lru_tail)
-		CHECK_FAIL("the LRU list holds %" PRIu32 " of %" PRIu32 " LIVE objects, or its tail is wrong", steps, nlive);
+		CHECK_FAIL("the LRU list holds %" PRIu32 " of %" PRIu32 " LIVE objects, or its tail is wrong", steps,
+			   nlive);
 	if (ctl->nobjects != nlive || ctl->live_bytes != bytes)
 		CHECK_FAIL("the gauges say %" PRIu32 " objects of %" PRIu64 " bytes; there are %" PRIu32 " of %" PRIu64,
 			   ctl->nobjects, ctl->live_bytes, nlive, bytes);
 	if (ctl->live_blocks != blocks || ctl->pinned_blocks != pinned)
-		CHECK_FAIL("the gauges say %" PRIu64 " live blocks, %" PRIu64 " pinned; there are %" PRIu64 ", %" PRIu64,
+		CHECK_FAIL("the gauges say %" PRIu64 " live blocks, %" PRIu64 " pinned; there are %" PRIu64
+			   ", %" PRIu64,
 			   ctl->live_blocks, ctl->pinned_blocks, blocks, pinned);
 	snprintf(out, outlen, "ok: %" PRIu32 " objects, %" PRIu64 " bytes, %" PRIu64 " free blocks", nlive, bytes,
 		 ctl->free_blocks);

@@ -40,11 +40,28 @@ static int parse_size(const char *v, uint64_t *out)
 		n = n * 10 + (uint64_t)(*p - '0');
 	}
 	switch (*p) {
-	case 'k': case 'K': mult = UINT64_C(1) << 10; p++; break;
-	case 'm': case 'M': mult = UINT64_C(1) << 20; p++; break;
-	case 'g': case 'G': mult = UINT64_C(1) << 30; p++; break;
-	case 't': case 'T': mult = UINT64_C(1) << 40; p++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		mult = UINT64_C(1) << 10;
+		p++;
+		break;
+	case 'm':
+	case 'M':
+		mult = UINT64_C(1) << 20;
+		p++;
+		break;
+	case 'g':
+	case 'G':
+		mult = UINT64_C(1) << 30;
+		p++;
+		break;
+	case 't':
+	case 'T':
+		mult = UINT64_C(1) << 40;
+		p++;
+		break;
+	default:
+		break;
 	}
 	if (mult > 1 && (strcmp(p, "iB") == 0 || strcmp(p, "B") == 0))
 		p += strlen(p);
@@ -65,8 +82,17 @@ static int parse_u32(const char *v, uint32_t min, uint32_t max, uint32_t *out)
 }
 
 enum opt_key {
-	OPT_NAME, OPT_DIR, OPT_CAPACITY, OPT_CREATE, OPT_BLOCK_SIZE, OPT_MAX_OBJECTS, OPT_MAX_OPENERS,
-	OPT_POPULATE, OPT_DESTROY_ON_CLOSE, OPT_PUT_WAIT_MS, OPT__COUNT
+	OPT_NAME,
+	OPT_DIR,
+	OPT_CAPACITY,
+	OPT_CREATE,
+	OPT_BLOCK_SIZE,
+	OPT_MAX_OBJECTS,
+	OPT_MAX_OPENERS,
+	OPT_POPULATE,
+	OPT_DESTROY_ON_CLOSE,
+	OPT_PUT_WAIT_MS,
+	OPT__COUNT
 };
 
 static const char *const opt_names[OPT__COUNT] = {
@@ -99,8 +125,9 @@ static int set_opt(struct hc_shm_opts *o, enum opt_key k, const char *v, char *e
 		return 0;
 	case OPT_CAPACITY:
 		if (parse_size(v, &o->capacity) < 0 || o->capacity == 0)
-			return hc__shm_fail(err, errlen, EINVAL,
-					    "capacity=%s is not a size in bytes: give e.g. 64M or 10G (suffixes K, M, G, T)", v);
+			return hc__shm_fail(
+				err, errlen, EINVAL,
+				"capacity=%s is not a size in bytes: give e.g. 64M or 10G (suffixes K, M, G, T)", v);
 		return 0;
 	case OPT_CREATE:
 		if (strcmp(v, "auto") == 0)
@@ -115,7 +142,8 @@ static int set_opt(struct hc_shm_opts *o, enum opt_key k, const char *v, char *e
 	case OPT_BLOCK_SIZE:
 		if (parse_u32(v, HC_SHM_MIN_BLOCK, HC_SHM_MAX_BLOCK, &o->block_bytes) < 0 ||
 		    (o->block_bytes & (o->block_bytes - 1)))
-			return hc__shm_fail(err, errlen, EINVAL, "block_size=%s is not a power of two from 4K to 64M", v);
+			return hc__shm_fail(err, errlen, EINVAL, "block_size=%s is not a power of two from 4K to 64M",
+					    v);
 		return 0;
 	case OPT_MAX_OBJECTS:
 		if (parse_u32(v, 1, HC_SHM_MAX_INDEX, &o->max_objects) < 0)
@@ -128,7 +156,8 @@ static int set_opt(struct hc_shm_opts *o, enum opt_key k, const char *v, char *e
 		return 0;
 	case OPT_PUT_WAIT_MS:
 		if (parse_u32(v, 0, 600000, &o->put_wait_ms) < 0)
-			return hc__shm_fail(err, errlen, EINVAL, "put_wait_ms=%s is not a count of milliseconds up to 600000", v);
+			return hc__shm_fail(err, errlen, EINVAL,
+					    "put_wait_ms=%s is not a count of milliseconds up to 600000", v);
 		return 0;
 	case OPT_POPULATE:
 	case OPT_DESTROY_ON_CLOSE:
@@ -141,8 +170,7 @@ static int set_opt(struct hc_shm_opts *o, enum opt_key k, const char *v, char *e
 	}
 }
 
-int hc__shm_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_shm_opts *o, char *err,
-		       size_t errlen)
+int hc__shm_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_shm_opts *o, char *err, size_t errlen)
 {
 	bool seen[OPT__COUNT] = { false };
 	int ret;
@@ -162,9 +190,10 @@ int hc__shm_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct h
 		for (k = 0; k < OPT__COUNT && strcmp(key, opt_names[k]) != 0; k++)
 			;
 		if (k == OPT__COUNT)
-			return hc__shm_fail(err, errlen, EINVAL,
-					    "unknown option '%s': shm takes name, dir, capacity, create, block_size, max_objects, max_openers, populate, destroy_on_close, put_wait_ms",
-					    key);
+			return hc__shm_fail(
+				err, errlen, EINVAL,
+				"unknown option '%s': shm takes name, dir, capacity, create, block_size, max_objects, max_openers, populate, destroy_on_close, put_wait_ms",
+				key);
 		if (seen[k])
 			return hc__shm_fail(err, errlen, EINVAL, "option %s= is given twice: give it once", key);
 		seen[k] = true;

@@ -73,12 +73,9 @@ int hc__shm_geom_init(struct hc_shm_geom *g, uint64_t capacity, uint32_t block_b
 		      uint32_t max_openers, char *err, size_t errlen)
 {
 	static const uint64_t unit[HC_SHM_REG__COUNT] = {
-		[HC_SHM_REG_CTL] = sizeof(struct hc_shm_ctl),
-		[HC_SHM_REG_SLOTS] = sizeof(struct hc_shm_slot),
-		[HC_SHM_REG_PINS] = sizeof(struct hc_shm_pin),
-		[HC_SHM_REG_OBJS] = sizeof(struct hc_shm_obj),
-		[HC_SHM_REG_BUCKETS] = sizeof(uint32_t),
-		[HC_SHM_REG_EXTS] = sizeof(struct hc_shm_ext),
+		[HC_SHM_REG_CTL] = sizeof(struct hc_shm_ctl),  [HC_SHM_REG_SLOTS] = sizeof(struct hc_shm_slot),
+		[HC_SHM_REG_PINS] = sizeof(struct hc_shm_pin), [HC_SHM_REG_OBJS] = sizeof(struct hc_shm_obj),
+		[HC_SHM_REG_BUCKETS] = sizeof(uint32_t),       [HC_SHM_REG_EXTS] = sizeof(struct hc_shm_ext),
 	};
 	uint64_t n[HC_SHM_REG__COUNT], off = HC_SHM_HDR_BYTES, nb;
 
@@ -86,12 +83,13 @@ int hc__shm_geom_init(struct hc_shm_geom *g, uint64_t capacity, uint32_t block_b
 	if (!block_bytes)
 		block_bytes = HC_SHM_MIN_BLOCK;
 	if (block_bytes < HC_SHM_MIN_BLOCK || block_bytes > HC_SHM_MAX_BLOCK || (block_bytes & (block_bytes - 1)))
-		return hc__shm_fail(err, errlen, EINVAL,
-				    "block_size=%" PRIu32 " is not a power of two from 4K to 64M", block_bytes);
+		return hc__shm_fail(err, errlen, EINVAL, "block_size=%" PRIu32 " is not a power of two from 4K to 64M",
+				    block_bytes);
 	nb = capacity / block_bytes;
 	if (nb == 0)
 		return hc__shm_fail(err, errlen, EINVAL,
-				    "capacity=%" PRIu64 " is less than one block of %" PRIu32 " bytes: give a larger capacity",
+				    "capacity=%" PRIu64 " is less than one block of %" PRIu32
+				    " bytes: give a larger capacity",
 				    capacity, block_bytes);
 	if (nb > HC_SHM_MAX_INDEX)
 		return hc__shm_fail(err, errlen, EINVAL,
@@ -263,9 +261,10 @@ static int seg_create(const struct hc_shm_opts *o, const char *dir, const char *
 		bytes = align_up(bytes, (uint64_t)st.st_blksize);
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	if (bytes > avail) {
-		ret = hc__shm_fail(err, errlen, ENOSPC,
-				   "store '%s' needs %.1f MiB but %s has %.1f MiB free: lower capacity= or enlarge the tmpfs (Docker: --shm-size)",
-				   o->name, mib(bytes), dir, mib(avail));
+		ret = hc__shm_fail(
+			err, errlen, ENOSPC,
+			"store '%s' needs %.1f MiB but %s has %.1f MiB free: lower capacity= or enlarge the tmpfs (Docker: --shm-size)",
+			o->name, mib(bytes), dir, mib(avail));
 		goto fail_unlink;
 	}
 	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
@@ -300,8 +299,8 @@ static int seg_create(const struct hc_shm_opts *o, const char *dir, const char *
 	}
 	if ((anon ? name_tmpfile(fd, path) : link(tmp, path)) < 0) {
 		ret = errno == EEXIST ? -EEXIST
-				      : hc__shm_fail(err, errlen, errno, "cannot publish the new segment as %s: %s", path,
-						     strerror(errno));
+				      : hc__shm_fail(err, errlen, errno, "cannot publish the new segment as %s: %s",
+						     path, strerror(errno));
 		goto fail_unlink;
 	}
 	if (!anon)
@@ -328,33 +327,39 @@ static int validate_hdr(const char *path, const struct hc_shm_hdr *h, uint64_t f
 				    "%s is not a shm L3 segment (bad magic): remove it or give another name=", path);
 	if (h->version_major != HC_SHM_VERSION_MAJOR)
 		return hc__shm_fail(err, errlen, EPROTO,
-				    "%s has segment version %" PRIu32 ".%" PRIu32 "; this build reads %d.x only: destroy it and let this build create it",
+				    "%s has segment version %" PRIu32 ".%" PRIu32
+				    "; this build reads %d.x only: destroy it and let this build create it",
 				    path, h->version_major, h->version_minor, HC_SHM_VERSION_MAJOR);
 	if (h->hdr_bytes != sizeof(*h) || h->meta_sum != fnv1a(h, offsetof(struct hc_shm_hdr, meta_sum)))
-		return hc__shm_fail(err, errlen, EBADMSG,
-				    "%s: header checksum mismatch, the segment is corrupt: remove it (rm %s) and let it be created again",
-				    path, path);
+		return hc__shm_fail(
+			err, errlen, EBADMSG,
+			"%s: header checksum mismatch, the segment is corrupt: remove it (rm %s) and let it be created again",
+			path, path);
 	if (atomic_load_explicit(&h->state, memory_order_relaxed) != HC_SHM_SEG_READY)
-		return hc__shm_fail(err, errlen, EBADMSG, "%s: segment state is not READY: the header is corrupt; remove it",
-				    path);
+		return hc__shm_fail(err, errlen, EBADMSG,
+				    "%s: segment state is not READY: the header is corrupt; remove it", path);
 	if (h->pins_per_opener != HC_SHM_PINS || h->max_openers == 0 || h->max_objects == 0)
-		return hc__shm_fail(err, errlen, EBADMSG, "%s: opener or object counts are out of range; remove it", path);
+		return hc__shm_fail(err, errlen, EBADMSG, "%s: opener or object counts are out of range; remove it",
+				    path);
 	ret = hc__shm_geom_init(g, (uint64_t)h->nblocks * h->block_bytes, h->block_bytes, h->max_objects,
 				h->max_openers, why, sizeof(why));
 	if (ret < 0)
-		return hc__shm_fail(err, errlen, EBADMSG, "%s: invalid geometry in the header (%s); remove it", path, why);
+		return hc__shm_fail(err, errlen, EBADMSG, "%s: invalid geometry in the header (%s); remove it", path,
+				    why);
 	if (g->nblocks != h->nblocks || g->nbuckets != h->nbuckets ||
 	    h->capacity_bytes != (uint64_t)h->nblocks * h->block_bytes)
-		return hc__shm_fail(err, errlen, EBADMSG, "%s: block or bucket counts do not follow from the capacity; remove it",
-				    path);
+		return hc__shm_fail(err, errlen, EBADMSG,
+				    "%s: block or bucket counts do not follow from the capacity; remove it", path);
 	for (int r = 0; r < HC_SHM_REG__COUNT; r++)
 		if (g->toc[r].off != h->toc[r].off || g->toc[r].bytes != h->toc[r].bytes)
-			return hc__shm_fail(err, errlen, EBADMSG, "%s: region %d of the table of offsets is out of place; remove it",
-					    path, r);
+			return hc__shm_fail(err, errlen, EBADMSG,
+					    "%s: region %d of the table of offsets is out of place; remove it", path,
+					    r);
 	/* A huge-page file system may round the size up; never down. */
 	if (h->segment_bytes < g->segment_bytes || h->segment_bytes != file_bytes)
 		return hc__shm_fail(err, errlen, EBADMSG,
-				    "%s is truncated or padded: the header says %" PRIu64 " bytes, the file has %" PRIu64 "; remove it",
+				    "%s is truncated or padded: the header says %" PRIu64
+				    " bytes, the file has %" PRIu64 "; remove it",
 				    path, h->segment_bytes, file_bytes);
 	return 0;
 }
@@ -362,7 +367,8 @@ static int validate_hdr(const char *path, const struct hc_shm_hdr *h, uint64_t f
 static int check_owner(const char *path, const struct stat *st, char *err, size_t errlen)
 {
 	if (!S_ISREG(st->st_mode))
-		return hc__shm_fail(err, errlen, EBADMSG, "%s is not a regular file: remove it or give another name=", path);
+		return hc__shm_fail(err, errlen, EBADMSG,
+				    "%s is not a regular file: remove it or give another name=", path);
 	if (st->st_mode & 0007)
 		return hc__shm_fail(err, errlen, EPERM, "%s has mode %04o, open to every user: chmod o-rwx %s", path,
 				    (unsigned)(st->st_mode & 07777), path);
@@ -384,9 +390,10 @@ static int seg_map(struct hc_shm_seg *s, int fd, char *err, size_t errlen)
 	if ((ret = check_owner(s->path, &st, err, errlen)) < 0)
 		return ret;
 	if ((uint64_t)st.st_size < HC_SHM_HDR_BYTES)
-		return hc__shm_fail(err, errlen, EBADMSG,
-				    "%s is not a shm L3 segment, or is truncated: %lld bytes, less than a header; remove it",
-				    s->path, (long long)st.st_size);
+		return hc__shm_fail(
+			err, errlen, EBADMSG,
+			"%s is not a shm L3 segment, or is truncated: %lld bytes, less than a header; remove it",
+			s->path, (long long)st.st_size);
 	n = pread(fd, &h, sizeof(h), 0);
 	if (n != (ssize_t)sizeof(h))
 		return hc__shm_fail(err, errlen, n < 0 ? errno : EIO, "cannot read the header of %s: %s", s->path,
@@ -427,9 +434,10 @@ static int populate(struct hc_shm_seg *s, char *err, size_t errlen)
 		(void)sum;
 		return 0;
 	}
-	return hc__shm_fail(err, errlen, errno == EFAULT ? ENOMEM : errno,
-			    "populating %s (%.1f MiB) failed: %s; lower its capacity, enlarge the tmpfs, or give populate=0",
-			    s->path, mib(s->map_bytes), strerror(errno));
+	return hc__shm_fail(
+		err, errlen, errno == EFAULT ? ENOMEM : errno,
+		"populating %s (%.1f MiB) failed: %s; lower its capacity, enlarge the tmpfs, or give populate=0",
+		s->path, mib(s->map_bytes), strerror(errno));
 }
 
 /* An existing segment must match what the options ask for, if they ask. */
@@ -450,9 +458,12 @@ static int check_wanted(const struct hc_shm_seg *s, const struct hc_shm_opts *o,
 		what = "max_openers=";
 	if (!what)
 		return 0;
-	return hc__shm_fail(err, errlen, EINVAL,
-			    "%s exists with capacity %" PRIu64 ", block_size %" PRIu32 ", max_objects %" PRIu32 ", max_openers %" PRIu32 ", which %s does not match: drop the option to use it, or destroy it (rm %s) to recreate it",
-			    s->path, have, g->block_bytes, g->max_objects, g->max_openers, what, s->path);
+	return hc__shm_fail(
+		err, errlen, EINVAL,
+		"%s exists with capacity %" PRIu64 ", block_size %" PRIu32 ", max_objects %" PRIu32
+		", max_openers %" PRIu32
+		", which %s does not match: drop the option to use it, or destroy it (rm %s) to recreate it",
+		s->path, have, g->block_bytes, g->max_objects, g->max_openers, what, s->path);
 }
 
 int hc__shm_seg_open(struct hc_shm_seg *s, const struct hc_shm_opts *o, char *err, size_t errlen)
@@ -465,7 +476,8 @@ int hc__shm_seg_open(struct hc_shm_seg *s, const struct hc_shm_opts *o, char *er
 		return ret;
 	if (dir[0] != '/')
 		return hc__shm_fail(err, errlen, EINVAL, "dir=%s is not an absolute path", dir);
-	if ((size_t)snprintf(s->path, sizeof(s->path), "%s/%s%s", dir, HC_SHM_FILE_PREFIX, o->name) >= sizeof(s->path) - 64)
+	if ((size_t)snprintf(s->path, sizeof(s->path), "%s/%s%s", dir, HC_SHM_FILE_PREFIX, o->name) >=
+	    sizeof(s->path) - 64)
 		return hc__shm_fail(err, errlen, ENAMETOOLONG, "dir=%s is too long", dir);
 	/* Two rounds: a creator that loses the race to publish opens the winner's. */
 	for (int round = 0; round < 2 && fd < 0; round++) {
@@ -473,9 +485,10 @@ int hc__shm_seg_open(struct hc_shm_seg *s, const struct hc_shm_opts *o, char *er
 		if (fd >= 0) {
 			if (o->create == HC_SHM_CREATE_YES) {
 				close(fd);
-				return hc__shm_fail(err, errlen, EEXIST,
-						    "%s already exists and create=yes: use create=auto to open it, or remove it first",
-						    s->path);
+				return hc__shm_fail(
+					err, errlen, EEXIST,
+					"%s already exists and create=yes: use create=auto to open it, or remove it first",
+					s->path);
 			}
 			break;
 		}
@@ -488,12 +501,12 @@ int hc__shm_seg_open(struct hc_shm_seg *s, const struct hc_shm_opts *o, char *er
 					    "%s does not exist and create=no: create it with capacity= and create=auto",
 					    s->path);
 		if (!o->capacity)
-			return hc__shm_fail(err, errlen, EINVAL, "%s does not exist: capacity= is required to create it",
-					    s->path);
+			return hc__shm_fail(err, errlen, EINVAL,
+					    "%s does not exist: capacity= is required to create it", s->path);
 		ret = seg_create(o, dir, s->path, &fd, err, errlen);
 		if (ret == -EEXIST && o->create == HC_SHM_CREATE_YES)
-			return hc__shm_fail(err, errlen, EEXIST, "%s was created by another process meanwhile and create=yes",
-					    s->path);
+			return hc__shm_fail(err, errlen, EEXIST,
+					    "%s was created by another process meanwhile and create=yes", s->path);
 		if (ret < 0 && ret != -EEXIST)
 			return ret;
 		s->created = ret == 0;

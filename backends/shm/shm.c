@@ -51,8 +51,8 @@
 
 #include "shm.h"
 
-#define HC_SHM_QUEUE_MAX   (1u << 16) /* completions waiting for reap, per instance */
-#define HC_SHM_EXISTS_RUN  64         /* EXISTS ops answered under one lock */
+#define HC_SHM_QUEUE_MAX  (1u << 16) /* completions waiting for reap, per instance */
+#define HC_SHM_EXISTS_RUN 64         /* EXISTS ops answered under one lock */
 
 static const struct hc_backend_host *_Atomic g_host;
 
@@ -242,8 +242,8 @@ static int64_t op_get(struct hc_shm *be, const struct hc_be_op *op)
 	}
 	pin_give(be, k);
 	if (ret < 0) {
-		hc__shm_warn_once(be, HC_SHM_WARN_CHAIN, "%s: an object's extent chain is damaged; it reads as an error",
-				  s->path);
+		hc__shm_warn_once(be, HC_SHM_WARN_CHAIN,
+				  "%s: an object's extent chain is damaged; it reads as an error", s->path);
 		return ret;
 	}
 	hc__shm_count(be, HC_SHM_CTR_hits, 1);
@@ -515,8 +515,8 @@ static int ctl_out(char *out, size_t outlen, const char *fmt, ...)
 }
 
 static const char *const ctl_keys[] = {
-	"path", "name", "capacity", "block_size", "max_objects", "max_openers", "slot", "created",
-	"put_wait_ms", "destroy_on_close", "check", "destroy", "recover", "rebuild",
+	"path",    "name",        "capacity",         "block_size", "max_objects", "max_openers", "slot",
+	"created", "put_wait_ms", "destroy_on_close", "check",      "destroy",     "recover",     "rebuild",
 };
 
 static bool ctl_known(const char *key)
@@ -684,24 +684,26 @@ static int shm_open(const struct hc_be_option *opts, unsigned nopts, void **out,
 		be->pin_free[be->npin_free++] = be->seg.g.pins_per_opener - 1 - k;
 	if ((ret = hc__shm_slot_claim(be)) < 0) {
 		ret = ret == -EUSERS
-			? hc__shm_fail(err, errlen, EUSERS,
-				       "all %" PRIu32 " opener slots of %s are held by live processes: close some, or recreate it with a larger max_openers=",
-				       be->seg.g.max_openers, be->seg.path)
-			: hc__shm_fail(err, errlen, -ret, "cannot take an opener slot of %s: %s", be->seg.path,
-				       strerror(-ret));
+			      ? hc__shm_fail(
+					err, errlen, EUSERS,
+					"all %" PRIu32
+					" opener slots of %s are held by live processes: close some, or recreate it with a larger max_openers=",
+					be->seg.g.max_openers, be->seg.path)
+			      : hc__shm_fail(err, errlen, -ret, "cannot take an opener slot of %s: %s", be->seg.path,
+					     strerror(-ret));
 		goto fail;
 	}
 	if ((ret = hc__shm_lock(be)) < 0) {
-		ret = hc__shm_fail(err, errlen, -ret, "%s: the metadata lock is unusable (%s): remove the file", be->seg.path,
-				   strerror(-ret));
+		ret = hc__shm_fail(err, errlen, -ret, "%s: the metadata lock is unusable (%s): remove the file",
+				   be->seg.path, strerror(-ret));
 		goto fail;
 	}
 	hc__shm_probe_locked(be); /* undo whoever died since */
 	hc__shm_unlock(be);
 	atomic_fetch_add_explicit(&be->seg.ctl->opens, 1, memory_order_relaxed);
 	hc__shm_log(HC_BE_LOG_DEBUG, "%s store %s: %" PRIu64 " bytes in %" PRIu32 "-byte blocks, opener slot %d",
-		    be->seg.created ? "created" : "opened", be->seg.path, (uint64_t)be->seg.g.nblocks << be->seg.block_shift,
-		    be->seg.g.block_bytes, be->slot);
+		    be->seg.created ? "created" : "opened", be->seg.path,
+		    (uint64_t)be->seg.g.nblocks << be->seg.block_shift, be->seg.g.block_bytes, be->slot);
 	*out = be;
 	return 0;
 

@@ -66,7 +66,7 @@ struct hc_shm_seg {
 	unsigned block_shift;
 	dev_t dev;
 	ino_t ino;
-	bool created;         /* this open created the segment */
+	bool created; /* this open created the segment */
 	char path[PATH_MAX];
 	struct hc_shm_ctl *ctl;
 	struct hc_shm_slot *slots;
@@ -77,24 +77,24 @@ struct hc_shm_seg {
 	uint8_t *data;
 };
 
-#define HC_SHM_OP_COUNTERS(X) \
-	X(gets)      \
-	X(hits)      \
-	X(misses)    \
-	X(puts)      \
-	X(deletes)   \
-	X(exists)    \
-	X(evictions) \
-	X(errors)    \
-	X(get_bytes) \
-	X(put_bytes) \
+#define HC_SHM_OP_COUNTERS(X)                                                                                          \
+	X(gets)                                                                                                        \
+	X(hits)                                                                                                        \
+	X(misses)                                                                                                      \
+	X(puts)                                                                                                        \
+	X(deletes)                                                                                                     \
+	X(exists)                                                                                                      \
+	X(evictions)                                                                                                   \
+	X(errors)                                                                                                      \
+	X(get_bytes)                                                                                                   \
+	X(put_bytes)                                                                                                   \
 	X(put_waits)
 
 enum hc_shm_counter {
 #define HC_SHM_X(n) HC_SHM_CTR_##n,
 	HC_SHM_OP_COUNTERS(HC_SHM_X)
 #undef HC_SHM_X
-	HC_SHM_CTR__COUNT
+		HC_SHM_CTR__COUNT
 };
 
 /* One open instance (process-local). */
@@ -103,8 +103,8 @@ struct hc_shm {
 	struct hc_shm_opts opts;
 
 	/* The opener slot, held by the holder thread (slots.c). */
-	int slot;          /* -1 until claimed */
-	int claiming;      /* the slot the holder thread has locked but not yet claimed, or -1 */
+	int slot;     /* -1 until claimed */
+	int claiming; /* the slot the holder thread has locked but not yet claimed, or -1 */
 	pthread_t holder;
 	sem_t holder_ready; /* posted by the holder: claimed (holder_result >= 0) or failed */
 	sem_t holder_stop;  /* posted by close: let go of the slot */
@@ -133,18 +133,18 @@ struct hc_shm {
 	_Atomic unsigned warned; /* HC_SHM_WARN_* bits: causes already logged */
 };
 
-#define HC_SHM_WARN_LOCK     0x1u
-#define HC_SHM_WARN_NOMEM    0x2u
-#define HC_SHM_WARN_CHAIN    0x4u
-#define HC_SHM_WARN_SLOT     0x8u
+#define HC_SHM_WARN_LOCK  0x1u
+#define HC_SHM_WARN_NOMEM 0x2u
+#define HC_SHM_WARN_CHAIN 0x4u
+#define HC_SHM_WARN_SLOT  0x8u
 
 /* shm.c: the host entry() was given; logging through it (at most once per
  * instance and cause for warn_once), and one line into err with -errnum
  * (backends/common.h). */
 const struct hc_backend_host *hc__shm_host(void);
-#define hc__shm_log(level, ...) hc_be_log(hc__shm_host(), (level), __VA_ARGS__)
+#define hc__shm_log(level, ...)           hc_be_log(hc__shm_host(), (level), __VA_ARGS__)
 #define hc__shm_warn_once(be, cause, ...) hc_be_warn_once(hc__shm_host(), &(be)->warned, (cause), __VA_ARGS__)
-#define hc__shm_fail hc_be_fail
+#define hc__shm_fail                      hc_be_fail
 
 /* opts.c */
 int hc__shm_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_shm_opts *o, char *err,
@@ -164,8 +164,8 @@ void hc__shm_unlock(struct hc_shm *be);
 uint32_t hc__shm_lookup_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES]);
 int hc__shm_touch_locked(struct hc_shm *be, uint32_t obj);
 int hc__shm_remove_locked(struct hc_shm *be, uint32_t obj);
-int hc__shm_reserve_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES], uint64_t length,
-			   uint32_t *obj, uint32_t *gen, unsigned *evicted);
+int hc__shm_reserve_locked(struct hc_shm *be, const uint8_t name[HC_BE_NAME_BYTES], uint64_t length, uint32_t *obj,
+			   uint32_t *gen, unsigned *evicted);
 int hc__shm_publish_locked(struct hc_shm *be, uint32_t obj, uint32_t gen);
 void hc__shm_abort_locked(struct hc_shm *be, uint32_t obj, uint32_t gen);
 void hc__shm_pin_locked(struct hc_shm *be, uint32_t obj, uint32_t entry);

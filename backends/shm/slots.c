@@ -28,7 +28,7 @@
 
 #include "shm.h"
 
-#define HC_SHM_CLAIM_ROUNDS 200
+#define HC_SHM_CLAIM_ROUNDS  200
 #define HC_SHM_CLAIM_WAIT_US 500
 
 void hc__shm_drop_slot_locked(struct hc_shm *be, unsigned slot, bool writes)
@@ -139,8 +139,8 @@ static int claim_round(struct hc_shm *be)
 			continue;
 		}
 		if (got != 0 && got != EOWNERDEAD) {
-			hc__shm_warn_once(be, HC_SHM_WARN_SLOT, "%s: opener slot %u is unusable (%s); skipping it", s->path,
-					  slot, strerror(got));
+			hc__shm_warn_once(be, HC_SHM_WARN_SLOT, "%s: opener slot %u is unusable (%s); skipping it",
+					  s->path, slot, strerror(got));
 			continue;
 		}
 		if ((ret = take_slot(be, slot, got)) < 0) {

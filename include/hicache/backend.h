@@ -108,9 +108,9 @@
 extern "C" {
 #endif
 
-#define HC_BACKEND_ABI_VERSION 1
+#define HC_BACKEND_ABI_VERSION  1
 #define HC_BACKEND_ENTRY_SYMBOL "hc_backend_entry"
-#define HC_BE_NAME_BYTES 64 /* object name: 32-byte fingerprint, then 32-byte key */
+#define HC_BE_NAME_BYTES        64 /* object name: 32-byte fingerprint, then 32-byte key */
 
 /* Log levels (syslog numbers, as hicache.h's HC_LOG_*). */
 #define HC_BE_LOG_ERR   3
@@ -144,11 +144,11 @@ enum hc_be_opcode {
 };
 
 struct hc_be_op {
-	uint32_t opcode;                 /* enum hc_be_opcode */
-	uint32_t iovcnt;                 /* GET, PUT: 1..HC_BE_IOV_MAX; else 0 */
+	uint32_t opcode; /* enum hc_be_opcode */
+	uint32_t iovcnt; /* GET, PUT: 1..HC_BE_IOV_MAX; else 0 */
 	const struct iovec *iov;
-	uint64_t user_data;              /* handed back in the completion */
-	uint8_t name[HC_BE_NAME_BYTES];  /* fingerprint, key */
+	uint64_t user_data;             /* handed back in the completion */
+	uint8_t name[HC_BE_NAME_BYTES]; /* fingerprint, key */
 };
 #define HC_BE_IOV_MAX 64
 

@@ -58,33 +58,33 @@ enum hc_dev_kind {
 
 /* One component of the rank's device KV. */
 struct hc_dev_comp {
-	uint32_t size;          /* sizeof(struct hc_dev_comp); the same in every element */
-	unsigned comp;          /* the pool's component index */
-	const uint64_t *k;      /* [layers] address of slot 0 of K in each layer (a state: of the state) */
-	const uint64_t *v;      /* [layers] of V; NULL for a state component */
-	uint64_t token_bytes;   /* this rank's bytes of one token (a state: of one page) */
-	uint64_t token_stride;  /* bytes from one slot to the next, >= token_bytes */
-	uint64_t slots;         /* slots in each layer's pool */
+	uint32_t size;         /* sizeof(struct hc_dev_comp); the same in every element */
+	unsigned comp;         /* the pool's component index */
+	const uint64_t *k;     /* [layers] address of slot 0 of K in each layer (a state: of the state) */
+	const uint64_t *v;     /* [layers] of V; NULL for a state component */
+	uint64_t token_bytes;  /* this rank's bytes of one token (a state: of one page) */
+	uint64_t token_stride; /* bytes from one slot to the next, >= token_bytes */
+	uint64_t slots;        /* slots in each layer's pool */
 };
 
 enum hc_dev_path {
 	HC_PATH_AUTO = 0,   /* direct when a layer's runs average 64 KiB or more, else kernel
-	                     * (CUDA: always direct where the kernel path cannot run) */
+			     * (CUDA: always direct where the kernel path cannot run) */
 	HC_PATH_DIRECT = 1, /* one copy per contiguous run, merged where adjacent on both sides */
 	HC_PATH_KERNEL = 2, /* one gather/scatter per layer, item by item (lib/device/index.h) */
 };
 
 struct hc_dev_spec {
-	uint32_t size;          /* sizeof(struct hc_dev_spec) */
+	uint32_t size; /* sizeof(struct hc_dev_spec) */
 	enum hc_dev_kind kind;
-	int device;             /* HC_DEV_CUDA: the device ordinal */
-	uint32_t tp_size;       /* the engine's TP size, and this rank */
+	int device;       /* HC_DEV_CUDA: the device ordinal */
+	uint32_t tp_size; /* the engine's TP size, and this rank */
 	uint32_t tp_rank;
 	const struct hc_dev_comp *comps;
 	unsigned ncomp;
 	enum hc_dev_path path;
-	unsigned reg_threads;   /* HC_DEV_CUDA: threads registering the pool; 0: 8 */
-	uint64_t reg_chunk;     /* HC_DEV_CUDA: bytes per cudaHostRegister; 0: 1 GiB (a multiple of 2 MiB) */
+	unsigned reg_threads; /* HC_DEV_CUDA: threads registering the pool; 0: 8 */
+	uint64_t reg_chunk;   /* HC_DEV_CUDA: bytes per cudaHostRegister; 0: 1 GiB (a multiple of 2 MiB) */
 };
 
 HC_API int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **out);
@@ -93,27 +93,27 @@ HC_API int hc_dev_close(hc_dev *dev); /* waits for its transfers */
 #define HC_XFER_COMMIT 0x1u /* store: commit this rank's shards when every layer is in */
 
 struct hc_xfer_req {
-	uint32_t size;               /* sizeof(struct hc_xfer_req) */
+	uint32_t size; /* sizeof(struct hc_xfer_req) */
 	const hc_page_t *pages;
 	unsigned n;
 	const uint64_t *slots;       /* [n * page_tokens]: the slot of token t of page i at i * T + t */
 	const uint64_t *state_slots; /* [n]: the state slot of page i; NULL without state components */
 	unsigned flags;              /* HC_XFER_* */
 	void *after;                 /* HC_DEV_CUDA: a cudaEvent_t the copies wait for (a store: the forward
-	                              * pass that wrote the KV), as cudaStreamWaitEvent when the transfer
-	                              * starts issuing: record it before the call, and do not record it
-	                              * again until the transfer's first layer is issued; NULL: none */
+				      * pass that wrote the KV), as cudaStreamWaitEvent when the transfer
+				      * starts issuing: record it before the call, and do not record it
+				      * again until the transfer's first layer is issued; NULL: none */
 };
 
 HC_API int hc_dev_load(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
 HC_API int hc_dev_store(hc_dev *dev, const struct hc_xfer_req *req, hc_xfer **out);
 
-HC_API unsigned hc_xfer_layers(const hc_xfer *x);           /* exception: layers it marks, the most of any
-                                                             * component (0 for NULL) */
-HC_API int hc_xfer_layer_done(hc_xfer *x, unsigned layer);  /* 1 arrived, 0 not yet, or -errno */
-HC_API int hc_xfer_wait_layer(hc_xfer *x, unsigned layer);  /* 0 once layer is in, or the failure */
-HC_API int hc_xfer_wait(hc_xfer *x);                        /* every layer (and the commits) */
-HC_API int hc_xfer_free(hc_xfer *x);                        /* waits, then frees; returns its result */
+HC_API unsigned hc_xfer_layers(const hc_xfer *x);          /* exception: layers it marks, the most of any
+							    * component (0 for NULL) */
+HC_API int hc_xfer_layer_done(hc_xfer *x, unsigned layer); /* 1 arrived, 0 not yet, or -errno */
+HC_API int hc_xfer_wait_layer(hc_xfer *x, unsigned layer); /* 0 once layer is in, or the failure */
+HC_API int hc_xfer_wait(hc_xfer *x);                       /* every layer (and the commits) */
+HC_API int hc_xfer_free(hc_xfer *x);                       /* waits, then frees; returns its result */
 /* Exception: HC_DEV_CUDA: the cudaEvent_t recorded after layer's copies (waits until
  * they are issued, not done); NULL with hc_last_error for HC_DEV_HOST or a
  * transfer that failed before that layer.  It is the transfer's: valid
@@ -122,15 +122,15 @@ HC_API void *hc_xfer_layer_event(hc_xfer *x, unsigned layer);
 
 /* This process's figures for one device (counted since hc_dev_open). */
 struct hc_dev_stats {
-	uint64_t reg_ns;             /* wall time registering the pool with CUDA (the registration this
-	                              * device uses; 0 for HC_DEV_HOST) */
-	uint64_t reg_bytes;          /* bytes registered, in reg_chunks chunks by reg_threads threads */
+	uint64_t reg_ns;    /* wall time registering the pool with CUDA (the registration this
+			     * device uses; 0 for HC_DEV_HOST) */
+	uint64_t reg_bytes; /* bytes registered, in reg_chunks chunks by reg_threads threads */
 	uint32_t reg_chunks, reg_threads;
-	uint64_t loads, stores;      /* transfers made */
+	uint64_t loads, stores; /* transfers made */
 	uint64_t load_bytes, store_bytes;
-	uint64_t direct_layers;      /* layers moved by the direct path, in copies copies */
+	uint64_t direct_layers; /* layers moved by the direct path, in copies copies */
 	uint64_t copies;
-	uint64_t kernel_layers;      /* layers moved by the kernel path (one launch each) */
+	uint64_t kernel_layers; /* layers moved by the kernel path (one launch each) */
 };
 HC_API int hc_dev_stats(hc_dev *dev, struct hc_dev_stats *out, size_t size); /* size: sizeof *out */
 

@@ -23,9 +23,8 @@
  * keeps working with a newer library.  A size smaller than the first
  * version's or over 64 KiB, or a caller's struct larger than this
  * library's with nonzero bytes past its end, is -EINVAL; a struct the
- * library fills that is larger than its own gets zeros past its end.  Arrays of structs (hc_pool_spec.comps) are strided
- * by their first element's size.  The soname and the symbol version node
- * change when anything else does.
+ * library fills that is larger than its own gets zeros past its end.  Arrays of structs (hc_pool_spec.comps) are
+ * strided by their first element's size.  The soname and the symbol version node change when anything else does.
  *
  * ENVELOPE BYTE ORDER (layout id "page-unified-v1"; see hicache(7))
  *
@@ -71,9 +70,9 @@ extern "C" {
 #define HC_API
 #endif
 
-#define HC_NAME_MAX        64   /* pool name length, without the NUL */
-#define HC_MODEL_ID_MAX    127  /* model id length, without the NUL */
-#define HC_COMP_NAME_MAX   31   /* component name length, without the NUL */
+#define HC_NAME_MAX        64  /* pool name length, without the NUL */
+#define HC_MODEL_ID_MAX    127 /* model id length, without the NUL */
+#define HC_COMP_NAME_MAX   31  /* component name length, without the NUL */
 #define HC_MAX_COMPONENTS  16
 #define HC_MAX_HEAD_GROUPS 31   /* fill-mask bits 0..30; bit 31 is the replicated part */
 #define HC_MAX_RANKS       128  /* rank slots a pool can have */
@@ -105,18 +104,18 @@ enum hc_sharding {
 };
 
 struct hc_component_spec {
-	uint32_t size;             /* sizeof(struct hc_component_spec); the same in every element */
-	const char *name;          /* [A-Za-z0-9_.-], 1..HC_COMP_NAME_MAX */
+	uint32_t size;    /* sizeof(struct hc_component_spec); the same in every element */
+	const char *name; /* [A-Za-z0-9_.-], 1..HC_COMP_NAME_MAX */
 	enum hc_dtype dtype;
 	enum hc_comp_kind kind;
 	enum hc_sharding sharding;
-	uint32_t kv_heads;         /* HC_COMP_KV: total KV heads of the model */
-	uint32_t head_bytes;       /* HC_COMP_KV: bytes of one head of one token */
-	uint64_t bytes_per_layer;  /* HC_COMP_STATE: bytes per layer, all groups */
+	uint32_t kv_heads;        /* HC_COMP_KV: total KV heads of the model */
+	uint32_t head_bytes;      /* HC_COMP_KV: bytes of one head of one token */
+	uint64_t bytes_per_layer; /* HC_COMP_STATE: bytes per layer, all groups */
 	uint32_t layers;
-	uint32_t window_pages;     /* hit policy: 0, every page of a hit must hold this component
-	                            * (full attention); w, only the trailing w pages (sliding
-	                            * window; 1 for a state snapshot) */
+	uint32_t window_pages; /* hit policy: 0, every page of a hit must hold this component
+				* (full attention); w, only the trailing w pages (sliding
+				* window; 1 for a state snapshot) */
 };
 
 enum hc_evict_policy {
@@ -131,8 +130,8 @@ enum hc_write_policy {
 	HC_WRITE_THROUGH = 0,           /* every keyed page, once it is READY */
 	HC_WRITE_THROUGH_SELECTIVE = 1, /* a page once it has had select_hits hits (one per ticket) */
 	HC_WRITE_BACK = 2,              /* dirty pages near the eviction end, to keep the
-	                                 * clean tail above the watermark; dirty pages
-	                                 * are never evicted, and allocation fails instead */
+					 * clean tail above the watermark; dirty pages
+					 * are never evicted, and allocation fails instead */
 	HC_WRITE_NONE = 3,              /* only what ranks ask for with hc_req_backup */
 };
 
@@ -149,15 +148,15 @@ enum hc_numa_mode {
 };
 
 struct hc_pool_spec {
-	uint32_t size;           /* sizeof(struct hc_pool_spec) */
-	const char *name;        /* pool name; backing /dev/shm/hicache.<name> */
-	const char *dir;         /* NULL: /dev/shm; else a (huge-page) tmpfs or hugetlbfs */
+	uint32_t size;    /* sizeof(struct hc_pool_spec) */
+	const char *name; /* pool name; backing /dev/shm/hicache.<name> */
+	const char *dir;  /* NULL: /dev/shm; else a (huge-page) tmpfs or hugetlbfs */
 	const char *model_id;
 	uint32_t page_tokens;
-	uint32_t tp_size;        /* the TP size the pool is laid out for */
-	uint32_t head_groups;    /* 0: the largest g <= min(tp_size, 31) that divides tp_size
-	                          * and every sharded component; give it explicitly for pools
-	                          * that engines of several TP sizes share (it is in the fingerprint) */
+	uint32_t tp_size;     /* the TP size the pool is laid out for */
+	uint32_t head_groups; /* 0: the largest g <= min(tp_size, 31) that divides tp_size
+			       * and every sharded component; give it explicitly for pools
+			       * that engines of several TP sizes share (it is in the fingerprint) */
 	const struct hc_component_spec *comps;
 	uint32_t ncomp;
 	uint64_t capacity_pages; /* exactly one of capacity_pages, capacity_bytes */
@@ -167,15 +166,15 @@ struct hc_pool_spec {
 	mode_t mode;             /* 0, 0600 or 0660; 0: 0600, or 0660 when group is set */
 	const char *group;       /* NULL, or a group name allowed to attach */
 	enum hc_numa_mode numa;
-	const char *numa_nodes;  /* libnuma node string, e.g. "0" or "0-1" */
-	unsigned flags;          /* HC_CREATE_* */
+	const char *numa_nodes;     /* libnuma node string, e.g. "0" or "0-1" */
+	unsigned flags;             /* HC_CREATE_* */
 	enum hc_evict_policy evict; /* which unpinned READY page goes first when pages run out */
-	uint32_t max_tickets;    /* open tickets at once; a multiple of 64; 0: 64 */
-	uint32_t ticket_keys;    /* most keys one ticket names; 0: 1024 */
+	uint32_t max_tickets;       /* open tickets at once; a multiple of 64; 0: 64 */
+	uint32_t ticket_keys;       /* most keys one ticket names; 0: 1024 */
 	enum hc_host_mode host_mode;
-	uint32_t ring_entries;   /* each rank's request ring, a power of two in 8..4096; 0: 64
-	                          * (its completion ring has twice as many) */
-	uint64_t arg_bytes;      /* each rank's argument area for key lists, a multiple of 4096; 0: 64 KiB */
+	uint32_t ring_entries; /* each rank's request ring, a power of two in 8..4096; 0: 64
+				* (its completion ring has twice as many) */
+	uint64_t arg_bytes;    /* each rank's argument area for key lists, a multiple of 4096; 0: 64 KiB */
 };
 
 #define HC_CREATE_NO_POPULATE 0x1u /* skip MADV_POPULATE_WRITE (tests only) */
@@ -189,10 +188,9 @@ typedef struct hc_pool hc_pool;
  * page.
  */
 typedef uint64_t hc_page_t;
-#define HC_PAGE_ID(p)  ((uint32_t)((p) & 0xffffffffu))
-#define HC_PAGE_GEN(p) ((uint32_t)(((p) >> 32) & 0x3fffffu))
-#define HC_PAGE_MAKE(id, gen) \
-	((hc_page_t)(uint32_t)(id) | ((hc_page_t)((gen) & 0x3fffffu) << 32))
+#define HC_PAGE_ID(p)         ((uint32_t)((p)&0xffffffffu))
+#define HC_PAGE_GEN(p)        ((uint32_t)(((p) >> 32) & 0x3fffffu))
+#define HC_PAGE_MAKE(id, gen) ((hc_page_t)(uint32_t)(id) | ((hc_page_t)((gen)&0x3fffffu) << 32))
 
 #define HC_ATTACH_ADMIN       0x1u /* no rank slot, no populate: tools */
 #define HC_ATTACH_READONLY    0x2u /* map read-only; implies ADMIN; no recovery */
@@ -200,24 +198,24 @@ typedef uint64_t hc_page_t;
 #define HC_ATTACH_NO_POPULATE 0x8u /* skip MADV_POPULATE_WRITE (tests only) */
 
 struct hc_attach_opts {
-	uint32_t size;    /* sizeof(struct hc_attach_opts) */
-	const char *dir;  /* NULL: /dev/shm */
-	unsigned flags;   /* HC_ATTACH_* */
+	uint32_t size;   /* sizeof(struct hc_attach_opts) */
+	const char *dir; /* NULL: /dev/shm */
+	unsigned flags;  /* HC_ATTACH_* */
 };
 
 /* What recovery found and undid (hc_pool_recover, hicache-pool repair).
  * Fixed at 64 bytes, since hc_repair_report embeds it: a new count takes
  * the place of resv[0], which the library zeroes. */
 struct hc_recovery_report {
-	uint32_t dead_ranks;        /* slots proven dead by EOWNERDEAD and cleared */
-	uint32_t pins_dropped;      /* pin counts of dead ranks set to zero */
-	uint32_t quarantined;       /* dead ranks' reservations put in quarantine */
-	uint32_t released;          /* quarantined pages whose grace ran out -> FREE */
-	uint32_t promoted;          /* fully committed reservations -> READY */
-	uint32_t unfreed;           /* dead ranks' half-done frees -> back to READY */
-	uint32_t bad_words;         /* page words that made no sense, put in quarantine */
-	uint32_t reclaimed;         /* dead ranks' READY pages allocated without a key, freed */
-	uint32_t orphaned;          /* such pages another rank still holds: freed when it lets go */
+	uint32_t dead_ranks;   /* slots proven dead by EOWNERDEAD and cleared */
+	uint32_t pins_dropped; /* pin counts of dead ranks set to zero */
+	uint32_t quarantined;  /* dead ranks' reservations put in quarantine */
+	uint32_t released;     /* quarantined pages whose grace ran out -> FREE */
+	uint32_t promoted;     /* fully committed reservations -> READY */
+	uint32_t unfreed;      /* dead ranks' half-done frees -> back to READY */
+	uint32_t bad_words;    /* page words that made no sense, put in quarantine */
+	uint32_t reclaimed;    /* dead ranks' READY pages allocated without a key, freed */
+	uint32_t orphaned;     /* such pages another rank still holds: freed when it lets go */
 	uint32_t resv[7];
 };
 
@@ -245,14 +243,14 @@ struct hc_pool_info {
 	uint64_t envelopes_offset;
 	uint32_t creator_pid, creator_uid;
 	uint64_t created_unix_ns;
-	int32_t self_slot;       /* this process's rank slot, or -1 */
-	int huge_pages;          /* backing reports huge pages */
+	int32_t self_slot; /* this process's rank slot, or -1 */
+	int huge_pages;    /* backing reports huge pages */
 	enum hc_evict_policy evict;
 	uint32_t max_tickets, ticket_keys;
-	uint32_t index_slots;    /* key index capacity */
+	uint32_t index_slots; /* key index capacity */
 	enum hc_host_mode host_mode;
 	uint32_t sq_entries, cq_entries; /* each rank's request and completion rings */
-	uint64_t arg_bytes;      /* each rank's argument area */
+	uint64_t arg_bytes;              /* each rank's argument area */
 };
 
 struct hc_component_info {
@@ -261,42 +259,42 @@ struct hc_component_info {
 	enum hc_comp_kind kind;
 	enum hc_sharding sharding;
 	uint32_t kv_heads, head_bytes, layers, groups;
-	uint64_t bytes_per_layer;  /* per layer, all groups */
-	uint64_t offset;           /* from the start of the envelope */
-	uint64_t bytes;            /* whole component */
-	uint64_t group_stride;     /* bytes of one group's shard */
-	uint64_t layer_stride;     /* bytes of one (group, layer) run */
-	uint32_t window_pages;     /* hit policy: 0 every page, else the trailing w pages */
+	uint64_t bytes_per_layer; /* per layer, all groups */
+	uint64_t offset;          /* from the start of the envelope */
+	uint64_t bytes;           /* whole component */
+	uint64_t group_stride;    /* bytes of one group's shard */
+	uint64_t layer_stride;    /* bytes of one (group, layer) run */
+	uint32_t window_pages;    /* hit policy: 0 every page, else the trailing w pages */
 };
 
 struct hc_rank_info {
 	uint32_t slot;
-	int live;                /* 1: holds its slot; 0: free */
+	int live; /* 1: holds its slot; 0: free */
 	uint32_t pid;
-	uint32_t epoch;          /* how many times the slot has been claimed */
+	uint32_t epoch; /* how many times the slot has been claimed */
 	uint64_t attached_unix_ns;
 	char comm[16];
-	uint64_t pins;           /* pin count held, summed over pages */
-	uint32_t reserved;       /* pages in RESERVED owned by this slot */
-	uint64_t locks;          /* host-lock count held, summed over pages */
-	int32_t engine_id;       /* engine joined (hc_engine_join), or -1 */
+	uint64_t pins;     /* pin count held, summed over pages */
+	uint32_t reserved; /* pages in RESERVED owned by this slot */
+	uint64_t locks;    /* host-lock count held, summed over pages */
+	int32_t engine_id; /* engine joined (hc_engine_join), or -1 */
 	uint32_t tp_size, tp_rank;
-	uint32_t quota;          /* pages this rank may hold pinned, locked or reserved */
-	uint32_t held;           /* pages it holds now, as the quota counts them */
+	uint32_t quota; /* pages this rank may hold pinned, locked or reserved */
+	uint32_t held;  /* pages it holds now, as the quota counts them */
 };
 
 /* Errors and logging. */
-HC_API const char *hc_version(void);     /* exception: a static string */
-HC_API const char *hc_last_error(void);  /* exception: this thread's last error line, or "no error" */
+HC_API const char *hc_version(void);    /* exception: a static string */
+HC_API const char *hc_last_error(void); /* exception: this thread's last error line, or "no error" */
 typedef void (*hc_log_fn)(int level, const char *msg, void *arg);
 #define HC_LOG_ERR  3
 #define HC_LOG_WARN 4
 #define HC_LOG_INFO 6
-HC_API void hc_set_log(hc_log_fn fn, void *arg); /* NULL: stderr, warnings and errors */
-HC_API const char *hc_dtype_name(enum hc_dtype d);            /* exception: "invalid" for invalid */
-HC_API int hc_dtype_parse(const char *s);                     /* enum hc_dtype, or -EINVAL */
-HC_API unsigned hc_dtype_size(enum hc_dtype d);               /* exception: bytes, 0 for invalid */
-HC_API const char *hc_page_state_name(enum hc_page_state s);  /* exception: "INVALID" past the end */
+HC_API void hc_set_log(hc_log_fn fn, void *arg);             /* NULL: stderr, warnings and errors */
+HC_API const char *hc_dtype_name(enum hc_dtype d);           /* exception: "invalid" for invalid */
+HC_API int hc_dtype_parse(const char *s);                    /* enum hc_dtype, or -EINVAL */
+HC_API unsigned hc_dtype_size(enum hc_dtype d);              /* exception: bytes, 0 for invalid */
+HC_API const char *hc_page_state_name(enum hc_page_state s); /* exception: "INVALID" past the end */
 
 /* Pools. */
 HC_API int hc_pool_create(const struct hc_pool_spec *spec);
@@ -312,20 +310,20 @@ HC_API int hc_pool_component(const hc_pool *pool, unsigned comp, struct hc_compo
 HC_API int hc_pool_rank(hc_pool *pool, unsigned slot, struct hc_rank_info *out, size_t size);
 /* Pages by state into counts[0..n): the count of states written (at most HC_PAGE__COUNT). */
 HC_API int hc_pool_count_states(const hc_pool *pool, uint64_t *counts, unsigned n);
-HC_API int hc_pool_name_valid(const char *name);  /* 0 or -EINVAL */
+HC_API int hc_pool_name_valid(const char *name); /* 0 or -EINVAL */
 
 /* Pages. */
 HC_API int hc_page_alloc(hc_pool *pool, unsigned n, uint32_t presence, hc_page_t *out);
-HC_API int hc_page_addr(const hc_pool *pool, hc_page_t page, unsigned comp, unsigned layer,
-		 unsigned group, void **addr, size_t *len);
+HC_API int hc_page_addr(const hc_pool *pool, hc_page_t page, unsigned comp, unsigned layer, unsigned group, void **addr,
+			size_t *len);
 HC_API void *hc_page_envelope(const hc_pool *pool, hc_page_t page); /* exception: NULL (and the error line) on error */
 HC_API int hc_page_commit(hc_pool *pool, hc_page_t page, uint32_t shards);
 HC_API int hc_page_abort(hc_pool *pool, const hc_page_t *pages, unsigned n);
 HC_API int hc_page_pin(hc_pool *pool, hc_page_t page);
 HC_API int hc_page_unpin(hc_pool *pool, hc_page_t page);
 HC_API int hc_page_free(hc_pool *pool, const hc_page_t *pages, unsigned n);
-HC_API int hc_page_state(const hc_pool *pool, uint32_t page_id, hc_page_t *handle,
-		  uint32_t *owner_slot, uint32_t *fill_or_since);
+HC_API int hc_page_state(const hc_pool *pool, uint32_t page_id, hc_page_t *handle, uint32_t *owner_slot,
+			 uint32_t *fill_or_since);
 HC_API int hc_page_presence(const hc_pool *pool, hc_page_t page, uint32_t *presence);
 HC_API uint32_t hc_page_needed(const hc_pool *pool, uint32_t presence); /* exception: a fill mask (0 for no pool) */
 
@@ -357,17 +355,17 @@ HC_API int hc_key_chain(const uint8_t *seed, const uint8_t *prev, const uint32_t
  * can be evicted between the answer and the pin.
  */
 #define HC_PAGE_NONE      UINT64_MAX
-#define HC_LOOKUP_MAX     65536  /* most keys one lookup or reservation takes */
-#define HC_LOOKUP_PIN     0x1u   /* pin the hit pages */
-#define HC_LOOKUP_NOTOUCH 0x2u   /* do not count as a use for eviction (inspection) */
+#define HC_LOOKUP_MAX     65536 /* most keys one lookup or reservation takes */
+#define HC_LOOKUP_PIN     0x1u  /* pin the hit pages */
+#define HC_LOOKUP_NOTOUCH 0x2u  /* do not count as a use for eviction (inspection) */
 
 struct hc_lookup_req {
-	uint32_t size;             /* sizeof(struct hc_lookup_req) */
+	uint32_t size; /* sizeof(struct hc_lookup_req) */
 	const hc_key_t *keys;
-	unsigned nkeys;            /* 1..HC_LOOKUP_MAX */
-	uint32_t comps;            /* components the caller needs (bit per component); 0: all */
-	unsigned flags;            /* HC_LOOKUP_* */
-	const uint8_t *fingerprint;/* 32 bytes, or NULL for the pool's own; another finds nothing */
+	unsigned nkeys;             /* 1..HC_LOOKUP_MAX */
+	uint32_t comps;             /* components the caller needs (bit per component); 0: all */
+	unsigned flags;             /* HC_LOOKUP_* */
+	const uint8_t *fingerprint; /* 32 bytes, or NULL for the pool's own; another finds nothing */
 };
 HC_API int hc_lookup(hc_pool *pool, const struct hc_lookup_req *req, hc_page_t *pages);
 
@@ -381,12 +379,12 @@ HC_API int hc_lookup(hc_pool *pool, const struct hc_lookup_req *req, hc_page_t *
 #define HC_SKIP_READY 1
 #define HC_SKIP_BUSY  2
 struct hc_reserve_req {
-	uint32_t size;             /* sizeof(struct hc_reserve_req) */
+	uint32_t size; /* sizeof(struct hc_reserve_req) */
 	const hc_key_t *keys;
-	unsigned nkeys;            /* 1..HC_LOOKUP_MAX */
-	uint32_t first_depth;      /* position of keys[0] in its chain (0: the root page) */
-	uint32_t presence;         /* components the pages will hold; 0: all */
-	const uint8_t *fingerprint;/* NULL, or the pool's */
+	unsigned nkeys;             /* 1..HC_LOOKUP_MAX */
+	uint32_t first_depth;       /* position of keys[0] in its chain (0: the root page) */
+	uint32_t presence;          /* components the pages will hold; 0: all */
+	const uint8_t *fingerprint; /* NULL, or the pool's */
 };
 HC_API int hc_reserve(hc_pool *pool, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
 
@@ -402,38 +400,38 @@ HC_API int hc_page_unlock(hc_pool *pool, hc_page_t page);
  */
 #define HC_ENGINE_ID_MAX   65535
 #define HC_TP_MAX          32
-#define HC_REQUEST_ID_MAX  47     /* bytes of a request id, without the NUL */
+#define HC_REQUEST_ID_MAX  47 /* bytes of a request id, without the NUL */
 #define HC_QUOTA_UNLIMITED UINT32_MAX
 
 struct hc_engine_spec {
-	uint32_t size;             /* sizeof(struct hc_engine_spec) */
-	uint32_t engine_id;        /* 0..HC_ENGINE_ID_MAX, the same in every rank of the engine */
-	uint32_t tp_size;          /* 1..HC_TP_MAX */
-	uint32_t tp_rank;          /* 0..tp_size-1 */
-	uint32_t quota_pages;      /* pages each rank may hold pinned, locked or reserved;
-	                            * HC_QUOTA_UNLIMITED for no limit; 0 is an error */
-	uint32_t ticket_timeout_ms;/* unclaimed shares expire after this; 0: 10000 */
+	uint32_t size;              /* sizeof(struct hc_engine_spec) */
+	uint32_t engine_id;         /* 0..HC_ENGINE_ID_MAX, the same in every rank of the engine */
+	uint32_t tp_size;           /* 1..HC_TP_MAX */
+	uint32_t tp_rank;           /* 0..tp_size-1 */
+	uint32_t quota_pages;       /* pages each rank may hold pinned, locked or reserved;
+				     * HC_QUOTA_UNLIMITED for no limit; 0 is an error */
+	uint32_t ticket_timeout_ms; /* unclaimed shares expire after this; 0: 10000 */
 };
 HC_API int hc_engine_join(hc_pool *pool, const struct hc_engine_spec *spec);
 HC_API int hc_engine_leave(hc_pool *pool);
 
 struct hc_ticket_name {
-	uint32_t size;             /* sizeof(struct hc_ticket_name) */
-	const char *request_id;    /* 1..HC_REQUEST_ID_MAX bytes, no NUL inside */
-	uint32_t step;             /* chunk or attempt number: each lookup of a request is its own ticket */
+	uint32_t size;          /* sizeof(struct hc_ticket_name) */
+	const char *request_id; /* 1..HC_REQUEST_ID_MAX bytes, no NUL inside */
+	uint32_t step;          /* chunk or attempt number: each lookup of a request is its own ticket */
 };
 
 /* What a rank holds of one ticket; private to the rank, released once.
  * The caller sets size; the library fills the rest. */
 typedef struct hc_ticket {
-	uint32_t size;             /* sizeof(hc_ticket) */
-	uint32_t index, gen;       /* the ticket record and its life */
-	uint32_t kind;             /* 1 lookup, 2 reserve */
-	uint32_t n;                /* entries of the answer: the hit length, or nkeys for a reservation */
-	uint32_t held;             /* pages this rank holds under the ticket */
-	int first;                 /* 1 if this rank did the work */
+	uint32_t size;       /* sizeof(hc_ticket) */
+	uint32_t index, gen; /* the ticket record and its life */
+	uint32_t kind;       /* 1 lookup, 2 reserve */
+	uint32_t n;          /* entries of the answer: the hit length, or nkeys for a reservation */
+	uint32_t held;       /* pages this rank holds under the ticket */
+	int first;           /* 1 if this rank did the work */
 	int released;
-	hc_page_t *pages;          /* the caller's array, as filled */
+	hc_page_t *pages; /* the caller's array, as filled */
 } hc_ticket;
 
 HC_API int hc_ticket_lookup(hc_pool *pool, const struct hc_ticket_name *name, const struct hc_lookup_req *req,
@@ -443,7 +441,7 @@ HC_API int hc_ticket_reserve(hc_pool *pool, const struct hc_ticket_name *name, c
 HC_API int hc_ticket_release(hc_pool *pool, hc_ticket *t);
 
 /* Eviction (cache mode): only keyed pages, never a held one. */
-HC_API int hc_evict(hc_pool *pool, unsigned n);                 /* by policy; the count evicted */
+HC_API int hc_evict(hc_pool *pool, unsigned n);                          /* by policy; the count evicted */
 HC_API int hc_evict_key(hc_pool *pool, const uint8_t key[HC_KEY_BYTES]); /* 1, or 0 if absent */
 /* Free every READY page, keyed or not; -EBUSY if any rank or ticket holds anything. */
 HC_API int hc_pool_clear(hc_pool *pool);
@@ -453,10 +451,10 @@ struct hc_page_info {
 	uint32_t id, gen;
 	enum hc_page_state state;
 	uint32_t owner, aux, presence;
-	int keyed;                 /* in the key index */
+	int keyed; /* in the key index */
 	uint8_t key[HC_KEY_BYTES];
 	uint32_t depth;
-	uint64_t stamp;            /* last use (LRU) or reference bit (CLOCK) */
+	uint64_t stamp;                /* last use (LRU) or reference bit (CLOCK) */
 	uint32_t pins, locks, tickets; /* holds, summed over ranks and tickets */
 };
 HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_info *out, size_t size);
@@ -465,65 +463,65 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
  * Counters, declared once (memcached's way): X(name, help).  Each rank
  * counts in its own row; hc_pool_stats sums the rows and adds gauges.
  */
-#define HC_COUNTERS(X) \
-	X(lookups,         "prefix lookups") \
-	X(lookup_keys,     "keys asked by prefix lookups") \
-	X(hits,            "keys found by prefix lookups (hit lengths summed)") \
-	X(pins,            "pins taken") \
-	X(locks,           "host locks taken") \
-	X(allocs,          "pages allocated") \
-	X(alloc_fails,     "allocations that failed for want of pages") \
-	X(reserves,        "pages reserved by key") \
-	X(reserve_skips,   "keys skipped by reservations (already READY or reserved)") \
-	X(evictions,       "pages evicted") \
-	X(frees,           "pages freed") \
-	X(tickets_opened,  "tickets opened (first rank)") \
-	X(tickets_joined,  "ticket shares claimed by later ranks") \
-	X(tickets_expired, "tickets whose unclaimed shares expired") \
-	X(recoveries,      "dead rank slots recovered") \
-	X(quarantines,     "pages put in quarantine") \
-	X(index_rebuilds,  "index stripes rebuilt after a writer died") \
-	X(svc_requests,    "requests the service took off the rings") \
-	X(svc_stale,       "requests or completions of rank slots whose owner had gone") \
-	X(svc_bad,         "requests refused as malformed or for want of memory") \
-	X(svc_cq_dropped,  "completions dropped on a full completion ring") \
-	X(svc_cancelled,   "requests cancelled by their rank (hc_req_cancel)") \
-	X(req_done,        "backups and prefetches done whole, and existence queries answered") \
-	X(req_partial,     "backups and prefetches that did only a prefix of their pages") \
-	X(req_timedout,    "requests failed by a backend deadline") \
-	X(req_failed,      "requests failed otherwise (no backend, no memory, no space, a backend error)") \
-	X(l3_exists_keys,  "keys asked of L3 by existence queries and prefetches") \
-	X(l3_exists_hits,  "keys found in L3 by existence queries (prefix lengths summed)") \
-	X(l3_backup_pages, "pages written to L3") \
-	X(l3_backup_bytes, "envelope bytes written to L3") \
-	X(l3_backup_skips, "pages not written: in L3 already, or evicted since the write policy picked them") \
-	X(l3_backup_fails, "backups cut short by a failed write, and write-policy pages that failed") \
-	X(l3_writer_pages, "pages the write policy sent to L3 on its own") \
-	X(l3_prefetch_reqs, "prefetch requests") \
-	X(l3_prefetch_merged, "prefetch requests merged into one of the same ticket") \
-	X(l3_prefetch_keys, "keys asked by prefetches") \
-	X(l3_prefetch_shared, "prefetch keys left to another prefetch reading them") \
-	X(l3_prefetch_pages, "pages read from L3 and made READY") \
-	X(l3_prefetch_bytes, "envelope bytes read from L3") \
-	X(l3_prefetch_fails, "prefetches cut short by a failed or missing read") \
-	X(l3_prefetch_corrupt, "prefetches cut short by an object that failed its checks") \
-	X(l3_prefetch_nospace, "prefetches that could not reserve their pages") \
-	X(stage_grants,    "buffer_only: write grants given") \
-	X(stage_grant_pages, "buffer_only: pages granted to writes, summed over grants") \
-	X(stage_parked_reads, "buffer_only: prefetches that waited for read staging") \
-	X(stage_parked_writes, "buffer_only: write grants that waited for the write window") \
-	X(stage_dropped,   "buffer_only: write grants dropped after waiting past write_park_ms") \
-	X(stage_released,  "buffer_only: staging pages freed once their transfer ended") \
-	X(stage_expired,   "buffer_only: grants and prefetches released for their rank (dead, or past stage_hold_ms)") \
-	X(l3_prefetch_helped, "parts of long prefetches read by an idle worker helping the one that runs it") \
-	X(l3_forgotten,    "pages marked in L3 whose object L3 said it no longer had: dirty again") \
-	X(l3_backup_puts,  "backend put calls made by backups (small backups queued together share one)")
+#define HC_COUNTERS(X)                                                                                                 \
+	X(lookups, "prefix lookups")                                                                                   \
+	X(lookup_keys, "keys asked by prefix lookups")                                                                 \
+	X(hits, "keys found by prefix lookups (hit lengths summed)")                                                   \
+	X(pins, "pins taken")                                                                                          \
+	X(locks, "host locks taken")                                                                                   \
+	X(allocs, "pages allocated")                                                                                   \
+	X(alloc_fails, "allocations that failed for want of pages")                                                    \
+	X(reserves, "pages reserved by key")                                                                           \
+	X(reserve_skips, "keys skipped by reservations (already READY or reserved)")                                   \
+	X(evictions, "pages evicted")                                                                                  \
+	X(frees, "pages freed")                                                                                        \
+	X(tickets_opened, "tickets opened (first rank)")                                                               \
+	X(tickets_joined, "ticket shares claimed by later ranks")                                                      \
+	X(tickets_expired, "tickets whose unclaimed shares expired")                                                   \
+	X(recoveries, "dead rank slots recovered")                                                                     \
+	X(quarantines, "pages put in quarantine")                                                                      \
+	X(index_rebuilds, "index stripes rebuilt after a writer died")                                                 \
+	X(svc_requests, "requests the service took off the rings")                                                     \
+	X(svc_stale, "requests or completions of rank slots whose owner had gone")                                     \
+	X(svc_bad, "requests refused as malformed or for want of memory")                                              \
+	X(svc_cq_dropped, "completions dropped on a full completion ring")                                             \
+	X(svc_cancelled, "requests cancelled by their rank (hc_req_cancel)")                                           \
+	X(req_done, "backups and prefetches done whole, and existence queries answered")                               \
+	X(req_partial, "backups and prefetches that did only a prefix of their pages")                                 \
+	X(req_timedout, "requests failed by a backend deadline")                                                       \
+	X(req_failed, "requests failed otherwise (no backend, no memory, no space, a backend error)")                  \
+	X(l3_exists_keys, "keys asked of L3 by existence queries and prefetches")                                      \
+	X(l3_exists_hits, "keys found in L3 by existence queries (prefix lengths summed)")                             \
+	X(l3_backup_pages, "pages written to L3")                                                                      \
+	X(l3_backup_bytes, "envelope bytes written to L3")                                                             \
+	X(l3_backup_skips, "pages not written: in L3 already, or evicted since the write policy picked them")          \
+	X(l3_backup_fails, "backups cut short by a failed write, and write-policy pages that failed")                  \
+	X(l3_writer_pages, "pages the write policy sent to L3 on its own")                                             \
+	X(l3_prefetch_reqs, "prefetch requests")                                                                       \
+	X(l3_prefetch_merged, "prefetch requests merged into one of the same ticket")                                  \
+	X(l3_prefetch_keys, "keys asked by prefetches")                                                                \
+	X(l3_prefetch_shared, "prefetch keys left to another prefetch reading them")                                   \
+	X(l3_prefetch_pages, "pages read from L3 and made READY")                                                      \
+	X(l3_prefetch_bytes, "envelope bytes read from L3")                                                            \
+	X(l3_prefetch_fails, "prefetches cut short by a failed or missing read")                                       \
+	X(l3_prefetch_corrupt, "prefetches cut short by an object that failed its checks")                             \
+	X(l3_prefetch_nospace, "prefetches that could not reserve their pages")                                        \
+	X(stage_grants, "buffer_only: write grants given")                                                             \
+	X(stage_grant_pages, "buffer_only: pages granted to writes, summed over grants")                               \
+	X(stage_parked_reads, "buffer_only: prefetches that waited for read staging")                                  \
+	X(stage_parked_writes, "buffer_only: write grants that waited for the write window")                           \
+	X(stage_dropped, "buffer_only: write grants dropped after waiting past write_park_ms")                         \
+	X(stage_released, "buffer_only: staging pages freed once their transfer ended")                                \
+	X(stage_expired, "buffer_only: grants and prefetches released for their rank (dead, or past stage_hold_ms)")   \
+	X(l3_prefetch_helped, "parts of long prefetches read by an idle worker helping the one that runs it")          \
+	X(l3_forgotten, "pages marked in L3 whose object L3 said it no longer had: dirty again")                       \
+	X(l3_backup_puts, "backend put calls made by backups (small backups queued together share one)")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,
 	HC_COUNTERS(HC_X_ENUM)
 #undef HC_X_ENUM
-	HC_CTR__COUNT
+		HC_CTR__COUNT
 };
 /* Room for counters in hc_stats: a new counter is appended to HC_COUNTERS
  * and changes no layout. */
@@ -531,16 +529,16 @@ enum hc_counter {
 
 /* Latency histograms of the service's requests by kind, from the service
  * taking a request off its rank's ring to posting its answer: X(name, help). */
-#define HC_HISTS(X) \
-	X(exists,   "existence queries") \
-	X(backup,   "backups") \
+#define HC_HISTS(X)                                                                                                    \
+	X(exists, "existence queries")                                                                                 \
+	X(backup, "backups")                                                                                           \
 	X(prefetch, "prefetches")
 
 enum hc_hist_kind {
 #define HC_X_ENUM(name, help) HC_HIST_##name,
 	HC_HISTS(HC_X_ENUM)
 #undef HC_X_ENUM
-	HC_HIST__COUNT
+		HC_HIST__COUNT
 };
 #define HC_HIST_MAX 8 /* room for histograms in hc_stats */
 
@@ -551,22 +549,22 @@ struct hc_hist {
 	uint64_t bucket[HC_HIST_BUCKETS];
 	uint64_t count;
 	union {
-		uint64_t sum_us;   /* latency histograms: microseconds, summed */
-		uint64_t sum;      /* token histograms: tokens, summed */
+		uint64_t sum_us; /* latency histograms: microseconds, summed */
+		uint64_t sum;    /* token histograms: tokens, summed */
 	};
 };
 
 /* Tokens per request by the tier that served them, X(name, help); the
  * buckets are hc_hist_bound_us's bounds, read as tokens. */
-#define HC_TIERS(X) \
-	X(l2, "tokens a prefix lookup found READY in the pool (its hit), per lookup") \
+#define HC_TIERS(X)                                                                                                    \
+	X(l2, "tokens a prefix lookup found READY in the pool (its hit), per lookup")                                  \
 	X(l3, "tokens a prefetch request's own reads brought from L3, per request")
 
 enum hc_tier {
 #define HC_X_ENUM(name, help) HC_TIER_##name,
 	HC_TIERS(HC_X_ENUM)
 #undef HC_X_ENUM
-	HC_TIER__COUNT
+		HC_TIER__COUNT
 };
 #define HC_TIER_MAX 4 /* room for tiers in hc_stats */
 
@@ -575,16 +573,16 @@ enum hc_tier {
  * change; entries past the library's own counts are zero. */
 struct hc_stats {
 	uint64_t pages[HC_PAGE_STATES_MAX]; /* by enum hc_page_state */
-	uint64_t keyed;            /* pages in the key index */
+	uint64_t keyed;                     /* pages in the key index */
 	uint64_t pinned_pages, pin_count, locked_pages, lock_count, ticket_pages;
 	uint32_t live_ranks, engines, open_tickets;
 	/* The service's, while one serves (else 0): transfer jobs waiting for
 	 * a worker and running; buffer_only staging, and requests parked. */
 	uint32_t svc_jobs_queued, svc_jobs_running;
 	uint32_t stage_read_pages, stage_write_pages, stage_parked_reads, stage_parked_writes;
-	uint64_t counter[HC_CTR_MAX];         /* by enum hc_counter */
-	struct hc_hist hist[HC_HIST_MAX];     /* by enum hc_hist_kind */
-	struct hc_hist tokens[HC_TIER_MAX];   /* by enum hc_tier */
+	uint64_t counter[HC_CTR_MAX];       /* by enum hc_counter */
+	struct hc_hist hist[HC_HIST_MAX];   /* by enum hc_hist_kind */
+	struct hc_hist tokens[HC_TIER_MAX]; /* by enum hc_tier */
 };
 /* size: the caller's sizeof *out. */
 HC_API int hc_pool_stats(hc_pool *pool, struct hc_stats *out, size_t size);
@@ -607,16 +605,16 @@ HC_API int hc_pool_check(hc_pool *pool, unsigned flags, void (*report)(void *arg
 /* What hc_pool_repair fixed, after what recovery undid. */
 struct hc_repair_report {
 	struct hc_recovery_report recovery;
-	uint32_t bad_words;        /* page words that made no sense (state, owner, aux): quarantined or cleared */
-	uint32_t holds_cleared;    /* hold counts left in the columns of free slots, cleared */
-	uint32_t damaged;          /* READY pages whose entry fails its check, freed */
-	uint32_t lost;             /* READY pages that no key finds and no live rank owns, freed */
-	uint32_t duplicates;       /* keyed pages whose key a live page already has, freed */
-	uint32_t index_bad;        /* index entries that named no page of their key, dropped */
-	uint32_t index_missing;    /* keyed live pages the index did not find, put back */
-	uint32_t tickets_ended;    /* tickets of gone engines, or damaged, ended and their holds dropped */
-	uint32_t ticket_bits;      /* ticket holds on pages no ticket names, dropped */
-	uint32_t unrepaired;       /* violations the check still finds afterwards */
+	uint32_t bad_words;     /* page words that made no sense (state, owner, aux): quarantined or cleared */
+	uint32_t holds_cleared; /* hold counts left in the columns of free slots, cleared */
+	uint32_t damaged;       /* READY pages whose entry fails its check, freed */
+	uint32_t lost;          /* READY pages that no key finds and no live rank owns, freed */
+	uint32_t duplicates;    /* keyed pages whose key a live page already has, freed */
+	uint32_t index_bad;     /* index entries that named no page of their key, dropped */
+	uint32_t index_missing; /* keyed live pages the index did not find, put back */
+	uint32_t tickets_ended; /* tickets of gone engines, or damaged, ended and their holds dropped */
+	uint32_t ticket_bits;   /* ticket holds on pages no ticket names, dropped */
+	uint32_t unrepaired;    /* violations the check still finds afterwards */
 };
 /*
  * Fix what hc_pool_check finds and recovery cannot: scribbled or lost

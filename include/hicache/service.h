@@ -56,16 +56,16 @@ enum hc_prefetch_policy {
 };
 
 struct hc_prefetch_req {
-	uint32_t size;             /* sizeof(struct hc_prefetch_req) */
-	const hc_key_t *keys;      /* the keys after the L2 hit, in prefix order */
-	unsigned nkeys;            /* 1.. (the argument area bounds it) */
-	uint32_t first_depth;      /* position of keys[0] in its chain */
-	uint32_t presence;         /* components the pages hold; 0: all */
+	uint32_t size;                     /* sizeof(struct hc_prefetch_req) */
+	const hc_key_t *keys;              /* the keys after the L2 hit, in prefix order */
+	unsigned nkeys;                    /* 1.. (the argument area bounds it) */
+	uint32_t first_depth;              /* position of keys[0] in its chain */
+	uint32_t presence;                 /* components the pages hold; 0: all */
 	const struct hc_ticket_name *name; /* the engine's take ticket, or NULL: this rank alone */
 	enum hc_prefetch_policy policy;
-	uint32_t timeout_ms;       /* TIMEOUT: the deadline after the post, ... */
+	uint32_t timeout_ms;          /* TIMEOUT: the deadline after the post, ... */
 	uint32_t timeout_us_per_page; /* ... plus this much per key (the deadline grows with the prefix) */
-	unsigned prio;             /* buffer_only: priority class, 0 (first) .. HC_PRIO_CLASSES - 1 */
+	unsigned prio;                /* buffer_only: priority class, 0 (first) .. HC_PRIO_CLASSES - 1 */
 };
 
 HC_API int hc_req_prefetch(hc_pool *pool, const struct hc_prefetch_req *req, hc_req **out);
@@ -122,24 +122,24 @@ HC_API int hc_req_free(hc_req *req);
 typedef struct hc_service hc_service;
 
 struct hc_service_opts {
-	uint32_t size;            /* sizeof(struct hc_service_opts) */
-	const char *dir;          /* the pool's directory; NULL: /dev/shm */
-	const char *backend;      /* plugin spec, "name[:key=value,...]" (hicache-backend(7)) */
-	const char *backend_dir;  /* searched after $HICACHE_BACKEND_PATH */
-	unsigned batch_pages;     /* pages per backend call; 0: 128 */
-	unsigned queue_depth;     /* backend ops in flight; 0: 256 */
-	unsigned spin_us;         /* spin on the rings this long before sleeping; 0: 50 */
-	unsigned workers;         /* threads doing transfers; 0: 4 */
-	unsigned prefetch_threshold; /* prefetches of fewer keys do not ask L3; 0: none */
+	uint32_t size;                     /* sizeof(struct hc_service_opts) */
+	const char *dir;                   /* the pool's directory; NULL: /dev/shm */
+	const char *backend;               /* plugin spec, "name[:key=value,...]" (hicache-backend(7)) */
+	const char *backend_dir;           /* searched after $HICACHE_BACKEND_PATH */
+	unsigned batch_pages;              /* pages per backend call; 0: 128 */
+	unsigned queue_depth;              /* backend ops in flight; 0: 256 */
+	unsigned spin_us;                  /* spin on the rings this long before sleeping; 0: 50 */
+	unsigned workers;                  /* threads doing transfers; 0: 4 */
+	unsigned prefetch_threshold;       /* prefetches of fewer keys do not ask L3; 0: none */
 	enum hc_write_policy write_policy; /* default write_through */
-	unsigned select_hits;     /* write_through_selective; 0: 2 */
-	unsigned writeback_pct;   /* write_back: the clean share, in percent of the pool,
-	                           * kept at the eviction end; 0: 20 */
-	unsigned timeout_ms;      /* a backend op not done this long is cancelled; 0: 30000 */
-	int retries;              /* transient backend failures retried per op; 0: 2; < 0: none */
-	unsigned write_park_ms;   /* buffer_only: a write grant parked this long is dropped; 0: 2000 */
-	unsigned stage_hold_ms;   /* buffer_only: staging a live rank holds this long without giving
-	                           * it back (a grant not freed, a prefetch not taken) is released; 0: 60000 */
+	unsigned select_hits;              /* write_through_selective; 0: 2 */
+	unsigned writeback_pct;            /* write_back: the clean share, in percent of the pool,
+					    * kept at the eviction end; 0: 20 */
+	unsigned timeout_ms;               /* a backend op not done this long is cancelled; 0: 30000 */
+	int retries;                       /* transient backend failures retried per op; 0: 2; < 0: none */
+	unsigned write_park_ms;            /* buffer_only: a write grant parked this long is dropped; 0: 2000 */
+	unsigned stage_hold_ms;            /* buffer_only: staging a live rank holds this long without giving
+					    * it back (a grant not freed, a prefetch not taken) is released; 0: 60000 */
 };
 
 /* Attach pool name (a rank slot of its own), take its service lock, open
@@ -154,18 +154,18 @@ HC_API int hc_service_probe(hc_pool *pool, uint32_t *pid);
 
 /* The pool's service record, for tools: read without any lock. */
 struct hc_service_info {
-	int live;                 /* a service serves the pool now (hc_service_probe) */
-	uint32_t pid;             /* its pid when live */
-	uint64_t generation;      /* services started on this pool so far */
-	int write_policy;         /* enum hc_write_policy the last service set; -1: none ever did */
-	uint32_t select_hits;     /* its write_through_selective threshold */
+	int live;             /* a service serves the pool now (hc_service_probe) */
+	uint32_t pid;         /* its pid when live */
+	uint64_t generation;  /* services started on this pool so far */
+	int write_policy;     /* enum hc_write_policy the last service set; -1: none ever did */
+	uint32_t select_hits; /* its write_through_selective threshold */
 	/* Gauges of the live service (0 when none serves): */
-	uint32_t jobs_queued;     /* transfer jobs waiting for a worker */
-	uint32_t jobs_running;    /* transfer jobs the workers run */
-	uint32_t stage_read;      /* buffer_only: pages staging reads */
-	uint32_t stage_write;     /* buffer_only: pages granted to writes */
-	uint32_t parked_reads;    /* buffer_only: prefetches waiting for staging */
-	uint32_t parked_writes;   /* buffer_only: write grants waiting */
+	uint32_t jobs_queued;   /* transfer jobs waiting for a worker */
+	uint32_t jobs_running;  /* transfer jobs the workers run */
+	uint32_t stage_read;    /* buffer_only: pages staging reads */
+	uint32_t stage_write;   /* buffer_only: pages granted to writes */
+	uint32_t parked_reads;  /* buffer_only: prefetches waiting for staging */
+	uint32_t parked_writes; /* buffer_only: write grants waiting */
 };
 HC_API int hc_service_info(hc_pool *pool, struct hc_service_info *out, size_t size);
 

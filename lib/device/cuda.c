@@ -35,41 +35,41 @@
 #include "../../shmpool/pool.h"
 #include "cuda.h"
 
-#define REG_CHUNK_DEFAULT (1ull << 30)
-#define REG_CHUNK_ALIGN (2ull << 20)
+#define REG_CHUNK_DEFAULT   (1ull << 30)
+#define REG_CHUNK_ALIGN     (2ull << 20)
 #define REG_THREADS_DEFAULT 8
-#define AUTO_DIRECT_RUN (64u << 10)
-#define STAGE_MIN (64u << 10)
+#define AUTO_DIRECT_RUN     (64u << 10)
+#define STAGE_MIN           (64u << 10)
 
 struct cuda_reg {
 	struct hc__reg_job job;
-	struct hc_dev_stats st;   /* the reg_ figures */
+	struct hc_dev_stats st; /* the reg_ figures */
 	int device;
 };
 
 struct stage {
-	void *h;                  /* pinned */
+	void *h; /* pinned */
 	size_t cap;
-	cudaEvent_t used;         /* recorded after the copy out of h */
+	cudaEvent_t used; /* recorded after the copy out of h */
 	int armed;
 };
 
 struct cuda_dev {
 	cudaStream_t stream;
-	int host_ptr;             /* the device uses registered host memory at its host address */
-	int pools;                /* the stream-ordered allocator works on it (the kernel path needs it) */
-	uint64_t chunk;           /* the registration's chunk */
+	int host_ptr;   /* the device uses registered host memory at its host address */
+	int pools;      /* the stream-ordered allocator works on it (the kernel path needs it) */
+	uint64_t chunk; /* the registration's chunk */
 	struct stage stg[2];
 	unsigned next_stg;
-	pthread_mutex_t ev_mu;    /* guards ev, nev */
-	cudaEvent_t *ev;          /* finished transfers' events, for the next ones */
+	pthread_mutex_t ev_mu; /* guards ev, nev */
+	cudaEvent_t *ev;       /* finished transfers' events, for the next ones */
 	unsigned nev, cap_ev;
 };
 
 struct cuda_xfer {
-	cudaEvent_t *ev;          /* [layers] */
+	cudaEvent_t *ev; /* [layers] */
 	unsigned nev;
-	void *scratch;            /* device copies of the indices (kernel path) */
+	void *scratch; /* device copies of the indices (kernel path) */
 	const uint32_t *pages, *presence;
 	const uint64_t *slots, *state_slots;
 };
@@ -170,8 +170,10 @@ static int reg_chunk(void *arg, void *p, uint64_t n)
 	if (e == cudaSuccess)
 		e = hc__cuda.HostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
 	if (e == cudaErrorHostMemoryAlreadyRegistered)
-		return cu_err(e, "device open: the pool's envelopes at +%llu are already registered in this process (by the engine?): leave their registration to hicache",
-			      (unsigned long long)((uint8_t *)p - cr->job.base));
+		return cu_err(
+			e,
+			"device open: the pool's envelopes at +%llu are already registered in this process (by the engine?): leave their registration to hicache",
+			(unsigned long long)((uint8_t *)p - cr->job.base));
 	if (e != cudaSuccess)
 		return cu_err(e, "device open: cudaHostRegister of %llu bytes of the pool at +%llu",
 			      (unsigned long long)n, (unsigned long long)((uint8_t *)p - cr->job.base));
@@ -205,7 +207,8 @@ static void pool_unreg(struct hc_pool *p)
 	pthread_mutex_unlock(&reg_mu);
 	if (cr) {
 		if (on_own_thread(unreg_on, cr) < 0)
-			hc__log(HC_LOG_WARN, "device: the pool stays registered with CUDA until exit: %s", hc_last_error());
+			hc__log(HC_LOG_WARN, "device: the pool stays registered with CUDA until exit: %s",
+				hc_last_error());
 		free(cr);
 	}
 }
@@ -233,9 +236,13 @@ static int pool_reg(hc_dev *d, const struct hc_dev_spec *s, struct cuda_reg **ou
 		return hc__err(ENOMEM, "device open: no memory");
 	}
 	cr->device = s->device;
-	cr->job = (struct hc__reg_job){ .base = p->env, .len = (uint64_t)p->g.npages * p->g.envelope_bytes,
-					.chunk = chunk, .threads = s->reg_threads ? s->reg_threads : REG_THREADS_DEFAULT,
-					.reg = reg_chunk, .unreg = unreg_chunk, .arg = cr };
+	cr->job = (struct hc__reg_job){ .base = p->env,
+					.len = (uint64_t)p->g.npages * p->g.envelope_bytes,
+					.chunk = chunk,
+					.threads = s->reg_threads ? s->reg_threads : REG_THREADS_DEFAULT,
+					.reg = reg_chunk,
+					.unreg = unreg_chunk,
+					.arg = cr };
 	r = hc__reg_parallel(&cr->job, &cr->st);
 	if (r < 0) {
 		pthread_mutex_unlock(&reg_mu);
@@ -263,14 +270,16 @@ static int check_addresses(hc_dev *d)
 					uint64_t a = (kv ? dc->v : dc->k)[l] + (end ? span - 1 : 0);
 					struct cudaPointerAttributes at;
 					cudaError_t e = hc__cuda.PointerGetAttributes(&at, (void *)(uintptr_t)a);
-					if (e != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) ||
+					if (e != cudaSuccess ||
+					    (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged) ||
 					    at.device != d->device) {
 						hc__cuda.GetLastError(); /* ours to clear: this is our thread */
-						return hc__err(EINVAL,
-							       "device open: component '%s' layer %u: the %s of the %s pool (0x%llx) is not memory of CUDA device %d",
-							       g->comps[dc->comp].name, l, end ? "last byte" : "base",
-							       d->pl.c[c].kv ? (kv ? "V" : "K") : "state", (unsigned long long)a,
-							       d->device);
+						return hc__err(
+							EINVAL,
+							"device open: component '%s' layer %u: the %s of the %s pool (0x%llx) is not memory of CUDA device %d",
+							g->comps[dc->comp].name, l, end ? "last byte" : "base",
+							d->pl.c[c].kv ? (kv ? "V" : "K") : "state",
+							(unsigned long long)a, d->device);
 					}
 				}
 	}
@@ -310,8 +319,9 @@ static int open_on(void *arg)
 	}
 	if (s->path == HC_PATH_KERNEL && (!cd->host_ptr || !cd->pools)) {
 		r = hc__err(ENOTSUP, "device open: CUDA device %d %s, which the kernel path needs: use HC_PATH_DIRECT",
-			    s->device, !cd->host_ptr ? "cannot use registered host memory at its host address"
-						     : "has no stream-ordered allocator");
+			    s->device,
+			    !cd->host_ptr ? "cannot use registered host memory at its host address"
+					  : "has no stream-ordered allocator");
 		goto fail;
 	}
 	if ((r = check_addresses(d)) < 0)
@@ -494,7 +504,7 @@ static int cuda_gather(hc_dev *d, hc_xfer *x, const struct hc__dl *L)
 	struct cuda_dev *cd = d->kd;
 	struct cuda_xfer *cx = x->kx;
 	cudaError_t e = (cudaError_t)hc__cuda.gather(L, d->pool->env, cx->pages, cx->presence, cx->slots,
-						      cx->state_slots, x->store, cd->stream);
+						     cx->state_slots, x->store, cd->stream);
 
 	return e == cudaSuccess ? 0 : cu_err(e, "transfer: the gather kernel (%u items)", L->items);
 }

@@ -274,23 +274,27 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 #ifdef HAVE_CUDA
 		ops = &hc__dev_cuda_ops;
 #else
-		return hc__err(ENOTSUP, "device open: this build has no CUDA: configure --with-cuda, or use HC_DEV_HOST");
+		return hc__err(ENOTSUP,
+			       "device open: this build has no CUDA: configure --with-cuda, or use HC_DEV_HOST");
 #endif
 	} else {
 		return hc__err(EINVAL, "device open: kind %d is neither HC_DEV_HOST nor HC_DEV_CUDA", (int)spec->kind);
 	}
 	if ((unsigned)spec->path > HC_PATH_KERNEL)
-		return hc__err(EINVAL, "device open: path %d is none of HC_PATH_AUTO, _DIRECT, _KERNEL", (int)spec->path);
+		return hc__err(EINVAL, "device open: path %d is none of HC_PATH_AUTO, _DIRECT, _KERNEL",
+			       (int)spec->path);
 	if (spec->ncomp > HC_MAX_COMPONENTS || (spec->ncomp && !spec->comps))
-		return hc__err(EINVAL, "device open: %u components%s", spec->ncomp, spec->comps ? "" : " and comps is NULL");
+		return hc__err(EINVAL, "device open: %u components%s", spec->ncomp,
+			       spec->comps ? "" : " and comps is NULL");
 	if ((r = hc__abi_in_array(comps, sizeof(comps[0]), spec->comps, spec->ncomp, sizeof(comps[0]), "hc_dev_open",
 				  "hc_dev_comp")) < 0)
 		return r;
 	spec->comps = comps;
 	for (unsigned i = 0; i < spec->ncomp; i++) {
-		dc[i] = (struct hc__dev_comp){ spec->comps[i].comp, spec->comps[i].k, spec->comps[i].v,
-					       spec->comps[i].token_bytes, spec->comps[i].token_stride,
-					       spec->comps[i].slots };
+		dc[i] = (struct hc__dev_comp){
+			spec->comps[i].comp,         spec->comps[i].k,    spec->comps[i].v, spec->comps[i].token_bytes,
+			spec->comps[i].token_stride, spec->comps[i].slots
+		};
 	}
 	desc = (struct hc__dev_desc){ spec->tp_size, spec->tp_rank, spec->ncomp, dc };
 	d = calloc(1, sizeof(*d));
@@ -411,9 +415,11 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 	T = p->g.page_tokens;
 	if (rq->n == 0 || !rq->pages || (d->has_kv && !rq->slots) || (d->has_state && !rq->state_slots))
 		return hc__err(EINVAL, "%s: %s", what,
-			       rq->n == 0 ? "no pages" : !rq->pages ? "pages is NULL"
-			       : !rq->state_slots && d->has_state ? "state_slots is NULL and a state component is described"
-			       : "slots is NULL and a K/V component is described");
+			       rq->n == 0   ? "no pages"
+			       : !rq->pages ? "pages is NULL"
+			       : !rq->state_slots && d->has_state
+				       ? "state_slots is NULL and a state component is described"
+				       : "slots is NULL and a K/V component is described");
 	if (rq->flags & ~HC_XFER_COMMIT || (!store && rq->flags))
 		return hc__err(EINVAL, "%s: flags 0x%x are not known here", what, rq->flags);
 	if (rq->after && d->ops == &hc__dev_host_ops)
@@ -440,8 +446,10 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 		int r = 0;
 		if (id >= p->g.npages) {
 			r = hc__err(EINVAL, "%s: page %u (item %u) is out of the pool's %u", what, id, i, p->g.npages);
-		} else if (store && hc__engine_done(p, h, !(d->shards & hc_page_needed(p, atomic_load_explicit(
-									   &p->pages[id].presence, memory_order_relaxed))))) {
+		} else if (store && hc__engine_done(p, h,
+						    !(d->shards &
+						      hc_page_needed(p, atomic_load_explicit(&p->pages[id].presence,
+											     memory_order_relaxed))))) {
 			/* Completed by the engine: none of this rank's shards is
 			 * needed (e.g. replicated only, rank 0's), or another rank
 			 * that shares its head group wrote them. */
@@ -452,7 +460,8 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 			 * before the copy starts (an abort then quarantines it). */
 			if (r == 0 && hc__w_owner(atomic_load(&p->pages[id].word)) != (unsigned)p->slot &&
 			    hc__share_reserved(p, h) < 0)
-				r = hc__err(ESTALE, "%s: page %u (item %u) stopped being reserved as we checked it", what, id, i);
+				r = hc__err(ESTALE, "%s: page %u (item %u) stopped being reserved as we checked it",
+					    what, id, i);
 		} else {
 			uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_acquire);
 			if (hc__w_gen(w) != HC_PAGE_GEN(h) || hc__w_state(w) != HC_PAGE_READY)

@@ -42,21 +42,21 @@ struct hc__dl_comp {
 
 struct hc__dl {
 	uint64_t envelope_bytes;
-	uint32_t T;            /* tokens per page */
-	uint32_t n;            /* pages in the transfer */
-	uint32_t items;        /* items in this layer */
-	uint32_t ncomp;        /* components with this layer */
-	uint32_t align;        /* largest power of two <= 16 dividing every offset, base, stride and gb */
+	uint32_t T;     /* tokens per page */
+	uint32_t n;     /* pages in the transfer */
+	uint32_t items; /* items in this layer */
+	uint32_t ncomp; /* components with this layer */
+	uint32_t align; /* largest power of two <= 16 dividing every offset, base, stride and gb */
 	uint32_t pad_;
 	struct hc__dl_comp c[HC__DL_MAX_COMPS];
 };
 
 struct hc__dl_seg {
-	uint64_t env;          /* envelope offset of the segment's token 0 */
-	uint64_t dev;          /* device address of slot 0, plus the group's place in a slot */
+	uint64_t env; /* envelope offset of the segment's token 0 */
+	uint64_t dev; /* device address of slot 0, plus the group's place in a slot */
 	uint64_t gb, stride;
-	uint32_t page;         /* index into the transfer's pages */
-	uint32_t ntok;         /* T, or 1 for a state */
+	uint32_t page; /* index into the transfer's pages */
+	uint32_t ntok; /* T, or 1 for a state */
 	uint32_t state;
 };
 

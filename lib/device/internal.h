@@ -62,17 +62,17 @@ struct hc_xfer {
 	uint32_t *ids, *presence;
 	uint64_t *slots, *state_slots;
 	void *after;
-	struct hc_xfer *cnext;    /* the completer's queue */
-	enum hc_dev_path path;    /* the issuer's choice, before layer 0 */
+	struct hc_xfer *cnext; /* the completer's queue */
+	enum hc_dev_path path; /* the issuer's choice, before layer 0 */
 	/* under dev->mu */
-	unsigned issued;          /* layers issued */
+	unsigned issued; /* layers issued */
 	int issue_done, issue_result;
-	unsigned arrived;         /* layers whose bytes are in */
+	unsigned arrived; /* layers whose bytes are in */
 	int finished, result;
 	/* the issuer's, read by the completer after issue_done */
 	uint64_t bytes, copies, direct_layers, kernel_layers;
-	char err[256];            /* the line of a failure */
-	void *kx;                 /* the kind's, from begin to end */
+	char err[256]; /* the line of a failure */
+	void *kx;      /* the kind's, from begin to end */
 };
 
 struct hc_dev {
@@ -82,9 +82,9 @@ struct hc_dev {
 	int device;
 	struct hc__dev_plan pl;
 	struct hc__dev_plan pl_store; /* pl without the replicated components, except on rank 0 */
-	uint64_t *addrs;          /* our copies of the callers' k/v arrays */
-	unsigned layers;          /* the most of any described component */
-	uint32_t shards;          /* what this rank commits: its groups, and the replicated part on rank 0 */
+	uint64_t *addrs;              /* our copies of the callers' k/v arrays */
+	unsigned layers;              /* the most of any described component */
+	uint32_t shards;              /* what this rank commits: its groups, and the replicated part on rank 0 */
 	int has_state, has_kv;
 	pthread_t issuer, completer;
 	pthread_mutex_t mu;
@@ -92,8 +92,8 @@ struct hc_dev {
 	struct hc_xfer *head, *tail;   /* to issue */
 	struct hc_xfer *chead, *ctail; /* issuing or issued, to complete */
 	int stop, issuer_done;
-	struct hc_dev_stats st;   /* under mu; the kind fills the reg_ figures at open */
-	void *kd;                 /* the kind's */
+	struct hc_dev_stats st; /* under mu; the kind fills the reg_ figures at open */
+	void *kd;               /* the kind's */
 };
 
 /* reg.c: register [base, base+len) in chunks from several threads, all
@@ -103,7 +103,7 @@ struct hc__reg_job {
 	uint8_t *base;
 	uint64_t len, chunk;
 	unsigned threads;
-	int (*reg)(void *arg, void *p, uint64_t n);   /* 0 or -errno with a line */
+	int (*reg)(void *arg, void *p, uint64_t n); /* 0 or -errno with a line */
 	void (*unreg)(void *arg, void *p, uint64_t n);
 	void *arg;
 };

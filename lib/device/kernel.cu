@@ -45,16 +45,14 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename W>
-static void launch(const struct hc__dl *L, unsigned grid, uint8_t *env, const uint32_t *pages,
-		   const uint32_t *presence, const uint64_t *slots, const uint64_t *state_slots, int store,
-		   cudaStream_t st)
+static void launch(const struct hc__dl *L, unsigned grid, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
+		   const uint64_t *slots, const uint64_t *state_slots, int store, cudaStream_t st)
 {
 	hc_gather<W><<<grid, 256, 0, st>>>(*L, env, pages, presence, slots, state_slots, store);
 }
 
-extern "C" int hc__gather_launch(const struct hc__dl *L, uint8_t *env, const uint32_t *pages,
-				 const uint32_t *presence, const uint64_t *slots, const uint64_t *state_slots,
-				 int store, void *stream)
+extern "C" int hc__gather_launch(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, const uint32_t *presence,
+				 const uint64_t *slots, const uint64_t *state_slots, int store, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	/* Enough blocks to keep every SM's loads in flight; each loops over the rest. */

@@ -35,7 +35,8 @@ static int groups_of(const struct hc_component_info *ci, uint32_t s, uint32_t r,
 	}
 	if (s <= G) {
 		if (G % s)
-			return hc__err(EINVAL, "component '%s': %u head groups do not split over TP %u", ci->name, G, s);
+			return hc__err(EINVAL, "component '%s': %u head groups do not split over TP %u", ci->name, G,
+				       s);
 		*g0 = r * (G / s);
 		*ng = G / s;
 		return 0;
@@ -43,9 +44,10 @@ static int groups_of(const struct hc_component_info *ci, uint32_t s, uint32_t r,
 	/* More ranks than groups: only a group of one head, replicated over
 	 * the ranks that share it, is a whole group for each of them. */
 	if (s % G || (ci->kind == HC_COMP_KV && ci->kv_heads != G))
-		return hc__err(EINVAL,
-			       "component '%s': TP %u needs part of a head group (the pool has %u groups of %u heads): create the pool with more head groups (--head-groups)",
-			       ci->name, s, G, ci->kind == HC_COMP_KV ? ci->kv_heads / G : 0);
+		return hc__err(
+			EINVAL,
+			"component '%s': TP %u needs part of a head group (the pool has %u groups of %u heads): create the pool with more head groups (--head-groups)",
+			ci->name, s, G, ci->kind == HC_COMP_KV ? ci->kv_heads / G : 0);
 	*g0 = r / (s / G);
 	*ng = 1;
 	return 0;
@@ -71,10 +73,12 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 		unsigned dt;
 
 		if (dc->comp >= g->ncomp)
-			return hc__err(EINVAL, "device component %u: pool component %u does not exist (the pool has %u)", i,
+			return hc__err(EINVAL,
+				       "device component %u: pool component %u does not exist (the pool has %u)", i,
 				       dc->comp, g->ncomp);
 		if (used & (1u << dc->comp))
-			return hc__err(EINVAL, "device component %u: pool component %u is described twice", i, dc->comp);
+			return hc__err(EINVAL, "device component %u: pool component %u is described twice", i,
+				       dc->comp);
 		used |= 1u << dc->comp;
 		ci = &g->comps[dc->comp];
 		out->c[i].d = *dc;
@@ -87,14 +91,16 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 		out->c[i].grp_bytes = out->c[i].kv ? (uint64_t)(ci->kv_heads / ci->groups) * ci->head_bytes
 						   : ci->layer_stride;
 		if (dc->token_bytes != out->c[i].ng * out->c[i].grp_bytes)
-			return hc__err(EINVAL,
-				       "component '%s': %llu bytes per %s, but TP rank %u of %u holds %u head group(s) of %llu bytes",
-				       ci->name, (unsigned long long)dc->token_bytes, out->c[i].kv ? "token" : "page",
-				       d->tp_rank, d->tp_size, out->c[i].ng, (unsigned long long)out->c[i].grp_bytes);
+			return hc__err(
+				EINVAL,
+				"component '%s': %llu bytes per %s, but TP rank %u of %u holds %u head group(s) of %llu bytes",
+				ci->name, (unsigned long long)dc->token_bytes, out->c[i].kv ? "token" : "page",
+				d->tp_rank, d->tp_size, out->c[i].ng, (unsigned long long)out->c[i].grp_bytes);
 		if (dc->token_stride < dc->token_bytes || dc->slots == 0)
 			return hc__err(EINVAL, "component '%s': %s", ci->name,
-				       dc->slots ? "the slot stride is smaller than a slot's bytes (slots would overlap)"
-						 : "the device pool has no slots");
+				       dc->slots
+					       ? "the slot stride is smaller than a slot's bytes (slots would overlap)"
+					       : "the device pool has no slots");
 		if (dc->slots > UINT64_MAX / dc->token_stride)
 			return hc__err(EOVERFLOW, "component '%s': %llu slots of %llu bytes overflow 64 bits", ci->name,
 				       (unsigned long long)dc->slots, (unsigned long long)dc->token_stride);
@@ -105,9 +111,11 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 		for (unsigned l = 0; l < ci->layers; l++)
 			for (unsigned kv = 0; kv < (out->c[i].kv ? 2u : 1u); kv++)
 				if ((kv ? dc->v : dc->k)[l] % dt)
-					return hc__err(EINVAL, "component '%s': layer %u's %s base is not aligned to the %s size %u",
-						       ci->name, l, out->c[i].kv ? (kv ? "V" : "K") : "state",
-						       hc_dtype_name(ci->dtype), dt);
+					return hc__err(
+						EINVAL,
+						"component '%s': layer %u's %s base is not aligned to the %s size %u",
+						ci->name, l, out->c[i].kv ? (kv ? "V" : "K") : "state",
+						hc_dtype_name(ci->dtype), dt);
 	}
 	/* No two device pools may overlap: a load would write one over another. */
 	{
@@ -126,7 +134,8 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 			for (unsigned kv = 0; kv < (out->c[i].kv ? 2u : 1u); kv++) {
 				uint64_t lo = (kv ? dc->v : dc->k)[l];
 				if (lo > UINT64_MAX - span) {
-					ret = hc__err(EOVERFLOW, "component '%s': layer %u's pool wraps the address space",
+					ret = hc__err(EOVERFLOW,
+						      "component '%s': layer %u's pool wraps the address space",
 						      g->comps[dc->comp].name, l);
 					goto out;
 				}
@@ -136,7 +145,8 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 	qsort(rg, nr, sizeof(*rg), cmp_range);
 	for (unsigned i = 1; i < nr; i++)
 		if (rg[i].lo < rg[i - 1].hi) {
-			ret = hc__err(EINVAL, "device pools overlap: component '%s' layer %u %s and component '%s' layer %u %s",
+			ret = hc__err(EINVAL,
+				      "device pools overlap: component '%s' layer %u %s and component '%s' layer %u %s",
 				      g->comps[rg[i - 1].comp].name, rg[i - 1].layer, rg[i - 1].kv ? "V" : "K",
 				      g->comps[rg[i].comp].name, rg[i].layer, rg[i].kv ? "V" : "K");
 			goto out;
@@ -204,15 +214,20 @@ int hc__dev_check_slots(const struct hc__geom *g, const struct hc__dev_plan *pl,
 				continue; /* not copied: its slots are not used */
 			if (!pl->c[c].kv) {
 				if (state_slots[i] >= max)
-					return hc__err(ERANGE, "component '%s': page %u's state slot %llu is out of the %llu slots",
-						       ci->name, i, (unsigned long long)state_slots[i], (unsigned long long)max);
+					return hc__err(
+						ERANGE,
+						"component '%s': page %u's state slot %llu is out of the %llu slots",
+						ci->name, i, (unsigned long long)state_slots[i],
+						(unsigned long long)max);
 				continue;
 			}
 			for (uint32_t t = 0; t < T; t++)
 				if (slots[(size_t)i * T + t] >= max)
-					return hc__err(ERANGE, "component '%s': page %u token %u's slot %llu is out of the %llu slots",
-						       ci->name, i, t, (unsigned long long)slots[(size_t)i * T + t],
-						       (unsigned long long)max);
+					return hc__err(
+						ERANGE,
+						"component '%s': page %u token %u's slot %llu is out of the %llu slots",
+						ci->name, i, t, (unsigned long long)slots[(size_t)i * T + t],
+						(unsigned long long)max);
 		}
 	}
 	return 0;
@@ -242,7 +257,8 @@ void hc__dl_copy(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, co
 			continue;
 		for (uint32_t t = 0; t < s.ntok; t++) {
 			uint8_t *h = env + s.env + (uint64_t)t * s.gb;
-			uint8_t *d = (uint8_t *)(uintptr_t)(s.dev + hc__dl_slot(L, &s, t, slots, state_slots) * s.stride);
+			uint8_t *d =
+				(uint8_t *)(uintptr_t)(s.dev + hc__dl_slot(L, &s, t, slots, state_slots) * s.stride);
 			if (store)
 				memcpy(h, d, s.gb);
 			else

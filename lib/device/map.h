@@ -36,12 +36,12 @@ struct hc__geom;
 
 /* One component of a rank's device KV. */
 struct hc__dev_comp {
-	unsigned comp;            /* the pool's component index */
-	const uint64_t *k;        /* [layers] device address of slot 0 of K (state: of the state) */
-	const uint64_t *v;        /* [layers] of V; NULL for a state component */
-	uint64_t token_bytes;     /* this rank's bytes of one token (state: of one page) */
-	uint64_t token_stride;    /* bytes from one slot to the next, >= token_bytes */
-	uint64_t slots;           /* slots in each device pool, for bounds */
+	unsigned comp;         /* the pool's component index */
+	const uint64_t *k;     /* [layers] device address of slot 0 of K (state: of the state) */
+	const uint64_t *v;     /* [layers] of V; NULL for a state component */
+	uint64_t token_bytes;  /* this rank's bytes of one token (state: of one page) */
+	uint64_t token_stride; /* bytes from one slot to the next, >= token_bytes */
+	uint64_t slots;        /* slots in each device pool, for bounds */
 };
 
 struct hc__dev_desc {
@@ -55,15 +55,15 @@ struct hc__dev_plan {
 	unsigned ncomp;
 	struct {
 		struct hc__dev_comp d;
-		uint32_t g0, ng;      /* the head groups this rank holds */
-		uint64_t grp_bytes;   /* one group's bytes of one token (K/V) or one page (state) */
+		uint32_t g0, ng;    /* the head groups this rank holds */
+		uint64_t grp_bytes; /* one group's bytes of one token (K/V) or one page (state) */
 		int kv;
 	} c[HC_MAX_COMPONENTS];
 };
 
 struct hc__run {
-	uint64_t env;             /* byte offset from the start of the pool's envelopes */
-	uint64_t dev;             /* device address */
+	uint64_t env; /* byte offset from the start of the pool's envelopes */
+	uint64_t dev; /* device address */
 	uint64_t len;
 };
 

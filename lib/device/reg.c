@@ -22,9 +22,9 @@ struct reg_run {
 	uint64_t nchunks;
 	_Atomic uint64_t next;
 	_Atomic int failed;
-	int undo;               /* 1: call unreg on every chunk */
-	uint8_t *done;          /* [nchunks]: registered; each written by the thread that took it */
-	pthread_mutex_t mu;     /* guards err and msg */
+	int undo;           /* 1: call unreg on every chunk */
+	uint8_t *done;      /* [nchunks]: registered; each written by the thread that took it */
+	pthread_mutex_t mu; /* guards err and msg */
 	int err;
 	char msg[256];
 };

@@ -30,12 +30,39 @@
 #define COMP_BYTES   24
 #define OFF_HDRSUM   (HC_OBJ_HEADER_BYTES - 8)
 
-static void put16(uint8_t *b, unsigned off, uint16_t v) { v = htole16(v); memcpy(b + off, &v, 2); }
-static void put32(uint8_t *b, unsigned off, uint32_t v) { v = htole32(v); memcpy(b + off, &v, 4); }
-static void put64(uint8_t *b, unsigned off, uint64_t v) { v = htole64(v); memcpy(b + off, &v, 8); }
-static uint16_t get16(const uint8_t *b, unsigned off) { uint16_t v; memcpy(&v, b + off, 2); return le16toh(v); }
-static uint32_t get32(const uint8_t *b, unsigned off) { uint32_t v; memcpy(&v, b + off, 4); return le32toh(v); }
-static uint64_t get64(const uint8_t *b, unsigned off) { uint64_t v; memcpy(&v, b + off, 8); return le64toh(v); }
+static void put16(uint8_t *b, unsigned off, uint16_t v)
+{
+	v = htole16(v);
+	memcpy(b + off, &v, 2);
+}
+static void put32(uint8_t *b, unsigned off, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(b + off, &v, 4);
+}
+static void put64(uint8_t *b, unsigned off, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(b + off, &v, 8);
+}
+static uint16_t get16(const uint8_t *b, unsigned off)
+{
+	uint16_t v;
+	memcpy(&v, b + off, 2);
+	return le16toh(v);
+}
+static uint32_t get32(const uint8_t *b, unsigned off)
+{
+	uint32_t v;
+	memcpy(&v, b + off, 4);
+	return le32toh(v);
+}
+static uint64_t get64(const uint8_t *b, unsigned off)
+{
+	uint64_t v;
+	memcpy(&v, b + off, 8);
+	return le64toh(v);
+}
 
 int hc__obj_layout(const struct hc__geom *g, uint32_t presence, struct hc__obj_layout *out)
 {
@@ -166,8 +193,8 @@ int hc__obj_header_check(const void *hdr, const struct hc__geom *g, const uint8_
 		return -EBADMSG;
 	}
 	if (l.payload_bytes != m->payload_bytes) {
-		snprintf(why, whylen, "payload %llu bytes, the geometry gives %llu", (unsigned long long)m->payload_bytes,
-			 (unsigned long long)l.payload_bytes);
+		snprintf(why, whylen, "payload %llu bytes, the geometry gives %llu",
+			 (unsigned long long)m->payload_bytes, (unsigned long long)l.payload_bytes);
 		return -EBADMSG;
 	}
 	/* The table is redundant with the fingerprint; a mismatch means a bug

@@ -44,9 +44,9 @@
 #include <hicache/hicache.h>
 
 #define HC_OBJ_HEADER_BYTES 4096u
-#define HC_OBJ_MAJOR 1u
-#define HC_OBJ_MINOR 0u
-#define HC_OBJ_MAGIC "HCOBJ\r\n"   /* 7 bytes and its NUL: catches text-mode mangling */
+#define HC_OBJ_MAJOR        1u
+#define HC_OBJ_MINOR        0u
+#define HC_OBJ_MAGIC        "HCOBJ\r\n" /* 7 bytes and its NUL: catches text-mode mangling */
 
 /* Where a page's payload comes from in its envelope: runs of merged components. */
 struct hc__obj_layout {

@@ -94,22 +94,26 @@ int hc__plugin_spec_parse(const char *spec, struct hc__plugin_spec *out)
 	size_t nlen;
 
 	if (!spec || !*spec)
-		return hc__err(EINVAL, "backend spec is empty: give name[:key=value,...], e.g. file:dir=/var/cache/hicache");
+		return hc__err(EINVAL,
+			       "backend spec is empty: give name[:key=value,...], e.g. file:dir=/var/cache/hicache");
 	memset(out, 0, sizeof(*out));
 	colon = strchr(spec, ':');
 	nlen = colon ? (size_t)(colon - spec) : strlen(spec);
 	if (nlen == 0 || nlen >= sizeof(out->name))
-		return hc__err(EINVAL, "backend spec '%s': the name before ':' is %s", spec, nlen ? "too long" : "empty");
+		return hc__err(EINVAL, "backend spec '%s': the name before ':' is %s", spec,
+			       nlen ? "too long" : "empty");
 	memcpy(out->name, spec, nlen);
 	if (!colon || !colon[1])
 		return 0;
 	if (strlen(colon + 1) >= sizeof(out->buf))
-		return hc__err(EINVAL, "backend spec '%s': options longer than %zu bytes", out->name, sizeof(out->buf) - 1);
+		return hc__err(EINVAL, "backend spec '%s': options longer than %zu bytes", out->name,
+			       sizeof(out->buf) - 1);
 	strcpy(out->buf, colon + 1);
 	for (item = strtok_r(out->buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		p = strchr(item, '=');
 		if (!p || p == item)
-			return hc__err(EINVAL, "backend %s: option '%s' is not key=value (options are separated by ',')",
+			return hc__err(EINVAL,
+				       "backend %s: option '%s' is not key=value (options are separated by ',')",
 				       out->name, item);
 		if (out->nopt == HC_PLUGIN_OPTS_MAX)
 			return hc__err(EINVAL, "backend %s: more than %d options", out->name, HC_PLUGIN_OPTS_MAX);
@@ -171,19 +175,22 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 		base = strrchr(name, '/') + 1;
 		snprintf(out->name, sizeof(out->name), "%.*s", (int)strcspn(base, "."), base);
 		if (!name_ok(out->name))
-			return hc__err(EINVAL, "backend path '%s': its file name should be <name>.so with a name of 1-%d of [A-Za-z0-9_-]",
-				       name, HC_PLUGIN_NAME_MAX);
+			return hc__err(
+				EINVAL,
+				"backend path '%s': its file name should be <name>.so with a name of 1-%d of [A-Za-z0-9_-]",
+				name, HC_PLUGIN_NAME_MAX);
 		if (access(out->path, F_OK) != 0)
 			return hc__err(ENOENT, "backend %s: %s: not found", out->name, out->path);
 	} else {
 		if (!name_ok(name))
-			return hc__err(EINVAL, "backend name '%s' is not valid: use 1-%d of [A-Za-z0-9_-], or a path", name,
-				       HC_PLUGIN_NAME_MAX);
+			return hc__err(EINVAL, "backend name '%s' is not valid: use 1-%d of [A-Za-z0-9_-], or a path",
+				       name, HC_PLUGIN_NAME_MAX);
 		strcpy(out->name, name);
 		if (find(name, dir, out->path, sizeof(out->path), tried, sizeof(tried)) < 0)
-			return hc__err(ENOENT,
-				       "backend %s: not found: no %s.so in %s (set HICACHE_BACKEND_PATH or install the plugin)",
-				       name, name, tried);
+			return hc__err(
+				ENOENT,
+				"backend %s: not found: no %s.so in %s (set HICACHE_BACKEND_PATH or install the plugin)",
+				name, name, tried);
 	}
 	dlerror();
 	dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -200,13 +207,17 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 		goto refuse_null;
 	if (be->abi_version != HC_BACKEND_ABI_VERSION) {
 		dlclose(dl);
-		return hc__err(ELIBBAD, "backend %s: %s: built for plugin ABI version %u, this library speaks %u: rebuild it against this hicache's backend.h",
-			       out->name, out->path, be->abi_version, HC_BACKEND_ABI_VERSION);
+		return hc__err(
+			ELIBBAD,
+			"backend %s: %s: built for plugin ABI version %u, this library speaks %u: rebuild it against this hicache's backend.h",
+			out->name, out->path, be->abi_version, HC_BACKEND_ABI_VERSION);
 	}
 	if (be->size < V1_SIZE) {
 		dlclose(dl);
-		return hc__err(ELIBBAD, "backend %s: %s: its struct hc_backend is %u bytes, version %u needs at least %zu: rebuild it against this hicache's backend.h",
-			       out->name, out->path, be->size, HC_BACKEND_ABI_VERSION, (size_t)V1_SIZE);
+		return hc__err(
+			ELIBBAD,
+			"backend %s: %s: its struct hc_backend is %u bytes, version %u needs at least %zu: rebuild it against this hicache's backend.h",
+			out->name, out->path, be->size, HC_BACKEND_ABI_VERSION, (size_t)V1_SIZE);
 	}
 	{
 		static const struct {
@@ -214,8 +225,8 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 			size_t off;
 		} req[] = {
 #define REQ(m) { #m, offsetof(struct hc_backend, m) }
-			REQ(open), REQ(close), REQ(reg_mem), REQ(unreg_mem), REQ(submit),
-			REQ(reap), REQ(cancel), REQ(stats), REQ(ctl),
+			REQ(open), REQ(close),  REQ(reg_mem), REQ(unreg_mem), REQ(submit),
+			REQ(reap), REQ(cancel), REQ(stats),   REQ(ctl),
 #undef REQ
 		};
 		for (unsigned i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
@@ -223,8 +234,10 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 			memcpy(&fn, (const char *)be + req[i].off, sizeof(fn));
 			if (!fn) {
 				dlclose(dl);
-				return hc__err(ELIBBAD, "backend %s: %s: member %s() is NULL; every version-%u member is required",
-					       out->name, out->path, req[i].name, HC_BACKEND_ABI_VERSION);
+				return hc__err(
+					ELIBBAD,
+					"backend %s: %s: member %s() is NULL; every version-%u member is required",
+					out->name, out->path, req[i].name, HC_BACKEND_ABI_VERSION);
 			}
 		}
 	}

@@ -42,39 +42,39 @@
 #include "plugin.h"
 #include "store.h"
 
-#define QD_DEFAULT 64
-#define QD_MAX     4096
-#define REAP_MAX   64
-#define REAP_WAIT_MS 100
+#define QD_DEFAULT         64
+#define QD_MAX             4096
+#define REAP_MAX           64
+#define REAP_WAIT_MS       100
 #define TIMEOUT_DEFAULT_MS 30000
-#define RETRIES_DEFAULT 2
-#define BACKOFF_MS 1
-#define BACKOFF_MAX_MS 100
+#define RETRIES_DEFAULT    2
+#define BACKOFF_MS         1
+#define BACKOFF_MAX_MS     100
 
 /* The library's counters, declared once: X(name, help). */
-#define HC_STORE_COUNTERS(X) \
-	X(puts, "objects stored") \
-	X(put_bytes, "bytes stored, headers included") \
-	X(put_errors, "puts that failed") \
-	X(gets, "gets asked") \
-	X(hits, "gets that returned a checked object") \
-	X(misses, "gets of absent objects, or of objects without a needed component") \
-	X(corrupt, "gets of objects whose header, length or checksum was wrong (misses too)") \
-	X(rereads, "gets read again whole because the object held more components than the page") \
-	X(get_bytes, "bytes read by hits") \
-	X(get_errors, "gets that failed for another reason") \
-	X(exists, "existence checks") \
-	X(deletes, "objects deleted") \
-	X(retries, "ops tried again after a transient failure") \
-	X(timeouts, "ops past their deadline, cancelled") \
-	X(orphans, "timed-out ops given up on before they completed; their buffers stay out of use") \
+#define HC_STORE_COUNTERS(X)                                                                                           \
+	X(puts, "objects stored")                                                                                      \
+	X(put_bytes, "bytes stored, headers included")                                                                 \
+	X(put_errors, "puts that failed")                                                                              \
+	X(gets, "gets asked")                                                                                          \
+	X(hits, "gets that returned a checked object")                                                                 \
+	X(misses, "gets of absent objects, or of objects without a needed component")                                  \
+	X(corrupt, "gets of objects whose header, length or checksum was wrong (misses too)")                          \
+	X(rereads, "gets read again whole because the object held more components than the page")                      \
+	X(get_bytes, "bytes read by hits")                                                                             \
+	X(get_errors, "gets that failed for another reason")                                                           \
+	X(exists, "existence checks")                                                                                  \
+	X(deletes, "objects deleted")                                                                                  \
+	X(retries, "ops tried again after a transient failure")                                                        \
+	X(timeouts, "ops past their deadline, cancelled")                                                              \
+	X(orphans, "timed-out ops given up on before they completed; their buffers stay out of use")                   \
 	X(late, "orphans the backend completed at last, their buffers released")
 
 enum store_ctr {
 #define X(n, h) SC_##n,
 	HC_STORE_COUNTERS(X)
 #undef X
-	SC__COUNT
+		SC__COUNT
 };
 
 static const char *const ctr_names[] = {
@@ -88,29 +88,29 @@ struct hc_store {
 	struct hc__plugin pl;
 	void *inst;
 	uint8_t fp[32];
-	uint64_t caps;           /* the instance's (ctl "caps"), else the table's */
+	uint64_t caps; /* the instance's (ctl "caps"), else the table's */
 	unsigned qd;
-	uint8_t *hdrs;           /* qd blocks of HC_OBJ_HEADER_BYTES */
+	uint8_t *hdrs; /* qd blocks of HC_OBJ_HEADER_BYTES */
 	size_t env_len;
 	int env_reg, hdr_reg;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint32_t *free;          /* free header blocks */
+	uint32_t *free; /* free header blocks */
 	unsigned nfree;
 	/* The op that owns each block while in flight, and the block's use
 	 * count: a completion names (use << 32 | block), so one the plugin
 	 * should not have sent (a stale or made-up user_data) is dropped, not
 	 * followed to freed memory. */
 	struct op **owner;
-	struct orphan **orphan;  /* per block: an op given up on, not yet reaped */
+	struct orphan **orphan; /* per block: an op given up on, not yet reaped */
 	uint32_t *use;
-	unsigned timeout_ms;     /* an op's deadline after its submit */
-	unsigned retries;        /* transient failures retried this often per op */
-	uint64_t stray;          /* completions dropped so */
-	int inflight;            /* ops submitted and not yet reaped, all calls */
+	unsigned timeout_ms; /* an op's deadline after its submit */
+	unsigned retries;    /* transient failures retried this often per op */
+	uint64_t stray;      /* completions dropped so */
+	int inflight;        /* ops submitted and not yet reaped, all calls */
 	int reaping;
-	unsigned reap_failing;   /* consecutive failed reaps (a broken plugin) */
+	unsigned reap_failing; /* consecutive failed reaps (a broken plugin) */
 
 	_Atomic uint64_t ctr[SC__COUNT];
 	_Atomic uint64_t last_warn_s, quiet; /* corrupt-object warnings: one a second */
@@ -121,7 +121,7 @@ struct call;
 /* What an op given up on still holds (see the notes at the top). */
 struct orphan {
 	uint32_t opcode;
-	hc_page_t page;          /* a put's pinned page, a get's reservation */
+	hc_page_t page; /* a put's pinned page, a get's reservation */
 	void *bounce;
 };
 
@@ -131,19 +131,19 @@ struct op {
 	struct hc_be_op be;
 	struct iovec iov[1 + HC_MAX_COMPONENTS];
 	struct call *call;
-	struct op *next;         /* on call->done */
-	unsigned item;           /* index into the caller's arrays */
+	struct op *next; /* on call->done */
+	unsigned item;   /* index into the caller's arrays */
 	uint32_t block;
 	int64_t result;
-	int reread;              /* a get read again into bounce */
+	int reread; /* a get read again into bounce */
 	void *bounce;
 	size_t bounce_len;
 	struct hc__obj_layout lay;
-	enum op_state state;     /* FLIGHT and DONE change under st->mu */
-	unsigned tries;          /* retries so far */
+	enum op_state state; /* FLIGHT and DONE change under st->mu */
+	unsigned tries;      /* retries so far */
 	int cancelled;
-	uint64_t deadline_ns;    /* FLIGHT: cancel, then orphan, after this */
-	uint64_t retry_at_ns;    /* DELAYED: submit again from then on */
+	uint64_t deadline_ns; /* FLIGHT: cancel, then orphan, after this */
+	uint64_t retry_at_ns; /* DELAYED: submit again from then on */
 };
 
 struct call {
@@ -153,15 +153,15 @@ struct call {
 	const hc_page_t *pages;
 	const hc_key_t *keys;
 	int *status;
-	int count;               /* the call's return: stored, hits, present, deleted */
-	struct op *ops;          /* min(n, qd) records */
-	struct op **idle;        /* records not in use */
+	int count;        /* the call's return: stored, hits, present, deleted */
+	struct op *ops;   /* min(n, qd) records */
+	struct op **idle; /* records not in use */
 	unsigned nidle;
-	struct op **pend;        /* prepared, not yet accepted by submit */
+	struct op **pend; /* prepared, not yet accepted by submit */
 	unsigned npend;
-	struct hc_be_op *subq;   /* contiguous copies of pend for submit */
-	struct op *done;         /* completed, under st->mu */
-	unsigned ndelayed;       /* waiting to be retried */
+	struct hc_be_op *subq; /* contiguous copies of pend for submit */
+	struct op *done;       /* completed, under st->mu */
+	unsigned ndelayed;     /* waiting to be retried */
 };
 
 /* For messages, by enum hc_be_opcode. */
@@ -198,7 +198,8 @@ static void warn_corrupt(hc_store *st, const uint8_t key[HC_KEY_BYTES], const ch
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	last = atomic_load(&st->last_warn_s);
-	if ((uint64_t)ts.tv_sec == last || !atomic_compare_exchange_strong(&st->last_warn_s, &last, (uint64_t)ts.tv_sec)) {
+	if ((uint64_t)ts.tv_sec == last ||
+	    !atomic_compare_exchange_strong(&st->last_warn_s, &last, (uint64_t)ts.tv_sec)) {
 		atomic_fetch_add(&st->quiet, 1);
 		return;
 	}
@@ -220,8 +221,8 @@ static int aim(struct call *c, struct op *o, uint32_t id)
 	const char *what = op_name[c->opcode];
 
 	if (!(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED))
-		return hc__err(EINVAL, "store %s: page %u has no key: L3 holds pages reserved by key (hc_reserve)", what,
-			       id);
+		return hc__err(EINVAL, "store %s: page %u has no key: L3 holds pages reserved by key (hc_reserve)",
+			       what, id);
 	presence = atomic_load_explicit(&p->pages[id].presence, memory_order_relaxed);
 	if (hc__obj_layout(&p->g, presence, &o->lay) < 0)
 		return hc__err(EINVAL, "store %s: page %u has presence 0x%x", what, id, presence);
@@ -401,7 +402,6 @@ corrupt:
  * error so that it can never pass for a success or a hit. */
 static int bad_result(struct call *c, struct op *o)
 {
-
 	return hc__err(EPROTO, "backend %s: %s completed with result %lld, which the ABI does not allow: a plugin bug",
 		       c->st->pl.name, op_name[c->opcode], (long long)o->result);
 }
@@ -476,12 +476,12 @@ static void complete_item(struct call *c, struct op *o, int status)
 /* The plugin let go of an orphan at last: release what it kept; under st->mu. */
 static void settle_orphan(hc_store *st, uint32_t b)
 {
-	struct orphan *or = st->orphan[b];
+	struct orphan * or = st->orphan[b];
 
 	if (or->opcode == HC_BE_OP_PUT)
 		hc_page_unpin(st->pool, or->page);
 	else if (or->opcode == HC_BE_OP_GET)
-		hc_page_abort(st->pool, &or->page, 1); /* its bytes are no one's */
+		hc_page_abort(st->pool, & or->page, 1); /* its bytes are no one's */
 	free(or->bounce);
 	free(or);
 	st->orphan[b] = NULL;
@@ -503,7 +503,8 @@ static void dispatch(hc_store *st, struct hc_be_cqe *cqe, int k)
 		}
 		if (b >= st->qd || !(o = st->owner[b]) || st->use[b] != use) {
 			if (!st->stray++)
-				hc__log(HC_LOG_ERR, "backend %s: a completion for no op in flight (user_data 0x%llx): a plugin bug; dropped",
+				hc__log(HC_LOG_ERR,
+					"backend %s: a completion for no op in flight (user_data 0x%llx): a plugin bug; dropped",
 					st->pl.name, (unsigned long long)cqe[i].user_data);
 			continue;
 		}
@@ -588,8 +589,17 @@ static void submit_pending(struct call *c)
 static int transient(int64_t r)
 {
 	switch (r) {
-	case -EAGAIN: case -EBUSY: case -ETIMEDOUT: case -EINTR: case -ECONNRESET: case -ECONNREFUSED:
-	case -ECONNABORTED: case -ENOTCONN: case -EHOSTUNREACH: case -ENETUNREACH: case -EPIPE:
+	case -EAGAIN:
+	case -EBUSY:
+	case -ETIMEDOUT:
+	case -EINTR:
+	case -ECONNRESET:
+	case -ECONNREFUSED:
+	case -ECONNABORTED:
+	case -ENOTCONN:
+	case -EHOSTUNREACH:
+	case -ENETUNREACH:
+	case -EPIPE:
 		return 1;
 	default:
 		return 0;
@@ -601,24 +611,26 @@ static int transient(int64_t r)
 static void orphan(struct call *c, struct op *o)
 {
 	hc_store *st = c->st;
-	struct orphan *or = malloc(sizeof(*or));
+	struct orphan * or = malloc(sizeof(* or));
 	const uint8_t *k = o->be.name + 32;
 
-	if (!or)
+	if (! or)
 		return; /* keep waiting for it instead; try again next round */
-	*or = (struct orphan){ c->opcode, c->pages ? c->pages[o->item] : 0, o->bounce };
+	* or = (struct orphan){ c->opcode, c->pages ? c->pages[o->item] : 0, o->bounce };
 	o->bounce = NULL;
 	st->owner[o->block] = NULL;
-	st->orphan[o->block] = or;
+	st->orphan[o->block] = or ;
 	c->inflight--;
 	count(st, SC_orphans, 1);
 	if (c->opcode == HC_BE_OP_GET)
 		count(st, SC_get_errors, 1);
 	else if (c->opcode == HC_BE_OP_PUT)
 		count(st, SC_put_errors, 1);
-	complete_item(c, o, hc__err(ETIME,
-				    "backend %s: %s of key %02x%02x%02x%02x... (item %u) not done %u ms after its submit, nor after a cancel: given up; its buffer stays out of use until the backend completes it",
-				    st->pl.name, op_name[c->opcode], k[0], k[1], k[2], k[3], o->item, st->timeout_ms));
+	complete_item(
+		c, o,
+		hc__err(ETIME,
+			"backend %s: %s of key %02x%02x%02x%02x... (item %u) not done %u ms after its submit, nor after a cancel: given up; its buffer stays out of use until the backend completes it",
+			st->pl.name, op_name[c->opcode], k[0], k[1], k[2], k[3], o->item, st->timeout_ms));
 	o->state = OP_IDLE;
 	c->idle[c->nidle++] = o;
 }
@@ -713,7 +725,8 @@ static void run(struct call *c, unsigned cap)
 			if (transient(o->result) && !o->cancelled && o->tries < st->retries) {
 				unsigned ms = BACKOFF_MS << (o->tries < 16 ? o->tries : 16);
 				o->tries++;
-				o->retry_at_ns = hc__mono_ns() + (uint64_t)(ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS) * 1000000u;
+				o->retry_at_ns = hc__mono_ns() +
+						 (uint64_t)(ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS) * 1000000u;
 				o->state = OP_DELAYED; /* it keeps its block, and a put its pin */
 				c->ndelayed++;
 				count(st, SC_retries, 1);
@@ -796,8 +809,7 @@ static void run(struct call *c, unsigned cap)
 	}
 }
 
-static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_key_t *keys,
-		unsigned n, int *status)
+static int call(hc_store *st, uint32_t opcode, const hc_page_t *pages, const hc_key_t *keys, unsigned n, int *status)
 {
 	struct call c = { .st = st, .opcode = opcode, .n = n, .pages = pages, .keys = keys, .status = status };
 	unsigned cap;
@@ -1018,7 +1030,8 @@ int hc_store_close(hc_store *st)
 		usleep(10000);
 	}
 	if ((left = hc__store_orphans(st)) > 0) {
-		hc__log(HC_LOG_ERR, "backend %s: %u ops never completed, even cancelled: the plugin is left open, its memory registered, and their pages held",
+		hc__log(HC_LOG_ERR,
+			"backend %s: %u ops never completed, even cancelled: the plugin is left open, its memory registered, and their pages held",
 			st->pl.name, left);
 		return hc__err(EBUSY, "store close: backend %s still holds %u ops", st->pl.name, left);
 	}

@@ -22,18 +22,18 @@
  * backs up each request's few new pages would otherwise get one worker,
  * and a queue depth of one put, per request. */
 
-struct bput {                /* a put being gathered */
+struct bput { /* a put being gathered */
 	hc_page_t *batch;
-	uint32_t *pos;           /* each entry's index in its backup */
+	uint32_t *pos; /* each entry's index in its backup */
 	int *status;
 	unsigned k;
 };
 
-struct bstate {              /* one backup's way through its pages */
-	uint32_t done;           /* pages looked at */
-	int64_t bad;             /* the index of the first failure; -1: none */
+struct bstate {        /* one backup's way through its pages */
+	uint32_t done; /* pages looked at */
+	int64_t bad;   /* the index of the first failure; -1: none */
 	int err;
-	unsigned k0, k1;         /* its entries in this round's put */
+	unsigned k0, k1; /* its entries in this round's put */
 	int live;
 };
 
@@ -132,7 +132,8 @@ static void bk_end(hc_service *s, struct job *j, const struct bstate *st)
 void hc__xfer_backups(hc_service *s, struct job **js, unsigned m)
 {
 	unsigned bp = js[0]->internal ? s->put_pages : s->o.batch_pages, live = m;
-	struct bput b = { .batch = calloc(bp, sizeof(*b.batch)), .pos = calloc(bp, sizeof(*b.pos)),
+	struct bput b = { .batch = calloc(bp, sizeof(*b.batch)),
+			  .pos = calloc(bp, sizeof(*b.pos)),
 			  .status = calloc(bp, sizeof(*b.status)) };
 	struct bstate *st = calloc(m, sizeof(*st));
 

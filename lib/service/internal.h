@@ -27,7 +27,7 @@
 #include "wire.h"
 
 struct slot_view {
-	int ok;                  /* views made for this epoch */
+	int ok; /* views made for this epoch */
 	uint32_t epoch;
 	struct hc__ring sq, cq;
 	const uint8_t *arg;
@@ -40,17 +40,17 @@ struct waiter {
 	unsigned slot;
 	uint32_t epoch;
 	uint64_t user_data;
-	uint64_t t0_ns;          /* when the dispatcher took it off the ring */
-	uint8_t op;              /* its enum hc__op, for the latency histograms */
+	uint64_t t0_ns; /* when the dispatcher took it off the ring */
+	uint8_t op;     /* its enum hc__op, for the latency histograms */
 };
 
 struct job {
-	struct job *next;        /* in the queue, or on the active list */
-	uint8_t op;              /* enum hc__op */
+	struct job *next; /* in the queue, or on the active list */
+	uint8_t op;       /* enum hc__op */
 	uint32_t n;
-	void *items;             /* n keys or page handles, ours */
-	struct hc__pf_args pf;   /* a prefetch's */
-	uint64_t name_hash;      /* a named prefetch's, for merging; 0: none */
+	void *items;           /* n keys or page handles, ours */
+	struct hc__pf_args pf; /* a prefetch's */
+	uint64_t name_hash;    /* a named prefetch's, for merging; 0: none */
 	struct waiter *waiters;
 	int result;
 	uint32_t where;
@@ -60,20 +60,20 @@ struct job {
 	int worked;
 	struct job **dependents;
 	unsigned ndependents, cap_dependents;
-	hc_key_t *mine;          /* keys this job registered in the key map */
+	hc_key_t *mine; /* keys this job registered in the key map */
 	unsigned nmine;
-	int internal;            /* the writer's (writer.c): no waiter */
-	uint64_t t0_ns;          /* an internal job's: when it was queued (its latency) */
-	_Atomic int cancel;      /* its only waiter cancelled it: stop at the next batch */
+	int internal;       /* the writer's (writer.c): no waiter */
+	uint64_t t0_ns;     /* an internal job's: when it was queued (its latency) */
+	_Atomic int cancel; /* its only waiter cancelled it: stop at the next batch */
 	/* buffer_only (stage.c), under mu */
-	uint8_t prio;            /* priority class */
-	uint32_t staged;         /* read staging pages admitted to it */
-	int trimmed;             /* staged is cut to what it reserved */
-	uint64_t parked_ms;      /* when it parked first: 0 while never parked */
-	uint64_t park_seq;       /* stage releases seen when it last parked */
-	int repark;              /* its reservation found no room: park it again */
-	int pending;             /* a rank's backup, counted in the arbiter's pending */
-	uint32_t l3_pages;       /* a prefetch's pages read from L3 and made READY (its worker's) */
+	uint8_t prio;       /* priority class */
+	uint32_t staged;    /* read staging pages admitted to it */
+	int trimmed;        /* staged is cut to what it reserved */
+	uint64_t parked_ms; /* when it parked first: 0 while never parked */
+	uint64_t park_seq;  /* stage releases seen when it last parked */
+	int repark;         /* its reservation found no room: park it again */
+	int pending;        /* a rank's backup, counted in the arbiter's pending */
+	uint32_t l3_pages;  /* a prefetch's pages read from L3 and made READY (its worker's) */
 };
 
 struct keymap;
@@ -89,31 +89,31 @@ struct hc_service {
 	hc_store *st;
 	pthread_t thr;
 	_Atomic int stop;
-	pthread_mutex_t mu;      /* the start/stop handshake, and the jobs (above) */
-	pthread_cond_t cv;       /* start and stop */
-	pthread_cond_t work;     /* a job was queued, or the workers are to stop */
-	pthread_cond_t idle;     /* a job finished */
+	pthread_mutex_t mu;  /* the start/stop handshake, and the jobs (above) */
+	pthread_cond_t cv;   /* start and stop */
+	pthread_cond_t work; /* a job was queued, or the workers are to stop */
+	pthread_cond_t idle; /* a job finished */
 	int started, result;
 	char err[512];
 	uint64_t gen;
 	struct slot_view v[HC_MAX_RANKS];
-	uint8_t *args;           /* the dispatcher's: one request's arguments, copied out */
+	uint8_t *args; /* the dispatcher's: one request's arguments, copied out */
 	pthread_mutex_t cq_mu;
-	int closing;             /* under mu: the thread is letting go of the pool */
+	int closing; /* under mu: the thread is letting go of the pool */
 
 	/* the transfer engine (transfer.c), under mu */
 	pthread_t *workers;
 	unsigned nworkers;
 	int workers_stop;
 	struct job *qhead, *qtail;
-	unsigned put_pages;      /* pages a write-policy put writes (and pins) at most */
-	struct job *active;      /* queued or running, for merging by name */
-	struct pf_help *helps;   /* long prefetch reads idle workers help with */
-	pthread_cond_t helped;   /* a part of one is done */
+	unsigned put_pages;    /* pages a write-policy put writes (and pins) at most */
+	struct job *active;    /* queued or running, for merging by name */
+	struct pf_help *helps; /* long prefetch reads idle workers help with */
+	pthread_cond_t helped; /* a part of one is done */
 	unsigned running, queued;
 	struct keymap *keys;
-	struct writer *writer;   /* writer.c; NULL under write_none */
-	struct stage *stage;     /* stage.c; NULL in a cache pool */
+	struct writer *writer; /* writer.c; NULL under write_none */
+	struct stage *stage;   /* stage.c; NULL in a cache pool */
 };
 
 /* service.c: post a job's completion to each of its waiters; post one. */
@@ -159,7 +159,8 @@ void hc__xfer_help(hc_service *s);
 
 /* writer.c: the write policy.  start stores the policy in the service
  * record and makes the page map; due says whether the dispatcher should
- * scan now (and lowers *wait_ms, if not NULL, when it should soon); scan queues backups; done (under mu) ends an internal job. */
+ * scan now (and lowers *wait_ms, if not NULL, when it should soon); scan queues backups; done (under mu) ends an
+ * internal job. */
 int hc__writer_start(hc_service *s);
 void hc__writer_stop(hc_service *s);
 int hc__writer_due(hc_service *s, int *wait_ms);

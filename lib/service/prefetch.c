@@ -16,7 +16,10 @@
 /* Is key READY in the pool now? */
 static int in_l2(hc_service *s, const hc_key_t *key)
 {
-	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+				    .keys = key,
+				    .nkeys = 1,
+				    .flags = HC_LOOKUP_NOTOUCH };
 	hc_page_t h;
 
 	return hc_lookup(s->p, &lr, &h) == 1;
@@ -44,7 +47,8 @@ static int pf_prefix(hc_service *s, struct job *j, int *status)
 			pthread_mutex_lock(&s->mu);
 			busy = hc__km_find(s->keys, keys[done + i]) != NULL;
 			pthread_mutex_unlock(&s->mu);
-			if (!busy && !(status[i] == 0 ? hc__xfer_l3_absent(s, &keys[done + i]) : in_l2(s, &keys[done + i])))
+			if (!busy &&
+			    !(status[i] == 0 ? hc__xfer_l3_absent(s, &keys[done + i]) : in_l2(s, &keys[done + i])))
 				return (int)(done + i);
 		}
 		done += k;
@@ -56,7 +60,10 @@ static int pf_prefix(hc_service *s, struct job *j, int *status)
  * register them; keys another job reads make this one wait for it. */
 static int pf_reserve(hc_service *s, struct job *j, uint32_t len, hc_page_t *pages, uint8_t *skip)
 {
-	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req), .keys = j->items, .nkeys = len, .first_depth = j->pf.first_depth,
+	struct hc_reserve_req rr = { .size = sizeof(struct hc_reserve_req),
+				     .keys = j->items,
+				     .nkeys = len,
+				     .first_depth = j->pf.first_depth,
 				     .presence = j->pf.presence };
 	const hc_key_t *keys = j->items;
 	int r = hc_reserve(s->p, &rr, pages, skip);
@@ -95,21 +102,21 @@ static int pf_reserve(hc_service *s, struct job *j, uint32_t len, hc_page_t *pag
  * given back) in order, by one thread at a time, so the ranks only ever
  * see a prefix. */
 struct pf_help {
-	struct pf_help *next;    /* on s->helps while parts are left (under mu) */
+	struct pf_help *next; /* on s->helps while parts are left (under mu) */
 	struct job *j;
-	const hc_page_t *pages;  /* the reservation */
-	const uint32_t *at;      /* the indices in pages of those to read, nread */
-	int *status;             /* one per entry of at */
-	uint8_t *done;           /* one per part */
-	uint32_t nread, part;    /* entries; entries per part */
+	const hc_page_t *pages; /* the reservation */
+	const uint32_t *at;     /* the indices in pages of those to read, nread */
+	int *status;            /* one per entry of at */
+	uint8_t *done;          /* one per part */
+	uint32_t nread, part;   /* entries; entries per part */
 	/* under mu */
-	uint32_t claimed;        /* entries before it are claimed */
-	uint32_t fail;           /* the first entry that failed; nread: none */
-	uint32_t settled;        /* entries before it are committed or given back */
-	unsigned inflight;       /* parts claimed and not settled */
-	int settling;            /* a thread settles parts (with mu let go) */
+	uint32_t claimed;  /* entries before it are claimed */
+	uint32_t fail;     /* the first entry that failed; nread: none */
+	uint32_t settled;  /* entries before it are committed or given back */
+	unsigned inflight; /* parts claimed and not settled */
+	int settling;      /* a thread settles parts (with mu let go) */
 	/* the settling thread's */
-	int failed;              /* the prefix has ended */
+	int failed; /* the prefix has ended */
 };
 
 /* Under mu: claim the next part of h, or take h off the list: none is
@@ -156,7 +163,8 @@ static void pf_settle(hc_service *s, struct pf_help *h, uint32_t x, int read)
 		h->failed = 1;
 		h->j->where = h->at[x];
 		if (read)
-			hc__svc_count(s, h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails, 1);
+			hc__svc_count(
+				s, h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails, 1);
 	}
 	if (!read || h->status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */
 		hc_page_abort(p, &pg, 1);
@@ -289,7 +297,7 @@ int hc__xfer_prefetch(hc_service *s, struct job *j)
 	r = pf_reserve(s, j, (uint32_t)len, pages, skip);
 	if (s->stage) {
 		hc__stage_reserved(s, j, r); /* what it does not use goes back */
-		j->repark = r == -ENOSPC; /* buffer_only parks rather than fails */
+		j->repark = r == -ENOSPC;    /* buffer_only parks rather than fails */
 	}
 	pthread_mutex_unlock(&s->mu);
 	if (r < 0) {

@@ -20,27 +20,27 @@
 
 #include "wire.h"
 
-#define SPIN_NS 20000u      /* a busy service answers within a few microseconds */
-#define LIVENESS_MS 100     /* while waiting, look at the service this often */
+#define SPIN_NS     20000u /* a busy service answers within a few microseconds */
+#define LIVENESS_MS 100    /* while waiting, look at the service this often */
 
 struct hc_req {
 	hc_pool *p;
-	uint8_t op;             /* enum hc__op */
+	uint8_t op; /* enum hc__op */
 	uint32_t idx, gen;
-	uint64_t svc_gen;       /* the service generation it was posted to */
+	uint64_t svc_gen; /* the service generation it was posted to */
 	int done, result;
 	uint32_t where;
 	/* a prefetch's, for the take */
 	hc_key_t *keys;
 	unsigned nkeys;
 	uint32_t presence;
-	struct hc__pf_args pf;  /* its ticket name */
+	struct hc__pf_args pf; /* its ticket name */
 	enum hc_prefetch_policy policy;
-	uint64_t deadline_ms;   /* TIMEOUT: when the take stops waiting */
+	uint64_t deadline_ms; /* TIMEOUT: when the take stops waiting */
 	int taken;
-	int backend_attach;     /* a backend request: attach (1) or detach (0) */
-	uint8_t prio;           /* buffer_only: the priority class */
-	int acked;              /* buffer_only: the service was told we are done with it */
+	int backend_attach; /* a backend request: attach (1) or detach (0) */
+	uint8_t prio;       /* buffer_only: the priority class */
+	int acked;          /* buffer_only: the service was told we are done with it */
 };
 
 struct reqs {
@@ -48,9 +48,9 @@ struct reqs {
 	struct hc__ring sq, cq;
 	struct hc__argbuf arg;
 	uint8_t *argmem;
-	struct hc_bell *bell;   /* this slot's completion bell */
+	struct hc_bell *bell; /* this slot's completion bell */
 	uint32_t epoch;
-	hc_req **live;          /* [cap]: outstanding requests by index */
+	hc_req **live; /* [cap]: outstanding requests by index */
 	uint32_t cap, next_gen;
 };
 
@@ -174,7 +174,8 @@ int hc_service_info(hc_pool *p, struct hc_service_info *info, size_t size)
 	out->live = r;
 	out->generation = atomic_load_explicit(&s->generation, memory_order_acquire);
 	wp = atomic_load_explicit(&s->write_policy, memory_order_relaxed);
-	out->write_policy = wp >= 1 && wp <= HC_WRITE_NONE + 1 ? (int)wp - 1 : -1; /* anything else: never set (or scribbled) */
+	out->write_policy = wp >= 1 && wp <= HC_WRITE_NONE + 1 ? (int)wp - 1
+							       : -1; /* anything else: never set (or scribbled) */
 	out->select_hits = atomic_load_explicit(&s->select_hits, memory_order_relaxed);
 	if (out->live) { /* a dead service's gauges are stale */
 		out->jobs_queued = atomic_load_explicit(&s->jobs_queued, memory_order_relaxed);
@@ -189,8 +190,8 @@ int hc_service_info(hc_pool *p, struct hc_service_info *info, size_t size)
 
 static int no_service(hc_pool *p, const char *op)
 {
-	return hc__err(ENOTCONN, "%s: no service serves pool '%s': start hicached (or an embedded service) for it",
-		       op, p->info.name);
+	return hc__err(ENOTCONN, "%s: no service serves pool '%s': start hicached (or an embedded service) for it", op,
+		       p->info.name);
 }
 
 /* Post one request with its items (after head, hlen bytes, if any); the
@@ -214,8 +215,9 @@ static int post(hc_pool *p, struct reqs *q, const char *op, uint8_t code, const 
 		off = hc__argbuf_alloc(&q->arg, len, q->sq.mine, q->sq.theirs);
 	}
 	if (off == -ENOSPC)
-		return hc__err(EAGAIN, "%s: this rank's argument area (%llu bytes) is full: wait for requests in flight",
-			       op, (unsigned long long)p->g.arg_bytes);
+		return hc__err(EAGAIN,
+			       "%s: this rank's argument area (%llu bytes) is full: wait for requests in flight", op,
+			       (unsigned long long)p->g.arg_bytes);
 	if (off < 0)
 		return hc__err(-(int)off, "%s: %u items: %s", op, n, hc_last_error());
 	if (hlen)
@@ -242,8 +244,10 @@ static int check_args(hc_pool *p, const char *op, uint8_t code, const void *item
 	if (n == 0)
 		return hc__err(EINVAL, "%s: no %s", op, code == HC__OP_BACKUP ? "pages" : "keys");
 	if ((uint64_t)n * size + hlen > p->g.arg_bytes)
-		return hc__err(E2BIG, "%s: %u items (%llu bytes) do not fit this pool's argument area of %llu bytes: split the request, or create the pool with a larger --arg-bytes",
-			       op, n, (unsigned long long)(n * size + hlen), (unsigned long long)p->g.arg_bytes);
+		return hc__err(
+			E2BIG,
+			"%s: %u items (%llu bytes) do not fit this pool's argument area of %llu bytes: split the request, or create the pool with a larger --arg-bytes",
+			op, n, (unsigned long long)(n * size + hlen), (unsigned long long)p->g.arg_bytes);
 	return 0;
 }
 
@@ -315,8 +319,8 @@ int hc_req_backend(hc_pool *pool, const char *spec, hc_req **out)
 
 	if (!spec)
 		spec = "";
-	r = submit(pool, *spec ? "backend attach" : "backend detach", HC__OP_BACKEND, spec, (unsigned)strlen(spec) + 1, 1,
-		   out);
+	r = submit(pool, *spec ? "backend attach" : "backend detach", HC__OP_BACKEND, spec, (unsigned)strlen(spec) + 1,
+		   1, out);
 	if (r == 0)
 		(*out)->backend_attach = *spec != 0;
 	return r;
@@ -333,8 +337,10 @@ int hc_req_stage(hc_pool *p, unsigned npages, unsigned prio, hc_req **out)
 	if (!p)
 		return hc__err(EINVAL, "%s: pool is NULL", op);
 	if (p->g.host_mode != HC_HOST_BUFFER_ONLY)
-		return hc__err(EOPNOTSUPP, "%s: pool '%s' is a cache pool: reserve pages directly (staging grants are for buffer_only pools)",
-			       op, p->info.name);
+		return hc__err(
+			EOPNOTSUPP,
+			"%s: pool '%s' is a cache pool: reserve pages directly (staging grants are for buffer_only pools)",
+			op, p->info.name);
 	if (npages == 0 || npages > p->g.npages)
 		return hc__err(EINVAL, "%s: %u pages: ask for 1 to the pool's %u", op, npages, p->g.npages);
 	if (prio >= HC_PRIO_CLASSES)
@@ -383,8 +389,10 @@ int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *given, hc_req **ou
 		int32_t eng;
 		if (!req->name->request_id || !(len = strnlen(req->name->request_id, HC_REQUEST_ID_MAX + 1)) ||
 		    len > HC_REQUEST_ID_MAX)
-			return hc__err(EINVAL, "%s: the ticket's request id must be 1..%d bytes", op, HC_REQUEST_ID_MAX);
-		if (p->slot < 0 || !(eng = (int32_t)atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed)))
+			return hc__err(EINVAL, "%s: the ticket's request id must be 1..%d bytes", op,
+				       HC_REQUEST_ID_MAX);
+		if (p->slot < 0 ||
+		    !(eng = (int32_t)atomic_load_explicit(&p->ranks[p->slot].engine, memory_order_relaxed)))
 			return hc__err(EINVAL, "%s: a ticket name needs an engine: call hc_engine_join first", op);
 		memcpy(a.name, req->name->request_id, len);
 		a.step = req->name->step;
@@ -445,7 +453,8 @@ static int check(hc_req *rq, struct reqs *q)
 	if (r < 0)
 		return r;
 	if (r == 0 || atomic_load_explicit(&rq->p->ctl->service.generation, memory_order_acquire) != rq->svc_gen)
-		return hc__err(ENOTCONN, "L3 request: the service of pool '%s' %s while the request was in flight; it is lost",
+		return hc__err(ENOTCONN,
+			       "L3 request: the service of pool '%s' %s while the request was in flight; it is lost",
 			       rq->p->info.name, r == 0 ? "stopped or died" : "restarted");
 	return 0;
 }
@@ -453,18 +462,25 @@ static int check(hc_req *rq, struct reqs *q)
 static int result_of(hc_req *rq)
 {
 	if (rq->op == HC__OP_BACKEND && rq->result < 0)
-		return hc__err(-rq->result, "backend %s: %s", rq->backend_attach ? "attach" : "detach",
-			       rq->result == -EBUSY ? "refused while transfers are in flight: try again when the service is idle" :
-			       rq->result == -EALREADY ? (rq->backend_attach ? "a backend is attached already: detach it first" :
-								      "no backend is attached") :
-			       rq->result == -ENOENT ? "the plugin was not found (see the service's log for where it looked)" :
-			       rq->result == -EINVAL ? "the spec or an option of it is wrong (the service's log says which)" :
-			       strerror(-rq->result));
+		return hc__err(
+			-rq->result, "backend %s: %s", rq->backend_attach ? "attach" : "detach",
+			rq->result == -EBUSY
+				? "refused while transfers are in flight: try again when the service is idle"
+			: rq->result == -EALREADY
+				? (rq->backend_attach ? "a backend is attached already: detach it first"
+						      : "no backend is attached")
+			: rq->result == -ENOENT ? "the plugin was not found (see the service's log for where it looked)"
+			: rq->result == -EINVAL ? "the spec or an option of it is wrong (the service's log says which)"
+						: strerror(-rq->result));
 	if (rq->op == HC__OP_STAGE && rq->result == -ETIMEDOUT)
-		return hc__err(ETIMEDOUT, "write staging: the grant waited longer than the service's write_park_ms and was dropped: let its GPU pages go, or ask again");
+		return hc__err(
+			ETIMEDOUT,
+			"write staging: the grant waited longer than the service's write_park_ms and was dropped: let its GPU pages go, or ask again");
 	if (rq->result == -E2BIG)
-		return hc__err(E2BIG, "%s: more staging pages than the buffer_only pool ever grants at once (the service's log says how many): split it",
-			       rq->op == HC__OP_STAGE ? "write staging" : "L3 prefetch");
+		return hc__err(
+			E2BIG,
+			"%s: more staging pages than the buffer_only pool ever grants at once (the service's log says how many): split it",
+			rq->op == HC__OP_STAGE ? "write staging" : "L3 prefetch");
 	if (rq->result == -ENODEV)
 		return hc__err(ENODEV, "L3 request: the service has no backend attached: hicache-pool backend attach");
 	if (rq->result == -ECANCELED)
@@ -485,8 +501,8 @@ static int post_about(struct reqs *q, hc_req *rq, uint8_t code, const char *op)
 	int r;
 
 	if ((r = hc__ring_room(&q->sq, 1)) <= 0)
-		return r < 0 ? hc__err(-r, "%s: %s", op, hc_last_error()) :
-			       hc__err(EAGAIN, "%s: this rank's request ring is full: wait for some first", op);
+		return r < 0 ? hc__err(-r, "%s: %s", op, hc_last_error())
+			     : hc__err(EAGAIN, "%s: this rank's request ring is full: wait for some first", op);
 	/* Every entry posted passes through the argument area's books, even
 	 * one without arguments (ring.c). */
 	if ((off = hc__argbuf_alloc(&q->arg, 0, q->sq.mine, q->sq.theirs)) < 0)
@@ -602,8 +618,10 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 	int r;
 
 	if (!rq || !rq->p || !pages)
-		return hc__err(EINVAL, "prefetch take: %s", !rq ? "the request is NULL" : !pages ? "pages is NULL" :
-							       "its pool was detached");
+		return hc__err(EINVAL, "prefetch take: %s",
+			       !rq      ? "the request is NULL"
+			       : !pages ? "pages is NULL"
+					: "its pool was detached");
 	if (rq->op != HC__OP_PREFETCH)
 		return hc__err(EINVAL, "prefetch take: the request is not a prefetch");
 	if (rq->pf.name[0] && !t)
@@ -623,7 +641,10 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 	} else {
 		hc_req_poll(rq);
 	}
-	lr = (struct hc_lookup_req){ .size = sizeof(lr), .keys = rq->keys, .nkeys = rq->nkeys, .comps = rq->presence,
+	lr = (struct hc_lookup_req){ .size = sizeof(lr),
+				     .keys = rq->keys,
+				     .nkeys = rq->nkeys,
+				     .comps = rq->presence,
 				     .flags = HC_LOOKUP_PIN | HC__LOOKUP_TAKE };
 	if (rq->pf.name[0]) {
 		struct hc_ticket_name nm = { .size = sizeof(nm), .request_id = rq->pf.name, .step = rq->pf.step };

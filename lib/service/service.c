@@ -29,23 +29,25 @@
 #include "../l3/store.h"
 #include "internal.h"
 
-#define DEFAULT_BATCH 128
-#define DEFAULT_QD 256
-#define DEFAULT_SPIN_US 50
-#define DEFAULT_WORKERS 4
-#define DEFAULT_SELECT_HITS 2
+#define DEFAULT_BATCH         128
+#define DEFAULT_QD            256
+#define DEFAULT_SPIN_US       50
+#define DEFAULT_WORKERS       4
+#define DEFAULT_SELECT_HITS   2
 #define DEFAULT_WRITEBACK_PCT 20
 #define DEFAULT_WRITE_PARK_MS 2000
 #define DEFAULT_STAGE_HOLD_MS 60000
-#define IDLE_MS 100    /* look at the ranks' slots at least this often */
-#define RECOVER_MS 100 /* and recover the dead ones */
-#define LOCK_WAIT_MS 100 /* a prober holds the service lock for microseconds */
+#define IDLE_MS               100 /* look at the ranks' slots at least this often */
+#define RECOVER_MS            100 /* and recover the dead ones */
+#define LOCK_WAIT_MS          100 /* a prober holds the service lock for microseconds */
 
 /* Check a request's fields and copy its arguments out: the item size, or -errno. */
 static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e)
 {
-	size_t size = e->op == HC__OP_EXISTS || e->op == HC__OP_PREFETCH ? sizeof(hc_key_t) :
-		      e->op == HC__OP_BACKUP ? sizeof(hc_page_t) : e->op == HC__OP_BACKEND ? 1 : 0;
+	size_t size = e->op == HC__OP_EXISTS || e->op == HC__OP_PREFETCH ? sizeof(hc_key_t)
+		      : e->op == HC__OP_BACKUP                           ? sizeof(hc_page_t)
+		      : e->op == HC__OP_BACKEND                          ? 1
+									 : 0;
 	uint64_t head = e->op == HC__OP_PREFETCH ? sizeof(struct hc__pf_args) : 0;
 
 	if (!size)
@@ -60,7 +62,10 @@ static int take_args(hc_service *s, struct slot_view *v, const struct hc__sqe *e
 /* Post one completion, if the slot still has the owner that asked. */
 static void post(hc_service *s, unsigned slot, uint32_t epoch, uint64_t user_data, int result, uint32_t where)
 {
-	struct hc__cqe c = { .user_data = user_data, .result = result, .epoch = epoch, .svc_gen = s->gen,
+	struct hc__cqe c = { .user_data = user_data,
+			     .result = result,
+			     .epoch = epoch,
+			     .svc_gen = s->gen,
 			     .where = where };
 	struct slot_view *v = &s->v[slot];
 
@@ -131,8 +136,11 @@ static int slot_ready(hc_service *s, unsigned slot, uint32_t *epoch)
  */
 static int backend_change(hc_service *s, const char *spec, unsigned slot)
 {
-	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
-				    .timeout_ms = s->o.timeout_ms, .retries = s->o.retries };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts),
+				    .backend_dir = s->backend_dir,
+				    .queue_depth = s->o.queue_depth,
+				    .timeout_ms = s->o.timeout_ms,
+				    .retries = s->o.retries };
 	unsigned busy;
 	hc_store *st = NULL;
 	char *copy = NULL;
@@ -144,8 +152,10 @@ static int backend_change(hc_service *s, const char *spec, unsigned slot)
 		busy++;
 	pthread_mutex_unlock(&s->mu);
 	if (busy || hc__writer_busy(s)) {
-		r = hc__err(EBUSY, "service: backend %s refused: %u requests and %u write-policy pages in flight; try again when idle",
-			    *spec ? "attach" : "detach", busy, hc__writer_busy(s));
+		r = hc__err(
+			EBUSY,
+			"service: backend %s refused: %u requests and %u write-policy pages in flight; try again when idle",
+			*spec ? "attach" : "detach", busy, hc__writer_busy(s));
 		goto out;
 	}
 	if (!*spec) {
@@ -158,8 +168,8 @@ static int backend_change(hc_service *s, const char *spec, unsigned slot)
 		pthread_mutex_lock(&s->mu);
 		s->st = NULL;
 		pthread_mutex_unlock(&s->mu);
-		hc__log(HC_LOG_INFO, "service: pool '%s': backend %s detached (rank slot %u asked)", s->name, s->backend,
-			slot);
+		hc__log(HC_LOG_INFO, "service: pool '%s': backend %s detached (rank slot %u asked)", s->name,
+			s->backend, slot);
 		return 0;
 	}
 	if (s->st) {
@@ -265,7 +275,8 @@ static int any_request(void *arg)
 		const struct hc_ring *r = (const struct hc_ring *)(hc__rank_block(s->p, i) + s->p->g.rg.sq_off);
 		if (atomic_load_explicit(&s->p->ranks[i].state, memory_order_relaxed) != HC_RANK_LIVE)
 			continue; /* a dead owner's leftovers wait for the next owner */
-		if (atomic_load_explicit(&r->tail, memory_order_acquire) != (v->ok ? v->sq.mine : atomic_load(&r->head)))
+		if (atomic_load_explicit(&r->tail, memory_order_acquire) !=
+		    (v->ok ? v->sq.mine : atomic_load(&r->head)))
 			return 1;
 	}
 	return 0;
@@ -292,8 +303,8 @@ static int take_lock(hc_service *s)
 	if (r == ETIMEDOUT)
 		r = EBUSY;
 	if (r == EOWNERDEAD) {
-		hc__log(HC_LOG_WARN, "service: pool '%s': the previous service (pid %u) died; taking over",
-			s->name, atomic_load(&sv->pid));
+		hc__log(HC_LOG_WARN, "service: pool '%s': the previous service (pid %u) died; taking over", s->name,
+			atomic_load(&sv->pid));
 		pthread_mutex_consistent(&sv->life);
 		r = 0;
 	}
@@ -341,7 +352,8 @@ static void recover(hc_service *s)
 	if (hc_pool_recover(s->p, &rep, sizeof(rep)) < 0)
 		hc__log(HC_LOG_WARN, "service: pool '%s': recovery: %s", s->name, hc_last_error());
 	else if (rep.dead_ranks)
-		hc__log(HC_LOG_INFO, "service: pool '%s': recovered %u dead rank slots (%u pins dropped, %u reservations quarantined)",
+		hc__log(HC_LOG_INFO,
+			"service: pool '%s': recovered %u dead rank slots (%u pins dropped, %u reservations quarantined)",
 			s->name, rep.dead_ranks, rep.pins_dropped, rep.quarantined);
 }
 
@@ -349,8 +361,11 @@ static void *service_main(void *arg)
 {
 	hc_service *s = arg;
 	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = s->dir };
-	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts), .backend_dir = s->backend_dir, .queue_depth = s->o.queue_depth,
-				    .timeout_ms = s->o.timeout_ms, .retries = s->o.retries };
+	struct hc_store_opts so = { .size = sizeof(struct hc_store_opts),
+				    .backend_dir = s->backend_dir,
+				    .queue_depth = s->o.queue_depth,
+				    .timeout_ms = s->o.timeout_ms,
+				    .retries = s->o.retries };
 	uint64_t last_recover;
 	int r;
 
@@ -457,14 +472,20 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 		opts = &ob;
 	}
 	if (!pool || !opts || !opts->backend)
-		return hc__err(EINVAL, "service: %s", !pool ? "no pool name" : !opts ? "opts is NULL" : "no backend (e.g. file:dir=/var/cache/hicache)");
+		return hc__err(EINVAL, "service: %s",
+			       !pool   ? "no pool name"
+			       : !opts ? "opts is NULL"
+				       : "no backend (e.g. file:dir=/var/cache/hicache)");
 	if ((r = hc_pool_name_valid(pool)) < 0)
 		return r;
 	if ((unsigned)opts->write_policy > HC_WRITE_NONE)
-		return hc__err(EINVAL, "service: write policy %u is none of write_through (0), write_through_selective (1), write_back (2), write_none (3)",
-			       (unsigned)opts->write_policy);
+		return hc__err(
+			EINVAL,
+			"service: write policy %u is none of write_through (0), write_through_selective (1), write_back (2), write_none (3)",
+			(unsigned)opts->write_policy);
 	if (opts->writeback_pct > 100)
-		return hc__err(EINVAL, "service: writeback_pct %u is a share of the pool: 1 to 100", opts->writeback_pct);
+		return hc__err(EINVAL, "service: writeback_pct %u is a share of the pool: 1 to 100",
+			       opts->writeback_pct);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return hc__err(ENOMEM, "service: no memory");

@@ -36,10 +36,10 @@
 
 #include "internal.h"
 
-#define NEED_BUCKETS 4096    /* keys of prefetches in flight: thousands */
+#define NEED_BUCKETS    4096 /* keys of prefetches in flight: thousands */
 #define REPARK_RETRY_MS 100  /* a job that found no room tries again after a release, or this */
-#define PUMP_MS 1            /* while a request waits for room: look again this often */
-#define SWEEP_IDLE_MS 10     /* else free what has ended at least this often */
+#define PUMP_MS         1    /* while a request waits for room: look again this often */
+#define SWEEP_IDLE_MS   10   /* else free what has ended at least this often */
 #define EXPIRE_EVERY_MS 100  /* dead ranks and overdue holds, looked for this often */
 
 /* A key named by prefetches a rank may still take: how many. */
@@ -63,19 +63,19 @@ struct grant {
 	struct grant *next;
 	struct waiter w;
 	uint32_t n;
-	uint64_t t_ms;           /* parked since; given at */
+	uint64_t t_ms; /* parked since; given at */
 };
 
 struct rel {
 	hc_page_t h;
-	int read;                /* counted in R until it goes */
+	int read; /* counted in R until it goes */
 };
 
 struct stage {
 	uint32_t pool, read_cap, write_max;
 	uint32_t R, W;
-	uint32_t done_w;         /* pages written (or not) and not freed yet: kept while a
-	                          * prefetch names them or a rank holds them */
+	uint32_t done_w; /* pages written (or not) and not freed yet: kept while a
+			  * prefetch names them or a rank holds them */
 	struct job *rh[HC_PRIO_CLASSES], *rt[HC_PRIO_CLASSES];
 	struct grant *wh[HC_PRIO_CLASSES], *wt[HC_PRIO_CLASSES];
 	unsigned parked_r, parked_w;
@@ -84,9 +84,9 @@ struct stage {
 	struct need *need[NEED_BUCKETS];
 	struct rel *rel;
 	unsigned nrel, caprel;
-	uint32_t *at;            /* per page: its index in rel, + 1; 0: not there */
-	uint16_t *pending;       /* per page: backups naming it, not done with it */
-	uint64_t seq;            /* pages freed so far */
+	uint32_t *at;      /* per page: its index in rel, + 1; 0: not there */
+	uint16_t *pending; /* per page: backups naming it, not done with it */
+	uint64_t seq;      /* pages freed so far */
 	uint64_t last_expire_ms, last_sweep_ms;
 };
 
@@ -482,7 +482,8 @@ int hc__stage_prefetch(hc_service *s, const struct waiter *w, const hc_key_t *ke
 
 	if (n > st->read_cap) {
 		free(a);
-		hc__log(HC_LOG_WARN, "service: rank slot %u: a prefetch of %u keys: buffer_only pool '%s' stages reads on at most %u of its %u pages; refused (E2BIG)",
+		hc__log(HC_LOG_WARN,
+			"service: rank slot %u: a prefetch of %u keys: buffer_only pool '%s' stages reads on at most %u of its %u pages; refused (E2BIG)",
 			w->slot, n, s->name, st->read_cap, st->pool);
 		return -E2BIG;
 	}
@@ -556,7 +557,8 @@ int hc__stage_request(hc_service *s, const struct hc__sqe *e, const struct waite
 	if (e->n == 0 || e->prio >= HC_PRIO_CLASSES || e->arg_len)
 		return -EINVAL;
 	if (e->n > st->write_max) {
-		hc__log(HC_LOG_WARN, "service: rank slot %u: a write grant of %u pages: buffer_only pool '%s' grants at most %u of its %u pages at once; refused (E2BIG)",
+		hc__log(HC_LOG_WARN,
+			"service: rank slot %u: a write grant of %u pages: buffer_only pool '%s' grants at most %u of its %u pages at once; refused (E2BIG)",
 			w->slot, e->n, s->name, st->write_max, st->pool);
 		return -E2BIG;
 	}
@@ -630,7 +632,8 @@ static void expire(hc_service *s, uint64_t now)
 		if (dead || now - a->t_ms >= hold) {
 			*pa = a->next;
 			if (!dead)
-				hc__log(HC_LOG_WARN, "service: pool '%s': rank slot %u did not take a prefetch of %u keys within stage_hold_ms: its pages go",
+				hc__log(HC_LOG_WARN,
+					"service: pool '%s': rank slot %u did not take a prefetch of %u keys within stage_hold_ms: its pages go",
 					s->name, a->w.slot, a->n);
 			hc__svc_count(s, HC_CTR_stage_expired, 1);
 			asked_free(st, a);

@@ -50,12 +50,14 @@ static void svc_hist(hc_service *s, unsigned at, uint64_t v)
 static void internal_latency(hc_service *s, const struct job *j)
 {
 	if (j->op == HC__OP_BACKUP && j->t0_ns)
-		svc_hist(s, HC_STATS_HIST_WORD + HC_HIST_backup * HC_STATS_HIST_WORDS, (hc__mono_ns() - j->t0_ns) / 1000);
+		svc_hist(s, HC_STATS_HIST_WORD + HC_HIST_backup * HC_STATS_HIST_WORDS,
+			 (hc__mono_ns() - j->t0_ns) / 1000);
 }
 
 void hc__svc_latency(hc_service *s, const struct waiter *w)
 {
-	static const int kind[] = { [HC__OP_EXISTS] = HC_HIST_exists + 1, [HC__OP_BACKUP] = HC_HIST_backup + 1,
+	static const int kind[] = { [HC__OP_EXISTS] = HC_HIST_exists + 1,
+				    [HC__OP_BACKUP] = HC_HIST_backup + 1,
 				    [HC__OP_PREFETCH] = HC_HIST_prefetch + 1 };
 	uint64_t us;
 
@@ -177,7 +179,10 @@ int hc__xfer_depend(struct job *j, struct job *a)
 static int ready_prefix(hc_service *s, const struct job *j)
 {
 	hc_page_t *scratch = malloc((size_t)j->n * sizeof(*scratch));
-	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = j->items, .nkeys = j->n, .flags = HC_LOOKUP_NOTOUCH };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+				    .keys = j->items,
+				    .nkeys = j->n,
+				    .flags = HC_LOOKUP_NOTOUCH };
 	int h;
 
 	if (!scratch)
@@ -198,7 +203,8 @@ static void count_outcome(hc_service *s, const struct job *j)
 	if (j->result == -ECANCELED)
 		return;
 	if (j->result < 0)
-		hc__svc_count(s, j->result == -ETIMEDOUT || j->result == -ETIME ? HC_CTR_req_timedout : HC_CTR_req_failed, n);
+		hc__svc_count(
+			s, j->result == -ETIMEDOUT || j->result == -ETIME ? HC_CTR_req_timedout : HC_CTR_req_failed, n);
 	else if (j->op != HC__OP_EXISTS && (uint32_t)j->result < j->n)
 		hc__svc_count(s, HC_CTR_req_partial, n);
 	else
@@ -258,7 +264,10 @@ static void job_finish(hc_service *s, struct job *j)
  * Returns whether key is READY in the pool. */
 int hc__xfer_l3_absent(hc_service *s, const hc_key_t *key)
 {
-	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = key, .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH | HC_LOOKUP_PIN };
+	struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+				    .keys = key,
+				    .nkeys = 1,
+				    .flags = HC_LOOKUP_NOTOUCH | HC_LOOKUP_PIN };
 	struct hc_seg_page *pg;
 	hc_page_t h;
 
@@ -314,7 +323,6 @@ void hc__svc_page_key(const hc_pool *p, uint32_t id, hc_key_t key)
 		memcpy(key + 8 * w, &x, 8);
 	}
 }
-
 
 /* Run m jobs: one, or backups that share puts. */
 static void run(hc_service *s, struct job **js, unsigned m)
@@ -511,7 +519,8 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 		}
 		hc__svc_count(s, HC_CTR_l3_prefetch_reqs, 1);
 	}
-	if (s->stage && e->op == HC__OP_PREFETCH && (r = hc__stage_prefetch(s, w, (const hc_key_t *)(const void *)items, e->n)) < 0)
+	if (s->stage && e->op == HC__OP_PREFETCH &&
+	    (r = hc__stage_prefetch(s, w, (const hc_key_t *)(const void *)items, e->n)) < 0)
 		return r; /* too large for the pool, or no memory */
 	if ((e->op == HC__OP_EXISTS || (e->op == HC__OP_BACKUP && all_in_l3(s, items, e->n))) &&
 	    e->n <= s->o.batch_pages && s->st) {

@@ -23,29 +23,29 @@
 
 enum hc__op {
 	HC__OP_NOP = 0,
-	HC__OP_EXISTS = 1,  /* arguments: n keys of 32 bytes */
-	HC__OP_BACKUP = 2,  /* arguments: n page handles of 8 bytes */
+	HC__OP_EXISTS = 1,   /* arguments: n keys of 32 bytes */
+	HC__OP_BACKUP = 2,   /* arguments: n page handles of 8 bytes */
 	HC__OP_PREFETCH = 3, /* arguments: struct hc__pf_args, then n keys of 32 bytes */
-	HC__OP_CANCEL = 4,  /* no arguments; user_data names the request to cancel; no completion */
-	HC__OP_BACKEND = 5, /* arguments: n bytes, a backend spec ending in NUL; "" detaches */
-	HC__OP_STAGE = 6,   /* buffer_only: a write grant of n pages; no arguments */
-	HC__OP_ACK = 7,     /* buffer_only: no arguments; user_data names a prefetch or a grant the
-	                     * rank is done with (taken, or freed); no completion */
+	HC__OP_CANCEL = 4,   /* no arguments; user_data names the request to cancel; no completion */
+	HC__OP_BACKEND = 5,  /* arguments: n bytes, a backend spec ending in NUL; "" detaches */
+	HC__OP_STAGE = 6,    /* buffer_only: a write grant of n pages; no arguments */
+	HC__OP_ACK = 7,      /* buffer_only: no arguments; user_data names a prefetch or a grant the
+			      * rank is done with (taken, or freed); no completion */
 };
 
 /* A prefetch's parameters, before its keys in the argument area. */
 struct hc__pf_args {
 	char name[HC_REQUEST_ID_MAX + 1]; /* the ticket's request id, NUL-padded; "" for none */
-	uint32_t step;      /* the ticket's step */
-	uint32_t engine;    /* the rank's engine id (with a name) */
+	uint32_t step;                    /* the ticket's step */
+	uint32_t engine;                  /* the rank's engine id (with a name) */
 	uint32_t first_depth;
 	uint32_t presence;
 };
 static_assert(sizeof(struct hc__pf_args) == 64, "prefetch arguments are a cache line");
 
 struct hc__sqe {
-	uint8_t op;         /* enum hc__op */
-	uint8_t prio;       /* PREFETCH and STAGE: priority class (buffer_only) */
+	uint8_t op;   /* enum hc__op */
+	uint8_t prio; /* PREFETCH and STAGE: priority class (buffer_only) */
 	uint8_t pad0[2];
 	uint32_t epoch;     /* the rank slot's epoch when posted */
 	uint64_t user_data; /* the rank's: index << 32 | generation of its hc_req */

@@ -20,8 +20,8 @@
 #include "../../shmpool/pool.h"
 #include "internal.h"
 
-#define SCAN_MIN_MS 2      /* between two scans, however busy the ranks are */
-#define SCAN_IDLE_MS 1000  /* a scan at least this often, changes or not */
+#define SCAN_MIN_MS  2    /* between two scans, however busy the ranks are */
+#define SCAN_IDLE_MS 1000 /* a scan at least this often, changes or not */
 
 struct writer {
 	uint8_t *queued;   /* per page: an internal backup has it (under s->mu) */
@@ -29,11 +29,11 @@ struct writer {
 	uint64_t last_ms;  /* when it was */
 	unsigned inflight; /* pages in internal jobs (under s->mu) */
 	unsigned max_inflight;
-	int again;         /* the last scan stopped at max_inflight */
+	int again; /* the last scan stopped at max_inflight */
 	struct cand {
 		uint64_t stamp;
 		uint32_t depth, id, gen;
-	} *c;
+	} * c;
 };
 
 int hc__writer_start(hc_service *s)

@@ -32,13 +32,13 @@
 
 #include "../cli/cli.h"
 #include "../../bench/bench.h" /* pipe helpers shared with the benchmarks */
-#include "../replay/model.h" /* the words pages hold */
+#include "../replay/model.h"   /* the words pages hold */
 #include "../replay/replay.h"
 
-#define PROG          "hicache-bench"
-#define MAX_RANKS     64
-#define VICTIM_HOLDS  4     /* partial reservations and pins the killed rank takes */
-#define QUARANTINE_MS 300   /* short grace, so the run shows quarantined pages coming back */
+#define PROG            "hicache-bench"
+#define MAX_RANKS       64
+#define VICTIM_HOLDS    4   /* partial reservations and pins the killed rank takes */
+#define QUARANTINE_MS   300 /* short grace, so the run shows quarantined pages coming back */
 #define READS_PER_WRITE 2   /* pages of other ranks verified per page written */
 
 struct opts {
@@ -52,29 +52,29 @@ struct opts {
 struct rank_stats {
 	int32_t slot;
 	uint32_t pid;
-	uint64_t written;         /* pages allocated and filled */
-	uint64_t ready;           /* of those, made READY by our last commit */
-	uint64_t shards;          /* shards filled and committed */
+	uint64_t written; /* pages allocated and filled */
+	uint64_t ready;   /* of those, made READY by our last commit */
+	uint64_t shards;  /* shards filled and committed */
 	uint64_t bytes_written;
-	uint64_t verified;        /* other ranks' pages pinned and checked */
+	uint64_t verified; /* other ranks' pages pinned and checked */
 	uint64_t bytes_verified;
-	uint64_t failures;        /* pages with a byte that did not match */
-	uint64_t pin_races;       /* READY when looked at, gone or going when pinned */
-	uint64_t free_busy;       /* our page was pinned by a reader: freed later */
-	uint64_t pool_full;       /* allocation found no free page */
-	uint64_t left;            /* own pages we could not free before detaching */
-	double seconds;           /* how long the rank ran */
-	int err;                  /* 0, or the negative errno that stopped the rank */
-	char msg[256];            /* hc_last_error() or the first mismatch */
+	uint64_t failures;  /* pages with a byte that did not match */
+	uint64_t pin_races; /* READY when looked at, gone or going when pinned */
+	uint64_t free_busy; /* our page was pinned by a reader: freed later */
+	uint64_t pool_full; /* allocation found no free page */
+	uint64_t left;      /* own pages we could not free before detaching */
+	double seconds;     /* how long the rank ran */
+	int err;            /* 0, or the negative errno that stopped the rank */
+	char msg[256];      /* hc_last_error() or the first mismatch */
 };
 
 /* What the rank to be killed holds when it says so. */
 struct victim_stats {
 	int32_t slot;
 	uint32_t pid;
-	uint32_t partial;         /* reservations with one shard of several committed */
-	uint32_t ready;           /* pages it made READY and keeps */
-	uint32_t pins;            /* pins on other ranks' READY pages */
+	uint32_t partial; /* reservations with one shard of several committed */
+	uint32_t ready;   /* pages it made READY and keeps */
+	uint32_t pins;    /* pins on other ranks' READY pages */
 	int err;
 	char msg[256];
 };
@@ -241,9 +241,10 @@ static int verify_page(struct rank *r, hc_page_t h)
 			r->st.bytes_verified += words * sizeof(uint64_t);
 			if (at >= 0) {
 				if (!r->st.failures)
-					snprintf(r->st.msg, sizeof(r->st.msg),
-						 "page %u generation %u, %s group %u, byte %ld: not what its writer wrote",
-						 HC_PAGE_ID(h), HC_PAGE_GEN(h), r->comp[c].name, g, at * 8);
+					snprintf(
+						r->st.msg, sizeof(r->st.msg),
+						"page %u generation %u, %s group %u, byte %ld: not what its writer wrote",
+						HC_PAGE_ID(h), HC_PAGE_GEN(h), r->comp[c].name, g, at * 8);
 				bad = 1;
 				break;
 			}
@@ -469,11 +470,11 @@ report:
 
 struct child {
 	pid_t pid;
-	int out;                  /* read end of its report pipe */
+	int out; /* read end of its report pipe */
 };
 
-static pid_t spawn(void (*fn)(const char *, const struct opts *, int, int, int), const char *name,
-		   const struct opts *o, int ready[2], int go[2], struct child *c)
+static pid_t spawn(void (*fn)(const char *, const struct opts *, int, int, int), const char *name, const struct opts *o,
+		   int ready[2], int go[2], struct child *c)
 {
 	int p[2];
 
@@ -543,8 +544,8 @@ static double mib(uint64_t b)
 }
 
 /* Kill the rank to be killed half way, then prove it dead and undo its holds. */
-static void kill_victim(hc_pool *admin, struct child *victim, const struct opts *o, double t0,
-			struct victim_stats *vs, double *t_kill, struct hc_recovery_report *rep, uint64_t counts[HC_PAGE__COUNT])
+static void kill_victim(hc_pool *admin, struct child *victim, const struct opts *o, double t0, struct victim_stats *vs,
+			double *t_kill, struct hc_recovery_report *rep, uint64_t counts[HC_PAGE__COUNT])
 {
 	if (bench_read_all(victim->out, vs, sizeof(*vs)) < 0) {
 		vs->err = -EPIPE;
@@ -567,7 +568,8 @@ static void collect(struct child *kids, unsigned n, struct rank_stats *st)
 		memset(&st[i], 0, sizeof(st[i]));
 		if (bench_read_all(kids[i].out, &st[i], sizeof(st[i])) < 0) {
 			st[i].err = -EPIPE;
-			snprintf(st[i].msg, sizeof(st[i].msg), "rank process %d died without a report", (int)kids[i].pid);
+			snprintf(st[i].msg, sizeof(st[i].msg), "rank process %d died without a report",
+				 (int)kids[i].pid);
 		}
 		close(kids[i].out);
 		waitpid(kids[i].pid, NULL, 0);
@@ -624,19 +626,38 @@ static void print_ranks(const struct rank_stats *st, unsigned n, struct rank_sta
 static int run(const struct opts *o)
 {
 	const struct hc_component_spec comps[2] = {
-		{ .size = sizeof(struct hc_component_spec), .name = "kv", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_KV, .sharding = HC_SHARDED,
-		  .kv_heads = 4, .head_bytes = 128, .layers = 4 },
-		{ .size = sizeof(struct hc_component_spec), .name = "state", .dtype = HC_DTYPE_BF16, .kind = HC_COMP_STATE, .sharding = HC_REPLICATED,
-		  .bytes_per_layer = 8192, .layers = 4 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "kv",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_KV,
+		  .sharding = HC_SHARDED,
+		  .kv_heads = 4,
+		  .head_bytes = 128,
+		  .layers = 4 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "state",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_STATE,
+		  .sharding = HC_REPLICATED,
+		  .bytes_per_layer = 8192,
+		  .layers = 4 },
 	};
 	char name[HC_NAME_MAX + 1];
-	struct hc_pool_spec spec = { .size = sizeof(struct hc_pool_spec),
-		.name = name, .model_id = "hicache-bench/demo", .page_tokens = 16, .tp_size = 2,
-		.comps = comps, .ncomp = 2, .capacity_pages = o->pages,
+	struct hc_pool_spec spec = {
+		.size = sizeof(struct hc_pool_spec),
+		.name = name,
+		.model_id = "hicache-bench/demo",
+		.page_tokens = 16,
+		.tp_size = 2,
+		.comps = comps,
+		.ncomp = 2,
+		.capacity_pages = o->pages,
 		/* the ranks, the one to be killed, and the parent's cleanup */
-		.max_ranks = o->ranks + 2, .quarantine_ms = QUARANTINE_MS,
+		.max_ranks = o->ranks + 2,
+		.quarantine_ms = QUARANTINE_MS,
 	};
-	struct hc_attach_opts admin_opts = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+	struct hc_attach_opts admin_opts = { .size = sizeof(struct hc_attach_opts),
+					     .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
 	struct child kids[MAX_RANKS], victim = { .pid = -1, .out = -1 };
 	struct rank_stats st[MAX_RANKS], sum = { 0 };
 	struct victim_stats vs = { 0 };
@@ -664,10 +685,10 @@ static int run(const struct opts *o)
 	printf("  %u-token pages, TP %u (%u head groups), envelope %" PRIu64 " KiB, %u pages (%.1f MiB)\n",
 	       info.page_tokens, info.tp_size, info.head_groups, info.envelope_bytes >> 10, info.npages,
 	       mib(info.segment_bytes));
-	printf("  kv: %s, %u KV heads x %u B, %u layers, sharded\n", hc_dtype_name(comps[0].dtype),
-	       comps[0].kv_heads, comps[0].head_bytes, comps[0].layers);
-	printf("  state: %" PRIu64 " B x %u layers, replicated, in about half the pages\n",
-	       comps[1].bytes_per_layer, comps[1].layers);
+	printf("  kv: %s, %u KV heads x %u B, %u layers, sharded\n", hc_dtype_name(comps[0].dtype), comps[0].kv_heads,
+	       comps[0].head_bytes, comps[0].layers);
+	printf("  state: %" PRIu64 " B x %u layers, replicated, in about half the pages\n", comps[1].bytes_per_layer,
+	       comps[1].layers);
 	printf("  %u ranks for %.1f s, each verifying %d pages of others per page it writes;\n"
 	       "  1 more rank is killed with SIGKILL at %.1f s\n\n",
 	       o->ranks, o->seconds, READS_PER_WRITE, o->seconds / 2);
@@ -740,15 +761,15 @@ static int run(const struct opts *o)
 	if (hc_pool_recover(admin, &rep2, sizeof(rep2)) < 0)
 		fprintf(stderr, PROG ": recovery: %s\n", hc_last_error());
 	printf("after the %d ms quarantine grace, recovery released %u more pages\n"
-	       "  (allocations take quarantined pages too, once their grace is over)\n", QUARANTINE_MS,
-	       rep2.released);
+	       "  (allocations take quarantined pages too, once their grace is over)\n",
+	       QUARANTINE_MS, rep2.released);
 	if (free_leftovers(name, info.npages, &freed) < 0) {
 		fprintf(stderr, PROG ": cannot attach to free the leftover pages: %s\n", hc_last_error());
 		status = 1;
 	}
 	if (sum.left)
-		printf("freed %u READY pages: the killed rank's, and %" PRIu64 " the ranks could not free\n\n",
-		       freed, sum.left);
+		printf("freed %u READY pages: the killed rank's, and %" PRIu64 " the ranks could not free\n\n", freed,
+		       sum.left);
 	else
 		printf("freed the %u READY pages the killed rank left behind\n\n", freed);
 	hc_pool_count_states(admin, counts[2], HC_PAGE__COUNT);

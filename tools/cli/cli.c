@@ -95,7 +95,8 @@ int hc_cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t *o
 	if (!s || !*s)
 		return hc_cli_fail(EINVAL, "%s: the value is empty: expected a size like 4096, 64M or 2G", what);
 	if (!isdigit((unsigned char)s[0]))
-		return hc_cli_fail(EINVAL, "%s '%s' is not a size: expected a number with an optional K, M, G or T", what, s);
+		return hc_cli_fail(EINVAL, "%s '%s' is not a size: expected a number with an optional K, M, G or T",
+				   what, s);
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno == ERANGE)
@@ -103,17 +104,29 @@ int hc_cli_parse_size(const char *what, const char *s, uint64_t min, uint64_t *o
 	switch (*end) {
 	case '\0':
 		break;
-	case 'k': case 'K': shift = 10; break;
-	case 'm': case 'M': shift = 20; break;
-	case 'g': case 'G': shift = 30; break;
-	case 't': case 'T': shift = 40; break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		break;
 	default:
 		return hc_cli_fail(EINVAL, "%s '%s' has an unknown suffix '%s': use K, M, G or T (powers of 1024)",
-			       what, s, end);
+				   what, s, end);
 	}
 	if (shift && strcmp(end + 1, "") != 0 && strcmp(end + 1, "iB") != 0)
 		return hc_cli_fail(EINVAL, "%s '%s' has an unknown suffix '%s': use K, M, G or T (powers of 1024)",
-			       what, s, end);
+				   what, s, end);
 	if (v > (UINT64_MAX >> shift))
 		return hc_cli_fail(ERANGE, "%s '%s' is too large: it overflows 64 bits", what, s);
 	v <<= shift;
@@ -133,8 +146,8 @@ int hc_cli_parse_mode(const char *what, const char *s, mode_t *out)
 		*out = 0660;
 		return 0;
 	}
-	return hc_cli_fail(EINVAL, "%s '%s' is not allowed: a pool is 0600, or 0660 to share it with a group",
-		       what, s ? s : "");
+	return hc_cli_fail(EINVAL, "%s '%s' is not allowed: a pool is 0600, or 0660 to share it with a group", what,
+			   s ? s : "");
 }
 
 static int comp_name_ok(const char *n)
@@ -171,7 +184,8 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 
 	memset(out, 0, sizeof(*out));
 	if (!s || strlen(s) >= sizeof(buf))
-		return hc_cli_fail(EINVAL, "%s: the spec is missing or longer than %zu characters", what, sizeof(buf) - 1);
+		return hc_cli_fail(EINVAL, "%s: the spec is missing or longer than %zu characters", what,
+				   sizeof(buf) - 1);
 	strcpy(buf, s);
 	/* split by hand: strtok would merge empty fields and hide a typo */
 	for (p = buf; nf < 8; nf++) {
@@ -187,8 +201,8 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 		return hc_cli_fail(EINVAL, "%s '%s' has %s%u fields: expected %s", what, s, p ? "over " : "", nf, form);
 
 	if (!comp_name_ok(f[0]))
-		return hc_cli_fail(EINVAL, "%s '%s': NAME '%s' must be 1..%d letters, digits, '_', '-' or '.'",
-			       what, s, f[0], HC_COMP_NAME_MAX);
+		return hc_cli_fail(EINVAL, "%s '%s': NAME '%s' must be 1..%d letters, digits, '_', '-' or '.'", what, s,
+				   f[0], HC_COMP_NAME_MAX);
 	strcpy(out->name, f[0]);
 	out->spec.size = sizeof(out->spec);
 	out->spec.name = out->name;
@@ -224,8 +238,9 @@ int hc_cli_parse_comp(const char *what, const char *s, enum hc_comp_kind kind, s
 			if ((ret = hc_cli_parse_u32("window", x + 7, 1, HC_LOOKUP_MAX, &out->spec.window_pages)) < 0)
 				return hc_cli_fail(-ret, "%s '%s': %s", what, s, hc_cli_error());
 		} else if (strcmp(x, "sharded") != 0)
-			return hc_cli_fail(EINVAL, "%s '%s': field '%s' must be 'replicated', 'sharded' or 'window=PAGES'",
-				       what, s, x);
+			return hc_cli_fail(EINVAL,
+					   "%s '%s': field '%s' must be 'replicated', 'sharded' or 'window=PAGES'",
+					   what, s, x);
 	}
 	return 0;
 }
@@ -247,8 +262,9 @@ int hc_cli_parse_numa(const char *what, const char *s, enum hc_numa_mode *mode, 
 		*nodes = s + 11;
 		return 0;
 	}
-	return hc_cli_fail(EINVAL, "%s '%s': expected bind:NODES, interleave or interleave:NODES (NODES like 0, 0-1 or 0,2)",
-		       what, s ? s : "");
+	return hc_cli_fail(EINVAL,
+			   "%s '%s': expected bind:NODES, interleave or interleave:NODES (NODES like 0, 0-1 or 0,2)",
+			   what, s ? s : "");
 }
 
 char *hc_cli_hex(const uint8_t *b, size_t n, char *out)
@@ -283,7 +299,7 @@ int hc_cli_parse_hex(const char *what, const char *s, uint8_t *out, size_t n)
 
 		if (hi < 0 || lo < 0)
 			return hc_cli_fail(EINVAL, "%s '%s': '%c%c' at offset %zu is not hex", what, s, s[2 * i],
-				       s[2 * i + 1], 2 * i);
+					   s[2 * i + 1], 2 * i);
 		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return 0;
@@ -298,7 +314,7 @@ int hc_cli_parse_hex_prefix(const char *what, const char *s, size_t max, char *o
 	for (size_t i = 0; i < n; i++) {
 		if (hexval(s[i]) < 0)
 			return hc_cli_fail(EINVAL, "%s '%s': '%c' at offset %zu is not a hex digit (0-9, a-f)", what, s,
-				       s[i], i);
+					   s[i], i);
 		out[i] = (char)tolower((unsigned char)s[i]);
 	}
 	out[n] = 0;

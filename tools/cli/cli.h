@@ -89,11 +89,26 @@ char *hc_cli_format_time(uint64_t unix_ns, char *buf, size_t len);
  * hc_cli_pool_agrees() to check an existing one against them.
  */
 enum hc_cli_pool_opt {
-	HC_CLI_POOL_MODEL, HC_CLI_POOL_PAGE_TOKENS, HC_CLI_POOL_TP, HC_CLI_POOL_HEAD_GROUPS,
-	HC_CLI_POOL_PAGES, HC_CLI_POOL_SIZE, HC_CLI_POOL_KV, HC_CLI_POOL_STATE, HC_CLI_POOL_DIR,
-	HC_CLI_POOL_GROUP, HC_CLI_POOL_MODE, HC_CLI_POOL_MAX_RANKS, HC_CLI_POOL_QUARANTINE_MS,
-	HC_CLI_POOL_NUMA, HC_CLI_POOL_EVICT, HC_CLI_POOL_MAX_TICKETS, HC_CLI_POOL_TICKET_KEYS,
-	HC_CLI_POOL_HOST_MODE, HC_CLI_POOL_RING_ENTRIES, HC_CLI_POOL_ARG_BYTES,
+	HC_CLI_POOL_MODEL,
+	HC_CLI_POOL_PAGE_TOKENS,
+	HC_CLI_POOL_TP,
+	HC_CLI_POOL_HEAD_GROUPS,
+	HC_CLI_POOL_PAGES,
+	HC_CLI_POOL_SIZE,
+	HC_CLI_POOL_KV,
+	HC_CLI_POOL_STATE,
+	HC_CLI_POOL_DIR,
+	HC_CLI_POOL_GROUP,
+	HC_CLI_POOL_MODE,
+	HC_CLI_POOL_MAX_RANKS,
+	HC_CLI_POOL_QUARANTINE_MS,
+	HC_CLI_POOL_NUMA,
+	HC_CLI_POOL_EVICT,
+	HC_CLI_POOL_MAX_TICKETS,
+	HC_CLI_POOL_TICKET_KEYS,
+	HC_CLI_POOL_HOST_MODE,
+	HC_CLI_POOL_RING_ENTRIES,
+	HC_CLI_POOL_ARG_BYTES,
 	HC_CLI_POOL__COUNT
 };
 
@@ -104,12 +119,12 @@ struct hc_cli_pool_optinfo {
 extern const struct hc_cli_pool_optinfo hc_cli_pool_opts[HC_CLI_POOL__COUNT];
 
 struct hc_cli_pool {
-	struct hc_pool_spec spec;        /* strings point at the values given: keep them */
+	struct hc_pool_spec spec; /* strings point at the values given: keep them */
 	struct hc_cli_comp comps[HC_MAX_COMPONENTS];
 	struct hc_component_spec specs[HC_MAX_COMPONENTS]; /* spec.comps, once finished */
 	unsigned ncomp;
-	uint32_t given;                  /* a bit per option, from any source */
-	uint32_t seen;                   /* a bit per option, from the current source */
+	uint32_t given; /* a bit per option, from any source */
+	uint32_t seen;  /* a bit per option, from the current source */
 };
 
 void hc_cli_pool_init(struct hc_cli_pool *cp);

@@ -22,7 +22,8 @@ const struct hc_cli_pool_optinfo hc_cli_pool_opts[HC_CLI_POOL__COUNT] = {
 	[HC_CLI_POOL_MODEL] = { "model", "ID", "model the pages belong to (part of the fingerprint)" },
 	[HC_CLI_POOL_PAGE_TOKENS] = { "page-tokens", "N", "tokens per page, the engine's page size" },
 	[HC_CLI_POOL_TP] = { "tp", "N", "tensor-parallel size the pool is laid out for" },
-	[HC_CLI_POOL_HEAD_GROUPS] = { "head-groups", "N", "head groups per sharded component (default: min(tp, HEADS))" },
+	[HC_CLI_POOL_HEAD_GROUPS] = { "head-groups", "N",
+				      "head groups per sharded component (default: min(tp, HEADS))" },
 	[HC_CLI_POOL_PAGES] = { "pages", "N", "capacity in pages" },
 	[HC_CLI_POOL_SIZE] = { "size", "SIZE", "capacity in envelope bytes (K, M, G, T), rounded down to pages" },
 	[HC_CLI_POOL_KV] = { "kv", "NAME,DTYPE,HEADS,HEAD_BYTES,LAYERS[,replicated][,window=W]",
@@ -33,14 +34,18 @@ const struct hc_cli_pool_optinfo hc_cli_pool_opts[HC_CLI_POOL__COUNT] = {
 	[HC_CLI_POOL_GROUP] = { "group", "GROUP", "group allowed to attach (mode becomes 0660)" },
 	[HC_CLI_POOL_MODE] = { "mode", "0600|0660", "file mode (default 0600, or 0660 with a group)" },
 	[HC_CLI_POOL_MAX_RANKS] = { "max-ranks", "N", "rank slots, 1..128 (default 32)" },
-	[HC_CLI_POOL_QUARANTINE_MS] = { "quarantine-ms", "N", "grace before a dead rank's reservations are reused (default 2000)" },
+	[HC_CLI_POOL_QUARANTINE_MS] = { "quarantine-ms", "N",
+					"grace before a dead rank's reservations are reused (default 2000)" },
 	[HC_CLI_POOL_NUMA] = { "numa", "bind:NODES|interleave[:NODES]", "NUMA placement, applied before populating" },
 	[HC_CLI_POOL_EVICT] = { "evict", "clock|lru", "eviction policy (default clock)" },
 	[HC_CLI_POOL_MAX_TICKETS] = { "max-tickets", "N", "tickets open at once, a multiple of 64 (default 64)" },
 	[HC_CLI_POOL_TICKET_KEYS] = { "ticket-keys", "N", "most keys one ticket names (default 1024)" },
-	[HC_CLI_POOL_HOST_MODE] = { "host-mode", "cache|buffer_only", "keep READY pages, or only stage transfers (default cache)" },
-	[HC_CLI_POOL_RING_ENTRIES] = { "ring-entries", "N", "each rank's request ring, a power of two in 8..4096 (default 64)" },
-	[HC_CLI_POOL_ARG_BYTES] = { "arg-bytes", "SIZE", "each rank's argument area, a multiple of 4096 (default 64K)" },
+	[HC_CLI_POOL_HOST_MODE] = { "host-mode", "cache|buffer_only",
+				    "keep READY pages, or only stage transfers (default cache)" },
+	[HC_CLI_POOL_RING_ENTRIES] = { "ring-entries", "N",
+				       "each rank's request ring, a power of two in 8..4096 (default 64)" },
+	[HC_CLI_POOL_ARG_BYTES] = { "arg-bytes", "SIZE",
+				    "each rank's argument area, a multiple of 4096 (default 64K)" },
 };
 
 void hc_cli_pool_init(struct hc_cli_pool *cp)
@@ -188,8 +193,10 @@ int hc_cli_pool_finish(struct hc_cli_pool *cp)
 	if (!(cp->given & (BIT(HC_CLI_POOL_PAGES) | BIT(HC_CLI_POOL_SIZE))))
 		return hc_cli_fail(EINVAL, "missing capacity: give --pages N or --size SIZE");
 	if (s->group && s->mode == 0600)
-		return hc_cli_fail(EINVAL, "--group '%s' with --mode 0600 would lock the group out: use --mode 0660 or drop --mode",
-				   s->group);
+		return hc_cli_fail(
+			EINVAL,
+			"--group '%s' with --mode 0600 would lock the group out: use --mode 0660 or drop --mode",
+			s->group);
 	if (s->dir && s->dir[0] != '/')
 		return hc_cli_fail(EINVAL, "--dir '%s' must be an absolute path", s->dir);
 	for (unsigned i = 0; i < cp->ncomp; i++) {
@@ -318,7 +325,8 @@ int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool)
 	differ_u64(&d, cp, HC_CLI_POOL_TP, s->tp_size, in.tp_size);
 	differ_u64(&d, cp, HC_CLI_POOL_HEAD_GROUPS, s->head_groups, in.head_groups);
 	differ_u64(&d, cp, HC_CLI_POOL_PAGES, s->capacity_pages, in.npages);
-	if ((cp->given & BIT(HC_CLI_POOL_SIZE)) && in.envelope_bytes && s->capacity_bytes / in.envelope_bytes != in.npages)
+	if ((cp->given & BIT(HC_CLI_POOL_SIZE)) && in.envelope_bytes &&
+	    s->capacity_bytes / in.envelope_bytes != in.npages)
 		differ(&d, "--size %" PRIu64 " makes %" PRIu64 " pages (the pool has %" PRIu32 ")", s->capacity_bytes,
 		       s->capacity_bytes / in.envelope_bytes, in.npages);
 	if (cp->given & (BIT(HC_CLI_POOL_KV) | BIT(HC_CLI_POOL_STATE)))
@@ -333,12 +341,15 @@ int hc_cli_pool_agrees(const struct hc_cli_pool *cp, hc_pool *pool)
 	differ_u64(&d, cp, HC_CLI_POOL_MAX_TICKETS, s->max_tickets, in.max_tickets);
 	differ_u64(&d, cp, HC_CLI_POOL_TICKET_KEYS, s->ticket_keys, in.ticket_keys);
 	if ((cp->given & BIT(HC_CLI_POOL_HOST_MODE)) && s->host_mode != in.host_mode)
-		differ(&d, "--host-mode %s (the pool has %s)", s->host_mode == HC_HOST_BUFFER_ONLY ? "buffer_only" : "cache",
+		differ(&d, "--host-mode %s (the pool has %s)",
+		       s->host_mode == HC_HOST_BUFFER_ONLY ? "buffer_only" : "cache",
 		       in.host_mode == HC_HOST_BUFFER_ONLY ? "buffer_only" : "cache");
 	differ_u64(&d, cp, HC_CLI_POOL_RING_ENTRIES, s->ring_entries, in.sq_entries);
 	differ_u64(&d, cp, HC_CLI_POOL_ARG_BYTES, s->arg_bytes, in.arg_bytes);
 	if (d.n)
-		return hc_cli_fail(EINVAL, "pool '%s' at %s exists with another geometry: %s; drop %s, or destroy the pool to create it anew",
-				   in.name, in.path, d.text, d.n == 1 ? "that option" : "those options");
+		return hc_cli_fail(
+			EINVAL,
+			"pool '%s' at %s exists with another geometry: %s; drop %s, or destroy the pool to create it anew",
+			in.name, in.path, d.text, d.n == 1 ? "that option" : "those options");
 	return 0;
 }

@@ -11,28 +11,28 @@
 #include "cli.h"
 
 /* The gauges of struct hc_stats, besides pages by state: X(name, field, help). */
-#define STAT_GAUGES(X)                                                            \
-	X(keyed_pages, keyed, "pages in the key index")                           \
-	X(pinned_pages, pinned_pages, "pages pinned by at least one rank")        \
-	X(pin_count, pin_count, "pins held, summed over pages")                   \
-	X(locked_pages, locked_pages, "pages host-locked by at least one rank")   \
-	X(lock_count, lock_count, "host locks held, summed over pages")           \
-	X(ticket_pages, ticket_pages, "pages held by at least one ticket")        \
-	X(live_ranks, live_ranks, "rank slots marked live")                       \
-	X(engines, engines, "engines with a live rank")                           \
-	X(open_tickets, open_tickets, "tickets being built, open or being dropped") \
-	X(service_jobs_queued, svc_jobs_queued, "transfer jobs waiting for a service worker") \
-	X(service_jobs_running, svc_jobs_running, "transfer jobs the service's workers run") \
-	X(stage_read_pages, stage_read_pages, "buffer_only: pages staging reads") \
-	X(stage_write_pages, stage_write_pages, "buffer_only: pages granted to writes") \
-	X(stage_reads_waiting, stage_parked_reads, "buffer_only: prefetches waiting for read staging now") \
+#define STAT_GAUGES(X)                                                                                                 \
+	X(keyed_pages, keyed, "pages in the key index")                                                                \
+	X(pinned_pages, pinned_pages, "pages pinned by at least one rank")                                             \
+	X(pin_count, pin_count, "pins held, summed over pages")                                                        \
+	X(locked_pages, locked_pages, "pages host-locked by at least one rank")                                        \
+	X(lock_count, lock_count, "host locks held, summed over pages")                                                \
+	X(ticket_pages, ticket_pages, "pages held by at least one ticket")                                             \
+	X(live_ranks, live_ranks, "rank slots marked live")                                                            \
+	X(engines, engines, "engines with a live rank")                                                                \
+	X(open_tickets, open_tickets, "tickets being built, open or being dropped")                                    \
+	X(service_jobs_queued, svc_jobs_queued, "transfer jobs waiting for a service worker")                          \
+	X(service_jobs_running, svc_jobs_running, "transfer jobs the service's workers run")                           \
+	X(stage_read_pages, stage_read_pages, "buffer_only: pages staging reads")                                      \
+	X(stage_write_pages, stage_write_pages, "buffer_only: pages granted to writes")                                \
+	X(stage_reads_waiting, stage_parked_reads, "buffer_only: prefetches waiting for read staging now")             \
 	X(stage_writes_waiting, stage_parked_writes, "buffer_only: write grants waiting for the write window now")
 
 enum {
 #define X(name, field, help) GAUGE_##name,
 	STAT_GAUGES(X)
 #undef X
-	NGAUGES_
+		NGAUGES_
 };
 _Static_assert(NGAUGES_ == HC_CLI_NGAUGES, "cli.h counts the gauges");
 
@@ -85,11 +85,11 @@ static void prom_hist(FILE *f, const char *family, const char *pool, const char 
 		uint64_t bound = hc_hist_bound_us(b);
 		cum += x->bucket[b];
 		if (bound == UINT64_MAX)
-			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", family, pool, key, val,
-				cum);
+			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", family, pool,
+				key, val, cum);
 		else
-			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", family, pool, key, val,
-				(double)bound / scale, cum);
+			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", family, pool,
+				key, val, (double)bound / scale, cum);
 	}
 	fprintf(f, "hicache_%s_sum{pool=\"%s\",%s=\"%s\"} %g\n", family, pool, key, val, (double)x->sum / scale);
 	fprintf(f, "hicache_%s_count{pool=\"%s\",%s=\"%s\"} %" PRIu64 "\n", family, pool, key, val, x->count);
@@ -118,8 +118,9 @@ void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_s
 			   "the service's requests by kind, from taking one off its rank's ring to posting its answer");
 	for (unsigned h = 0; h < HC_HIST__COUNT; h++)
 		prom_hist(f, "request_seconds", in->name, "kind", hc_hist_name(h), &st->hist[h], 1e6);
-	hc_cli_prom_family(f, "request_tokens", "histogram",
-			   "tokens per request by the tier that served them: l2, a lookup's hit; l3, what a prefetch read from L3");
+	hc_cli_prom_family(
+		f, "request_tokens", "histogram",
+		"tokens per request by the tier that served them: l2, a lookup's hit; l3, what a prefetch read from L3");
 	for (unsigned t = 0; t < HC_TIER__COUNT; t++)
 		prom_hist(f, "request_tokens", in->name, "tier", hc_tier_name(t), &st->tokens[t], 1);
 }

@@ -36,8 +36,8 @@ struct choice {
 };
 
 struct opt {
-	const char *name;              /* --name (T_POOL: NULL, cli.h's) */
-	const char *section, *key;     /* [section] key = ... (NULL: command line only) */
+	const char *name;          /* --name (T_POOL: NULL, cli.h's) */
+	const char *section, *key; /* [section] key = ... (NULL: command line only) */
 	enum opt_type type;
 	size_t off;                    /* the field of struct hcd_conf it sets */
 	uint32_t min, max;             /* T_U32 */
@@ -49,25 +49,34 @@ struct opt {
 _Static_assert(sizeof(unsigned) == sizeof(uint32_t), "T_U32 fields are unsigned");
 
 static const struct choice log_levels[] = {
-	{ "err", HC_LOG_ERR }, { "warn", HC_LOG_WARN }, { "info", HC_LOG_INFO }, { "debug", HCD_LOG_DEBUG }, { NULL, 0 },
+	{ "err", HC_LOG_ERR }, { "warn", HC_LOG_WARN }, { "info", HC_LOG_INFO }, { "debug", HCD_LOG_DEBUG },
+	{ NULL, 0 },
 };
 
 static const struct choice write_policies[] = {
-	{ "write_through", HC_WRITE_THROUGH }, { "write_through_selective", HC_WRITE_THROUGH_SELECTIVE },
-	{ "write_back", HC_WRITE_BACK }, { "write_none", HC_WRITE_NONE }, { NULL, 0 },
+	{ "write_through", HC_WRITE_THROUGH },
+	{ "write_through_selective", HC_WRITE_THROUGH_SELECTIVE },
+	{ "write_back", HC_WRITE_BACK },
+	{ "write_none", HC_WRITE_NONE },
+	{ NULL, 0 },
 };
 
 _Static_assert(sizeof(enum hc_write_policy) == sizeof(int), "T_CHOICE fields are int");
 
 #define F(field) offsetof(struct hcd_conf, field)
 /* a pool option: its name, argument and help are cli.h's */
-#define POOL(opt, key_) { NULL, "pool", key_, T_POOL, 0, 0, 0, NULL, opt, NULL, NULL }
+#define POOL(opt, key_)                                                                                                \
+	{                                                                                                              \
+		NULL, "pool", key_, T_POOL, 0, 0, 0, NULL, opt, NULL, NULL                                             \
+	}
 
 static const struct opt opts[] = {
-	{ "config", NULL, NULL, T_CMDLINE, F(config), .arg = "FILE", .help = "read settings from FILE (hicache.conf(5)); options given here override it" },
+	{ "config", NULL, NULL, T_CMDLINE, F(config), .arg = "FILE",
+	  .help = "read settings from FILE (hicache.conf(5)); options given here override it" },
 	{ "help", NULL, NULL, T_CMDLINE, 0, .help = "show this help and exit" },
 	{ "version", NULL, NULL, T_CMDLINE, 0, .help = "show the version and exit" },
-	{ "pool", "pool", "name", T_STRING, F(pool), .arg = "NAME", .help = "the pool to serve; created from the options below if it does not exist" },
+	{ "pool", "pool", "name", T_STRING, F(pool), .arg = "NAME",
+	  .help = "the pool to serve; created from the options below if it does not exist" },
 	POOL(HC_CLI_POOL_DIR, "dir"),
 	POOL(HC_CLI_POOL_MODEL, "model"),
 	POOL(HC_CLI_POOL_PAGE_TOKENS, "page_tokens"),
@@ -88,23 +97,41 @@ static const struct opt opts[] = {
 	POOL(HC_CLI_POOL_HOST_MODE, "host_mode"),
 	POOL(HC_CLI_POOL_RING_ENTRIES, "ring_entries"),
 	POOL(HC_CLI_POOL_ARG_BYTES, "arg_bytes"),
-	{ "backend", "backend", "spec", T_STRING, F(svc.backend), .arg = "SPEC", .help = "the L3 backend, NAME[:KEY=VALUE,...], e.g. file:dir=/var/cache/hicache (hicache-backend(7))" },
-	{ "backend-dir", "backend", "dir", T_STRING, F(svc.backend_dir), .arg = "DIR", .help = "look for backend plugins here after $HICACHE_BACKEND_PATH" },
-	{ "batch-pages", "service", "batch_pages", T_U32, F(svc.batch_pages), 1, 65536, .arg = "N", .help = "pages per backend call (default 128)" },
-	{ "queue-depth", "service", "queue_depth", T_U32, F(svc.queue_depth), 1, 65536, .arg = "N", .help = "backend operations in flight (default 256)" },
-	{ "spin-us", "service", "spin_us", T_U32, F(svc.spin_us), 1, 1000000, .arg = "US", .help = "spin on the rings this long before sleeping (default 50)" },
-	{ "timeout-ms", "service", "timeout_ms", T_U32, F(svc.timeout_ms), 1, 3600000, .arg = "MS", .help = "a backend op not done this long is cancelled; one that does not end then is given up on, its page held until the backend lets go (default 30000)" },
-	{ "retries", "service", "retries", T_U32, F(svc.retries), 0, 100, .arg = "N", .help = "transient backend failures retried per op, with backoff; 0: none (default 2)" },
-	{ "workers", "service", "workers", T_U32, F(svc.workers), 1, 1024, .arg = "N", .help = "threads doing transfers (default 4)" },
-	{ "prefetch-threshold", "service", "prefetch_threshold", T_U32, F(svc.prefetch_threshold), 0, UINT32_MAX, .arg = "PAGES", .help = "prefetches of fewer keys do not ask L3 (default 0: all do)" },
-	{ "write-policy", "service", "write_policy", T_CHOICE, F(svc.write_policy), .choices = write_policies, .arg = "POLICY", .help = "when pages go to L3 on their own: write_through, write_through_selective, write_back or write_none (default write_through)" },
-	{ "select-hits", "service", "select_hits", T_U32, F(svc.select_hits), 1, 65535, .arg = "N", .help = "write_through_selective: hits (one per ticket) before a page goes to L3 (default 2)" },
-	{ "writeback-pct", "service", "writeback_pct", T_U32, F(svc.writeback_pct), 1, 100, .arg = "PCT", .help = "write_back: the share of the pool kept free or in L3 (default 20)" },
-	{ "write-park-ms", "service", "write_park_ms", T_U32, F(svc.write_park_ms), 1, 3600000, .arg = "MS", .help = "buffer_only: a write grant waiting this long is dropped, so its GPU pages can go (default 2000)" },
-	{ "stage-hold-ms", "service", "stage_hold_ms", T_U32, F(svc.stage_hold_ms), 1, 86400000, .arg = "MS", .help = "buffer_only: staging a live rank holds this long without giving it back is released (default 60000)" },
-	{ "metrics-listen", "metrics", "listen", T_STRING, F(metrics_listen), .arg = "HOST:PORT", .help = "serve GET /metrics (Prometheus) here, e.g. 127.0.0.1:9464 (default: not served)" },
-	{ "log-level", "log", "level", T_CHOICE, F(log_level), .choices = log_levels, .arg = "LEVEL", .help = "err, warn, info or debug (default: $HICACHE_LOG, else info)" },
-	{ "log-file", "log", "file", T_STRING, F(log_file), .arg = "FILE", .help = "append the log to FILE, reopened on SIGHUP (default: stderr)" },
+	{ "backend", "backend", "spec", T_STRING, F(svc.backend), .arg = "SPEC",
+	  .help = "the L3 backend, NAME[:KEY=VALUE,...], e.g. file:dir=/var/cache/hicache (hicache-backend(7))" },
+	{ "backend-dir", "backend", "dir", T_STRING, F(svc.backend_dir), .arg = "DIR",
+	  .help = "look for backend plugins here after $HICACHE_BACKEND_PATH" },
+	{ "batch-pages", "service", "batch_pages", T_U32, F(svc.batch_pages), 1, 65536, .arg = "N",
+	  .help = "pages per backend call (default 128)" },
+	{ "queue-depth", "service", "queue_depth", T_U32, F(svc.queue_depth), 1, 65536, .arg = "N",
+	  .help = "backend operations in flight (default 256)" },
+	{ "spin-us", "service", "spin_us", T_U32, F(svc.spin_us), 1, 1000000, .arg = "US",
+	  .help = "spin on the rings this long before sleeping (default 50)" },
+	{ "timeout-ms", "service", "timeout_ms", T_U32, F(svc.timeout_ms), 1, 3600000, .arg = "MS",
+	  .help = "a backend op not done this long is cancelled; one that does not end then is given up on, its page held until the backend lets go (default 30000)" },
+	{ "retries", "service", "retries", T_U32, F(svc.retries), 0, 100, .arg = "N",
+	  .help = "transient backend failures retried per op, with backoff; 0: none (default 2)" },
+	{ "workers", "service", "workers", T_U32, F(svc.workers), 1, 1024, .arg = "N",
+	  .help = "threads doing transfers (default 4)" },
+	{ "prefetch-threshold", "service", "prefetch_threshold", T_U32, F(svc.prefetch_threshold), 0, UINT32_MAX,
+	  .arg = "PAGES", .help = "prefetches of fewer keys do not ask L3 (default 0: all do)" },
+	{ "write-policy", "service", "write_policy", T_CHOICE, F(svc.write_policy), .choices = write_policies,
+	  .arg = "POLICY",
+	  .help = "when pages go to L3 on their own: write_through, write_through_selective, write_back or write_none (default write_through)" },
+	{ "select-hits", "service", "select_hits", T_U32, F(svc.select_hits), 1, 65535, .arg = "N",
+	  .help = "write_through_selective: hits (one per ticket) before a page goes to L3 (default 2)" },
+	{ "writeback-pct", "service", "writeback_pct", T_U32, F(svc.writeback_pct), 1, 100, .arg = "PCT",
+	  .help = "write_back: the share of the pool kept free or in L3 (default 20)" },
+	{ "write-park-ms", "service", "write_park_ms", T_U32, F(svc.write_park_ms), 1, 3600000, .arg = "MS",
+	  .help = "buffer_only: a write grant waiting this long is dropped, so its GPU pages can go (default 2000)" },
+	{ "stage-hold-ms", "service", "stage_hold_ms", T_U32, F(svc.stage_hold_ms), 1, 86400000, .arg = "MS",
+	  .help = "buffer_only: staging a live rank holds this long without giving it back is released (default 60000)" },
+	{ "metrics-listen", "metrics", "listen", T_STRING, F(metrics_listen), .arg = "HOST:PORT",
+	  .help = "serve GET /metrics (Prometheus) here, e.g. 127.0.0.1:9464 (default: not served)" },
+	{ "log-level", "log", "level", T_CHOICE, F(log_level), .choices = log_levels, .arg = "LEVEL",
+	  .help = "err, warn, info or debug (default: $HICACHE_LOG, else info)" },
+	{ "log-file", "log", "file", T_STRING, F(log_file), .arg = "FILE",
+	  .help = "append the log to FILE, reopened on SIGHUP (default: stderr)" },
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -137,7 +164,10 @@ static void choice_list(const struct choice *ch, char *buf, size_t len)
 
 	buf[0] = 0;
 	for (unsigned i = 0; ch[i].name && off < len; i++)
-		off += (size_t)snprintf(buf + off, len - off, "%s%s", i == 0 ? "" : ch[i + 1].name ? ", " : " or ",
+		off += (size_t)snprintf(buf + off, len - off, "%s%s",
+					i == 0           ? ""
+					: ch[i + 1].name ? ", "
+							 : " or ",
 					ch[i].name);
 }
 
@@ -182,10 +212,10 @@ static int opt_set(struct hcd_conf *c, const struct opt *o, const char *what, co
 struct ini_ctx {
 	struct hcd_conf *c;
 	FILE *f;
-	unsigned line;              /* the line the reader gave last */
-	unsigned err_line;          /* the first line a handler refused, and why */
+	unsigned line;     /* the line the reader gave last */
+	unsigned err_line; /* the first line a handler refused, and why */
 	char err[512];
-	unsigned set_on[NOPTS];     /* the line that set each option */
+	unsigned set_on[NOPTS]; /* the line that set each option */
 };
 
 static int ini_fail(struct ini_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -254,7 +284,8 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 	for (unsigned i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
 		known |= !strcmp(section, sections[i]);
 	if (!*section)
-		return ini_fail(x, "'%s' is outside any section: put it under [pool], [service], [backend] or [log]", key);
+		return ini_fail(x, "'%s' is outside any section: put it under [pool], [service], [backend] or [log]",
+				key);
 	if (!known)
 		return ini_fail(x, "unknown section [%s]: use [pool], [service], [backend] or [log]", section);
 	for (unsigned i = 0; i < NOPTS; i++) {
@@ -265,7 +296,8 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 			continue;
 		if (strcmp(o->key, key)) {
 			if (off < sizeof(keys))
-				off += (size_t)snprintf(keys + off, sizeof(keys) - off, "%s%s", off ? ", " : "", o->key);
+				off += (size_t)snprintf(keys + off, sizeof(keys) - off, "%s%s", off ? ", " : "",
+							o->key);
 			continue;
 		}
 		if (x->set_on[i] && !opt_repeats(o))
@@ -364,7 +396,8 @@ static int check_conf(struct hcd_conf *c)
 	if (hc_pool_name_valid(c->pool) < 0)
 		return bad("%s", hc_last_error());
 	if (!c->svc.backend)
-		return bad("missing --backend SPEC (or 'spec' in [backend]), e.g. --backend file:dir=/var/cache/hicache");
+		return bad(
+			"missing --backend SPEC (or 'spec' in [backend]), e.g. --backend file:dir=/var/cache/hicache");
 	c->svc.dir = c->geo.spec.dir;
 	if (c->svc.dir && c->svc.dir[0] != '/')
 		return bad("--dir '%s' must be an absolute path", c->svc.dir);
@@ -423,8 +456,9 @@ int hcd_conf_load(struct hcd_conf *c, int argc, char **argv)
 		}
 		if (!o) {
 			ret = optopt && optopt < 256 ? bad("unknown option '-%c'; see '" HCD_PROG " --help'", optopt)
-			      : optopt ? bad("option '%s' takes no value", argv[optind - 1])
-				       : bad("unknown or ambiguous option '%s'; see '" HCD_PROG " --help'", argv[optind - 1]);
+			      : optopt               ? bad("option '%s' takes no value", argv[optind - 1])
+				       : bad("unknown or ambiguous option '%s'; see '" HCD_PROG " --help'",
+					     argv[optind - 1]);
 			goto out;
 		}
 		if (o->type == T_CMDLINE) { /* --config: the others have returned */

@@ -20,14 +20,14 @@
 
 /* Everything hicached is told, after the config file and the command line. */
 struct hcd_conf {
-	const char *pool;            /* --pool NAME, [pool] name */
-	const char *config;          /* --config FILE, or NULL */
-	struct hc_cli_pool geo;      /* the pool's geometry, to create or check it */
-	struct hc_service_opts svc;  /* what hc_service_start takes */
-	int log_level;               /* HC_LOG_ERR .. HCD_LOG_DEBUG */
-	const char *log_file;        /* NULL: stderr */
-	const char *metrics_listen;  /* HOST:PORT for GET /metrics, or NULL: none */
-	char **strs;                 /* values read from the config file, owned here */
+	const char *pool;           /* --pool NAME, [pool] name */
+	const char *config;         /* --config FILE, or NULL */
+	struct hc_cli_pool geo;     /* the pool's geometry, to create or check it */
+	struct hc_service_opts svc; /* what hc_service_start takes */
+	int log_level;              /* HC_LOG_ERR .. HCD_LOG_DEBUG */
+	const char *log_file;       /* NULL: stderr */
+	const char *metrics_listen; /* HOST:PORT for GET /metrics, or NULL: none */
+	char **strs;                /* values read from the config file, owned here */
 	unsigned nstrs;
 };
 

@@ -24,12 +24,15 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int log_fd = STDERR_FILENO;
-static char *log_path;   /* NULL: stderr */
+static char *log_path; /* NULL: stderr */
 static int log_level = HC_LOG_INFO;
 
 static const char *level_name(int level)
 {
-	return level <= HC_LOG_ERR ? "error" : level <= HC_LOG_WARN ? "warning" : level <= HC_LOG_INFO ? "info" : "debug";
+	return level <= HC_LOG_ERR    ? "error"
+	       : level <= HC_LOG_WARN ? "warning"
+	       : level <= HC_LOG_INFO ? "info"
+				      : "debug";
 }
 
 static int open_file(const char *path)

@@ -36,9 +36,11 @@ static int create_pool(struct hcd_conf *c)
 	int r;
 
 	if (!hc_cli_pool_has_geometry(&c->geo)) {
-		hcd_log(HC_LOG_ERR, "no pool '%s' in %s, and no geometry to create it: give --model, --page-tokens, --tp, "
+		hcd_log(HC_LOG_ERR,
+			"no pool '%s' in %s, and no geometry to create it: give --model, --page-tokens, --tp, "
 			"--kv or --state, and --pages or --size (or [pool] in the config file), or create it with "
-			"'hicache-pool create'", c->pool, dir_of(c));
+			"'hicache-pool create'",
+			c->pool, dir_of(c));
 		return HC_CLI_EXIT_USAGE;
 	}
 	if (hc_cli_pool_finish(&c->geo) < 0) {
@@ -61,7 +63,9 @@ static int create_pool(struct hcd_conf *c)
  * given; 0, or the exit status. */
 static int prepare_pool(struct hcd_conf *c)
 {
-	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = c->svc.dir, .flags = HC_ATTACH_READONLY };
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
+				     .dir = c->svc.dir,
+				     .flags = HC_ATTACH_READONLY };
 	struct hc_pool_info in;
 	char b1[32], b2[32];
 	hc_pool *p;
@@ -83,7 +87,9 @@ static int prepare_pool(struct hcd_conf *c)
 		return HC_CLI_EXIT_USAGE;
 	}
 	hc_pool_info(p, &in, sizeof(in));
-	hcd_log(HC_LOG_INFO, "pool '%s' at %s: model %s, %" PRIu32 " pages of %s (%s segment), %" PRIu32 "-token pages, tp %" PRIu32 ", %" PRIu32 " rank slots",
+	hcd_log(HC_LOG_INFO,
+		"pool '%s' at %s: model %s, %" PRIu32 " pages of %s (%s segment), %" PRIu32 "-token pages, tp %" PRIu32
+		", %" PRIu32 " rank slots",
 		in.name, in.path, in.model_id, in.npages, hc_cli_format_size(in.envelope_bytes, b1, sizeof(b1)),
 		hc_cli_format_size(in.segment_bytes, b2, sizeof(b2)), in.page_tokens, in.tp_size, in.max_ranks);
 	hc_pool_detach(p);
@@ -101,14 +107,16 @@ static int wait_signals(int sfd)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n != (ssize_t)sizeof(si)) {
-			hcd_log(HC_LOG_ERR, "cannot read signals: %s; stopping", n < 0 ? strerror(errno) : "short read");
+			hcd_log(HC_LOG_ERR, "cannot read signals: %s; stopping",
+				n < 0 ? strerror(errno) : "short read");
 			return -EIO;
 		}
 		if (si.ssi_signo == SIGHUP) {
 			int r = hcd_log_reopen();
 
 			if (r < 0)
-				hcd_log(HC_LOG_ERR, "SIGHUP: cannot reopen the log file: %s; still writing to the old one",
+				hcd_log(HC_LOG_ERR,
+					"SIGHUP: cannot reopen the log file: %s; still writing to the old one",
 					strerror(-r));
 			else
 				hcd_log(HC_LOG_INFO, "SIGHUP: log file reopened");

@@ -23,13 +23,13 @@
 #include "hicached.h"
 
 #define IO_TIMEOUT_S 2
-#define REQ_MAX 4096
+#define REQ_MAX      4096
 
 static struct {
-	int fd;          /* the listening socket */
-	int stop[2];     /* a pipe: written to stop the thread */
+	int fd;      /* the listening socket */
+	int stop[2]; /* a pipe: written to stop the thread */
 	pthread_t thr;
-	hc_pool *p;      /* read-only */
+	hc_pool *p; /* read-only */
 	int running;
 } M = { .fd = -1, .stop = { -1, -1 } };
 

@@ -17,25 +17,25 @@ void hcp_check_report(void *arg, const char *line)
 		printf("%s\n", line);
 }
 
-const char hcp_check_usage[] =
-	"Usage: " HCP_PROG " check NAME [--dir DIR] [--json] [--quiescent]\n"
-	"\n"
-	"Check every invariant that ties pool NAME's page table, holds, key index,\n"
-	"tickets and rank table together; print one line per violation and a\n"
-	"summary.  Exit status 0 when none is found, 1 when some are (or the check\n"
-	"could not run).  Proving rank liveness recovers dead ranks on the way, as\n"
-	"any attach does, so it needs write access to the pool.\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --json          print one JSON object\n"
-	"  --quiescent     no rank is mid-operation: pages being freed, tickets\n"
-	"                  being built and other transient states count as\n"
-	"                  violations too\n";
+const char hcp_check_usage[] = "Usage: " HCP_PROG " check NAME [--dir DIR] [--json] [--quiescent]\n"
+			       "\n"
+			       "Check every invariant that ties pool NAME's page table, holds, key index,\n"
+			       "tickets and rank table together; print one line per violation and a\n"
+			       "summary.  Exit status 0 when none is found, 1 when some are (or the check\n"
+			       "could not run).  Proving rank liveness recovers dead ranks on the way, as\n"
+			       "any attach does, so it needs write access to the pool.\n"
+			       "\n"
+			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			       "  --json          print one JSON object\n"
+			       "  --quiescent     no rank is mid-operation: pages being freed, tickets\n"
+			       "                  being built and other transient states count as\n"
+			       "                  violations too\n";
 
 int hcp_cmd_check(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR, HCP_OPTION_JSON,
+		HCP_OPTION_DIR,
+		HCP_OPTION_JSON,
 		{ "quiescent", no_argument, NULL, HCP_OPT_QUIESCENT },
 		HCP_OPTIONS_END,
 	};

@@ -6,15 +6,14 @@
 
 #include "pool.h"
 
-const char hcp_destroy_usage[] =
-	"Usage: " HCP_PROG " destroy NAME [--dir DIR] [--force]\n"
-	"\n"
-	"Remove pool NAME.  Refused while ranks are attached, or when the file does\n"
-	"not check out as a pool, unless --force.  Processes that still map it keep\n"
-	"their mapping until they exit.\n"
-	"\n"
-	"  --dir DIR    the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --force      remove it even with live ranks or a damaged header\n";
+const char hcp_destroy_usage[] = "Usage: " HCP_PROG " destroy NAME [--dir DIR] [--force]\n"
+				 "\n"
+				 "Remove pool NAME.  Refused while ranks are attached, or when the file does\n"
+				 "not check out as a pool, unless --force.  Processes that still map it keep\n"
+				 "their mapping until they exit.\n"
+				 "\n"
+				 "  --dir DIR    the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+				 "  --force      remove it even with live ranks or a damaged header\n";
 
 int hcp_cmd_destroy(int argc, char **argv)
 {

@@ -8,29 +8,27 @@
 
 #include "pool.h"
 
-const char hcp_evict_usage[] =
-	"Usage: " HCP_PROG " evict NAME (--key HEX64 | --count N) [--dir DIR]\n"
-	"\n"
-	"Evict from pool NAME the page of one key, or up to N pages chosen by the\n"
-	"pool's eviction policy.  Only keyed READY pages that no rank pins or\n"
-	"host-locks and no ticket holds are evicted.  The tool takes a rank slot\n"
-	"while it runs, so the pool needs a free one.\n"
-	"\n"
-	"  --key HEX64     the key, 64 hex digits (as 'keys' lists them); exit\n"
-	"                  status 1 if no page has it\n"
-	"  --count N       evict up to N pages by policy and print how many went\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n";
+const char hcp_evict_usage[] = "Usage: " HCP_PROG " evict NAME (--key HEX64 | --count N) [--dir DIR]\n"
+			       "\n"
+			       "Evict from pool NAME the page of one key, or up to N pages chosen by the\n"
+			       "pool's eviction policy.  Only keyed READY pages that no rank pins or\n"
+			       "host-locks and no ticket holds are evicted.  The tool takes a rank slot\n"
+			       "while it runs, so the pool needs a free one.\n"
+			       "\n"
+			       "  --key HEX64     the key, 64 hex digits (as 'keys' lists them); exit\n"
+			       "                  status 1 if no page has it\n"
+			       "  --count N       evict up to N pages by policy and print how many went\n"
+			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n";
 
-const char hcp_clear_usage[] =
-	"Usage: " HCP_PROG " clear NAME [--dir DIR]\n"
-	"\n"
-	"Free every READY page of pool NAME and print how many.  Refused, with what\n"
-	"is held, while any rank pins, host-locks or reserves a page or a ticket\n"
-	"holds one.  Pages a rank allocated without a key and uses without a pin\n"
-	"are freed too: clear a pool only while its engines are idle.  The tool\n"
-	"takes a rank slot while it runs, so the pool needs a free one.\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n";
+const char hcp_clear_usage[] = "Usage: " HCP_PROG " clear NAME [--dir DIR]\n"
+			       "\n"
+			       "Free every READY page of pool NAME and print how many.  Refused, with what\n"
+			       "is held, while any rank pins, host-locks or reserves a page or a ticket\n"
+			       "holds one.  Pages a rank allocated without a key and uses without a pin\n"
+			       "are freed too: clear a pool only while its engines are idle.  The tool\n"
+			       "takes a rank slot while it runs, so the pool needs a free one.\n"
+			       "\n"
+			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n";
 
 int hcp_cmd_evict(int argc, char **argv)
 {
@@ -61,8 +59,8 @@ int hcp_cmd_evict(int argc, char **argv)
 			ret = hcp_failure("%s", hcp_lib_error());
 		else if (n == 0)
 			ret = hcp_failure("no page of pool '%s' has key %s: list the keys with '" HCP_PROG
-					  " keys %s%s%s'", in.name, hex, in.name, va.dir ? " --dir " : "",
-					  va.dir ? va.dir : "");
+					  " keys %s%s%s'",
+					  in.name, hex, in.name, va.dir ? " --dir " : "", va.dir ? va.dir : "");
 		else
 			printf("evicted key %s from pool '%s'\n", hex, in.name);
 	} else {

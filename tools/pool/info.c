@@ -11,16 +11,15 @@
 
 #include "pool.h"
 
-const char hcp_info_usage[] =
-	"Usage: " HCP_PROG " info NAME [--dir DIR] [--json] [--no-recover]\n"
-	"\n"
-	"Show pool NAME: header, geometry, components, page counts by state, the\n"
-	"rank slots that are live or hold pages, and the fingerprint.\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --json          print one JSON object\n"
-	"  --no-recover    attach read-only: do not undo the holds of dead ranks\n"
-	"                  first, and show rank liveness as recorded, not proven\n";
+const char hcp_info_usage[] = "Usage: " HCP_PROG " info NAME [--dir DIR] [--json] [--no-recover]\n"
+			      "\n"
+			      "Show pool NAME: header, geometry, components, page counts by state, the\n"
+			      "rank slots that are live or hold pages, and the fingerprint.\n"
+			      "\n"
+			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			      "  --json          print one JSON object\n"
+			      "  --no-recover    attach read-only: do not undo the holds of dead ranks\n"
+			      "                  first, and show rank liveness as recorded, not proven\n";
 
 static const char *kind_name(enum hc_comp_kind k)
 {
@@ -55,7 +54,8 @@ static void service_text(const struct hc_service_info *sv, int buffer_only)
 		printf("; jobs %" PRIu32 " queued, %" PRIu32 " running", sv->jobs_queued, sv->jobs_running);
 	if (sv->live && buffer_only)
 		printf("; staging %" PRIu32 " read, %" PRIu32 " write, %" PRIu32 " reads and %" PRIu32
-		       " writes waiting", sv->stage_read, sv->stage_write, sv->parked_reads, sv->parked_writes);
+		       " writes waiting",
+		       sv->stage_read, sv->stage_write, sv->parked_reads, sv->parked_writes);
 	printf("\n");
 }
 
@@ -66,8 +66,9 @@ static struct json_object *service_json(const struct hc_service_info *sv)
 	hcp_jadd_bool(o, "live", sv->live);
 	hcp_jadd_u64(o, "pid", sv->live ? sv->pid : 0);
 	hcp_jadd_u64(o, "generation", sv->generation);
-	json_object_object_add(o, "write_policy", sv->write_policy < 0 ? NULL :
-							 json_object_new_string(write_policy_name(sv->write_policy)));
+	json_object_object_add(o, "write_policy",
+			       sv->write_policy < 0 ? NULL
+						    : json_object_new_string(write_policy_name(sv->write_policy)));
 	hcp_jadd_u64(o, "select_hits", sv->select_hits);
 	hcp_jadd_u64(o, "jobs_queued", sv->jobs_queued);
 	hcp_jadd_u64(o, "jobs_running", sv->jobs_running);
@@ -147,8 +148,8 @@ static struct json_object *info_json(const struct hc_pool_info *in, const struct
 	return o;
 }
 
-static void info_text(const struct hc_pool_info *in, const struct hc_component_info *ci, const uint64_t counts[HC_PAGE__COUNT],
-		      const struct hc_rank_info *ri, unsigned nri, bool readonly)
+static void info_text(const struct hc_pool_info *in, const struct hc_component_info *ci,
+		      const uint64_t counts[HC_PAGE__COUNT], const struct hc_rank_info *ri, unsigned nri, bool readonly)
 {
 	char hex[65], when[64], b1[32], b2[32];
 	int w = 4;
@@ -197,9 +198,9 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 			snprintf(win, sizeof(win), "%" PRIu32, ci[i].window_pages);
 		printf("  %-*s  %-8s  %-5s  %-10s  %5s  %10s  %6" PRIu32 "  %6" PRIu32 "  %12" PRIu64 "  %12" PRIu64
 		       "  %12" PRIu64 "  %12" PRIu64 "  %6s\n",
-		       w, ci[i].name, hc_dtype_name(ci[i].dtype), kind_name(ci[i].kind),
-		       sharding_name(ci[i].sharding), heads, hb, ci[i].layers, ci[i].groups, ci[i].offset,
-		       ci[i].bytes, ci[i].group_stride, ci[i].layer_stride, win);
+		       w, ci[i].name, hc_dtype_name(ci[i].dtype), kind_name(ci[i].kind), sharding_name(ci[i].sharding),
+		       heads, hb, ci[i].layers, ci[i].groups, ci[i].offset, ci[i].bytes, ci[i].group_stride,
+		       ci[i].layer_stride, win);
 	}
 
 	for (unsigned i = 0; i < nri; i++)
@@ -230,7 +231,8 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 int hcp_cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR, HCP_OPTION_JSON,
+		HCP_OPTION_DIR,
+		HCP_OPTION_JSON,
 		{ "no-recover", no_argument, NULL, HCP_OPT_NO_RECOVER },
 		HCP_OPTIONS_END,
 	};

@@ -9,18 +9,17 @@
 
 #include "pool.h"
 
-const char hcp_keys_usage[] =
-	"Usage: " HCP_PROG " keys NAME [PREFIX] [--dir DIR] [--limit N] [--json]\n"
-	"\n"
-	"List the keyed pages of pool NAME, sorted by key: key, page id, state,\n"
-	"chain depth, pins, host locks, tickets holding it and last-use stamp.\n"
-	"PREFIX (hex digits, either case) keeps only the keys that start with it.\n"
-	"The pool is attached read-only, and each page is read on its own, so the\n"
-	"list is not one atomic snapshot of a busy pool.\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --limit N       show at most the first N matching keys\n"
-	"  --json          print one JSON object\n";
+const char hcp_keys_usage[] = "Usage: " HCP_PROG " keys NAME [PREFIX] [--dir DIR] [--limit N] [--json]\n"
+			      "\n"
+			      "List the keyed pages of pool NAME, sorted by key: key, page id, state,\n"
+			      "chain depth, pins, host locks, tickets holding it and last-use stamp.\n"
+			      "PREFIX (hex digits, either case) keeps only the keys that start with it.\n"
+			      "The pool is attached read-only, and each page is read on its own, so the\n"
+			      "list is not one atomic snapshot of a busy pool.\n"
+			      "\n"
+			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			      "  --limit N       show at most the first N matching keys\n"
+			      "  --json          print one JSON object\n";
 
 static int keys_cmp(const void *a, const void *b)
 {
@@ -30,8 +29,8 @@ static int keys_cmp(const void *a, const void *b)
 	return r ? r : (x->id > y->id) - (x->id < y->id);
 }
 
-static struct json_object *keys_json(const struct hc_pool_info *in, const char *prefix,
-				     const struct hc_page_info *pi, uint32_t shown, uint32_t matching)
+static struct json_object *keys_json(const struct hc_pool_info *in, const char *prefix, const struct hc_page_info *pi,
+				     uint32_t shown, uint32_t matching)
 {
 	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x;
 	char hex[2 * HC_KEY_BYTES + 1];
@@ -68,8 +67,8 @@ static void keys_text(const struct hc_page_info *pi, uint32_t shown, uint32_t ma
 		       "TICKETS", "STAMP");
 	for (uint32_t i = 0; i < shown; i++)
 		printf("%s  %8" PRIu32 "  %-10s  %5" PRIu32 "  %5" PRIu32 "  %5" PRIu32 "  %7" PRIu32 "  %" PRIu64 "\n",
-		       hc_cli_hex(pi[i].key, HC_KEY_BYTES, hex), pi[i].id, hc_page_state_name(pi[i].state),
-		       pi[i].depth, pi[i].pins, pi[i].locks, pi[i].tickets, pi[i].stamp);
+		       hc_cli_hex(pi[i].key, HC_KEY_BYTES, hex), pi[i].id, hc_page_state_name(pi[i].state), pi[i].depth,
+		       pi[i].pins, pi[i].locks, pi[i].tickets, pi[i].stamp);
 	printf("%" PRIu32 " shown of %" PRIu32 " matching key%s%s%s%s\n", shown, matching, matching == 1 ? "" : "s",
 	       *prefix ? " (prefix " : "", prefix, *prefix ? ")" : "");
 }
@@ -77,7 +76,8 @@ static void keys_text(const struct hc_page_info *pi, uint32_t shown, uint32_t ma
 int hcp_cmd_keys(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR, HCP_OPTION_JSON,
+		HCP_OPTION_DIR,
+		HCP_OPTION_JSON,
 		{ "limit", required_argument, NULL, HCP_OPT_LIMIT },
 		HCP_OPTIONS_END,
 	};

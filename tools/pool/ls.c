@@ -15,25 +15,24 @@
 
 #include "pool.h"
 
-const char hcp_ls_usage[] =
-	"Usage: " HCP_PROG " ls [--dir DIR] [--json]\n"
-	"\n"
-	"List the pools in DIR (default " HCP_DEFAULT_DIR "), the files named hicache.NAME,\n"
-	"with their live ranks (pid, engine, TP rank, quota, pages held) and engines.\n"
-	"Each is attached read-only, so listing never changes a pool; live ranks are\n"
-	"the slots marked live, not proven.  A file that is not a usable pool is\n"
-	"listed with the reason.  Leftovers of an interrupted create\n"
-	"(.hicache.NAME.creating.PID) are listed as incomplete.\n"
-	"\n"
-	"  --dir DIR    the directory to list\n"
-	"  --json       print one JSON object\n";
+const char hcp_ls_usage[] = "Usage: " HCP_PROG " ls [--dir DIR] [--json]\n"
+			    "\n"
+			    "List the pools in DIR (default " HCP_DEFAULT_DIR "), the files named hicache.NAME,\n"
+			    "with their live ranks (pid, engine, TP rank, quota, pages held) and engines.\n"
+			    "Each is attached read-only, so listing never changes a pool; live ranks are\n"
+			    "the slots marked live, not proven.  A file that is not a usable pool is\n"
+			    "listed with the reason.  Leftovers of an interrupted create\n"
+			    "(.hicache.NAME.creating.PID) are listed as incomplete.\n"
+			    "\n"
+			    "  --dir DIR    the directory to list\n"
+			    "  --json       print one JSON object\n";
 
 struct ls_entry {
 	char *name;
 	char path[4096];
-	int incomplete;      /* a .creating. leftover */
+	int incomplete; /* a .creating. leftover */
 	uint32_t creator_pid;
-	int err;             /* attach failed: msg holds hc_last_error() */
+	int err; /* attach failed: msg holds hc_last_error() */
 	char msg[4096 + 256];
 	struct hc_pool_info info;
 	unsigned live;
@@ -57,8 +56,7 @@ static int parse_creating(const char *d_name, char **name, uint32_t *pid)
 		return 0;
 	for (q = d_name + 9; (q = strstr(q, tag)); q++)
 		last = q;
-	if (!last || last == d_name + 9 ||
-	    hc_cli_parse_u32("pid", last + strlen(tag), 1, UINT32_MAX, pid) < 0)
+	if (!last || last == d_name + 9 || hc_cli_parse_u32("pid", last + strlen(tag), 1, UINT32_MAX, pid) < 0)
 		return 0;
 	*name = strndup(d_name + 9, (size_t)(last - (d_name + 9)));
 	return *name ? 1 : -ENOMEM;
@@ -66,8 +64,12 @@ static int parse_creating(const char *d_name, char **name, uint32_t *pid)
 
 static const char *file_kind(mode_t m)
 {
-	return S_ISDIR(m) ? "a directory" : S_ISLNK(m) ? "a symbolic link" : S_ISFIFO(m) ? "a fifo" :
-	       S_ISSOCK(m) ? "a socket" : S_ISCHR(m) || S_ISBLK(m) ? "a device" : "not a regular file";
+	return S_ISDIR(m)                 ? "a directory"
+	       : S_ISLNK(m)               ? "a symbolic link"
+	       : S_ISFIFO(m)              ? "a fifo"
+	       : S_ISSOCK(m)              ? "a socket"
+	       : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+					  : "not a regular file";
 }
 
 static void ls_probe(struct ls_entry *e, const char *dir, int dfd, const char *d_name)
@@ -139,7 +141,8 @@ static void ls_text(const struct ls_entry *es, size_t n, const char *dir)
 				printf("no engine, held %" PRIu32 "\n", ri->held);
 			else
 				printf("engine %" PRId32 ", tp rank %" PRIu32 " of %" PRIu32 ", quota %s, held %" PRIu32
-				       "\n", ri->engine_id, ri->tp_rank, ri->tp_size,
+				       "\n",
+				       ri->engine_id, ri->tp_rank, ri->tp_size,
 				       hcp_quota_text(ri, quota, sizeof(quota)), ri->held);
 		}
 		hcp_engines_text(e->ranks, e->live, "  ");

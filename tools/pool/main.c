@@ -54,7 +54,10 @@ static void tool_log(int level, const char *msg, void *arg)
 	if (level > HC_LOG_WARN && !hcp_log_info)
 		return;
 	fprintf(stderr, HCP_PROG ": %s%s%s%s\n", hcp_verb ? hcp_verb : "", hcp_verb ? ": " : "",
-		level <= HC_LOG_ERR ? "error: " : level <= HC_LOG_WARN ? "warning: " : "", msg);
+		level <= HC_LOG_ERR    ? "error: "
+		: level <= HC_LOG_WARN ? "warning: "
+				       : "",
+		msg);
 }
 
 int hcp_bad_option(int c, char **argv)
@@ -200,30 +203,29 @@ int hcp_attach_rank(const char *name, const char *dir, hc_pool **p)
 	return 0;
 }
 
-static const char main_usage[] =
-	"Usage: " HCP_PROG " VERB [OPTIONS]\n"
-	"       " HCP_PROG " --help | --version\n"
-	"\n"
-	"Administer hicache shared-memory KV page pools.\n"
-	"\n"
-	"Verbs:\n"
-	"  create NAME ...   create a pool\n"
-	"  info NAME         show a pool's geometry, page states and ranks\n"
-	"  ls                list the pools in a directory, their ranks and engines\n"
-	"  stat NAME         show a pool's counters and gauges (text, JSON, Prometheus)\n"
-	"  top NAME          show them live, with rates\n"
-	"  check NAME        check a pool's invariants; exit 1 on a violation\n"
-	"  keys NAME [PFX]   list the keyed pages, by key\n"
-	"  evict NAME        evict one key, or N pages by policy\n"
-	"  clear NAME        free every READY page of an idle pool\n"
-	"  destroy NAME      remove a pool\n"
-	"  repair NAME       undo what dead ranks held, fix what check finds\n"
-	"  backend attach|detach NAME [SPEC]   change the L3 backend of a running service\n"
-	"  help [VERB]       show the help of a verb\n"
-	"\n"
-	"Run '" HCP_PROG " VERB --help' for the options of a verb.  Exit status: 0 on\n"
-	"success, 1 when the operation failed (or check found a violation, or evict\n"
-	"found no such key), 2 when the command line is wrong.\n";
+static const char main_usage[] = "Usage: " HCP_PROG " VERB [OPTIONS]\n"
+				 "       " HCP_PROG " --help | --version\n"
+				 "\n"
+				 "Administer hicache shared-memory KV page pools.\n"
+				 "\n"
+				 "Verbs:\n"
+				 "  create NAME ...   create a pool\n"
+				 "  info NAME         show a pool's geometry, page states and ranks\n"
+				 "  ls                list the pools in a directory, their ranks and engines\n"
+				 "  stat NAME         show a pool's counters and gauges (text, JSON, Prometheus)\n"
+				 "  top NAME          show them live, with rates\n"
+				 "  check NAME        check a pool's invariants; exit 1 on a violation\n"
+				 "  keys NAME [PFX]   list the keyed pages, by key\n"
+				 "  evict NAME        evict one key, or N pages by policy\n"
+				 "  clear NAME        free every READY page of an idle pool\n"
+				 "  destroy NAME      remove a pool\n"
+				 "  repair NAME       undo what dead ranks held, fix what check finds\n"
+				 "  backend attach|detach NAME [SPEC]   change the L3 backend of a running service\n"
+				 "  help [VERB]       show the help of a verb\n"
+				 "\n"
+				 "Run '" HCP_PROG " VERB --help' for the options of a verb.  Exit status: 0 on\n"
+				 "success, 1 when the operation failed (or check found a violation, or evict\n"
+				 "found no such key), 2 when the command line is wrong.\n";
 
 static const struct {
 	const char *name;

@@ -20,15 +20,17 @@
 
 #include "../cli/cli.h"
 
-#define HCP_PROG "hicache-pool"
+#define HCP_PROG        "hicache-pool"
 #define HCP_DEFAULT_DIR "/dev/shm"
 
 /* The verbs, in the order the help and the errors list them.  Each has
  * hcp_cmd_VERB, which takes the verb's own command line (argv[0] is the
  * verb) and returns the exit status, and hcp_VERB_usage, its help. */
-#define HCP_VERBS(X) X(create) X(info) X(ls) X(stat) X(top) X(check) X(keys) X(evict) X(clear) X(destroy) \
-	X(repair) X(backend)
-#define X(v) int hcp_cmd_##v(int argc, char **argv); extern const char hcp_##v##_usage[];
+#define HCP_VERBS(X)                                                                                                   \
+	X(create) X(info) X(ls) X(stat) X(top) X(check) X(keys) X(evict) X(clear) X(destroy) X(repair) X(backend)
+#define X(v)                                                                                                           \
+	int hcp_cmd_##v(int argc, char **argv);                                                                        \
+	extern const char hcp_##v##_usage[];
 HCP_VERBS(X)
 #undef X
 
@@ -48,8 +50,16 @@ int hcp_take_name(int argc, char **argv, const char **name);
 
 /* getopt_long codes of the long options, for every verb */
 enum {
-	HCP_OPT_DIR = 256, HCP_OPT_JSON, HCP_OPT_NO_RECOVER, HCP_OPT_FORCE, HCP_OPT_PROMETHEUS, HCP_OPT_QUIESCENT,
-	HCP_OPT_LIMIT, HCP_OPT_KEY, HCP_OPT_COUNT, HCP_OPT_INTERVAL,
+	HCP_OPT_DIR = 256,
+	HCP_OPT_JSON,
+	HCP_OPT_NO_RECOVER,
+	HCP_OPT_FORCE,
+	HCP_OPT_PROMETHEUS,
+	HCP_OPT_QUIESCENT,
+	HCP_OPT_LIMIT,
+	HCP_OPT_KEY,
+	HCP_OPT_COUNT,
+	HCP_OPT_INTERVAL,
 	HCP_OPT_POOL, /* create: HCP_OPT_POOL + enum hc_cli_pool_opt */
 };
 
@@ -59,18 +69,28 @@ enum {
  * NAME operand (where 'name' is given; 'extra' for one more) and --dir.
  */
 struct hcp_args {
-	const char *dir;              /* NULL unless --dir */
+	const char *dir; /* NULL unless --dir */
 	bool json, prometheus, quiescent, no_recover, force;
-	uint32_t limit;               /* --limit; UINT32_MAX when absent */
-	uint32_t count;               /* --count; 0 when absent */
-	uint32_t interval_ms;         /* --interval; 0 when absent */
-	const char *key;              /* --key as given, NULL when absent */
-	uint8_t keyb[HC_KEY_BYTES];   /* --key as bytes */
+	uint32_t limit;             /* --limit; UINT32_MAX when absent */
+	uint32_t count;             /* --count; 0 when absent */
+	uint32_t interval_ms;       /* --interval; 0 when absent */
+	const char *key;            /* --key as given, NULL when absent */
+	uint8_t keyb[HC_KEY_BYTES]; /* --key as bytes */
 };
 
-#define HCP_OPTION_DIR  { "dir", required_argument, NULL, HCP_OPT_DIR }
-#define HCP_OPTION_JSON { "json", no_argument, NULL, HCP_OPT_JSON }
-#define HCP_OPTIONS_END { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+#define HCP_OPTION_DIR                                                                                                 \
+	{                                                                                                              \
+		"dir", required_argument, NULL, HCP_OPT_DIR                                                            \
+	}
+#define HCP_OPTION_JSON                                                                                                \
+	{                                                                                                              \
+		"json", no_argument, NULL, HCP_OPT_JSON                                                                \
+	}
+#define HCP_OPTIONS_END                                                                                                \
+	{ "help", no_argument, NULL, 'h' },                                                                            \
+	{                                                                                                              \
+		NULL, 0, NULL, 0                                                                                       \
+	}
 #define HCP_GO (-1) /* hcp_parse_args: go on; anything else is the exit status */
 int hcp_parse_args(int argc, char **argv, const struct option *opts, const char *usage, struct hcp_args *va,
 		   const char **name, const char **extra);

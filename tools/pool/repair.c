@@ -8,53 +8,53 @@
 
 #include "pool.h"
 
-const char hcp_repair_usage[] =
-	"Usage: " HCP_PROG " repair NAME [--dir DIR] [--json] [--quiescent]\n"
-	"\n"
-	"Repair pool NAME and report what was done.  First recovery: rank slots\n"
-	"proven dead (their robust mutex was left owner-dead) are cleared, their\n"
-	"pins dropped, their reservations quarantined, the pages they allocated\n"
-	"without a key freed, and pages whose quarantine ran out freed.  Then what\n"
-	"the check finds and recovery cannot undo: page words that make no sense,\n"
-	"READY pages that no key finds and no live rank owns, entries that fail\n"
-	"their check, a key index that names the wrong pages (rebuilt from the\n"
-	"page table), tickets of engines that are gone, stray holds.  Each fix is\n"
-	"one line; then the check runs again, and each violation it still finds\n"
-	"is a 'cannot repair' line.  Exit status 0 when none is left, 1 when some\n"
-	"are.  Safe while ranks run: nothing a live rank holds is freed.\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --json          print one JSON object\n"
-	"  --quiescent     no rank is mid-operation: the check at the end counts\n"
-	"                  transient states too (as check --quiescent)\n";
+const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR] [--json] [--quiescent]\n"
+				"\n"
+				"Repair pool NAME and report what was done.  First recovery: rank slots\n"
+				"proven dead (their robust mutex was left owner-dead) are cleared, their\n"
+				"pins dropped, their reservations quarantined, the pages they allocated\n"
+				"without a key freed, and pages whose quarantine ran out freed.  Then what\n"
+				"the check finds and recovery cannot undo: page words that make no sense,\n"
+				"READY pages that no key finds and no live rank owns, entries that fail\n"
+				"their check, a key index that names the wrong pages (rebuilt from the\n"
+				"page table), tickets of engines that are gone, stray holds.  Each fix is\n"
+				"one line; then the check runs again, and each violation it still finds\n"
+				"is a 'cannot repair' line.  Exit status 0 when none is left, 1 when some\n"
+				"are.  Safe while ranks run: nothing a live rank holds is freed.\n"
+				"\n"
+				"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+				"  --json          print one JSON object\n"
+				"  --quiescent     no rank is mid-operation: the check at the end counts\n"
+				"                  transient states too (as check --quiescent)\n";
 
-#define REPORT_FIELDS(X)                                                          \
-	X(dead_ranks, "rank slots proven dead and cleared")                       \
-	X(pins_dropped, "pin counts of dead ranks set to zero")                   \
-	X(quarantined, "reservations of dead ranks put in quarantine")            \
-	X(released, "quarantined pages whose grace ran out, now free")            \
-	X(promoted, "fully committed reservations made ready")                    \
-	X(unfreed, "half-done frees of dead ranks put back to ready")             \
-	X(bad_words, "page words that made no sense, put in quarantine")          \
-	X(reclaimed, "dead ranks' pages allocated without a key, freed")         \
+#define REPORT_FIELDS(X)                                                                                               \
+	X(dead_ranks, "rank slots proven dead and cleared")                                                            \
+	X(pins_dropped, "pin counts of dead ranks set to zero")                                                        \
+	X(quarantined, "reservations of dead ranks put in quarantine")                                                 \
+	X(released, "quarantined pages whose grace ran out, now free")                                                 \
+	X(promoted, "fully committed reservations made ready")                                                         \
+	X(unfreed, "half-done frees of dead ranks put back to ready")                                                  \
+	X(bad_words, "page words that made no sense, put in quarantine")                                               \
+	X(reclaimed, "dead ranks' pages allocated without a key, freed")                                               \
 	X(orphaned, "such pages another rank holds, freed when it lets go")
 
-#define REPAIR_FIELDS(X)                                                                   \
-	X(bad_words, "page words with an invalid state, owner or aux: quarantined or cleared") \
-	X(holds_cleared, "holds left in the columns of free slots, cleared")                \
-	X(damaged, "READY pages whose entry fails its check, freed")                      \
-	X(lost, "READY pages no key finds and no live rank owns, freed")                  \
-	X(duplicates, "keyed pages whose key a live page already has, freed")             \
-	X(index_bad, "index entries that named no page of their key, dropped")            \
-	X(index_missing, "keyed pages the index did not find, put back")                  \
-	X(tickets_ended, "tickets of gone engines, or damaged, ended")                     \
-	X(ticket_bits, "ticket holds on pages no ticket names, dropped")                  \
+#define REPAIR_FIELDS(X)                                                                                               \
+	X(bad_words, "page words with an invalid state, owner or aux: quarantined or cleared")                         \
+	X(holds_cleared, "holds left in the columns of free slots, cleared")                                           \
+	X(damaged, "READY pages whose entry fails its check, freed")                                                   \
+	X(lost, "READY pages no key finds and no live rank owns, freed")                                               \
+	X(duplicates, "keyed pages whose key a live page already has, freed")                                          \
+	X(index_bad, "index entries that named no page of their key, dropped")                                         \
+	X(index_missing, "keyed pages the index did not find, put back")                                               \
+	X(tickets_ended, "tickets of gone engines, or damaged, ended")                                                 \
+	X(ticket_bits, "ticket holds on pages no ticket names, dropped")                                               \
 	X(unrepaired, "violations left (the 'cannot repair' lines)")
 
 int hcp_cmd_repair(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR, HCP_OPTION_JSON,
+		HCP_OPTION_DIR,
+		HCP_OPTION_JSON,
 		{ "quiescent", no_argument, NULL, HCP_OPT_QUIESCENT },
 		HCP_OPTIONS_END,
 	};

@@ -9,18 +9,17 @@
 
 #include "pool.h"
 
-const char hcp_stat_usage[] =
-	"Usage: " HCP_PROG " stat NAME [--dir DIR] [--json | --prometheus]\n"
-	"\n"
-	"Show pool NAME's gauges (pages by state, keyed, pinned and host-locked\n"
-	"pages, pages held by tickets, live ranks, engines, open tickets) and every\n"
-	"counter the ranks keep, summed over ranks, with the hit ratio.  The pool is\n"
-	"attached read-only: reading the stats never changes it, and live ranks are\n"
-	"the slots marked live, not proven (repair proves them).\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --json          print one JSON object\n"
-	"  --prometheus    print the Prometheus text exposition format 0.0.4\n";
+const char hcp_stat_usage[] = "Usage: " HCP_PROG " stat NAME [--dir DIR] [--json | --prometheus]\n"
+			      "\n"
+			      "Show pool NAME's gauges (pages by state, keyed, pinned and host-locked\n"
+			      "pages, pages held by tickets, live ranks, engines, open tickets) and every\n"
+			      "counter the ranks keep, summed over ranks, with the hit ratio.  The pool is\n"
+			      "attached read-only: reading the stats never changes it, and live ranks are\n"
+			      "the slots marked live, not proven (repair proves them).\n"
+			      "\n"
+			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			      "  --json          print one JSON object\n"
+			      "  --prometheus    print the Prometheus text exposition format 0.0.4\n";
 
 /* hits / lookup_keys, or -1 before the first lookup. */
 static double hit_ratio(const struct hc_stats *st)
@@ -142,7 +141,8 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 int hcp_cmd_stat(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR, HCP_OPTION_JSON,
+		HCP_OPTION_DIR,
+		HCP_OPTION_JSON,
 		{ "prometheus", no_argument, NULL, HCP_OPT_PROMETHEUS },
 		HCP_OPTIONS_END,
 	};

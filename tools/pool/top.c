@@ -11,18 +11,17 @@
 
 #include "pool.h"
 
-const char hcp_top_usage[] =
-	"Usage: " HCP_PROG " top NAME [--dir DIR] [--interval MS] [--count N]\n"
-	"\n"
-	"Show pool NAME's pages by state, holds and counters live, with each\n"
-	"counter's rate per second over the last interval; counters that have\n"
-	"not moved since the start are left out.  On a terminal the screen is\n"
-	"redrawn; otherwise each sample is printed after the last.  Reads the\n"
-	"pool read-only, as stat does.  Ctrl-C, or q and Enter, stops it.\n"
-	"\n"
-	"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-	"  --interval MS   between samples, 100..3600000 (default 1000)\n"
-	"  --count N       stop after N samples (default: until interrupted)\n";
+const char hcp_top_usage[] = "Usage: " HCP_PROG " top NAME [--dir DIR] [--interval MS] [--count N]\n"
+			     "\n"
+			     "Show pool NAME's pages by state, holds and counters live, with each\n"
+			     "counter's rate per second over the last interval; counters that have\n"
+			     "not moved since the start are left out.  On a terminal the screen is\n"
+			     "redrawn; otherwise each sample is printed after the last.  Reads the\n"
+			     "pool read-only, as stat does.  Ctrl-C, or q and Enter, stops it.\n"
+			     "\n"
+			     "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			     "  --interval MS   between samples, 100..3600000 (default 1000)\n"
+			     "  --count N       stop after N samples (default: until interrupted)\n";
 
 static volatile sig_atomic_t top_stop;
 

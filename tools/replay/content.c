@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * content.c - what a replayed page holds, so that every byte read back can
- * be checked (and the words hicache-bench's stress run fills, the same way): each 8-byte word of a row is a function of the page's key,
- * the row's place (component, head group, layer, K/V, token) and the
- * word's index.  A page written by one rank and read by another, or read
- * back from L3, must match it exactly; a byte from another page, another
- * place or a torn write does not.
+ * be checked (and the words hicache-bench's stress run fills, the same way): each 8-byte word of a row is a function of
+ * the page's key, the row's place (component, head group, layer, K/V, token) and the word's index.  A page written by
+ * one rank and read by another, or read back from L3, must match it exactly; a byte from another page, another place or
+ * a torn write does not.
  */
 #include <string.h>
 

@@ -96,8 +96,9 @@ int hc_rp_gen(const struct hc_rp_gen_opts *opts, struct hc_rp_workload *w)
 	hc_rp_gen_defaults(&o);
 	rng = o.seed;
 	if (o.system_tokens >= o.max_input)
-		return hc_cli_fail(EINVAL, "workload: system prompts of %u tokens leave no room under the %u-token prompt limit",
-				   o.system_tokens, o.max_input);
+		return hc_cli_fail(
+			EINVAL, "workload: system prompts of %u tokens leave no room under the %u-token prompt limit",
+			o.system_tokens, o.max_input);
 	sys_blocks = o.system_tokens / B; /* the full blocks every session of a prompt shares */
 	max_blocks = (o.max_input + B - 1) / B;
 	next_id = (uint64_t)o.system_prompts * sys_blocks; /* prompt p's block b is p * sys_blocks + b */
@@ -126,7 +127,10 @@ int hc_rp_gen(const struct hc_rp_gen_opts *opts, struct hc_rp_workload *w)
 				goto out;
 			}
 			q = &w->req[w->n++];
-			*q = (struct hc_rp_req){ .t_ms = t, .input_len = in, .output_len = reply, .nblocks = nb,
+			*q = (struct hc_rp_req){ .t_ms = t,
+						 .input_len = in,
+						 .output_len = reply,
+						 .nblocks = nb,
 						 .first = w->nids };
 			memcpy(w->ids + w->nids, cur, (size_t)nb * sizeof(*cur));
 			w->nids += nb;

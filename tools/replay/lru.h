@@ -14,9 +14,9 @@
 
 struct hc_rp_lru_node {
 	hc_key_t key;
-	uint32_t prev, next;  /* the LRU list */
-	uint32_t hnext;       /* the hash chain */
-	uint32_t mark;        /* the caller's: see hc_rp_lru_use */
+	uint32_t prev, next; /* the LRU list */
+	uint32_t hnext;      /* the hash chain */
+	uint32_t mark;       /* the caller's: see hc_rp_lru_use */
 };
 
 struct hc_rp_lru {

@@ -34,10 +34,10 @@ struct comp_def {
 	const char *name;
 	enum hc_comp_kind kind;
 	enum hc_sharding sharding;
-	uint32_t heads, head_bytes;  /* KV */
-	uint64_t bytes_per_layer;    /* state */
+	uint32_t heads, head_bytes; /* KV */
+	uint64_t bytes_per_layer;   /* state */
 	uint32_t layers;
-	int role;                    /* 0 full, 1 sliding window, 2 state */
+	int role; /* 0 full, 1 sliding window, 2 state */
 };
 
 struct preset {
@@ -47,16 +47,17 @@ struct preset {
 };
 
 static const struct preset presets[] = {
-	{ "llama3-8b", "meta-llama/Meta-Llama-3-8B", 0,
-	  { { "kv", HC_COMP_KV, HC_SHARDED, 8, 256, 0, 32, 0 } } },
-	{ "qwen2.5-32b", "Qwen/Qwen2.5-32B", 0,
-	  { { "kv", HC_COMP_KV, HC_SHARDED, 8, 256, 0, 64, 0 } } },
-	{ "deepseek-v3", "deepseek-ai/DeepSeek-V3", 0,
-	  { { "mla", HC_COMP_KV, HC_REPLICATED, 1, 576, 0, 61, 0 } } },
-	{ "hybrid-swa", "openai/gpt-oss-20b", 128,
+	{ "llama3-8b", "meta-llama/Meta-Llama-3-8B", 0, { { "kv", HC_COMP_KV, HC_SHARDED, 8, 256, 0, 32, 0 } } },
+	{ "qwen2.5-32b", "Qwen/Qwen2.5-32B", 0, { { "kv", HC_COMP_KV, HC_SHARDED, 8, 256, 0, 64, 0 } } },
+	{ "deepseek-v3", "deepseek-ai/DeepSeek-V3", 0, { { "mla", HC_COMP_KV, HC_REPLICATED, 1, 576, 0, 61, 0 } } },
+	{ "hybrid-swa",
+	  "openai/gpt-oss-20b",
+	  128,
 	  { { "full", HC_COMP_KV, HC_SHARDED, 8, 128, 0, 12, 0 },
 	    { "swa", HC_COMP_KV, HC_SHARDED, 8, 128, 0, 12, 1 } } },
-	{ "hybrid-state", "Qwen/Qwen3-Next-80B-A3B", 0,
+	{ "hybrid-state",
+	  "Qwen/Qwen3-Next-80B-A3B",
+	  0,
 	  { { "full", HC_COMP_KV, HC_SHARDED, 2, 512, 0, 12, 0 },
 	    { "state", HC_COMP_STATE, HC_SHARDED, 0, 0, 32ull * 128 * 128 * 4, 36, 2 } } },
 };
@@ -89,9 +90,14 @@ int hc_rp_model_preset(const char *name, uint32_t page_tokens, double scale, str
 		struct hc_component_spec *c = &m->comps[i];
 		uint32_t layers = (uint32_t)lround(d->layers * scale);
 		snprintf(m->names[i], sizeof(m->names[i]), "%s", d->name);
-		*c = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = m->names[i], .dtype = d->kind == HC_COMP_STATE ? HC_DTYPE_F32 : HC_DTYPE_BF16,
-						 .kind = d->kind, .sharding = d->sharding, .kv_heads = d->heads,
-						 .head_bytes = d->head_bytes, .bytes_per_layer = d->bytes_per_layer,
+		*c = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec),
+						 .name = m->names[i],
+						 .dtype = d->kind == HC_COMP_STATE ? HC_DTYPE_F32 : HC_DTYPE_BF16,
+						 .kind = d->kind,
+						 .sharding = d->sharding,
+						 .kv_heads = d->heads,
+						 .head_bytes = d->head_bytes,
+						 .bytes_per_layer = d->bytes_per_layer,
 						 .layers = layers ? layers : 1 };
 		m->full_layers[i] = d->layers;
 		if (d->role == 1) {

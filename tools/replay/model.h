@@ -24,10 +24,10 @@ struct hc_rp_model {
 	unsigned ncomp;
 	char names[HC_RP_MAX_COMPS][HC_COMP_NAME_MAX + 1];
 	struct hc_component_spec comps[HC_RP_MAX_COMPS]; /* names point into names[] */
-	uint32_t full_layers[HC_RP_MAX_COMPS];            /* before scaling */
-	int state;               /* the state snapshot component, or -1 */
-	int swa;                 /* the sliding-window component, or -1 */
-	uint32_t window_tokens;  /* its window */
+	uint32_t full_layers[HC_RP_MAX_COMPS];           /* before scaling */
+	int state;                                       /* the state snapshot component, or -1 */
+	int swa;                                         /* the sliding-window component, or -1 */
+	uint32_t window_tokens;                          /* its window */
 	double scale;
 };
 
@@ -46,7 +46,7 @@ int hc_rp_model_custom(const struct hc_component_spec *comps, unsigned n, uint32
  * head group's run of one (layer, K/V, token) of a KV component, or of one
  * layer of a state (kv 0, token 0).  Rows are whole 8-byte words. */
 struct hc_rp_row {
-	const uint8_t *key;      /* the page's */
+	const uint8_t *key; /* the page's */
 	unsigned comp, group, layer, kv, token;
 };
 void hc_rp_fill(const struct hc_rp_row *row, void *buf, size_t bytes);

@@ -23,7 +23,8 @@ int hc_rp_refsim(const struct hc_rp_workload *w, uint32_t page_tokens, uint64_t 
 
 	memset(out, 0, sizeof(*out));
 	if (!hc_rp_page_tokens_ok(page_tokens))
-		return hc_cli_fail(EINVAL, "reference: page_tokens %u does not divide %u", page_tokens, HC_RP_BLOCK_TOKENS);
+		return hc_cli_fail(EINVAL, "reference: page_tokens %u does not divide %u", page_tokens,
+				   HC_RP_BLOCK_TOKENS);
 	if (w->n >= UINT32_MAX)
 		return hc_cli_fail(E2BIG, "reference: %zu requests: at most %u", w->n, UINT32_MAX - 1); /* marks */
 	for (size_t q = 0; q < w->n; q++)
@@ -31,8 +32,8 @@ int hc_rp_refsim(const struct hc_rp_workload *w, uint32_t page_tokens, uint64_t 
 			most = hc_rp_pages(&w->req[q], page_tokens);
 	if (capacity <= most || capacity > (1u << 30))
 		return hc_cli_fail(EINVAL, "reference: a pool of %llu pages %s: the longest request has %u",
-				   (unsigned long long)capacity, capacity > (1u << 30) ? "is too large" : "must be larger than any request",
-				   most);
+				   (unsigned long long)capacity,
+				   capacity > (1u << 30) ? "is too large" : "must be larger than any request", most);
 	if (hc_rp_lru_init(&l, (uint32_t)capacity) < 0 || !(keys = malloc(((size_t)most + 1) * sizeof(*keys)))) {
 		r = hc_cli_fail(ENOMEM, "reference: no memory for %llu pages", (unsigned long long)capacity);
 		goto out;

@@ -71,15 +71,44 @@ static int parse_enum(const char *what, const char *s, const char *const *names,
 		char list[256] = "";
 		for (unsigned i = 0; i < n; i++)
 			if (names[i])
-				snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", *list ? ", " : "", names[i]);
+				snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", *list ? ", " : "",
+					 names[i]);
 		return hc_cli_fail(EINVAL, "%s '%s': give one of %s", what, s, list);
 	}
 }
 
 enum {
-	O_TRACE = 256, O_REQUESTS, O_SEED, O_SESSIONS, O_MODEL, O_PAGE_TOKENS, O_SCALE, O_TP, O_ENGINES, O_L1,
-	O_POOL_PAGES, O_EVICT, O_BACKEND, O_DIR, O_WRITE_POLICY, O_PREFETCH, O_PF_TIMEOUT, O_PF_THRESHOLD, O_SERIAL,
-	O_SPEEDUP, O_REFERENCE, O_JSON, O_CSV, O_SVG, O_PROGRESS, O_NO_PROGRESS, O_KEEP, O_HELP, O_KV, O_STATE, O_POOL
+	O_TRACE = 256,
+	O_REQUESTS,
+	O_SEED,
+	O_SESSIONS,
+	O_MODEL,
+	O_PAGE_TOKENS,
+	O_SCALE,
+	O_TP,
+	O_ENGINES,
+	O_L1,
+	O_POOL_PAGES,
+	O_EVICT,
+	O_BACKEND,
+	O_DIR,
+	O_WRITE_POLICY,
+	O_PREFETCH,
+	O_PF_TIMEOUT,
+	O_PF_THRESHOLD,
+	O_SERIAL,
+	O_SPEEDUP,
+	O_REFERENCE,
+	O_JSON,
+	O_CSV,
+	O_SVG,
+	O_PROGRESS,
+	O_NO_PROGRESS,
+	O_KEEP,
+	O_HELP,
+	O_KV,
+	O_STATE,
+	O_POOL
 };
 
 static int parse(int argc, char **argv, struct hc_rp_opts *o)
@@ -154,7 +183,8 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 				r = hc_cli_fail(EINVAL, "--kv/--state: at most %d components", HC_RP_MAX_COMPS);
 				break;
 			}
-			r = hc_cli_parse_comp(c == O_KV ? "--kv" : "--state", optarg, c == O_KV ? HC_COMP_KV : HC_COMP_STATE, &cc);
+			r = hc_cli_parse_comp(c == O_KV ? "--kv" : "--state", optarg,
+					      c == O_KV ? HC_COMP_KV : HC_COMP_STATE, &cc);
 			if (r == 0) {
 				snprintf(o->comp_names[o->ncomp], sizeof(o->comp_names[0]), "%s", cc.name);
 				o->comps[o->ncomp] = cc.spec;
@@ -167,8 +197,10 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			makes = "--page-tokens";
 			r = hc_cli_parse_u32("--page-tokens", optarg, 1, 512, &o->page_tokens);
 			if (r == 0 && !hc_rp_page_tokens_ok(o->page_tokens))
-				r = hc_cli_fail(EINVAL, "--page-tokens %u does not divide 512, the tokens of a trace's hash id: give 16, 32, 64, 128, 256 or 512",
-						o->page_tokens);
+				r = hc_cli_fail(
+					EINVAL,
+					"--page-tokens %u does not divide 512, the tokens of a trace's hash id: give 16, 32, 64, 128, 256 or 512",
+					o->page_tokens);
 			break;
 		case O_SCALE:
 			makes = "--scale";
@@ -269,7 +301,9 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 	if (r == 0 && o->reference &&
 	    (o->l1_pages || (backend_set && strcmp(o->backend, "none")) || (evict_set && o->evict != HC_EVICT_LRU)))
 		r = hc_cli_fail(EINVAL, "--reference runs with L1 off, no L3 and exact LRU eviction: drop %s",
-				o->l1_pages ? "--l1-pages" : evict_set && o->evict != HC_EVICT_LRU ? "--evict" : "--backend");
+				o->l1_pages                             ? "--l1-pages"
+				: evict_set && o->evict != HC_EVICT_LRU ? "--evict"
+									: "--backend");
 	if (r == 0 && o->reference) {
 		/* The rules the simulation follows, and nothing else. */
 		o->backend = "none";
@@ -282,9 +316,9 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 /* ---- planning: what the workload needs */
 
 struct plan {
-	uint32_t max_pages;      /* of any request */
-	uint64_t pages;          /* asked, summed */
-	uint64_t distinct;       /* distinct keys */
+	uint32_t max_pages; /* of any request */
+	uint64_t pages;     /* asked, summed */
+	uint64_t distinct;  /* distinct keys */
 };
 
 static int plan_workload(const struct hc_rp_workload *w, uint32_t T, struct plan *pl)
@@ -330,22 +364,32 @@ static int use_pool(struct hc_rp_opts *o, struct hc_rp_model *m, hc_pool **admin
 	struct hc_pool_info pi;
 	int r;
 
-	if ((r = hc_pool_attach(o->pool, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN }, admin)) < 0)
+	if ((r = hc_pool_attach(
+		     o->pool,
+		     &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN },
+		     admin)) < 0)
 		return hc_cli_fail(-r, "--pool %s: %s", o->pool, hc_last_error());
 	hc_pool_info(*admin, &pi, sizeof(pi));
 	if (pi.ncomp > HC_RP_MAX_COMPS || !hc_rp_page_tokens_ok(pi.page_tokens) || pi.host_mode != HC_HOST_CACHE) {
 		r = hc_cli_fail(EINVAL, "--pool %s: %s", o->pool,
-				pi.host_mode != HC_HOST_CACHE ? "a buffer_only pool keeps no pages for a replay to hit: give a cache pool"
-				: pi.ncomp > HC_RP_MAX_COMPS ? "more components than the replay models (4)"
-							     : "its page size does not divide 512, the tokens of a trace's hash id");
+				pi.host_mode != HC_HOST_CACHE
+					? "a buffer_only pool keeps no pages for a replay to hit: give a cache pool"
+				: pi.ncomp > HC_RP_MAX_COMPS
+					? "more components than the replay models (4)"
+					: "its page size does not divide 512, the tokens of a trace's hash id");
 		goto fail;
 	}
 	for (unsigned i = 0; i < pi.ncomp; i++) {
 		hc_pool_component(*admin, i, &ci[i], sizeof(ci[i]));
-		comps[i] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec), .name = ci[i].name, .dtype = ci[i].dtype, .kind = ci[i].kind,
-						       .sharding = ci[i].sharding, .kv_heads = ci[i].kv_heads,
+		comps[i] = (struct hc_component_spec){ .size = sizeof(struct hc_component_spec),
+						       .name = ci[i].name,
+						       .dtype = ci[i].dtype,
+						       .kind = ci[i].kind,
+						       .sharding = ci[i].sharding,
+						       .kv_heads = ci[i].kv_heads,
 						       .head_bytes = ci[i].head_bytes,
-						       .bytes_per_layer = ci[i].bytes_per_layer, .layers = ci[i].layers,
+						       .bytes_per_layer = ci[i].bytes_per_layer,
+						       .layers = ci[i].layers,
 						       .window_pages = ci[i].window_pages };
 	}
 	if ((r = hc_rp_model_custom(comps, pi.ncomp, pi.page_tokens, m)) < 0)
@@ -377,11 +421,16 @@ static int pool_fits(hc_pool *admin, const struct hc_rp_opts *o, const struct pl
 	if (!o->pool)
 		return 0;
 	if (pi.ticket_keys < pl->max_pages)
-		return hc_cli_fail(EINVAL, "--pool %s: its tickets name at most %u keys, and the longest request has %u pages: create it with --ticket-keys %u or more",
-				   o->pool, pi.ticket_keys, pl->max_pages, pl->max_pages);
+		return hc_cli_fail(
+			EINVAL,
+			"--pool %s: its tickets name at most %u keys, and the longest request has %u pages: create it with --ticket-keys %u or more",
+			o->pool, pi.ticket_keys, pl->max_pages, pl->max_pages);
 	if (pi.arg_bytes < (uint64_t)pl->max_pages * HC_KEY_BYTES + 4096)
-		return hc_cli_fail(EINVAL, "--pool %s: its argument areas (%" PRIu64 " bytes) cannot hold the keys of the longest request (%u pages): create it with a larger --arg-bytes",
-				   o->pool, pi.arg_bytes, pl->max_pages);
+		return hc_cli_fail(
+			EINVAL,
+			"--pool %s: its argument areas (%" PRIu64
+			" bytes) cannot hold the keys of the longest request (%u pages): create it with a larger --arg-bytes",
+			o->pool, pi.arg_bytes, pl->max_pages);
 	if (pi.npages <= pl->max_pages)
 		return hc_cli_fail(EINVAL, "--pool %s: %u pages cannot hold the longest request (%u pages)", o->pool,
 				   pi.npages, pl->max_pages);
@@ -424,8 +473,8 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 /* Wait for every rank; a failed one stops the others.  Samples the
  * timeline meanwhile.  Returns how many failed. */
-static unsigned wait_ranks(pid_t *pids, unsigned n, struct hc_rp_shared *sh, hc_pool *admin, size_t total,
-			   int progress, struct hc_rp_result *res)
+static unsigned wait_ranks(pid_t *pids, unsigned n, struct hc_rp_shared *sh, hc_pool *admin, size_t total, int progress,
+			   struct hc_rp_result *res)
 {
 	unsigned left = n, failed = 0;
 	double t0 = hc_rp_now(), next = t0;
@@ -464,9 +513,16 @@ static unsigned wait_ranks(pid_t *pids, unsigned n, struct hc_rp_shared *sh, hc_
 
 int hc_rp_main(int argc, char **argv)
 {
-	struct hc_rp_opts o = { .model = "llama3-8b", .page_tokens = 64, .scale = 0.125, .tp = 2, .engines = 1,
-				.backend = "file", .dir = "/tmp", .prefetch = HC_PREFETCH_WAIT_COMPLETE,
-				.prefetch_timeout_ms = 1000, .progress = -1 };
+	struct hc_rp_opts o = { .model = "llama3-8b",
+				.page_tokens = 64,
+				.scale = 0.125,
+				.tp = 2,
+				.engines = 1,
+				.backend = "file",
+				.dir = "/tmp",
+				.prefetch = HC_PREFETCH_WAIT_COMPLETE,
+				.prefetch_timeout_ms = 1000,
+				.progress = -1 };
 	struct hc_rp_workload w = { 0 };
 	struct hc_rp_model m;
 	struct hc_rp_result res = { 0 };
@@ -500,7 +556,8 @@ int hc_rp_main(int argc, char **argv)
 	r = o.trace ? hc_rp_trace_load(o.trace, o.max_requests, &w) : hc_rp_gen(&o.gen, &w);
 	if (r == 0 && !o.trace && o.max_requests && w.n > o.max_requests)
 		w.n = o.max_requests;
-	if (r < 0 || (r = plan_workload(&w, o.page_tokens, &pl)) < 0 || (admin && (r = pool_fits(admin, &o, &pl)) < 0)) {
+	if (r < 0 || (r = plan_workload(&w, o.page_tokens, &pl)) < 0 ||
+	    (admin && (r = pool_fits(admin, &o, &pl)) < 0)) {
 		fprintf(stderr, PROG ": %s\n", hc_cli_error());
 		hc_rp_workload_free(&w);
 		if (admin)
@@ -512,20 +569,29 @@ int hc_rp_main(int argc, char **argv)
 		goto made;
 	}
 	if (!o.pool_pages)
-		o.pool_pages = pl.distinct / 4 > 2ull * pl.max_pages * o.engines + 16 ? pl.distinct / 4
-										     : 2ull * pl.max_pages * o.engines + 16;
+		o.pool_pages = pl.distinct / 4 > 2ull * pl.max_pages * o.engines + 16
+				       ? pl.distinct / 4
+				       : 2ull * pl.max_pages * o.engines + 16;
 	if (o.pool_pages <= pl.max_pages) {
-		fprintf(stderr, PROG ": --pool-pages %" PRIu64 " cannot hold the longest request (%u pages): give more\n",
+		fprintf(stderr,
+			PROG ": --pool-pages %" PRIu64 " cannot hold the longest request (%u pages): give more\n",
 			o.pool_pages, pl.max_pages);
 		hc_rp_workload_free(&w);
 		return HC_CLI_EXIT_USAGE;
 	}
 	snprintf(pool, sizeof(pool), "hcreplay-%d", (int)getpid());
 	{
-		struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec), .name = pool, .model_id = m.model_id, .page_tokens = o.page_tokens,
-					   .tp_size = o.tp, .comps = m.comps, .ncomp = m.ncomp,
-					   .capacity_pages = o.pool_pages, .max_ranks = o.tp * o.engines + 4,
-					   .quarantine_ms = 200, .evict = o.evict,
+		struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
+					   .name = pool,
+					   .model_id = m.model_id,
+					   .page_tokens = o.page_tokens,
+					   .tp_size = o.tp,
+					   .comps = m.comps,
+					   .ncomp = m.ncomp,
+					   .capacity_pages = o.pool_pages,
+					   .max_ranks = o.tp * o.engines + 4,
+					   .quarantine_ms = 200,
+					   .evict = o.evict,
 					   .max_tickets = 64 * ((o.engines * 8 + 63) / 64),
 					   .ticket_keys = pl.max_pages > 1024 ? pl.max_pages : 1024,
 					   .arg_bytes = ((uint64_t)pl.max_pages * HC_KEY_BYTES + 8191) / 4096 * 4096 };
@@ -537,7 +603,9 @@ int hc_rp_main(int argc, char **argv)
 		}
 		created = 1;
 	}
-	if ((r = hc_pool_attach(pool, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN }, &admin)) < 0) {
+	if ((r = hc_pool_attach(
+		     pool, &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_ADMIN },
+		     &admin)) < 0) {
 		fprintf(stderr, PROG ": pool: %s\n", hc_last_error());
 		goto out;
 	}
@@ -550,7 +618,8 @@ made:
 		if (!strcmp(o.backend, "file")) {
 			snprintf(l3dir, sizeof(l3dir), "%s/hicache-replay-XXXXXX", o.dir);
 			if (!mkdtemp(l3dir)) {
-				fprintf(stderr, PROG ": --dir %s: cannot make a directory there: %s\n", o.dir, strerror(errno));
+				fprintf(stderr, PROG ": --dir %s: cannot make a directory there: %s\n", o.dir,
+					strerror(errno));
 				l3dir[0] = '\0';
 				goto out;
 			}
@@ -571,8 +640,13 @@ made:
 	}
 	memset(sh, 0, sizeof(*sh));
 	atomic_store(&sh->left, o.tp);
-	cx = (struct hc_rp_ctx){ .o = &o, .w = &w, .m = &m, .pool = pool, .l3 = spec[0] != '\0',
-				 .max_pages = pl.max_pages ? pl.max_pages : 1, .sh = sh };
+	cx = (struct hc_rp_ctx){ .o = &o,
+				 .w = &w,
+				 .m = &m,
+				 .pool = pool,
+				 .l3 = spec[0] != '\0',
+				 .max_pages = pl.max_pages ? pl.max_pages : 1,
+				 .sh = sh };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
@@ -595,7 +669,9 @@ made:
 	}
 	if (!failed && cx.l3 && !o.pool) {
 		char bdir[4200];
-		struct hc_service_opts so = { .size = sizeof(struct hc_service_opts), .backend = spec, .write_policy = o.write_policy,
+		struct hc_service_opts so = { .size = sizeof(struct hc_service_opts),
+					      .backend = spec,
+					      .write_policy = o.write_policy,
 					      .backend_dir = build_tree_plugins(spec, bdir, sizeof(bdir)) };
 		if (hc_service_start(pool, &so, &svc) < 0) {
 			fprintf(stderr, PROG ": service: %s\n", hc_last_error());
@@ -654,7 +730,8 @@ made:
 	}
 	for (unsigned i = 0; i < nranks; i++)
 		if (sh->st[i].err)
-			fprintf(stderr, PROG ": engine %u rank %u: %s\n", sh->st[i].engine, sh->st[i].tp_rank, sh->st[i].msg);
+			fprintf(stderr, PROG ": engine %u rank %u: %s\n", sh->st[i].engine, sh->st[i].tp_rank,
+				sh->st[i].msg);
 	ret = failed || interrupted || hc_rp_result_bad(&res) ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
 out:
 	hc_rp_result_free(&res);

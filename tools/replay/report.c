@@ -83,8 +83,13 @@ void hc_rp_sample(struct hc_rp_result *res, const struct hc_rp_shared *sh, hc_po
 	for (unsigned i = 0; i < res->o->tp * res->o->engines; i++)
 		add_rank(&tt, &sh->st[i]); /* read while the ranks write: a monitor's figures */
 	s = &res->samples[res->nsamples++];
-	*s = (struct hc_rp_sample){ .t = t, .served = tt.requests, .tok_total = tt.tok_total, .tok_l1 = tt.tok_l1,
-				    .tok_l2 = tt.tok_l2, .tok_l3 = tt.tok_l3, .load_bytes = tt.load,
+	*s = (struct hc_rp_sample){ .t = t,
+				    .served = tt.requests,
+				    .tok_total = tt.tok_total,
+				    .tok_l1 = tt.tok_l1,
+				    .tok_l2 = tt.tok_l2,
+				    .tok_l3 = tt.tok_l3,
+				    .load_bytes = tt.load,
 				    .store_bytes = tt.store };
 	if (hc_pool_stats(admin, &st, sizeof(st)) == 0) {
 		s->l3_read = st.counter[HC_CTR_l3_prefetch_bytes];
@@ -171,7 +176,8 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 	const struct hc_rp_model *m = r->m;
 	struct totals t;
 	char a[32], b[32], c[32], d[32];
-	uint64_t miss, backup = r->st.counter[HC_CTR_l3_backup_bytes], prefetch = r->st.counter[HC_CTR_l3_prefetch_bytes];
+	uint64_t miss, backup = r->st.counter[HC_CTR_l3_backup_bytes],
+		       prefetch = r->st.counter[HC_CTR_l3_prefetch_bytes];
 
 	totals(r, &t);
 	miss = t.tok_total - t.tok_l1 - t.tok_l2 - t.tok_l3;
@@ -183,8 +189,8 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 		fprintf(f, " %s %u of %u layers%s", m->names[i], m->comps[i].layers, m->full_layers[i],
 			i + 1 < m->ncomp ? "," : ";");
 	fprintf(f, " %u-token pages of %s\n", m->page_tokens, size(a, sizeof(a), r->envelope_bytes));
-	fprintf(f, "%u engine%s of TP %u; L1 %s; L2 %" PRIu64 " pages (%s, %s eviction); L3 %s",
-		o->engines, o->engines > 1 ? "s" : "", o->tp, o->l1_pages ? "on" : "off", r->pool_pages,
+	fprintf(f, "%u engine%s of TP %u; L1 %s; L2 %" PRIu64 " pages (%s, %s eviction); L3 %s", o->engines,
+		o->engines > 1 ? "s" : "", o->tp, o->l1_pages ? "on" : "off", r->pool_pages,
 		size(b, sizeof(b), r->pool_pages * r->envelope_bytes), evict_names[o->evict], r->l3);
 	if (strcmp(r->l3, "none"))
 		fprintf(f, ", %s, prefetch %s", hc_cli_write_policies[o->write_policy], pf_names[o->prefetch]);
@@ -204,12 +210,13 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 
 	fprintf(f, "moved                  |      bytes | GB/s (run) | GB/s (copying)\n");
 	fprintf(f, "-----------------------+------------+------------+---------------\n");
-	fprintf(f, "L2 -> GPU (loads)      | %10s | %10.2f | %8.2f\n", size(a, sizeof(a), t.load), gbps(t.load, r->seconds),
-		gbps(t.load, (double)t.load_ns / 1e9));
+	fprintf(f, "L2 -> GPU (loads)      | %10s | %10.2f | %8.2f\n", size(a, sizeof(a), t.load),
+		gbps(t.load, r->seconds), gbps(t.load, (double)t.load_ns / 1e9));
 	fprintf(f, "GPU -> L2 (stores)     | %10s | %10.2f | %8.2f\n", size(b, sizeof(b), t.store),
 		gbps(t.store, r->seconds), gbps(t.store, (double)t.store_ns / 1e9));
 	fprintf(f, "L2 -> L3 (backups)     | %10s | %10.2f |\n", size(c, sizeof(c), backup), gbps(backup, r->seconds));
-	fprintf(f, "L3 -> L2 (prefetches)  | %10s | %10.2f |\n", size(d, sizeof(d), prefetch), gbps(prefetch, r->seconds));
+	fprintf(f, "L3 -> L2 (prefetches)  | %10s | %10.2f |\n", size(d, sizeof(d), prefetch),
+		gbps(prefetch, r->seconds));
 	fprintf(f, "checked: every byte loaded, %s, %" PRIu64 " bad\n\n", size(a, sizeof(a), t.checked), t.bad);
 
 	if (strcmp(r->l3, "none")) {
@@ -227,16 +234,19 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 		}
 		fprintf(f, "\n");
 	}
-	fprintf(f, "requests: %" PRIu64 " served; pages: %" PRIu64 " asked, %" PRIu64 " stored, %" PRIu64
-		   " not stored for want of room\n",
+	fprintf(f,
+		"requests: %" PRIu64 " served; pages: %" PRIu64 " asked, %" PRIu64 " stored, %" PRIu64
+		" not stored for want of room\n",
 		t.requests, t.pages, t.stored, t.nospace);
-	fprintf(f, "prefetches: %" PRIu64 " (%" PRIu64 " failed); L3 prefetch requests done %" PRIu64 ", partial %" PRIu64
-		   ", failed %" PRIu64 ", timed out %" PRIu64 "; evictions: %" PRIu64 "\n",
+	fprintf(f,
+		"prefetches: %" PRIu64 " (%" PRIu64 " failed); L3 prefetch requests done %" PRIu64 ", partial %" PRIu64
+		", failed %" PRIu64 ", timed out %" PRIu64 "; evictions: %" PRIu64 "\n",
 		t.prefetches, t.prefetch_fails, r->st.counter[HC_CTR_req_done], r->st.counter[HC_CTR_req_partial],
 		r->st.counter[HC_CTR_req_failed], r->st.counter[HC_CTR_req_timedout], r->st.counter[HC_CTR_evictions]);
 	if (r->have_ref)
-		fprintf(f, "reference: L2 hit %" PRIu64 " of %" PRIu64 " pages (%s); simulated %" PRIu64 " of %" PRIu64
-			   " (%s): %s\n",
+		fprintf(f,
+			"reference: L2 hit %" PRIu64 " of %" PRIu64 " pages (%s); simulated %" PRIu64 " of %" PRIu64
+			" (%s): %s\n",
 			t.pages_l2, t.pages, pct(a, sizeof(a), t.pages_l2, t.pages), r->ref.hit_pages, r->ref.pages,
 			pct(b, sizeof(b), r->ref.hit_pages, r->ref.pages),
 			t.pages_l2 == r->ref.hit_pages && t.pages == r->ref.pages ? "exact match" : "MISMATCH");
@@ -365,8 +375,8 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 		put_u64(x, "pages", r->ref.pages);
 		put_u64(x, "hit_pages", r->ref.hit_pages);
 		put_u64(x, "measured_hit_pages", t.pages_l2);
-		json_object_object_add(x, "match", json_object_new_boolean(t.pages_l2 == r->ref.hit_pages &&
-									    t.pages == r->ref.pages));
+		json_object_object_add(
+			x, "match", json_object_new_boolean(t.pages_l2 == r->ref.hit_pages && t.pages == r->ref.pages));
 		json_object_object_add(root, "reference", x);
 	}
 	if (json_object_to_file_ext(path, root, JSON_C_TO_STRING_PRETTY) < 0)
@@ -382,18 +392,15 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
  * writes them in this order; the chart draws each in its panel. */
 struct series {
 	const char *name, *color;
-	size_t field, of;       /* offsetof in struct hc_rp_sample; of 0: per second */
-	int panel;              /* 0: hit ratios, 1: bandwidths */
+	size_t field, of; /* offsetof in struct hc_rp_sample; of 0: per second */
+	int panel;        /* 0: hit ratios, 1: bandwidths */
 };
 
 #define S(f) offsetof(struct hc_rp_sample, f)
 static const struct series lines[] = {
-	{ "L1 hit", "#2ca02c", S(tok_l1), S(tok_total), 0 },
-	{ "L2 hit", "#1f77b4", S(tok_l2), S(tok_total), 0 },
-	{ "L3 hit", "#ff7f0e", S(tok_l3), S(tok_total), 0 },
-	{ "L2->GPU load", "#1f77b4", S(load_bytes), 0, 1 },
-	{ "GPU->L2 store", "#9467bd", S(store_bytes), 0, 1 },
-	{ "L3->L2 prefetch", "#ff7f0e", S(l3_read), 0, 1 },
+	{ "L1 hit", "#2ca02c", S(tok_l1), S(tok_total), 0 },  { "L2 hit", "#1f77b4", S(tok_l2), S(tok_total), 0 },
+	{ "L3 hit", "#ff7f0e", S(tok_l3), S(tok_total), 0 },  { "L2->GPU load", "#1f77b4", S(load_bytes), 0, 1 },
+	{ "GPU->L2 store", "#9467bd", S(store_bytes), 0, 1 }, { "L3->L2 prefetch", "#ff7f0e", S(l3_read), 0, 1 },
 	{ "L2->L3 backup", "#d62728", S(l3_write), 0, 1 },
 };
 #undef S
@@ -470,24 +477,30 @@ int hc_rp_report_svg(const char *path, const struct hc_rp_result *r)
 			bmax = v > bmax ? v : bmax;
 		}
 	bmax *= 1.1;
-	fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"580\" font-family=\"sans-serif\" "
-		   "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+	fprintf(f,
+		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"580\" font-family=\"sans-serif\" "
+		"font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
 		W);
-	fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">hicache-bench replay: %s, %s, TP %u x %u, %zu requests</text>\n",
+	fprintf(f,
+		"<text x=\"%.0f\" y=\"20\" font-size=\"14\">hicache-bench replay: %s, %s, TP %u x %u, %zu requests</text>\n",
 		X0, r->m->preset, r->o->trace ? "trace" : "built-in workload", r->o->tp, r->o->engines, r->requests);
 	for (int p = 0; p < 2; p++) {
 		double ymax = p ? bmax : 1;
-		fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n", X0,
-			Y0[p], PW, PH);
+		fprintf(f,
+			"<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n",
+			X0, Y0[p], PW, PH);
 		for (int g = 0; g <= 4; g++) {
 			double yy = Y0[p] + PH - PH * g / 4;
-			fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", X0, yy, X0 + PW, yy);
-			fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f%s</text>\n", X0 - 6, yy + 4, p ? 2 : 0,
-				p ? ymax * g / 4 : 25.0 * g, p ? "" : "%");
+			fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", X0, yy,
+				X0 + PW, yy);
+			fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f%s</text>\n", X0 - 6, yy + 4,
+				p ? 2 : 0, p ? ymax * g / 4 : 25.0 * g, p ? "" : "%");
 		}
 		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", X0, Y0[p] - 6,
-			p ? "bandwidth, GB/s (per interval)" : "hit ratio by tier, share of prompt tokens (per interval)");
-		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%.1f s</text>\n", X0 + PW, Y0[p] + PH + 16, tmax);
+			p ? "bandwidth, GB/s (per interval)"
+			  : "hit ratio by tier, share of prompt tokens (per interval)");
+		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%.1f s</text>\n", X0 + PW, Y0[p] + PH + 16,
+			tmax);
 		for (size_t k = 0, n = 0; k < NLINES; k++) {
 			if (lines[k].panel != p)
 				continue;

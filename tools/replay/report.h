@@ -13,11 +13,11 @@
 #include "replay.h"
 
 struct hc_rp_sample {
-	double t;                    /* seconds from the start */
+	double t; /* seconds from the start */
 	uint64_t served;
-	uint64_t tok_total, tok_l1, tok_l2, tok_l3;   /* summed over engines */
-	uint64_t load_bytes, store_bytes;             /* summed over ranks */
-	uint64_t l3_read, l3_write;                   /* the service's */
+	uint64_t tok_total, tok_l1, tok_l2, tok_l3; /* summed over engines */
+	uint64_t load_bytes, store_bytes;           /* summed over ranks */
+	uint64_t l3_read, l3_write;                 /* the service's */
 };
 
 struct hc_rp_result {
@@ -31,7 +31,7 @@ struct hc_rp_result {
 	double seconds;
 	struct hc_rp_rank_stats ranks[HC_RP_MAX_RANKS];
 	unsigned nranks;
-	struct hc_stats st;          /* the pool's counters at the end */
+	struct hc_stats st; /* the pool's counters at the end */
 	int have_ref;
 	struct hc_rp_refsim ref;
 	struct hc_rp_sample *samples;

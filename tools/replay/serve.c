@@ -52,13 +52,13 @@ struct rank {
 	hc_pool *p;
 	hc_dev *dev;
 	unsigned engine, tp_rank, T, ncomp;
-	uint32_t all;               /* every component's bit */
+	uint32_t all; /* every component's bit */
 	struct dcomp c[HC_RP_MAX_COMPS];
 	struct hc_rp_lru l1;
 	hc_key_t *keys;
-	hc_page_t *pg, *xp;         /* the request's pages; a transfer's */
+	hc_page_t *pg, *xp; /* the request's pages; a transfer's */
 	uint8_t *skip;
-	uint32_t *xi;               /* a transfer's request indices */
+	uint32_t *xi; /* a transfer's request indices */
 	uint64_t *slots, *sslots;
 };
 
@@ -126,17 +126,28 @@ static int open_device(struct rank *r)
 		if (c->base == MAP_FAILED || !c->k || !c->v) {
 			if (c->base == MAP_FAILED)
 				c->base = NULL;
-			return failf(r, -ENOMEM, "no memory for %zu bytes of device KV (component %s)", c->bytes, ci.name);
+			return failf(r, -ENOMEM, "no memory for %zu bytes of device KV (component %s)", c->bytes,
+				     ci.name);
 		}
 		for (uint32_t l = 0; l < c->layers; l++) {
-			c->k[l] = (uint64_t)(uintptr_t)(c->base + (size_t)(l * (c->kv ? 2 : 1)) * c->slots * c->token_bytes);
+			c->k[l] = (uint64_t)(uintptr_t)(c->base +
+							(size_t)(l * (c->kv ? 2 : 1)) * c->slots * c->token_bytes);
 			if (c->kv)
 				c->v[l] = c->k[l] + c->slots * c->token_bytes;
 		}
-		dc[i] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp), .comp = i, .k = c->k, .v = c->kv ? c->v : NULL, .token_bytes = c->token_bytes,
-					      .token_stride = c->token_bytes, .slots = c->slots };
+		dc[i] = (struct hc_dev_comp){ .size = sizeof(struct hc_dev_comp),
+					      .comp = i,
+					      .k = c->k,
+					      .v = c->kv ? c->v : NULL,
+					      .token_bytes = c->token_bytes,
+					      .token_stride = c->token_bytes,
+					      .slots = c->slots };
 	}
-	struct hc_dev_spec ds = { .size = sizeof(struct hc_dev_spec), .kind = HC_DEV_HOST, .tp_size = cx->o->tp, .tp_rank = r->tp_rank, .comps = dc,
+	struct hc_dev_spec ds = { .size = sizeof(struct hc_dev_spec),
+				  .kind = HC_DEV_HOST,
+				  .tp_size = cx->o->tp,
+				  .tp_rank = r->tp_rank,
+				  .comps = dc,
 				  .ncomp = r->ncomp };
 	int e = hc_dev_open(r->p, &ds, &r->dev);
 	return e < 0 ? failf(r, e, "device: %s", hc_last_error()) : 0;
@@ -157,7 +168,8 @@ static uint64_t rows(struct rank *r, uint32_t i, const uint8_t *key, uint32_t pr
 			for (unsigned kv = 0; kv < (c->kv ? 2u : 1u); kv++)
 				for (unsigned t = 0; t < tokens; t++) {
 					uint64_t slot = c->kv ? (uint64_t)i * r->T + t : i;
-					uint8_t *row = (uint8_t *)(uintptr_t)(kv ? c->v[l] : c->k[l]) + slot * c->token_bytes;
+					uint8_t *row =
+						(uint8_t *)(uintptr_t)(kv ? c->v[l] : c->k[l]) + slot * c->token_bytes;
 					for (uint32_t g = 0; g < c->ng; g++) {
 						struct hc_rp_row rw = { key, ci, c->g0 + g, l, kv, t };
 						uint8_t *at = row + g * c->grp_bytes;
@@ -189,7 +201,11 @@ static uint64_t page_bytes(const struct rank *r, uint32_t presence)
 /* A transfer of the n pages in r->xp (request indices r->xi). */
 static int transfer(struct rank *r, unsigned n, int store)
 {
-	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req), .pages = r->xp, .n = n, .slots = r->slots, .state_slots = r->sslots,
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+				  .pages = r->xp,
+				  .n = n,
+				  .slots = r->slots,
+				  .state_slots = r->sslots,
 				  .flags = store ? HC_XFER_COMMIT : 0 };
 	uint64_t t0 = now_ns();
 	hc_xfer *x;
@@ -227,7 +243,9 @@ static int load_hits(struct rank *r, unsigned n, size_t q)
 		r->st->load_bytes += page_bytes(r, pres);
 		if ((bad = rows(r, r->xi[j], r->keys[r->xi[j]], pres, 1)) != 0) {
 			r->st->bad_bytes += bad;
-			return failf(r, -EBADMSG, "request %zu, page %u (pool page %u): %" PRIu64 " bytes read back are not what was stored",
+			return failf(r, -EBADMSG,
+				     "request %zu, page %u (pool page %u): %" PRIu64
+				     " bytes read back are not what was stored",
 				     q, r->xi[j], HC_PAGE_ID(r->xp[j]), bad);
 		}
 	}
@@ -262,7 +280,10 @@ static int store_missing(struct rank *r, size_t q, const char *rid, uint32_t s, 
 	for (uint32_t a = s, b; a < n; a = b, step++) {
 		uint32_t pres = presence_of(r, a, n);
 		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = rid, .step = step };
-		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = r->keys + a, .first_depth = a, .presence = pres };
+		struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req),
+					     .keys = r->keys + a,
+					     .first_depth = a,
+					     .presence = pres };
 		hc_ticket t = { .size = sizeof(hc_ticket) };
 		unsigned k = 0;
 		int e;
@@ -349,7 +370,10 @@ static int serve_one(struct rank *r, size_t q)
 			l1++;
 	if (l1 < n) {
 		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = rid, .step = 0 };
-		struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req), .keys = r->keys + l1, .nkeys = n - l1, .flags = HC_LOOKUP_PIN };
+		struct hc_lookup_req lr = { .size = sizeof(struct hc_lookup_req),
+					    .keys = r->keys + l1,
+					    .nkeys = n - l1,
+					    .flags = HC_LOOKUP_PIN };
 		e = hc_ticket_lookup(r->p, &nm, &lr, r->pg + l1, &t2);
 		if (e < 0)
 			return failf(r, e, "request %zu: L2 lookup: %s", q, hc_last_error());
@@ -358,14 +382,21 @@ static int serve_one(struct rank *r, size_t q)
 	}
 	if (cx->l3 && l1 + h2 < n && n - l1 - h2 >= cx->o->prefetch_threshold) {
 		struct hc_ticket_name nm = { .size = sizeof(struct hc_ticket_name), .request_id = rid, .step = 1 };
-		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .keys = r->keys + l1 + h2, .nkeys = n - l1 - h2, .first_depth = l1 + h2,
-					      .name = &nm, .policy = cx->o->prefetch,
+		struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+					      .keys = r->keys + l1 + h2,
+					      .nkeys = n - l1 - h2,
+					      .first_depth = l1 + h2,
+					      .name = &nm,
+					      .policy = cx->o->prefetch,
 					      .timeout_ms = cx->o->prefetch_timeout_ms };
 		hc_req *pq;
 		/* Keys READY here past the L2 hit's first gap: once the prefetch
 		 * fills the gap the take counts them, but they are L2's. */
 		for (uint32_t i = l1 + h2; i < n; i++) {
-			struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req), .keys = &r->keys[i], .nkeys = 1, .flags = HC_LOOKUP_NOTOUCH };
+			struct hc_lookup_req one = { .size = sizeof(struct hc_lookup_req),
+						     .keys = &r->keys[i],
+						     .nkeys = 1,
+						     .flags = HC_LOOKUP_NOTOUCH };
 			hc_page_t h;
 			r->skip[i] = hc_lookup(r->p, &one, &h) == 1;
 		}
@@ -427,10 +458,18 @@ static int serve_one(struct rank *r, size_t q)
 
 int hc_rp_serve(const struct hc_rp_ctx *cx, unsigned engine, unsigned tp_rank)
 {
-	struct rank r = { .cx = cx, .engine = engine, .tp_rank = tp_rank, .T = cx->m->page_tokens,
-			  .ncomp = cx->m->ncomp, .st = &cx->sh->st[engine * cx->o->tp + tp_rank] };
-	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec), .engine_id = engine + 1, .tp_size = cx->o->tp, .tp_rank = tp_rank,
-				     .quota_pages = HC_QUOTA_UNLIMITED, .ticket_timeout_ms = 60000 };
+	struct rank r = { .cx = cx,
+			  .engine = engine,
+			  .tp_rank = tp_rank,
+			  .T = cx->m->page_tokens,
+			  .ncomp = cx->m->ncomp,
+			  .st = &cx->sh->st[engine * cx->o->tp + tp_rank] };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = engine + 1,
+				     .tp_size = cx->o->tp,
+				     .tp_rank = tp_rank,
+				     .quota_pages = HC_QUOTA_UNLIMITED,
+				     .ticket_timeout_ms = 60000 };
 	size_t mp = (size_t)cx->max_pages + 1;
 	uint64_t t0;
 	int e = 0;
@@ -484,8 +523,8 @@ out:
 	/* The builder of a reservation ticket owns its pages until the other
 	 * ranks have committed: the engine's ranks leave together. */
 	atomic_fetch_add(&cx->sh->leaving, 1);
-	for (int i = 0; i < 600000 && atomic_load(&cx->sh->leaving) < cx->o->tp * cx->o->engines &&
-			atomic_load(&cx->sh->go) > 0;
+	for (int i = 0;
+	     i < 600000 && atomic_load(&cx->sh->leaving) < cx->o->tp * cx->o->engines && atomic_load(&cx->sh->go) > 0;
 	     i++)
 		usleep(100);
 	if (r.dev)

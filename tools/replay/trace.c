@@ -17,15 +17,16 @@
 #include "workload.h"
 
 /* A field that must be an integer in [0, max]. */
-static int field_u64(const char *path, unsigned lineno, json_object *obj, const char *name, uint64_t max,
-		     uint64_t *out)
+static int field_u64(const char *path, unsigned lineno, json_object *obj, const char *name, uint64_t max, uint64_t *out)
 {
 	json_object *v;
 	int64_t x;
 
 	if (!json_object_object_get_ex(obj, name, &v))
-		return hc_cli_fail(EINVAL, "%s:%u: no \"%s\" field (a request has timestamp, input_length, output_length and hash_ids)",
-				   path, lineno, name);
+		return hc_cli_fail(
+			EINVAL,
+			"%s:%u: no \"%s\" field (a request has timestamp, input_length, output_length and hash_ids)",
+			path, lineno, name);
 	if (json_object_is_type(v, json_type_double)) {
 		double d = json_object_get_double(v);
 		if (!isfinite(d) || d != floor(d))
@@ -65,19 +66,23 @@ static int parse(const char *path, unsigned lineno, json_object *obj, struct hc_
 	    (e = field_u64(path, lineno, obj, "output_length", UINT32_MAX, &out)) < 0)
 		return e;
 	if (w->n && t < w->req[w->n - 1].t_ms)
-		return hc_cli_fail(EINVAL, "%s:%u: timestamp %" PRIu64 " is before line %u's %" PRIu64
+		return hc_cli_fail(EINVAL,
+				   "%s:%u: timestamp %" PRIu64 " is before line %u's %" PRIu64
 				   ": a trace lists requests in arrival order",
 				   path, lineno, t, w->req[w->n - 1].line, w->req[w->n - 1].t_ms);
 	if (!json_object_object_get_ex(obj, "hash_ids", &ids))
-		return hc_cli_fail(EINVAL, "%s:%u: no \"hash_ids\" field (a request has timestamp, input_length, output_length and hash_ids)",
-				   path, lineno);
+		return hc_cli_fail(
+			EINVAL,
+			"%s:%u: no \"hash_ids\" field (a request has timestamp, input_length, output_length and hash_ids)",
+			path, lineno);
 	if (!json_object_is_type(ids, json_type_array))
 		return hc_cli_fail(EINVAL, "%s:%u: \"hash_ids\" is %s: expected an array of block ids", path, lineno,
 				   json_object_to_json_string(ids));
 	n = json_object_array_length(ids);
 	need = (in + HC_RP_BLOCK_TOKENS - 1) / HC_RP_BLOCK_TOKENS;
 	if (n != need)
-		return hc_cli_fail(EINVAL, "%s:%u: \"hash_ids\" has %zu ids, but input_length %" PRIu64 " needs %" PRIu64
+		return hc_cli_fail(EINVAL,
+				   "%s:%u: \"hash_ids\" has %zu ids, but input_length %" PRIu64 " needs %" PRIu64
 				   " (one per %u-token block, the last one partial)",
 				   path, lineno, n, in, need, HC_RP_BLOCK_TOKENS);
 	if (hc_rp_workload_grow(w, n) < 0)
@@ -87,7 +92,8 @@ static int parse(const char *path, unsigned lineno, json_object *obj, struct hc_
 		int64_t x;
 		errno = 0;
 		if (!json_object_is_type(v, json_type_int) || (x = json_object_get_int64(v)) < 0 || errno == ERANGE)
-			return hc_cli_fail(EINVAL, "%s:%u: hash_ids[%zu] is %s: expected a block id, a whole number from 0",
+			return hc_cli_fail(EINVAL,
+					   "%s:%u: hash_ids[%zu] is %s: expected a block id, a whole number from 0",
 					   path, lineno, i, json_object_to_json_string(v));
 		w->ids[w->nids + i] = (uint64_t)x;
 	}

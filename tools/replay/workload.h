@@ -21,18 +21,18 @@
 #define HC_RP_BLOCK_TOKENS 512u /* tokens per hash id, as Mooncake's traces have them */
 
 struct hc_rp_req {
-	uint64_t t_ms;           /* arrival, from the start of the workload */
-	uint32_t input_len;      /* prompt tokens */
-	uint32_t output_len;     /* tokens generated (decode is not replayed) */
-	uint32_t nblocks;        /* hash ids */
-	size_t first;            /* its first hash id in the workload's ids */
-	uint32_t line;           /* in the trace; 0: generated */
+	uint64_t t_ms;       /* arrival, from the start of the workload */
+	uint32_t input_len;  /* prompt tokens */
+	uint32_t output_len; /* tokens generated (decode is not replayed) */
+	uint32_t nblocks;    /* hash ids */
+	size_t first;        /* its first hash id in the workload's ids */
+	uint32_t line;       /* in the trace; 0: generated */
 };
 
 struct hc_rp_workload {
-	struct hc_rp_req *req;   /* in arrival order: t_ms never decreases */
+	struct hc_rp_req *req; /* in arrival order: t_ms never decreases */
 	size_t n, cap;
-	uint64_t *ids;           /* every request's hash ids, one after the other */
+	uint64_t *ids; /* every request's hash ids, one after the other */
 	size_t nids, cap_ids;
 };
 
@@ -63,15 +63,15 @@ int hc_rp_trace_line(const char *path, unsigned lineno, const char *line, struct
  * same seed gives the same workload. */
 struct hc_rp_gen_opts {
 	uint64_t seed;
-	uint32_t sessions;        /* conversations */
-	uint32_t max_turns;       /* turns per session: 1..max_turns, uniform */
-	uint32_t system_prompts;  /* shared prefixes sessions start from */
-	uint32_t system_tokens;   /* tokens of each */
-	uint32_t user_tokens;     /* a user message: 1/2..3/2 of this, uniform */
-	uint32_t output_tokens;   /* a reply: 1/2..3/2 of this, uniform */
-	uint32_t max_input;       /* a session ends before its prompt passes this */
-	uint32_t session_gap_ms;  /* mean time between session starts */
-	uint32_t turn_gap_ms;     /* mean time between a session's turns */
+	uint32_t sessions;       /* conversations */
+	uint32_t max_turns;      /* turns per session: 1..max_turns, uniform */
+	uint32_t system_prompts; /* shared prefixes sessions start from */
+	uint32_t system_tokens;  /* tokens of each */
+	uint32_t user_tokens;    /* a user message: 1/2..3/2 of this, uniform */
+	uint32_t output_tokens;  /* a reply: 1/2..3/2 of this, uniform */
+	uint32_t max_input;      /* a session ends before its prompt passes this */
+	uint32_t session_gap_ms; /* mean time between session starts */
+	uint32_t turn_gap_ms;    /* mean time between a session's turns */
 };
 /* Defaults for every field left 0 (seed 0 is a seed like another). */
 void hc_rp_gen_defaults(struct hc_rp_gen_opts *o);
@@ -95,10 +95,10 @@ void hc_rp_keys(const struct hc_rp_workload *w, const struct hc_rp_req *r, uint3
  * is served).  capacity is in pages and must exceed every request's. */
 struct hc_rp_refsim {
 	uint64_t requests;
-	uint64_t pages;           /* keyed pages asked */
+	uint64_t pages; /* keyed pages asked */
 	uint64_t hit_pages;
 	uint64_t evictions;
-	uint64_t input_tokens;    /* every prompt token, partial tails included */
+	uint64_t input_tokens; /* every prompt token, partial tails included */
 };
 int hc_rp_refsim(const struct hc_rp_workload *w, uint32_t page_tokens, uint64_t capacity, struct hc_rp_refsim *out);
 
