@@ -8,47 +8,50 @@
  * do not know cannot be honoured).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pool.h"
 
-/* Sizes beyond this are no sizes: an uninitialized member, most likely. */
-#define ABI_SIZE_MAX 65536
+/* Sizes beyond these are no sizes (an uninitialized member, most likely):
+ * the structs a caller fills are a few hundred bytes, those the library
+ * fills a few KiB.  The first bounds how far past ours we read. */
+#define ABI_IN_MAX  4096
+#define ABI_OUT_MAX 65536
 
-static int check_tail(const void *src, uint32_t size, size_t dsize, const char *fn, const char *type)
+enum { IN, ELEMENT, OUT };
+
+static int bad_size(const char *fn, const char *type, size_t size, size_t v1size, int kind)
 {
-	const unsigned char *b = src;
+	char how[128];
 
-	for (size_t i = dsize; i < size; i++)
-		if (b[i])
-			return hc__err(
-				EINVAL,
-				"%s: struct %s of %u bytes sets members past the %zu bytes this libhicache knows:"
-				" build against the headers of the library you run",
-				fn, type, size, dsize);
-	return 0;
+	if (kind == OUT)
+		snprintf(how, sizeof(how), "pass sizeof *out");
+	else
+		snprintf(how, sizeof(how), "set %s.size = sizeof(struct %s)%s",
+			 kind == ELEMENT ? "every element's " : "", type, kind == IN ? " before the call" : "");
+	return hc__err(EINVAL, "%s: struct %s has size %zu, which no version of it has (the first is %zu bytes): %s",
+		       fn, type, size, v1size, how);
 }
 
-static int check_size(uint32_t size, size_t v1size, const char *fn, const char *type)
-{
-	if (size < v1size || size > ABI_SIZE_MAX)
-		return hc__err(EINVAL,
-			       "%s: struct %s has size %u, which no version of it has (the first is %zu bytes):"
-			       " set .size = sizeof(struct %s)",
-			       fn, type, size, v1size, type);
-	return 0;
-}
+static_assert(sizeof(struct hc_recovery_report) == 64, "hc_repair_report embeds the recovery report: it never grows");
 
 int hc__abi_in(void *dst, size_t dsize, const void *src, size_t v1size, const char *fn, const char *type)
 {
+	const unsigned char *b = src;
 	uint32_t size;
-	int ret;
 
 	if (!src)
 		return hc__err(EINVAL, "%s: struct %s is NULL", fn, type);
 	memcpy(&size, src, sizeof(size));
-	if ((ret = check_size(size, v1size, fn, type)) < 0 || (ret = check_tail(src, size, dsize, fn, type)) < 0)
-		return ret;
+	if (size < v1size || size > ABI_IN_MAX)
+		return bad_size(fn, type, size, v1size, IN);
+	for (size_t i = dsize; i < size; i++)
+		if (b[i])
+			return hc__err(
+				EINVAL,
+				"%s: struct %s of %u bytes sets members past the %zu bytes this libhicache knows: build against the headers of the library you run",
+				fn, type, size, dsize);
 	memset(dst, 0, dsize);
 	memcpy(dst, src, size < dsize ? size : dsize);
 	return 0;
@@ -66,16 +69,16 @@ int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_
 	if (!src)
 		return hc__err(EINVAL, "%s: the array of struct %s is NULL", fn, type);
 	memcpy(&stride, src, sizeof(stride)); /* element 0's size strides the array */
-	if ((ret = check_size(stride, v1size, fn, type)) < 0)
-		return ret;
+	if (stride < v1size || stride > ABI_IN_MAX)
+		return bad_size(fn, type, stride, v1size, ELEMENT);
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t size;
 		memcpy(&size, b + (size_t)i * stride, sizeof(size));
 		if (size != stride)
-			return hc__err(EINVAL,
-				       "%s: element %u of the array of struct %s has size %u, element 0 has %u:"
-				       " set every .size = sizeof(struct %s)",
-				       fn, i, type, size, stride, type);
+			return hc__err(
+				EINVAL,
+				"%s: element %u of the array of struct %s has size %u, element 0 has %u: set every .size = sizeof(struct %s)",
+				fn, i, type, size, stride, type);
 		if ((ret = hc__abi_in((unsigned char *)dst + (size_t)i * dsize, dsize, b + (size_t)i * stride, v1size,
 				      fn, type)) < 0)
 			return ret;
@@ -83,16 +86,21 @@ int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_
 	return 0;
 }
 
+int hc__abi_out_ok(size_t size, size_t v1size, const char *fn, const char *type)
+{
+	if (size < v1size || size > ABI_OUT_MAX)
+		return bad_size(fn, type, size, v1size, OUT);
+	return 0;
+}
+
 int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn, const char *type)
 {
+	int ret;
+
 	if (!out)
 		return hc__err(EINVAL, "%s: struct %s is NULL", fn, type);
-	if (size < v1size || size > ABI_SIZE_MAX + ssize)
-		return hc__err(
-			EINVAL,
-			"%s: the size given for struct %s is %zu, which no version of it has (the first is %zu bytes):"
-			" pass sizeof *out",
-			fn, type, size, v1size);
+	if ((ret = hc__abi_out_ok(size, v1size, fn, type)) < 0)
+		return ret;
 	memcpy(out, src, size < ssize ? size : ssize);
 	if (size > ssize)
 		memset((unsigned char *)out + ssize, 0, size - ssize);

@@ -60,7 +60,7 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *spec)
 
 	if (!p || !spec)
 		return hc__err(EINVAL, "engine join: %s is NULL", p ? "spec" : "pool");
-	if ((ret = HC__ABI_IN(s, spec, "hc_engine_join", "hc_engine_spec")) < 0)
+	if ((ret = HC__ABI_IN(s, spec, "hc_engine_join", hc_engine_spec)) < 0)
 		return ret;
 	if ((ret = hc__need_slot(p, "engine join")) < 0)
 		return ret;

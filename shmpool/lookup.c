@@ -268,9 +268,8 @@ int hc_lookup(hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages)
 
 	if (!p)
 		return hc__err(EINVAL, "lookup: pool is NULL");
-	if ((ret = HC__ABI_IN(&rb, req, "hc_lookup", "hc_lookup_req")) < 0)
+	if (!(req = HC__ABI_USE(req, &rb, "hc_lookup", hc_lookup_req, &ret)))
 		return ret;
-	req = &rb;
 	if ((ret = hc__lookup_check(p, req, pages, "lookup")) < 0)
 		return ret;
 	hold = (req->flags & HC_LOOKUP_PIN) != 0;

@@ -8,6 +8,7 @@
 #define HC_SHMPOOL_POOL_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <string.h>
 #include <time.h>
@@ -79,22 +80,79 @@ struct hc_pool {
 int hc__err(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
- * abi.c: the public structs across versions.  hc__abi_in reads the
- * caller's struct (leading uint32_t size) into dst, the library's own of
- * dsize bytes; hc__abi_in_array reads n of them, strided by element 0's
- * size, into dst[n]; hc__abi_out writes src (ssize bytes) into the
- * caller's out of size bytes.  v1size is the struct's size in the first
- * version of the ABI: its sizeof until a member is appended, and then the
- * offset of that member.  0, or -EINVAL with the error line set.
+ * abi.c: the public structs across versions (hicache.h, "ABI").
+ * hc__abi_in reads the caller's struct (leading uint32_t size) into dst,
+ * the library's own of dsize bytes; hc__abi_in_array reads n of them,
+ * strided by element 0's size, into dst[n]; hc__abi_out writes src (ssize
+ * bytes) into the caller's out of size bytes, and hc__abi_out_ok checks
+ * that size alone (before the work that fills a struct).  v1size is where
+ * the struct's first version ended (HC__V1_*).  0, or -EINVAL with the
+ * error line set.
  */
 int hc__abi_in(void *dst, size_t dsize, const void *src, size_t v1size, const char *fn, const char *type);
 int hc__abi_in_array(void *dst, size_t dsize, const void *src, unsigned n, size_t v1size, const char *fn,
 		     const char *type);
+int hc__abi_out_ok(size_t size, size_t v1size, const char *fn, const char *type);
 int hc__abi_out(void *out, size_t size, const void *src, size_t ssize, size_t v1size, const char *fn, const char *type);
-/* The common case: dst and src of one type, whose first version is today's. */
-#define HC__ABI_IN(dst, src, fn, type) hc__abi_in((dst), sizeof(*(dst)), (src), sizeof(*(dst)), (fn), (type))
-#define HC__ABI_OUT(out, size, src, fn, type)                                                                          \
-	hc__abi_out((out), (size), (src), sizeof(*(src)), sizeof(*(src)), (fn), (type))
+#define HC__ABI_IN(dst, src, fn, T)          hc__abi_in((dst), sizeof(*(dst)), (src), HC__V1_##T, (fn), #T)
+#define HC__ABI_IN_ARRAY(dst, src, n, fn, T) hc__abi_in_array((dst), sizeof(*(dst)), (src), (n), HC__V1_##T, (fn), #T)
+#define HC__ABI_OUT_OK(size, fn, T)          hc__abi_out_ok((size), HC__V1_##T, (fn), #T)
+#define HC__ABI_OUT(out, size, src, fn, T)   hc__abi_out((out), (size), (src), sizeof(*(src)), HC__V1_##T, (fn), #T)
+/* Hot paths (lookup, reserve): the caller's struct itself when its size is
+ * this library's (it is neither copied nor changed), else a copy in buf;
+ * NULL with *ret set on a bad one. */
+static inline const void *hc__abi_use(const void *src, void *buf, size_t dsize, size_t v1size, const char *fn,
+				      const char *type, int *ret)
+{
+	uint32_t size;
+
+	if (src) {
+		memcpy(&size, src, sizeof(size));
+		if (size == dsize)
+			return src;
+	}
+	*ret = hc__abi_in(buf, dsize, src, v1size, fn, type);
+	return *ret < 0 ? NULL : buf;
+}
+#define HC__ABI_USE(src, buf, fn, T, ret) hc__abi_use((src), (buf), sizeof(*(buf)), HC__V1_##T, (fn), #T, (ret))
+
+/*
+ * Where the first version of each versioned struct ended: the end of its
+ * last member.  Never change one: a caller built against that version
+ * passes a size at least this.  A member appended later must start at or
+ * after the sizeof of the version before it (pad explicitly if it would
+ * not), since an older caller's padding bytes are not known to be zero;
+ * tests/test_abi.c holds each of these to its value.
+ */
+#define HC__END(T, m)             (offsetof(T, m) + sizeof(((T *)0)->m))
+#define HC__V1_hc_pool_spec       HC__END(struct hc_pool_spec, arg_bytes)
+#define HC__V1_hc_component_spec  HC__END(struct hc_component_spec, window_pages)
+#define HC__V1_hc_attach_opts     HC__END(struct hc_attach_opts, flags)
+#define HC__V1_hc_lookup_req      HC__END(struct hc_lookup_req, fingerprint)
+#define HC__V1_hc_reserve_req     HC__END(struct hc_reserve_req, fingerprint)
+#define HC__V1_hc_engine_spec     HC__END(struct hc_engine_spec, ticket_timeout_ms)
+#define HC__V1_hc_ticket_name     HC__END(struct hc_ticket_name, step)
+#define HC__V1_hc_ticket          HC__END(hc_ticket, pages)
+#define HC__V1_hc_store_opts      HC__END(struct hc_store_opts, retries)
+#define HC__V1_hc_prefetch_req    HC__END(struct hc_prefetch_req, prio)
+#define HC__V1_hc_service_opts    HC__END(struct hc_service_opts, stage_hold_ms)
+#define HC__V1_hc_dev_spec        HC__END(struct hc_dev_spec, reg_chunk)
+#define HC__V1_hc_dev_comp        HC__END(struct hc_dev_comp, slots)
+#define HC__V1_hc_xfer_req        HC__END(struct hc_xfer_req, after)
+#define HC__V1_hc_pool_info       HC__END(struct hc_pool_info, arg_bytes)
+#define HC__V1_hc_component_info  HC__END(struct hc_component_info, window_pages)
+#define HC__V1_hc_rank_info       HC__END(struct hc_rank_info, held)
+#define HC__V1_hc_page_info       HC__END(struct hc_page_info, tickets)
+#define HC__V1_hc_recovery_report sizeof(struct hc_recovery_report) /* fixed: hc_repair_report embeds it */
+#define HC__V1_hc_repair_report   HC__END(struct hc_repair_report, unrepaired)
+#define HC__V1_hc_stats           HC__END(struct hc_stats, tokens)
+#define HC__V1_hc_store_info      HC__END(struct hc_store_info, queue_depth)
+#define HC__V1_hc_service_info    HC__END(struct hc_service_info, parked_writes)
+#define HC__V1_hc_dev_stats       HC__END(struct hc_dev_stats, kernel_layers)
+/* The ticket handle's size: at least its first version's, at most this
+ * (the library writes the handle up to its size). */
+#define HC__TICKET_SIZE_MAX 256
+int hc__ticket_handle_ok(const hc_ticket *t, const char *op);
 void hc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ranks.c */

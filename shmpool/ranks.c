@@ -304,9 +304,12 @@ int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *info, size_t si
 {
 	struct hc_rank_info ob, *out = &ob;
 	struct hc_seg_rank *r;
+	int ret;
 
 	if (!p || !info)
 		return hc__err(EINVAL, "rank: NULL argument");
+	if ((ret = HC__ABI_OUT_OK(size, "hc_pool_rank", hc_rank_info)) < 0)
+		return ret;
 	if (slot >= p->g.max_ranks)
 		return hc__err(EINVAL, "rank slot %u is out of range: the pool has %u", slot, p->g.max_ranks);
 	r = &p->ranks[slot];
@@ -336,7 +339,7 @@ int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *info, size_t si
 		if (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot)
 			out->reserved++;
 	}
-	return HC__ABI_OUT(info, size, out, "hc_pool_rank", "hc_rank_info");
+	return HC__ABI_OUT(info, size, out, "hc_pool_rank", hc_rank_info);
 }
 
 int hc__recover(hc_pool *p, struct hc_recovery_report *rep)
@@ -362,10 +365,10 @@ int hc_pool_recover(hc_pool *p, struct hc_recovery_report *rep, size_t size)
 	int ret;
 
 	/* Checked first: a bad size must not cost a recovery's findings. */
-	if (rep && (ret = HC__ABI_OUT(rep, size, &local, "hc_pool_recover", "hc_recovery_report")) < 0)
+	if (rep && (ret = HC__ABI_OUT_OK(size, "hc_pool_recover", hc_recovery_report)) < 0)
 		return ret;
 	ret = hc__recover(p, &local);
 	if (rep)
-		HC__ABI_OUT(rep, size, &local, "hc_pool_recover", "hc_recovery_report");
+		HC__ABI_OUT(rep, size, &local, "hc_pool_recover", hc_recovery_report);
 	return ret;
 }

@@ -378,7 +378,7 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, siz
 			"repair: pool '%s' is attached without a rank slot; attach it as a rank (not HC_ATTACH_ADMIN or READONLY)",
 			p->info.name);
 	/* Checked first: a bad size must not cost a repair's findings. */
-	if (rep && (ret = HC__ABI_OUT(rep, size, &mine, "hc_pool_repair", "hc_repair_report")) < 0)
+	if (rep && (ret = HC__ABI_OUT_OK(size, "hc_pool_repair", hc_repair_report)) < 0)
 		return ret;
 	if (!(f = calloc(1, sizeof(*f))))
 		return hc__err(ENOMEM, "repair: no memory");
@@ -402,6 +402,6 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, siz
 out:
 	free(f);
 	if (rep)
-		HC__ABI_OUT(rep, size, &mine, "hc_pool_repair", "hc_repair_report");
+		HC__ABI_OUT(rep, size, &mine, "hc_pool_repair", hc_repair_report);
 	return ret;
 }

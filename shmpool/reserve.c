@@ -203,9 +203,8 @@ int hc_reserve(hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, u
 
 	if (!p)
 		return hc__err(EINVAL, "reserve: pool is NULL");
-	if ((ret = HC__ABI_IN(&rb, req, "hc_reserve", "hc_reserve_req")) < 0)
+	if (!(req = HC__ABI_USE(req, &rb, "hc_reserve", hc_reserve_req, &ret)))
 		return ret;
-	req = &rb;
 	if ((ret = hc__need_slot(p, "reserve")) < 0 || (ret = hc__reserve_check(p, req, pages, skip, "reserve")) < 0)
 		return ret;
 	return hc__reserve(p, req, pages, skip);

@@ -315,12 +315,11 @@ static int spec_in(const struct hc_pool_spec *spec, struct hc_pool_spec *s, stru
 {
 	int ret;
 
-	if ((ret = HC__ABI_IN(s, spec, "hc_pool_create", "hc_pool_spec")) < 0)
+	if ((ret = HC__ABI_IN(s, spec, "hc_pool_create", hc_pool_spec)) < 0)
 		return ret;
 	if (!s->comps || s->ncomp == 0 || s->ncomp > HC_MAX_COMPONENTS)
 		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, s->ncomp);
-	if ((ret = hc__abi_in_array(cs, sizeof(*cs), s->comps, s->ncomp, sizeof(*cs), "hc_pool_create",
-				    "hc_component_spec")) < 0)
+	if ((ret = HC__ABI_IN_ARRAY(cs, s->comps, s->ncomp, "hc_pool_create", hc_component_spec)) < 0)
 		return ret;
 	s->comps = cs;
 	return 0;
@@ -678,7 +677,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 		return hc__err(EINVAL, "attach: out is NULL");
 	*out = NULL;
 	if (opts) {
-		if ((ret = HC__ABI_IN(&ob, opts, "hc_pool_attach", "hc_attach_opts")) < 0)
+		if ((ret = HC__ABI_IN(&ob, opts, "hc_pool_attach", hc_attach_opts)) < 0)
 			return ret;
 		o = &ob;
 	}
@@ -831,7 +830,7 @@ int hc_pool_info(const hc_pool *p, struct hc_pool_info *out, size_t size)
 {
 	if (!p)
 		return hc__err(EINVAL, "info: NULL pool");
-	return HC__ABI_OUT(out, size, &p->info, "hc_pool_info", "hc_pool_info");
+	return HC__ABI_OUT(out, size, &p->info, "hc_pool_info", hc_pool_info);
 }
 
 int hc_pool_component(const hc_pool *p, unsigned comp, struct hc_component_info *out, size_t size)
@@ -840,5 +839,5 @@ int hc_pool_component(const hc_pool *p, unsigned comp, struct hc_component_info 
 		return hc__err(EINVAL, "component: NULL pool");
 	if (comp >= p->g.ncomp)
 		return hc__err(EINVAL, "component %u is out of range: the pool has %u", comp, p->g.ncomp);
-	return HC__ABI_OUT(out, size, &p->g.comps[comp], "hc_pool_component", "hc_component_info");
+	return HC__ABI_OUT(out, size, &p->g.comps[comp], "hc_pool_component", hc_component_info);
 }

@@ -125,9 +125,12 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *stats, size_t size)
 {
 	uint32_t engines[HC_MAX_RANKS];
 	struct hc_stats ob, *out = &ob;
+	int ret;
 
 	if (!p || !stats)
 		return hc__err(EINVAL, "stats: %s is NULL", p ? "out" : "pool");
+	if ((ret = HC__ABI_OUT_OK(size, "hc_pool_stats", hc_stats)) < 0)
+		return ret;
 	memset(out, 0, sizeof(*out));
 	for (unsigned row = 0; row <= p->g.max_ranks; row++)
 		for (unsigned c = 0; c < HC_CTR__COUNT; c++)
@@ -176,7 +179,7 @@ int hc_pool_stats(hc_pool *p, struct hc_stats *stats, size_t size)
 		out->open_tickets += st == HC_TK_BUILDING || st == HC_TK_OPEN || st == HC_TK_DROPPING;
 	}
 	service_gauges(p, out);
-	return HC__ABI_OUT(stats, size, out, "hc_pool_stats", "hc_stats");
+	return HC__ABI_OUT(stats, size, out, "hc_pool_stats", hc_stats);
 }
 
 int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *info, size_t size)
@@ -185,9 +188,12 @@ int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *info, size_
 	const struct hc_seg_page *pg;
 	struct hc__holds h;
 	uint64_t w;
+	int ret;
 
 	if (!p || !info)
 		return hc__err(EINVAL, "page info: %s is NULL", p ? "out" : "pool");
+	if ((ret = HC__ABI_OUT_OK(size, "hc_page_info", hc_page_info)) < 0)
+		return ret;
 	if (id >= p->g.npages)
 		return hc__err(EINVAL, "page info: page id %u is out of range: the pool has %u pages", id, p->g.npages);
 	memset(out, 0, sizeof(*out));
@@ -210,5 +216,5 @@ int hc_page_info(const hc_pool *p, uint32_t id, struct hc_page_info *info, size_
 	out->pins = h.pins;
 	out->locks = h.locks;
 	out->tickets = h.tickets;
-	return HC__ABI_OUT(info, size, out, "hc_page_info", "hc_page_info");
+	return HC__ABI_OUT(info, size, out, "hc_page_info", hc_page_info);
 }

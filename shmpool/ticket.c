@@ -90,7 +90,7 @@ static int name_init(const struct hc_pool *p, const struct hc_ticket_name *given
 	nm->engine = p->eng_id;
 	nm->inc = p->eng_inc;
 	if (given) {
-		if ((ret = HC__ABI_IN(&nb, given, op, "hc_ticket_name")) < 0)
+		if ((ret = HC__ABI_IN(&nb, given, op, hc_ticket_name)) < 0)
 			return ret;
 		name = &nb;
 	}
@@ -584,16 +584,18 @@ static void undo_join(struct hc_pool *p, const struct tk_call *c, uint32_t n)
 		hc__quota_give(p, gone);
 }
 
-/* The caller's handle: its size, which the library writes up to. */
-static int handle_ok(const hc_ticket *t, const char *op)
+/* The caller's handle: its size, which the library writes up to.  The
+ * size is in the caller's memory, so a bound keeps a garbage one from
+ * letting the library write far past the handle. */
+int hc__ticket_handle_ok(const hc_ticket *t, const char *op)
 {
 	if (!t)
 		return hc__err(EINVAL, "%s: the ticket handle is NULL", op);
-	if (t->size < sizeof(*t) || t->size > 65536)
-		return hc__err(EINVAL,
-			       "%s: the ticket handle has size %u, which no version of it has (the first is %zu bytes):"
-			       " set .size = sizeof(hc_ticket) before the call",
-			       op, t->size, sizeof(*t));
+	if (t->size < HC__V1_hc_ticket || t->size > HC__TICKET_SIZE_MAX)
+		return hc__err(
+			EINVAL,
+			"%s: the ticket handle has size %u, which no version of it has (the first is %zu bytes): set .size = sizeof(hc_ticket) before the call",
+			op, t->size, HC__V1_hc_ticket);
 	return 0;
 }
 
@@ -612,7 +614,7 @@ static int ticket_run(struct hc_pool *p, const struct hc_ticket_name *name, stru
 	if ((ret = hc__need_slot(p, c->op)) < 0 || (ret = membership(p, c->op)) < 0 ||
 	    (ret = name_init(p, name, &nm, c->op)) < 0)
 		return ret;
-	if ((ret = handle_ok(out, c->op)) < 0)
+	if ((ret = hc__ticket_handle_ok(out, c->op)) < 0)
 		return ret;
 	if (c->nkeys > p->g.ticket_keys)
 		return hc__err(E2BIG, "%s: %u keys, but a ticket of pool '%s' names at most %u (ticket_keys)", c->op,
@@ -732,7 +734,7 @@ done:
 	res.held = held;
 	res.pages = c->pages;
 	res.size = out->size;
-	hc__abi_out(out, out->size, &res, sizeof(res), sizeof(res), c->op, "hc_ticket");
+	hc__abi_out(out, out->size, &res, sizeof(res), HC__V1_hc_ticket, c->op, "hc_ticket");
 	if (c->nw.kind == HC_TK_RESERVE) { /* the answer is how many pages to write */
 		int m = 0;
 		for (unsigned i = 0; i < c->nkeys; i++)
@@ -751,9 +753,9 @@ int hc_ticket_lookup(hc_pool *p, const struct hc_ticket_name *name, const struct
 
 	if (!p)
 		return hc__err(EINVAL, "ticket lookup: pool is NULL");
-	if ((ret = HC__ABI_IN(&rb, req, "hc_ticket_lookup", "hc_lookup_req")) < 0)
+	if (!(req = HC__ABI_USE(req, &rb, c.op, hc_lookup_req, &ret)))
 		return ret;
-	c.lreq = req = &rb;
+	c.lreq = req;
 	if ((ret = hc__lookup_check(p, req, pages, c.op)) < 0)
 		return ret;
 	c.nkeys = req->nkeys;
@@ -773,9 +775,9 @@ int hc_ticket_reserve(hc_pool *p, const struct hc_ticket_name *name, const struc
 
 	if (!p)
 		return hc__err(EINVAL, "ticket reserve: pool is NULL");
-	if ((ret = HC__ABI_IN(&rb, req, "hc_ticket_reserve", "hc_reserve_req")) < 0)
+	if (!(req = HC__ABI_USE(req, &rb, c.op, hc_reserve_req, &ret)))
 		return ret;
-	c.rreq = req = &rb;
+	c.rreq = req;
 	if ((ret = hc__reserve_check(p, req, pages, skip, c.op)) < 0)
 		return ret;
 	c.nkeys = req->nkeys;
@@ -790,7 +792,7 @@ int hc_ticket_release(hc_pool *p, hc_ticket *t)
 
 	if (!p || !t)
 		return hc__err(EINVAL, "ticket release: %s is NULL", p ? "ticket" : "pool");
-	if ((ret = hc__need_slot(p, "ticket release")) < 0 || (ret = handle_ok(t, "ticket release")) < 0)
+	if ((ret = hc__need_slot(p, "ticket release")) < 0 || (ret = hc__ticket_handle_ok(t, "ticket release")) < 0)
 		return ret;
 	if (t->released)
 		return hc__err(EALREADY, "ticket release: ticket %u was already released by this rank", t->index);

@@ -13,6 +13,7 @@
 #include <hicache/device.h>
 #include <hicache/service.h>
 
+#include "../shmpool/pool.h"
 #include "hct.h"
 
 #define ASSERT_SIZE_ERROR(expr, type)                                                                                  \
@@ -206,6 +207,15 @@ START_TEST(device_structs)
 	ASSERT_SIZE_ERROR(hc_dev_open(p, &ds, &d), "hc_dev_comp");
 	dc[0].size = sizeof(dc[0]);
 	ck_assert_ok(hc_dev_open(p, &ds, &d));
+	ck_assert_ok(hc_dev_close(d));
+	/* A newer caller's larger elements: read at its stride. */
+	struct {
+		struct hc_dev_comp c;
+		uint64_t future;
+	} big[1] = { { .c = dc[0], .future = 0 } };
+	big[0].c.size = sizeof(big[0]);
+	ds.comps = &big[0].c;
+	ck_assert_ok(hc_dev_open(p, &ds, &d));
 	ASSERT_SIZE_ERROR(hc_dev_load(d, &xr, &x), "hc_xfer_req");
 	ASSERT_SIZE_ERROR(hc_dev_stats(d, &st, 4), "hc_dev_stats");
 	ck_assert_ok(hc_dev_stats(d, &st, sizeof(st)));
@@ -234,6 +244,9 @@ START_TEST(service_structs)
 	ASSERT_SIZE_ERROR(hc_store_open(p, "nosuch", &sto, &st), "hc_store_opts");
 	ASSERT_SIZE_ERROR(hc_req_prefetch(p, &pr, &rq), "hc_prefetch_req");
 	ck_assert_ptr_null(rq);
+	pr.size = sizeof(pr);
+	pr.name = &(struct hc_ticket_name){ .request_id = "no-size" };
+	ASSERT_SIZE_ERROR(hc_req_prefetch(p, &pr, &rq), "hc_ticket_name");
 	ASSERT_SIZE_ERROR(hc_service_info(p, &si, 2), "hc_service_info");
 	ck_assert_ok(hc_service_info(p, &si, sizeof(si)));
 	ck_assert_int_eq(si.live, 0);
@@ -264,6 +277,145 @@ START_TEST(exceptions)
 }
 END_TEST
 
+/* A caller built against the first version of each struct passes the
+ * size that version ended at: each must be taken.  The ends are written
+ * here on their own, so that moving the library's first-version table
+ * (pool.h, HC__V1_*) breaks this test. */
+#define END(T, m) (offsetof(T, m) + sizeof(((T *)0)->m))
+START_TEST(first_versions)
+{
+	const char *name = hct_name();
+	struct hct_spec s;
+	struct hc_attach_opts ao = { .size = END(struct hc_attach_opts, flags) };
+	struct hc_engine_spec es = { .size = END(struct hc_engine_spec, ticket_timeout_ms),
+				     .engine_id = 1,
+				     .tp_size = 1,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
+	hc_key_t key;
+	struct hc_lookup_req lr = { .size = END(struct hc_lookup_req, fingerprint), .keys = &key, .nkeys = 1 };
+	struct hc_reserve_req rr = { .size = END(struct hc_reserve_req, fingerprint), .keys = &key, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = END(struct hc_ticket_name, step), .request_id = "v1" };
+	hc_ticket t = { .size = END(hc_ticket, pages) };
+	struct hc_pool_info info;
+	struct hc_component_info ci;
+	struct hc_rank_info ri;
+	struct hc_page_info pi;
+	struct hc_stats st;
+	struct hc_repair_report rep;
+	hc_page_t pg;
+	uint8_t skip;
+	hc_pool *p;
+
+	hct_keys(&key, 1, 9);
+	hct_spec_init(&s, name, 4);
+	s.spec.size = END(struct hc_pool_spec, arg_bytes);
+	ck_assert_ok(hc_pool_create(&s.spec));
+	ck_assert_ok(hc_pool_attach(name, &ao, &p));
+	ck_assert_ok(hc_engine_join(p, &es));
+	ck_assert_int_eq(hc_lookup(p, &lr, &pg), 0);
+	ck_assert_int_eq(hc_ticket_lookup(p, &tn, &lr, &pg, &t), 0);
+	ck_assert_ok(hc_ticket_release(p, &t));
+	ck_assert_int_eq(hc_reserve(p, &rr, &pg, &skip), 1);
+	ck_assert_ok(hc_page_abort(p, &pg, 1));
+	ck_assert_ok(hc_pool_info(p, &info, END(struct hc_pool_info, arg_bytes)));
+	ck_assert_ok(hc_pool_component(p, 0, &ci, END(struct hc_component_info, window_pages)));
+	ck_assert_ok(hc_pool_rank(p, 0, &ri, END(struct hc_rank_info, held)));
+	ck_assert_ok(hc_page_info(p, 0, &pi, END(struct hc_page_info, tickets)));
+	ck_assert_ok(hc_pool_stats(p, &st, END(struct hc_stats, tokens)));
+	ck_assert_int_ge(hc_pool_repair(p, 0, &rep, END(struct hc_repair_report, unrepaired), NULL, NULL), 0);
+	hc_pool_detach(p);
+	hct_sweep(1);
+}
+END_TEST
+
+/* The older caller's path, on made-up versions: v1 has a, v2 adds b. */
+struct v1 {
+	uint32_t size;
+	uint32_t a;
+};
+struct v2 {
+	uint32_t size;
+	uint32_t a;
+	uint64_t b;
+};
+START_TEST(older_and_newer_struct)
+{
+	struct v1 old = { .size = sizeof(old), .a = 7 };
+	struct v2 mine, newer = { .size = sizeof(newer), .a = 8, .b = 0 };
+	struct {
+		struct v2 v;
+		uint64_t c;
+	} newest = { .v = { .size = sizeof(newest), .a = 9, .b = 5 }, .c = 0 };
+
+	memset(&mine, 0xee, sizeof(mine));
+	ck_assert_ok(hc__abi_in(&mine, sizeof(mine), &old, sizeof(old), "test", "v2"));
+	ck_assert_uint_eq(mine.a, 7);
+	ck_assert_uint_eq(mine.b, 0); /* not in the caller's version: as before */
+	ck_assert_ok(hc__abi_in(&mine, sizeof(mine), &newer, sizeof(old), "test", "v2"));
+	ck_assert_uint_eq(mine.a, 8);
+	ck_assert_ok(hc__abi_in(&mine, sizeof(mine), &newest, sizeof(old), "test", "v2"));
+	ck_assert_uint_eq(mine.b, 5);
+	newest.c = 1;
+	ck_assert_err(hc__abi_in(&mine, sizeof(mine), &newest, sizeof(old), "test", "v2"), EINVAL);
+	old.size = 4;
+	ck_assert_err(hc__abi_in(&mine, sizeof(mine), &old, sizeof(old), "test", "v2"), EINVAL);
+}
+END_TEST
+
+/* The library writes no further than the caller's size, and the handle
+ * no further than its own. */
+START_TEST(writes_stay_inside)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 4, 0, 0);
+	struct hc_engine_spec es = { .size = sizeof(es),
+				     .engine_id = 2,
+				     .tp_size = 1,
+				     .quota_pages = HC_QUOTA_UNLIMITED };
+	hc_key_t key;
+	struct hc_lookup_req lr = { .size = sizeof(lr), .keys = &key, .nkeys = 1 };
+	struct hc_ticket_name tn = { .size = sizeof(tn), .request_id = "w" };
+	struct hc_repair_report rep;
+	struct hc_component_info ci;
+	struct hc_page_info pi;
+	struct {
+		struct hc_rank_info ri;
+		unsigned char after[16];
+	} rb;
+	struct {
+		hc_ticket t;
+		unsigned char tail[16], after[16];
+	} tb;
+	size_t end = END(struct hc_rank_info, held);
+	hc_page_t pg;
+
+	memset(&rb, 0xff, sizeof(rb));
+	ck_assert_ok(hc_pool_rank(p, 0, &rb.ri, end));
+	for (size_t i = end; i < sizeof(rb); i++)
+		ck_assert_uint_eq(((unsigned char *)&rb)[i], 0xff);
+	ASSERT_SIZE_ERROR(hc_pool_rank(p, 0, &rb.ri, 70000), "hc_rank_info");
+	ASSERT_SIZE_ERROR(hc_pool_component(p, 0, &ci, 1), "hc_component_info");
+	ASSERT_SIZE_ERROR(hc_page_info(p, 0, &pi, 1), "hc_page_info");
+	ASSERT_SIZE_ERROR(hc_pool_repair(p, 0, &rep, 1, NULL, NULL), "hc_repair_report");
+	ck_assert_ok(hc_engine_join(p, &es));
+	hct_keys(&key, 1, 3);
+	memset(&tb, 0xa5, sizeof(tb));
+	tb.t.size = sizeof(tb.t) + sizeof(tb.tail); /* a newer caller's handle */
+	ck_assert_int_eq(hc_ticket_lookup(p, &tn, &lr, &pg, &tb.t), 0);
+	for (size_t i = 0; i < sizeof(tb.tail); i++)
+		ck_assert_uint_eq(tb.tail[i], 0); /* what it knows nothing of: zero */
+	for (size_t i = 0; i < sizeof(tb.after); i++)
+		ck_assert_uint_eq(tb.after[i], 0xa5);
+	ck_assert_ok(hc_ticket_release(p, &tb.t));
+	tb.t.size = 300; /* garbage: refused, nothing written */
+	tn.step = 1;
+	ck_assert_err(hc_ticket_lookup(p, &tn, &lr, &pg, &tb.t), EINVAL);
+	ck_assert_msg_has("ticket handle has size 300");
+	hc_pool_detach(p);
+	hct_sweep(1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("abi");
@@ -276,6 +428,9 @@ int main(void)
 	tcase_add_test(tc, device_structs);
 	tcase_add_test(tc, service_structs);
 	tcase_add_test(tc, exceptions);
+	tcase_add_test(tc, first_versions);
+	tcase_add_test(tc, older_and_newer_struct);
+	tcase_add_test(tc, writes_stay_inside);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -10,7 +10,7 @@
  * hc_page_state_name: a placeholder for nonsense; hc_counter_name/help,
  * hc_hist_name/help, hc_tier_name/help: NULL past the end), hc_dtype_size and hc_page_needed
  * (a value, 0 for nonsense), hc_hist_bound_us (a bound), hc_page_envelope
- * (an address, NULL on error), and in <hicache/device.h> hc_xfer_layers
+ * (an address, or NULL with the error line), and in <hicache/device.h> hc_xfer_layers
  * (a count) and hc_xfer_layer_event (an event, NULL on error).
  *
  * ABI (hicache(7), VERSIONED STRUCTS): every struct the caller fills
@@ -21,10 +21,14 @@
  * before" when zero, and the library reads or writes a member only where
  * the caller's size covers it: a program built against an older header
  * keeps working with a newer library.  A size smaller than the first
- * version's or over 64 KiB, or a caller's struct larger than this
- * library's with nonzero bytes past its end, is -EINVAL; a struct the
- * library fills that is larger than its own gets zeros past its end.  Arrays of structs (hc_pool_spec.comps) are
- * strided by their first element's size.  The soname and the symbol version node change when anything else does.
+ * version's, or over 4 KiB for a struct the caller fills (64 KiB for one
+ * the library fills), or a caller's struct larger than this library's
+ * with nonzero bytes past its end, is -EINVAL; a struct the library fills
+ * that is larger than its own gets zeros past its end.  Initialize these
+ * structs with = { ... } or memset, so that their padding is zero too.
+ * Arrays of structs (hc_pool_spec.comps) are strided by their first
+ * element's size.  The soname and the symbol version node change when
+ * anything else does.
  *
  * ENVELOPE BYTE ORDER (layout id "page-unified-v1"; see hicache(7))
  *
@@ -290,7 +294,7 @@ typedef void (*hc_log_fn)(int level, const char *msg, void *arg);
 #define HC_LOG_ERR  3
 #define HC_LOG_WARN 4
 #define HC_LOG_INFO 6
-HC_API void hc_set_log(hc_log_fn fn, void *arg);             /* NULL: stderr, warnings and errors */
+HC_API void hc_set_log(hc_log_fn fn, void *arg);             /* exception: void; NULL: stderr, warnings and errors */
 HC_API const char *hc_dtype_name(enum hc_dtype d);           /* exception: "invalid" for invalid */
 HC_API int hc_dtype_parse(const char *s);                    /* enum hc_dtype, or -EINVAL */
 HC_API unsigned hc_dtype_size(enum hc_dtype d);              /* exception: bytes, 0 for invalid */

@@ -264,7 +264,7 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 	*out = NULL;
 	if (!pool || !given)
 		return hc__err(EINVAL, "device open: %s is NULL", pool ? "spec" : "pool");
-	if ((r = HC__ABI_IN(spec, given, "hc_dev_open", "hc_dev_spec")) < 0)
+	if ((r = HC__ABI_IN(spec, given, "hc_dev_open", hc_dev_spec)) < 0)
 		return r;
 	if ((r = hc__need_slot(pool, "device open")) < 0)
 		return r;
@@ -286,8 +286,7 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 	if (spec->ncomp > HC_MAX_COMPONENTS || (spec->ncomp && !spec->comps))
 		return hc__err(EINVAL, "device open: %u components%s", spec->ncomp,
 			       spec->comps ? "" : " and comps is NULL");
-	if ((r = hc__abi_in_array(comps, sizeof(comps[0]), spec->comps, spec->ncomp, sizeof(comps[0]), "hc_dev_open",
-				  "hc_dev_comp")) < 0)
+	if ((r = HC__ABI_IN_ARRAY(comps, spec->comps, spec->ncomp, "hc_dev_open", hc_dev_comp)) < 0)
 		return r;
 	spec->comps = comps;
 	for (unsigned i = 0; i < spec->ncomp; i++) {
@@ -409,7 +408,7 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 	*out = NULL;
 	if (!d || !given)
 		return hc__err(EINVAL, "%s: %s is NULL", what, d ? "the request" : "the device");
-	if ((ret = HC__ABI_IN(rq, given, store ? "hc_dev_store" : "hc_dev_load", "hc_xfer_req")) < 0)
+	if ((ret = HC__ABI_IN(rq, given, store ? "hc_dev_store" : "hc_dev_load", hc_xfer_req)) < 0)
 		return ret;
 	p = d->pool;
 	T = p->g.page_tokens;
@@ -606,5 +605,5 @@ int hc_dev_stats(hc_dev *d, struct hc_dev_stats *out, size_t size)
 	pthread_mutex_lock(&d->mu);
 	st = d->st;
 	pthread_mutex_unlock(&d->mu);
-	return HC__ABI_OUT(out, size, &st, "hc_dev_stats", "hc_dev_stats");
+	return HC__ABI_OUT(out, size, &st, "hc_dev_stats", hc_dev_stats);
 }

@@ -890,7 +890,7 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *g
 		return hc__err(EPERM, "store open: the pool is attached %s: attach it as a rank (no HC_ATTACH_ADMIN)",
 			       pool->readonly ? "read-only" : "for administration");
 	if (given) {
-		if ((r = HC__ABI_IN(&ob, given, "hc_store_open", "hc_store_opts")) < 0)
+		if ((r = HC__ABI_IN(&ob, given, "hc_store_open", hc_store_opts)) < 0)
 			return r;
 		opts = &ob;
 	}
@@ -1063,7 +1063,7 @@ int hc_store_info(const hc_store *st, struct hc_store_info *info, size_t size)
 	out->description = st->pl.be->description ? st->pl.be->description : "";
 	out->caps = st->caps;
 	out->queue_depth = st->qd;
-	return HC__ABI_OUT(info, size, out, "hc_store_info", "hc_store_info");
+	return HC__ABI_OUT(info, size, out, "hc_store_info", hc_store_info);
 }
 
 int hc_store_stats(hc_store *st, void (*emit)(void *arg, const char *name, uint64_t value), void *arg)

@@ -185,7 +185,7 @@ int hc_service_info(hc_pool *p, struct hc_service_info *info, size_t size)
 		out->parked_reads = atomic_load_explicit(&s->parked_reads, memory_order_relaxed);
 		out->parked_writes = atomic_load_explicit(&s->parked_writes, memory_order_relaxed);
 	}
-	return HC__ABI_OUT(info, size, out, "hc_service_info", "hc_service_info");
+	return HC__ABI_OUT(info, size, out, "hc_service_info", hc_service_info);
 }
 
 static int no_service(hc_pool *p, const char *op)
@@ -367,8 +367,8 @@ int hc_req_prefetch(hc_pool *p, const struct hc_prefetch_req *given, hc_req **ou
 		*out = NULL;
 	if (!given)
 		return hc__err(EINVAL, "%s: req is NULL", op);
-	if ((r = HC__ABI_IN(req, given, "hc_req_prefetch", "hc_prefetch_req")) < 0 ||
-	    (req->name && (r = HC__ABI_IN(&nb, req->name, "hc_req_prefetch", "hc_ticket_name")) < 0))
+	if ((r = HC__ABI_IN(req, given, "hc_req_prefetch", hc_prefetch_req)) < 0 ||
+	    (req->name && (r = HC__ABI_IN(&nb, req->name, "hc_req_prefetch", hc_ticket_name)) < 0))
 		return r;
 	if (req->name)
 		req->name = &nb;
@@ -626,6 +626,8 @@ int hc_req_prefetch_take(hc_req *rq, hc_page_t *pages, hc_ticket *t)
 		return hc__err(EINVAL, "prefetch take: the request is not a prefetch");
 	if (rq->pf.name[0] && !t)
 		return hc__err(EINVAL, "prefetch take: a named prefetch takes under a ticket: t is NULL");
+	if (rq->pf.name[0] && (r = hc__ticket_handle_ok(t, "prefetch take")) < 0)
+		return r; /* before any wait: a forgotten size should not cost one */
 	if (rq->taken)
 		return hc__err(EALREADY, "prefetch take: the hit of this request was taken already");
 	/* Stop waiting by the policy.  Whatever stopped the service (a failure,

@@ -467,7 +467,7 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 		return hc__err(EINVAL, "service: out is NULL");
 	*out = NULL;
 	if (given) {
-		if ((r = HC__ABI_IN(&ob, given, "hc_service_start", "hc_service_opts")) < 0)
+		if ((r = HC__ABI_IN(&ob, given, "hc_service_start", hc_service_opts)) < 0)
 			return r;
 		opts = &ob;
 	}

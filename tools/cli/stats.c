@@ -4,6 +4,7 @@
  * gauge table, and the Prometheus text exposition, shared by hicache-pool
  * stat and hicached's /metrics.
  */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,7 +37,8 @@ enum {
 };
 _Static_assert(NGAUGES_ == HC_CLI_NGAUGES, "cli.h counts the gauges");
 
-const char *const hc_cli_state_keys[HC_PAGE__COUNT] = { "free", "reserved", "ready", "quarantine", "freeing" };
+const char *const hc_cli_state_keys[] = { "free", "reserved", "ready", "quarantine", "freeing" };
+static_assert(sizeof(hc_cli_state_keys) / sizeof(hc_cli_state_keys[0]) == HC_PAGE__COUNT, "a key per page state");
 
 void hc_cli_metrics(const struct hc_stats *st, struct hc_cli_metric *g, struct hc_cli_metric *c)
 {
