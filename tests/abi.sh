@@ -7,11 +7,16 @@
 # the dump with the baseline committed in abi/ (abi/README).
 #
 # An addition passes: a new exported function; a member appended to a struct
-# that leads with a size member (its first or second), as long as the
-# struct is reached only through pointers (the library reads such a member
-# only when the caller's size covers it); an enumerator added before a
-# __COUNT.  Anything else fails, with abidiff's report: a change, a
-# removal, and in a struct that may grow, a member renamed too.
+# that may grow; an enumerator added before a __COUNT.  A struct may grow
+# when it is reached only through pointers (never held by value in another
+# struct, an array member, a parameter or a return value) and either
+#   - the caller fills it: its first or second member is size, the caller's
+#     sizeof, and the library reads a member only where that covers it; or
+#   - the library fills it: an exported function takes a pointer to it and,
+#     right after it, a size_t size, the caller's sizeof, and writes only
+#     that much (shmpool/abi.c).
+# Anything else fails, with abidiff's report: a change, a removal, and in a
+# struct that may grow, a member inserted, moved or renamed too.
 #
 # Environment (make sets it): ABIDW, ABIDIFF, HC_BUILDDIR, HC_SRCDIR.
 set -u
@@ -61,19 +66,22 @@ dump() {
 		"exported functions: build with -g in CFLAGS (configure's default)"
 }
 
+# awk: attr(line, a), the value of attribute a in a line of abidw's XML
+AWK_ATTR='
+	function attr(s, a) {
+		if (!sub(".* " a "=" q, "", s))
+			return ""
+		sub(q ".*", "", s)
+		return s
+	}'
+
 # members DUMP: "struct offset-in-bits member type", a line for each member
 # of each named struct DUMP defines.  Typedefs, anonymous structs, unions
 # and enums, pointer, array, qualified and function types are spelled out
 # down to named structs, unions, enums and base types, whose own changes
 # abidiff reports: a type id stays the same when what it names changes.
 members() {
-	awk -v q="'" '
-		function attr(s, a) {
-			if (!sub(".* " a "=" q, "", s))
-				return ""
-			sub(q ".*", "", s)
-			return s
-		}
+	awk -v q="'" "$AWK_ATTR"'
 		function tname(id, d,    n, a, m, sig, i) {
 			if (d > 8 || !(id in kind))
 				return id
@@ -160,10 +168,76 @@ members() {
 		/<\/class-decl>/ { depth-- }' "$1" "$1"
 }
 
-# grown DUMP: the structs of DUMP that may grow, those whose first or second
-# member is size
+# uses DUMP: how DUMP's named structs are used, a line for each use that
+# bears on their growth: "filled S" when an exported function takes a
+# pointer to S and, right after it, a size_t parameter named size (the
+# caller's sizeof: the library fills S, hicache.h "ABI"); "held S" when a
+# member, a variable, a parameter or a return value holds S by value, alone
+# or in an array (its size is then part of another layout or of a call).
+# Typedefs and qualifiers are seen through.
+uses() {
+	awk -v q="'" "$AWK_ATTR"'
+		function strip(id, d) { # through typedefs and qualifiers
+			while (d++ < 16 && id in alias)
+				id = alias[id]
+			return id
+		}
+		function is_size_t(id, d) {
+			for (; d < 16 && id in alias; d++) {
+				if (tdname[id] == "size_t")
+					return 1
+				id = alias[id]
+			}
+			return 0
+		}
+		function to_struct(id) { # the struct a pointer points to, if any
+			id = strip(id)
+			return id in ptr ? defined[strip(ptr[id])] : ""
+		}
+		function by_value(id, d) { # the struct held by value, if any
+			for (id = strip(id); d < 16 && id in arr; d++)
+				id = strip(arr[id])
+			return defined[id]
+		}
+		NR == FNR {
+			if ((id = attr($0, "id")) == "")
+				next
+			t = attr($0, "type-id")
+			if (/<pointer-type-def /)
+				ptr[id] = t
+			else if (/<array-type-def /)
+				arr[id] = t
+			else if (/<qualified-type-def /)
+				alias[id] = t
+			else if (/<typedef-decl /) {
+				alias[id] = t; tdname[id] = attr($0, "name")
+			} else if (/<class-decl / && !/\/>/ && !/is-anonymous=/)
+				defined[id] = attr($0, "name")
+			next
+		}
+		/<(var-decl|parameter|return) / && (s = by_value(attr($0, "type-id"))) != "" { print "held", s }
+		/<function-decl / && /elf-symbol-id=/ && !/\/>/ { np = 0; infn = 1 }
+		infn && /<parameter / { np++; ptype[np] = attr($0, "type-id"); pname[np] = attr($0, "name") }
+		infn && /<\/function-decl>/ {
+			infn = 0
+			for (i = 1; i < np; i++)
+				if (pname[i + 1] == "size" && is_size_t(ptype[i + 1]) && (s = to_struct(ptype[i])) != "")
+					print "filled", s
+		}' "$1" "$1" | sort -u
+}
+
+# grown DUMP: the structs of DUMP that may grow at their end: those the
+# caller fills, whose first or second member is size, and those the library
+# fills by the caller's size (uses); but none that is held by value (uses),
+# whose growth would move what follows it in another struct.  abidiff's
+# accessed_through = pointer does not see to that: it lets a struct grow
+# everywhere once some function reaches it through a pointer.
 grown() {
-	members "$1" | awk '$1 != last { last = $1; n = 0 } ++n <= 2 && $3 == "size" { print $1 }' | sort -u
+	uses "$1" >"$tmp/uses" && sed -n 's/^held //p' "$tmp/uses" >"$tmp/held" || exit 99
+	{
+		members "$1" | awk '$1 != last { last = $1; n = 0 } ++n <= 2 && $3 == "size" { print $1 }'
+		sed -n 's/^filled //p' "$tmp/uses"
+	} | sort -u | grep -vxF -f "$tmp/held"
 }
 
 # in_place NAME: whether each struct of abi/NAME.abi that may grow still
@@ -191,7 +265,8 @@ suppressions() {
 	growing=$(grown "$1" | paste -sd '|' -)
 	if [ -n "$growing" ]; then
 		echo
-		echo "# A member appended to a struct that leads with a size member."
+		echo "# A member appended to a struct that leads with a size member, or that the"
+		echo "# library fills by the caller's size."
 		echo "[suppress_type]"
 		echo "  type_kind = struct"
 		echo "  name_regexp = ^($growing)\$"
@@ -228,12 +303,11 @@ check() {
 	cmp -s "$tmp/$name.suppr" "$abi/$name.suppr" ||
 		fail "abi/$name.suppr does not follow from abi/$name.abi: run make abi-update"
 	# Three looks, as none is enough alone.  abidiff of whole interfaces,
-	# with the suppressions as written: a struct grown where it is embedded
-	# or passed by value fails (accessed_through = pointer), but a struct
-	# that may grow passes whatever happened in it or under it, as long as
-	# no member went.  abidiff type by type (--leaf-changes-only): finds
-	# what changed under such a struct, but lets it grow by value, where
-	# accessed_through means nothing.  And in_place, for what moved or
+	# with the suppressions as written: a struct that may grow passes
+	# whatever happened in it or under it, as long as no member went.
+	# abidiff type by type (--leaf-changes-only): finds what changed under
+	# such a struct (accessed_through means nothing there, and grown leaves
+	# out the structs held by value).  And in_place, for what moved or
 	# changed in such a struct itself.
 	sed '/^ *accessed_through/d' "$abi/$name.suppr" >"$tmp/$name.leaf.suppr" || exit 99
 	ok=yes
