@@ -209,7 +209,8 @@ struct hc_attach_opts {
 
 /* What recovery found and undid (hc_pool_recover, hicache-pool repair).
  * Fixed at 64 bytes, since hc_repair_report embeds it: a new count takes
- * the place of resv[0], which the library zeroes. */
+ * the place of resv[0], which the library zeroes (on purpose: make
+ * abi-update, abi/README). */
 struct hc_recovery_report {
 	uint32_t dead_ranks;   /* slots proven dead by EOWNERDEAD and cleared */
 	uint32_t pins_dropped; /* pin counts of dead ranks set to zero */
