@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_stage.c - buffer_only pools and their arbiter (lib/stage.c), with
+ * test_stage.c - buffer_only pools and their arbiter (lib/service/stage.c), with
  * the file backend: write grants, all or nothing, in FIFO order within
  * each priority class, parked and dropped past write_park_ms; prefetches
  * parked while the read staging is full; every page freed once its
