@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: Apache-2.0
+"""test_python.py - the Python binding (python/hicache) against the built
+libhicache: its structs laid out as the C compiler lays them out from the
+headers (tests/pylayout.c), the key chain against the rule written again in
+hashlib, pools, pages, tickets across rank processes, stats, and errors
+raised as hicache.Error with the library's line."""
+import errno
+import hashlib
+import os
+import struct
+import subprocess
+import sys
+import unittest
+
+import hicache
+from hicache import _lib
+
+BUILDDIR = os.environ.get("HC_BUILDDIR", ".")
+_n = 0
+
+
+def pool_name():
+    """A name hct_sweep (tests/hct.c) reclaims once this process is gone."""
+    global _n
+    _n += 1
+    return f"hctest-{os.getpid()}-py{_n}"
+
+
+def sglang_chain(tokens, page_tokens, prior=None):
+    """The key rule of doc/design.md, "Keys": SHA-256 of the previous key
+    and the page's token ids as uint32 little-endian, from hashlib."""
+    keys, prev = [], prior
+    for i in range(0, len(tokens) - page_tokens + 1, page_tokens):
+        h = hashlib.sha256()
+        if prev is not None:
+            h.update(prev)
+        h.update(struct.pack(f"<{page_tokens}I", *tokens[i:i + page_tokens]))
+        prev = h.digest()
+        keys.append(prev.hex())
+    return keys
+
+
+def components():
+    return [hicache.Component.kv("kv", "bf16", kv_heads=4, head_bytes=64, layers=2),
+            hicache.Component.state("state", "f32", bytes_per_layer=1024, layers=2)]
+
+
+class Layout(unittest.TestCase):
+    def test_structs_match_the_headers(self):
+        out = subprocess.run([os.path.join(BUILDDIR, "tests", "pylayout")], check=True, capture_output=True,
+                             text=True).stdout
+        sizes, members = {}, {}
+        for line in out.splitlines():
+            f = line.split()
+            if f[0] == "struct":
+                sizes[f[1]] = int(f[2])
+            else:
+                t, m = f[1].split(".")
+                members.setdefault(t, {})[m] = (int(f[2]), int(f[3]))
+        self.assertEqual(set(sizes), set(_lib.STRUCTS), "pylayout.c and _lib.STRUCTS name different structs")
+        for name, cls in _lib.STRUCTS.items():
+            self.assertEqual(__import__("ctypes").sizeof(cls), sizes[name], f"sizeof(struct {name})")
+            py = {f[0] for f in cls._fields_}
+            self.assertEqual(py, set(members[name]), f"struct {name}: the members bound differ from the C ones")
+            for field, (off, size) in members[name].items():
+                d = getattr(cls, field)
+                self.assertEqual((d.offset, d.size), (off, size), f"struct {name}.{field}: offset and size")
+
+
+class Keys(unittest.TestCase):
+    def test_chain_is_sglangs(self):
+        toks = list(range(1000, 1000 + 4 * 16 + 5))  # four full pages and a partial one
+        self.assertEqual(hicache.key_chain(toks, 16), sglang_chain(toks, 16))
+        k = hicache.key_chain(toks, 16, as_bytes=True)
+        self.assertEqual([x.hex() for x in k], sglang_chain(toks, 16))
+        # a chain continued from the key of the page before
+        self.assertEqual(hicache.key_chain(toks[32:], 16, prev=k[1]), sglang_chain(toks[32:], 16, prior=k[1]))
+        self.assertEqual(hicache.key_chain(toks[:15], 16), [])
+
+    def test_namespace(self):
+        self.assertIsNone(hicache.namespace_seed())
+        a, b = hicache.namespace_seed("lora-1"), hicache.namespace_seed("lora-1", "salt")
+        self.assertEqual(len(a), 32)
+        self.assertNotEqual(a, b)
+        toks = list(range(32))
+        self.assertNotEqual(hicache.key_chain(toks, 16, seed=a), hicache.key_chain(toks, 16))
+        self.assertEqual(hicache.key_chain(toks, 16, seed=a), sglang_chain(toks, 16, prior=a))
+
+    def test_bad_input(self):
+        with self.assertRaises(hicache.Error) as e:
+            hicache.key_chain([2**32], 1)
+        self.assertEqual(e.exception.errno, errno.EINVAL)
+        self.assertIn("token 0", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:
+            hicache.key_chain([1, 2], 1, prev=b"short")
+        self.assertIn("32 bytes", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:  # the library's own check: one of prev and seed
+            hicache.key_chain([1, 2], 1, prev=bytes(32), seed=bytes(32))
+        self.assertEqual(e.exception.errno, errno.EINVAL)
+
+
+class PoolCase(unittest.TestCase):
+    def setUp(self):
+        self.name = pool_name()
+        hicache.Pool.create(self.name, "test/model-7b", page_tokens=16, tp_size=2, components=components(),
+                            capacity_pages=8, populate=False)
+        self.pool = hicache.Pool.attach(self.name, flags=hicache.ATTACH_NO_POPULATE)
+
+    def tearDown(self):
+        self.pool.detach()
+        hicache.Pool.destroy(self.name, force=True)
+
+    def fill_commit(self, pool, page, rank):
+        """Write this rank's shard of every component (a byte pattern) and commit it."""
+        info = pool.info()
+        for c, comp in enumerate(info["components"]):
+            groups = [rank] if comp["sharding"] == 0 else ([0] if rank == 0 else [])
+            for g in groups:
+                for layer in range(comp["layers"]):
+                    buf = pool.page_buffer(page, c, layer, g)
+                    buf[:] = bytes([(c * 16 + layer * 4 + g + 1) & 0xff]) * len(buf)
+        pool.commit(page, (1 << rank) | ((1 << 31) if rank == 0 else 0))  # rank 0 writes the replicated part
+
+    def test_info_and_stats(self):
+        info = self.pool.info()
+        self.assertEqual(info["name"], self.name)
+        self.assertEqual((info["page_tokens"], info["tp_size"], info["npages"]), (16, 2, 8))
+        self.assertEqual([c["name"] for c in info["components"]], ["kv", "state"])
+        st = self.pool.stats()
+        self.assertEqual(st["pages"]["free"], 8)
+        self.assertIn("lookups", st["counters"])
+        self.assertIn("backup", st["hist"])
+        self.assertIn("l2", st["tokens"])
+
+    def test_reserve_commit_lookup(self):
+        keys = hicache.key_chain(range(48), 16)
+        pages, skip = self.pool.reserve(keys)
+        self.assertEqual(skip, [0, 0, 0])
+        for pg in pages:
+            self.fill_commit(self.pool, pg, 0)
+            self.fill_commit(self.pool, pg, 1)
+        hit = self.pool.lookup(keys + hicache.key_chain(range(100, 116), 16), pin=True)
+        self.assertEqual(hit, pages)
+        for pg in hit:
+            self.pool.unpin(pg)
+        # READY already: the reservation skips them
+        again, skip = self.pool.reserve(keys[:2])
+        self.assertEqual(skip, [hicache.SKIP_READY] * 2)
+        self.assertEqual(again, [hicache.PAGE_NONE] * 2)
+        st = self.pool.stats()
+        self.assertEqual(st["pages"]["ready"], 3)
+        self.assertGreaterEqual(st["counters"]["reserves"], 3)
+        self.assertEqual(st["counters"]["hits"], 3)
+
+    def test_tickets_across_ranks(self):
+        keys = hicache.key_chain(range(32), 16)
+        pages, _ = self.pool.reserve(keys)
+        for pg in pages:
+            self.fill_commit(self.pool, pg, 0)
+            self.fill_commit(self.pool, pg, 1)
+        self.pool.join(engine_id=7, tp_size=2, tp_rank=0)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # rank 1 of the engine, a process of its own
+            os.close(r)
+            code = 1
+            try:
+                with hicache.Pool.attach(self.name, flags=hicache.ATTACH_NO_POPULATE) as p:
+                    p.join(engine_id=7, tp_size=2, tp_rank=1)
+                    with p.ticket_lookup("req-1", 0, keys) as t:
+                        os.write(w, repr((t.count, t.pages, t.first)).encode())
+                    code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        with self.pool.ticket_lookup("req-1", 0, keys) as t:
+            mine = (t.count, t.pages)
+        _, status = os.waitpid(pid, 0)
+        theirs = eval(os.read(r, 4096).decode())
+        os.close(r)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(mine, (2, pages))
+        self.assertEqual(theirs[:2], mine, "one ticket, two answers")
+
+    def test_errors(self):
+        missing = pool_name()
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Pool.attach(missing)
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        self.assertIn(missing, e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Pool.create(pool_name(), "m", page_tokens=16, tp_size=2, components=[], capacity_pages=4)
+        self.assertEqual(e.exception.errno, errno.EINVAL)
+        self.assertIn("components", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Component.kv("kv", "bf17", 1, 1, 1)
+        self.assertIn("bf17", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:
+            self.pool.lookup(["00" * 31])
+        self.assertIn("32 bytes", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:  # no service serves the pool
+            with self.pool.exists(hicache.key_chain(range(16), 16)) as rq:
+                rq.wait(2000)
+        self.assertEqual(e.exception.errno, errno.ENOTCONN)
+        self.assertIsNone(self.pool.service_live())
+        p = hicache.Pool.attach(self.name, flags=hicache.ATTACH_ADMIN)
+        p.detach()
+        with self.assertRaises(hicache.Error) as e:
+            p.info()
+        self.assertEqual(e.exception.errno, errno.EBADF)
+
+
+if __name__ == "__main__":
+    print(f"test_python: hicache {hicache.version()} from {_lib._find()}, Python {sys.version.split()[0]}")
+    unittest.main(verbosity=2)
