@@ -603,6 +603,127 @@ START_TEST(store_into_the_engines_reservation)
 }
 END_TEST
 
+/* MLA: a replicated K/V component described with no V moves its K half
+ * alone (one latent vector per token), and rank 0's store makes the page
+ * whole; a sharded component without V is refused. */
+START_TEST(replicated_k_only)
+{
+	const char *name = hct_name();
+	struct hc_component_spec c[2] = {
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "mla",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_KV,
+		  .sharding = HC_REPLICATED,
+		  .kv_heads = 1,
+		  .head_bytes = 96,
+		  .layers = 3 },
+		{ .size = sizeof(struct hc_component_spec),
+		  .name = "kv",
+		  .dtype = HC_DTYPE_BF16,
+		  .kind = HC_COMP_KV,
+		  .sharding = HC_SHARDED,
+		  .kv_heads = 2,
+		  .head_bytes = 32,
+		  .layers = 1 },
+	};
+	struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
+				   .name = name,
+				   .model_id = "t/mla",
+				   .page_tokens = 4,
+				   .tp_size = 2,
+				   .comps = c,
+				   .ncomp = 1,
+				   .capacity_pages = 8,
+				   .flags = HC_CREATE_NO_POPULATE };
+	uint8_t src[3][16 * 96], dst[3][16 * 96];
+	uint64_t sa[3], da[3], slots[2 * 4], back[2 * 4];
+	struct hc_dev_comp dc = { .size = sizeof(dc), .comp = 0, .token_bytes = 96, .token_stride = 96, .slots = 16 };
+	struct hc_dev_spec s = { .size = sizeof(s), .kind = HC_DEV_HOST, .tp_size = 2, .comps = &dc, .ncomp = 1 };
+	struct hc_component_info ci;
+	hc_dev *d0, *d1;
+	hc_key_t k[2];
+	hc_page_t pg[2];
+	uint8_t skip[2];
+	struct hc_reserve_req rq = { .size = sizeof(rq), .keys = k, .nkeys = 2 };
+	struct hc_xfer_req xr = { .size = sizeof(xr), .pages = pg, .n = 2, .slots = slots, .flags = HC_XFER_COMMIT };
+	struct hc_dev_stats st;
+	hc_pool *p;
+	hc_xfer *x;
+	uint8_t *env;
+
+	ck_assert_ok(hc_pool_create(&ps));
+	p = hct_attach(name, 0);
+	srand(11);
+	for (unsigned l = 0; l < 3; l++) {
+		for (unsigned b = 0; b < sizeof(src[l]); b++)
+			src[l][b] = (uint8_t)rand();
+		memset(dst[l], 0, sizeof(dst[l]));
+		sa[l] = (uintptr_t)src[l];
+		da[l] = (uintptr_t)dst[l];
+	}
+	hct_keys(k, 2, 90);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
+	/* the V halves of the envelopes hold a pattern the store must leave */
+	ck_assert_ok(hc_pool_component(p, 0, &ci, sizeof(ci)));
+	for (unsigned i = 0; i < 2; i++)
+		for (unsigned l = 0; l < 3; l++)
+			memset((uint8_t *)hc_page_envelope(p, pg[i]) + ci.offset + l * 2 * 4 * 96 + 4 * 96, 0xa5,
+			       4 * 96);
+	hct_perm(slots, 8, 16);
+	dc.k = sa; /* v stays NULL */
+	ck_assert_ok(hc_dev_open(p, &s, &d0));
+	ck_assert_ok(hc_dev_store(d0, &xr, &x));
+	ck_assert_int_eq(hc_xfer_free(x), 0);
+	for (unsigned i = 0; i < 2; i++) {
+		ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[i]), NULL, NULL, NULL), HC_PAGE_READY);
+		env = (uint8_t *)hc_page_envelope(p, pg[i]) + ci.offset;
+		for (unsigned l = 0; l < 3; l++)
+			for (unsigned t = 0; t < 4; t++) {
+				ck_assert_int_eq(
+					memcmp(env + l * 2 * 4 * 96 + t * 96, src[l] + slots[i * 4 + t] * 96, 96), 0);
+				ck_assert_uint_eq(env[l * 2 * 4 * 96 + 4 * 96 + t * 96], 0xa5);
+			}
+	}
+	ck_assert_ok(hc_dev_stats(d0, &st, sizeof(st)));
+	ck_assert_uint_eq(st.store_bytes, 2 * 3 * 4 * 96); /* K alone */
+	/* rank 1 loads the latent into other slots */
+	dc.k = da;
+	s.tp_rank = 1;
+	ck_assert_ok(hc_dev_open(p, &s, &d1));
+	hct_perm(back, 8, 16);
+	xr.slots = back;
+	xr.flags = 0;
+	ck_assert_ok(hc_dev_load(d1, &xr, &x));
+	ck_assert_int_eq(hc_xfer_free(x), 0);
+	for (unsigned l = 0; l < 3; l++)
+		for (unsigned i = 0; i < 8; i++)
+			ck_assert_int_eq(memcmp(dst[l] + back[i] * 96, src[l] + slots[i] * 96, 96), 0);
+	ck_assert_ok(hc_dev_close(d0));
+	ck_assert_ok(hc_dev_close(d1));
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+
+	/* a sharded component must give V */
+	name = hct_name();
+	ps.name = name;
+	ps.comps = &c[1];
+	ck_assert_ok(hc_pool_create(&ps));
+	p = hct_attach(name, 0);
+	dc = (struct hc_dev_comp){ .size = sizeof(dc),
+				   .comp = 0,
+				   .k = sa,
+				   .token_bytes = 32,
+				   .token_stride = 32,
+				   .slots = 16 };
+	s.tp_rank = 0;
+	ck_assert_err(hc_dev_open(p, &s, &d0), EINVAL);
+	ck_assert_msg_has("only a replicated component");
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("device");
@@ -614,6 +735,7 @@ int main(void)
 	tcase_add_loop_test(tc, tp8_read_by_tp4_and_tp2, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_loop_test(tc, layer_marks_in_order, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, replicated_k_only);
 	tcase_add_test(tc, store_into_another_ranks_reservation);
 	tcase_add_test(tc, store_into_the_engines_reservation);
 	suite_add_tcase(s, tc);

@@ -61,7 +61,8 @@ struct hc_dev_comp {
 	uint32_t size;         /* sizeof(struct hc_dev_comp); the same in every element */
 	unsigned comp;         /* the pool's component index */
 	const uint64_t *k;     /* [layers] address of slot 0 of K in each layer (a state: of the state) */
-	const uint64_t *v;     /* [layers] of V; NULL for a state component */
+	const uint64_t *v;     /* [layers] of V; NULL for a state component, or for a replicated
+				* one with no V (MLA's latent): its K half alone moves */
 	uint64_t token_bytes;  /* this rank's bytes of one token (a state: of one page) */
 	uint64_t token_stride; /* bytes from one slot to the next, >= token_bytes */
 	uint64_t slots;        /* slots in each layer's pool */

@@ -265,7 +265,7 @@ static int check_addresses(hc_dev *d)
 		const struct hc__dev_comp *dc = &d->pl.c[c].d;
 		uint64_t span = (dc->slots - 1) * dc->token_stride + dc->token_bytes;
 		for (unsigned l = 0; l < g->comps[dc->comp].layers; l++)
-			for (unsigned kv = 0; kv < (d->pl.c[c].kv ? 2u : 1u); kv++)
+			for (unsigned kv = 0; kv < d->pl.c[c].nkv; kv++)
 				for (int end = 0; end < 2; end++) {
 					uint64_t a = (kv ? dc->v : dc->k)[l] + (end ? span - 1 : 0);
 					struct cudaPointerAttributes at;

@@ -304,7 +304,7 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 		goto fail;
 	/* Keep our own copies of the address arrays: the caller's may go. */
 	for (unsigned i = 0; i < spec->ncomp; i++)
-		naddr += (size_t)pool->g.comps[dc[i].comp].layers * (d->pl.c[i].kv ? 2 : 1);
+		naddr += (size_t)pool->g.comps[dc[i].comp].layers * d->pl.c[i].nkv;
 	d->addrs = calloc(naddr ? naddr : 1, sizeof(*d->addrs));
 	if (!d->addrs) {
 		r = hc__err(ENOMEM, "device open: no memory");
@@ -318,9 +318,12 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 		naddr += L;
 		if (d->pl.c[i].kv) {
 			d->has_kv = 1;
-			memcpy(d->addrs + naddr, dc[i].v, L * sizeof(uint64_t));
-			d->pl.c[i].d.v = d->addrs + naddr;
-			naddr += L;
+			d->pl.c[i].d.v = NULL;
+			if (d->pl.c[i].nkv == 2) {
+				memcpy(d->addrs + naddr, dc[i].v, L * sizeof(uint64_t));
+				d->pl.c[i].d.v = d->addrs + naddr;
+				naddr += L;
+			}
 		} else {
 			d->pl.c[i].d.v = NULL;
 			d->has_state = 1;

@@ -35,7 +35,7 @@ struct hc__dl_comp {
 	uint64_t dev[2];       /* this layer's K and V device bases (a state: dev[0]) */
 	uint64_t stride;       /* from one device slot to the next */
 	uint32_t ng;           /* groups held */
-	uint32_t nkv;          /* 2 for K/V, 1 for a state */
+	uint32_t nkv;          /* 2 for K/V, 1 for a state or K alone */
 	uint32_t bit;          /* 1 << the pool's component index, tested against presence */
 	uint32_t first;        /* this component's first item */
 };

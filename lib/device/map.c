@@ -83,9 +83,15 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 		ci = &g->comps[dc->comp];
 		out->c[i].d = *dc;
 		out->c[i].kv = ci->kind == HC_COMP_KV;
-		if (!dc->k || (out->c[i].kv && !dc->v))
+		if (!dc->k)
 			return hc__err(EINVAL, "component '%s': the %s base addresses are missing", ci->name,
-				       !dc->k ? "K (or state)" : "V");
+				       out->c[i].kv ? "K" : "state");
+		if (out->c[i].kv && !dc->v && ci->sharding != HC_REPLICATED)
+			return hc__err(
+				EINVAL,
+				"component '%s': the V base addresses are missing (only a replicated component, such as MLA's latent, may go without V)",
+				ci->name);
+		out->c[i].nkv = out->c[i].kv && dc->v ? 2 : 1;
 		if ((ret = groups_of(ci, d->tp_size, d->tp_rank, &out->c[i].g0, &out->c[i].ng)) < 0)
 			return ret;
 		out->c[i].grp_bytes = out->c[i].kv ? (uint64_t)(ci->kv_heads / ci->groups) * ci->head_bytes
@@ -109,7 +115,7 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 			return hc__err(EINVAL, "component '%s': slot stride %llu is not a multiple of the %s size %u",
 				       ci->name, (unsigned long long)dc->token_stride, hc_dtype_name(ci->dtype), dt);
 		for (unsigned l = 0; l < ci->layers; l++)
-			for (unsigned kv = 0; kv < (out->c[i].kv ? 2u : 1u); kv++)
+			for (unsigned kv = 0; kv < out->c[i].nkv; kv++)
 				if ((kv ? dc->v : dc->k)[l] % dt)
 					return hc__err(
 						EINVAL,
@@ -131,7 +137,7 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 		uint64_t span = (dc->slots - 1) * dc->token_stride + dc->token_bytes;
 
 		for (unsigned l = 0; l < g->comps[dc->comp].layers; l++)
-			for (unsigned kv = 0; kv < (out->c[i].kv ? 2u : 1u); kv++) {
+			for (unsigned kv = 0; kv < out->c[i].nkv; kv++) {
 				uint64_t lo = (kv ? dc->v : dc->k)[l];
 				if (lo > UINT64_MAX - span) {
 					ret = hc__err(EOVERFLOW,
@@ -176,9 +182,9 @@ int hc__dl_init(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigne
 		k->group_stride = ci->group_stride;
 		k->gb = pl->c[c].grp_bytes;
 		k->half = pl->c[c].kv ? (uint64_t)g->page_tokens * k->gb : 0;
-		k->nkv = pl->c[c].kv ? 2 : 1;
+		k->nkv = pl->c[c].nkv;
 		k->dev[0] = dc->k[layer];
-		k->dev[1] = pl->c[c].kv ? dc->v[layer] : 0;
+		k->dev[1] = k->nkv == 2 ? dc->v[layer] : 0;
 		k->stride = dc->token_stride;
 		k->ng = pl->c[c].ng;
 		k->bit = 1u << dc->comp;

@@ -16,6 +16,9 @@
  * each a token-major pool of slots (SGLang's [slots, heads, head_dim] per
  * layer, vLLM's blocks of block_size slots): token t of page i lives at
  *   base + slot(i, t) * token_stride + j * (Hg * B)   for owned group j,
+ * A replicated K/V component may give no V bases (MLA's latent is one
+ * vector per token): only its K half moves, and the V half of the
+ * envelope is left as it is.
  * where slot(i, t) comes from the caller's page-to-slot map.  A state
  * component has one base per layer and one slot per page.
  *
@@ -58,6 +61,7 @@ struct hc__dev_plan {
 		uint32_t g0, ng;    /* the head groups this rank holds */
 		uint64_t grp_bytes; /* one group's bytes of one token (K/V) or one page (state) */
 		int kv;
+		unsigned nkv; /* halves moved: 2 (K and V), 1 (a state, or K alone) */
 	} c[HC_MAX_COMPONENTS];
 };
 
