@@ -724,6 +724,104 @@ START_TEST(replicated_k_only)
 }
 END_TEST
 
+/*
+ * SGLang's page_first_direct host pool, [blocks][layers][P][heads*dim] a
+ * half, through the public API: a store from one buffer and a load into a
+ * zeroed one put every token back in its slot and touch no other byte.  A
+ * caller built before blocks (a struct that ends at slots) gets none.
+ */
+START_TEST(page_first_direct_blocks)
+{
+	enum { L = 2, P = 4, NB = 4, TB = 64 };
+	const char *name = hct_name();
+	struct hc_component_spec c = { .size = sizeof(c),
+				       .name = "kv",
+				       .dtype = HC_DTYPE_BF16,
+				       .kind = HC_COMP_KV,
+				       .sharding = HC_SHARDED,
+				       .kv_heads = 2,
+				       .head_bytes = 32,
+				       .layers = L };
+	struct hc_pool_spec ps = { .size = sizeof(ps),
+				   .name = name,
+				   .model_id = "t/blocks",
+				   .page_tokens = P,
+				   .tp_size = 1,
+				   .comps = &c,
+				   .ncomp = 1,
+				   .capacity_pages = 8,
+				   .flags = HC_CREATE_NO_POPULATE };
+	static uint8_t src[2][NB * L * P * TB], dst[2][NB * L * P * TB];
+	uint64_t sk[L], sv[L], dk[L], dv[L], slots[2 * P], back[2 * P];
+	struct hc_dev_comp dc = { .size = sizeof(dc),
+				  .comp = 0,
+				  .k = sk,
+				  .v = sv,
+				  .token_bytes = TB,
+				  .token_stride = TB,
+				  .slots = NB * P,
+				  .block_stride = L * P * TB,
+				  .block_slots = P };
+	struct hc_dev_spec s = { .size = sizeof(s), .kind = HC_DEV_HOST, .tp_size = 1, .comps = &dc, .ncomp = 1 };
+	hc_key_t k[2];
+	hc_page_t pg[2];
+	uint8_t skip[2];
+	struct hc_reserve_req rq = { .size = sizeof(rq), .keys = k, .nkeys = 2 };
+	struct hc_xfer_req xr = { .size = sizeof(xr), .pages = pg, .n = 2, .slots = slots, .flags = HC_XFER_COMMIT };
+	uint8_t seen[2][NB * L * P * TB];
+	hc_pool *p;
+	hc_dev *d;
+	hc_xfer *x;
+
+	ck_assert_ok(hc_pool_create(&ps));
+	p = hct_attach(name, 0);
+	srand(23);
+	for (unsigned h = 0; h < 2; h++)
+		for (unsigned b = 0; b < sizeof(src[h]); b++)
+			src[h][b] = (uint8_t)rand();
+	memset(dst, 0, sizeof(dst));
+	memset(seen, 0, sizeof(seen));
+	for (unsigned l = 0; l < L; l++) {
+		sk[l] = (uintptr_t)src[0] + l * P * TB, sv[l] = (uintptr_t)src[1] + l * P * TB;
+		dk[l] = (uintptr_t)dst[0] + l * P * TB, dv[l] = (uintptr_t)dst[1] + l * P * TB;
+	}
+	hct_keys(k, 2, 91);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 2);
+	hct_perm(slots, 2 * P, NB * P);
+	ck_assert_ok(hc_dev_open(p, &s, &d));
+	ck_assert_ok(hc_dev_store(d, &xr, &x));
+	ck_assert_int_eq(hc_xfer_free(x), 0);
+	ck_assert_ok(hc_dev_close(d));
+	dc.k = dk, dc.v = dv;
+	ck_assert_ok(hc_dev_open(p, &s, &d));
+	hct_perm(back, 2 * P, NB * P);
+	xr.slots = back;
+	xr.flags = 0;
+	ck_assert_ok(hc_dev_load(d, &xr, &x));
+	ck_assert_int_eq(hc_xfer_free(x), 0);
+	ck_assert_ok(hc_dev_close(d));
+	for (unsigned h = 0; h < 2; h++)
+		for (unsigned l = 0; l < L; l++)
+			for (unsigned i = 0; i < 2 * P; i++) {
+				uint64_t so = slots[i] / P * L * P * TB + l * P * TB + slots[i] % P * TB;
+				uint64_t bo = back[i] / P * L * P * TB + l * P * TB + back[i] % P * TB;
+				ck_assert_int_eq(memcmp(dst[h] + bo, src[h] + so, TB), 0);
+				memset(seen[h] + bo, 1, TB);
+			}
+	for (unsigned h = 0; h < 2; h++)
+		for (unsigned b = 0; b < sizeof(dst[h]); b++)
+			if (!seen[h][b])
+				ck_assert_uint_eq(dst[h][b], 0);
+	/* the same struct from a caller that knows no blocks: one run of slots,
+	 * which this buffer's layers (interleaved by blocks) overlap */
+	dc.size = (uint32_t)offsetof(struct hc_dev_comp, block_stride);
+	ck_assert_err(hc_dev_open(p, &s, &d), EINVAL);
+	ck_assert_msg_has("overlap");
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("device");
@@ -736,6 +834,7 @@ int main(void)
 	tcase_add_loop_test(tc, layer_marks_in_order, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, replicated_k_only);
+	tcase_add_test(tc, page_first_direct_blocks);
 	tcase_add_test(tc, store_into_another_ranks_reservation);
 	tcase_add_test(tc, store_into_the_engines_reservation);
 	suite_add_tcase(s, tc);

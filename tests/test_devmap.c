@@ -64,8 +64,15 @@ static void rm(struct pool *q)
 }
 
 /* The reference: every byte of rank r's heads, from the formula in hicache.h. */
-static void reference(struct pool *q, uint32_t S, uint32_t r, unsigned n, const uint32_t *pages, const uint64_t *slots,
-		      uint8_t *dev_k[], uint8_t *dev_v[], uint64_t stride)
+/* Where slot s sits from its pool's base, written out (not index.h's). */
+static uint64_t slot_off(uint64_t s, uint64_t stride, uint32_t bslots, uint64_t bstride)
+{
+	return bslots ? s / bslots * bstride + s % bslots * stride : s * stride;
+}
+
+static void reference_b(struct pool *q, uint32_t S, uint32_t r, unsigned n, const uint32_t *pages,
+			const uint64_t *slots, uint8_t *dev_k[], uint8_t *dev_v[], uint64_t stride, uint32_t bslots,
+			uint64_t bstride)
 {
 	const struct hc_component_info *ci = &q->p->g.comps[0];
 	uint32_t T = q->p->g.page_tokens, G = ci->groups, Hg = ci->kv_heads / G, B = ci->head_bytes, L = ci->layers;
@@ -90,10 +97,18 @@ static void reference(struct pool *q, uint32_t S, uint32_t r, unsigned n, const 
 								       (uint64_t)l * (2 * T * Hg * B) +
 								       kv * (T * Hg * B) + (uint64_t)t * (Hg * B) +
 								       (h - g * Hg) * B + b;
-							uint8_t *dev = (kv ? dev_v : dev_k)[l] +
-								       slots[i * T + t] * stride + (h - h0) * B + b;
+							uint8_t *dev =
+								(kv ? dev_v : dev_k)[l] +
+								slot_off(slots[i * T + t], stride, bslots, bstride) +
+								(h - h0) * B + b;
 							*dev = q->env[off];
 						}
+}
+
+static void reference(struct pool *q, uint32_t S, uint32_t r, unsigned n, const uint32_t *pages, const uint64_t *slots,
+		      uint8_t *dev_k[], uint8_t *dev_v[], uint64_t stride)
+{
+	reference_b(q, S, r, n, pages, slots, dev_k, dev_v, stride, 0, 0);
 }
 
 /* Copy through the runs, layer by layer, as the host implementation will. */
@@ -610,6 +625,153 @@ START_TEST(bad_descriptions)
 }
 END_TEST
 
+/*
+ * SGLang's host pool layouts, as one buffer for K and one for V (L layers,
+ * N slots, tb bytes a token):
+ *   layer_first       [L][N][tb]:    k[l] = K + l*N*tb, stride tb;
+ *   page_first        [N][L][tb]:    k[l] = K + l*tb, stride L*tb (layers interleave);
+ *   page_first_direct [N/P][L][P][tb]: k[l] = K + l*P*tb, stride tb, blocks of P
+ *                                     slots L*P*tb apart.
+ * Each goes through the runs and through the gather loop (the kernel's
+ * arithmetic) and must equal the reference, byte for byte.
+ */
+enum sgl_layout { LAYER_FIRST, PAGE_FIRST, PAGE_FIRST_DIRECT };
+
+static void check_layout(struct pool *q, uint32_t S, uint32_t r, enum sgl_layout lay)
+{
+	const struct hc_component_info *ci = &q->p->g.comps[0];
+	const uint32_t T = q->p->g.page_tokens, L = 3, P = T, N = 16 * T;
+	uint32_t nh = S <= ci->kv_heads ? ci->kv_heads / S : 1;
+	uint64_t tb = (uint64_t)nh * ci->head_bytes, bytes = (uint64_t)L * N * tb;
+	uint8_t *ref[2], *got[2], *gat[2], *rk[3], *rv[3];
+	uint64_t kb[3], vb[3], gk[3], gv[3], slots[12 * 8], all[16 * 8];
+	uint32_t pages[12];
+	struct hc__dev_comp dc = { .comp = 0, .k = kb, .v = vb, .token_bytes = tb, .slots = N };
+	struct hc__dev_desc d = { .tp_size = S, .tp_rank = r, .ncomp = 1, .comps = &dc };
+	struct hc__dev_plan pl;
+	unsigned nruns;
+
+	for (int h = 0; h < 2; h++) {
+		ref[h] = calloc(1, bytes);
+		got[h] = calloc(1, bytes);
+		gat[h] = calloc(1, bytes);
+	}
+	for (unsigned l = 0; l < L; l++) {
+		uint64_t o = lay == LAYER_FIRST ? l * N * tb : lay == PAGE_FIRST ? l * tb : l * P * tb;
+		kb[l] = (uintptr_t)got[0] + o, vb[l] = (uintptr_t)got[1] + o;
+		gk[l] = (uintptr_t)gat[0] + o, gv[l] = (uintptr_t)gat[1] + o;
+		rk[l] = ref[0] + o, rv[l] = ref[1] + o;
+	}
+	dc.token_stride = lay == PAGE_FIRST ? L * tb : tb;
+	if (lay == PAGE_FIRST_DIRECT)
+		dc.block_slots = P, dc.block_stride = (uint64_t)L * P * tb;
+	for (unsigned i = 0; i < N; i++)
+		all[i] = i;
+	shuffle(all, N);
+	for (unsigned i = 0; i < 12; i++)
+		pages[i] = (uint32_t)((i * 5 + 3) % 32);
+	for (unsigned i = 0; i < 12 * T; i++)
+		slots[i] = all[i];
+	ck_assert_msg(hc__dev_plan(&q->p->g, &d, &pl) == 0, "layout %d: %s", lay, hc_last_error());
+	reference_b(q, S, r, 12, pages, slots, rk, rv, dc.token_stride, dc.block_slots, dc.block_stride);
+	through_runs(q, &pl, 12, pages, slots, NULL, &nruns);
+	dc.k = gk, dc.v = gv;
+	ck_assert_ok(hc__dev_plan(&q->p->g, &d, &pl));
+	for (unsigned l = 0; l < L; l++) {
+		struct hc__dl dl;
+		ck_assert_ok(hc__dl_init(&q->p->g, &pl, l, 12, &dl));
+		hc__dl_copy(&dl, q->env, pages, NULL, slots, NULL, 0);
+	}
+	for (int h = 0; h < 2; h++) {
+		ck_assert_msg(memcmp(ref[h], got[h], bytes) == 0, "layout %d TP %u rank %u: %s differs (runs)", lay, S,
+			      r, h ? "V" : "K");
+		ck_assert_msg(memcmp(ref[h], gat[h], bytes) == 0, "layout %d TP %u rank %u: %s differs (gather)", lay,
+			      S, r, h ? "V" : "K");
+	}
+	/* page_first_direct: a page's tokens in one block are one run a layer per half */
+	if (lay == PAGE_FIRST_DIRECT && S == 4) { /* one group a rank: whole in the envelope too */
+		for (unsigned i = 0; i < 12 * T; i++)
+			slots[i] = (uint64_t)(i / T) * P + i % T;
+		through_runs(q, &pl, 12, pages, slots, NULL, &nruns);
+		ck_assert_uint_eq(nruns, 3 * 2 * 12);
+	}
+	for (int h = 0; h < 2; h++) {
+		free(ref[h]);
+		free(got[h]);
+		free(gat[h]);
+	}
+}
+
+START_TEST(sglang_layouts)
+{
+	struct pool q;
+
+	mk(&q, 4, 4, 0, 0);
+	for (int lay = LAYER_FIRST; lay <= PAGE_FIRST_DIRECT; lay++)
+		for (uint32_t S = 1; S <= 4; S *= 2)
+			for (uint32_t r = 0; r < S; r++)
+				check_layout(&q, S, r, (enum sgl_layout)lay);
+	rm(&q);
+}
+END_TEST
+
+/* Interleaved pools are taken only where no byte is shared; blocks must fit. */
+START_TEST(bad_interleave_and_blocks)
+{
+	struct pool q;
+	const uint64_t tb = 64, L = 3, N = 64;
+	uint64_t kb[3], vb[3];
+	struct hc__dev_comp dc = { .comp = 0, .k = kb, .v = vb, .token_bytes = tb, .token_stride = L * tb, .slots = N };
+	struct hc__dev_desc d = { .tp_size = 2, .tp_rank = 0, .ncomp = 1, .comps = &dc };
+	struct hc__dev_plan pl;
+
+	mk(&q, 8, 2, 0, 0);
+	for (unsigned l = 0; l < 3; l++)
+		kb[l] = 0x100000 + l * tb, vb[l] = 0x200000 + l * tb;
+	ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl)); /* page_first */
+	kb[1] = 0x100000 + tb / 2;                    /* layer 1's tokens half over layer 0's */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	ck_assert_msg_has("layer 0 K and component 'kv' layer 1 K share bytes");
+	kb[1] = 0x100000 + 2 * tb; /* layer 1 on layer 2's bytes */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	kb[1] = 0x100000 + tb;
+	vb[0] = 0x100000 + N * L * tb - tb; /* V of layer 0 in K's last period */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	ck_assert_msg_has("overlap");
+	vb[0] = 0x200000;
+	dc.token_stride = 2 * tb; /* three layers' tokens in a stride of two */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	/* page_first_direct: blocks of 8 slots, 3 layers a block */
+	dc.token_stride = tb;
+	dc.block_slots = 8;
+	dc.block_stride = L * 8 * tb;
+	for (unsigned l = 0; l < 3; l++)
+		kb[l] = 0x100000 + l * 8 * tb, vb[l] = 0x200000 + l * 8 * tb;
+	ck_assert_ok(hc__dev_plan(&q.p->g, &d, &pl));
+	dc.block_stride = 8 * tb - 2; /* smaller than a block */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	ck_assert_msg_has("blocks would overlap");
+	dc.block_stride = L * 8 * tb + 1; /* not a multiple of bf16 */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	ck_assert_msg_has("block stride");
+	dc.block_stride = L * 8 * tb;
+	kb[2] = 0x100000 + 8 * tb + 4 * tb; /* layer 2's block half over layer 1's */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	kb[2] = 0x100000 + 2 * 8 * tb;
+	dc.block_stride = UINT64_MAX / 4; /* the last block past 2^64 */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EOVERFLOW);
+	dc.block_stride = L * 8 * tb;
+	dc.token_stride = UINT64_MAX / 4; /* one block past 2^64 */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EOVERFLOW);
+	ck_assert_msg_has("a block of 8 slots");
+	dc.token_stride = tb;
+	dc.block_slots = 0;
+	dc.token_stride = UINT64_MAX / 16; /* no blocks: the slots past 2^64 */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EOVERFLOW);
+	rm(&q);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("devmap");
@@ -622,6 +784,8 @@ int main(void)
 	tcase_add_test(tc, every_kind_random);
 	tcase_add_test(tc, alignment);
 	tcase_add_test(tc, bad_descriptions);
+	tcase_add_test(tc, sglang_layouts);
+	tcase_add_test(tc, bad_interleave_and_blocks);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -7,8 +7,10 @@
  * copies, the K and V base address of every layer (a state component: one
  * base per layer), the bytes of this rank's heads of one token (of one
  * page, for a state), the stride from one slot to the next, and how many
- * slots there are.  This is the token-major layout of SGLang's
- * [slots, heads, head_dim] pools and of vLLM's blocks.  Each transfer then
+ * slots there are, and whether slots sit in blocks with other data between
+ * them.  This is the token-major layout of SGLang's [slots, heads,
+ * head_dim] pools (layer_first, page_first with its layers interleaved,
+ * page_first_direct in blocks of a page) and of vLLM's blocks.  Each transfer then
  * names pages and, per page, the slot of each token (a state: of the page).
  *
  * A transfer runs in the background, in layer order, and marks each layer
@@ -66,6 +68,14 @@ struct hc_dev_comp {
 	uint64_t token_bytes;  /* this rank's bytes of one token (a state: of one page) */
 	uint64_t token_stride; /* bytes from one slot to the next, >= token_bytes */
 	uint64_t slots;        /* slots in each layer's pool */
+	/* Blocks (appended: zero for a caller built before them): slots that
+	 * sit in blocks of block_slots, block_stride bytes apart (SGLang's
+	 * page_first_direct, vLLM's blocks with other layers between them):
+	 * slot s at base + (s / block_slots) * block_stride
+	 *               + (s % block_slots) * token_stride.
+	 * block_slots 0: no blocks, slot s at base + s * token_stride. */
+	uint64_t block_stride;
+	uint32_t block_slots;
 };
 
 enum hc_dev_path {

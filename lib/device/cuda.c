@@ -263,7 +263,7 @@ static int check_addresses(hc_dev *d)
 
 	for (unsigned c = 0; c < d->pl.ncomp; c++) {
 		const struct hc__dev_comp *dc = &d->pl.c[c].d;
-		uint64_t span = (dc->slots - 1) * dc->token_stride + dc->token_bytes;
+		uint64_t span = hc__dev_span(dc);
 		for (unsigned l = 0; l < g->comps[dc->comp].layers; l++)
 			for (unsigned kv = 0; kv < d->pl.c[c].nkv; kv++)
 				for (int end = 0; end < 2; end++) {

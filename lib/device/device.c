@@ -290,9 +290,10 @@ int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *given, hc_dev **out)
 		return r;
 	spec->comps = comps;
 	for (unsigned i = 0; i < spec->ncomp; i++) {
+		const struct hc_dev_comp *sc = &spec->comps[i];
 		dc[i] = (struct hc__dev_comp){
-			spec->comps[i].comp,         spec->comps[i].k,    spec->comps[i].v, spec->comps[i].token_bytes,
-			spec->comps[i].token_stride, spec->comps[i].slots
+			sc->comp,         sc->k,          sc->v, sc->token_bytes, sc->token_stride, sc->slots,
+			sc->block_stride, sc->block_slots
 		};
 	}
 	desc = (struct hc__dev_desc){ spec->tp_size, spec->tp_rank, spec->ncomp, dc };

@@ -11,7 +11,7 @@
  * page, held group), in that order.  An item is a segment: the page's
  * tokens of that group in the envelope (one contiguous stretch, token t at
  * env + t * gb) going to the slots of the device pool (token t at
- * dev + slot(t) * stride).  A state item is one piece of gb bytes into the
+ * dev + off(slot(t)), hc__dl_off).  A state item is one piece of gb bytes into the
  * page's state slot.
  */
 #ifndef HC_LIB_DEVIDX_H
@@ -34,10 +34,13 @@ struct hc__dl_comp {
 	uint64_t gb;           /* one group's bytes of one token (a state: of the page) */
 	uint64_t dev[2];       /* this layer's K and V device bases (a state: dev[0]) */
 	uint64_t stride;       /* from one device slot to the next */
-	uint32_t ng;           /* groups held */
-	uint32_t nkv;          /* 2 for K/V, 1 for a state or K alone */
-	uint32_t bit;          /* 1 << the pool's component index, tested against presence */
-	uint32_t first;        /* this component's first item */
+	uint64_t bstride;      /* from one block of slots to the next */
+	uint32_t bslots;       /* slots in a block; 0: no blocks */
+	uint32_t pad_;
+	uint32_t ng;    /* groups held */
+	uint32_t nkv;   /* 2 for K/V, 1 for a state or K alone */
+	uint32_t bit;   /* 1 << the pool's component index, tested against presence */
+	uint32_t first; /* this component's first item */
 };
 
 struct hc__dl {
@@ -54,7 +57,8 @@ struct hc__dl {
 struct hc__dl_seg {
 	uint64_t env; /* envelope offset of the segment's token 0 */
 	uint64_t dev; /* device address of slot 0, plus the group's place in a slot */
-	uint64_t gb, stride;
+	uint64_t gb, stride, bstride;
+	uint32_t bslots;
 	uint32_t page; /* index into the transfer's pages */
 	uint32_t ntok; /* T, or 1 for a state */
 	uint32_t state;
@@ -83,6 +87,8 @@ HC_IDX int hc__dl_seg(const struct hc__dl *L, uint32_t item, const uint32_t *pag
 	s->dev = k->dev[kv] + (uint64_t)j * k->gb;
 	s->gb = k->gb;
 	s->stride = k->stride;
+	s->bstride = k->bstride;
+	s->bslots = k->bslots;
 	s->page = i;
 	s->state = k->half == 0;
 	s->ntok = s->state ? 1 : L->T;
@@ -94,6 +100,15 @@ HC_IDX uint64_t hc__dl_slot(const struct hc__dl *L, const struct hc__dl_seg *s, 
 			    const uint64_t *state_slots)
 {
 	return s->state ? state_slots[s->page] : slots[(uint64_t)s->page * L->T + t];
+}
+
+/* Where slot sits from its pool's base: blocks of bslots slots bstride
+ * apart, or (bslots 0) one run of slots. */
+HC_IDX uint64_t hc__dl_off(const struct hc__dl_seg *s, uint64_t slot)
+{
+	if (!s->bslots)
+		return slot * s->stride;
+	return (slot / s->bslots) * s->bstride + (slot % s->bslots) * s->stride;
 }
 
 #endif /* HC_LIB_DEVIDX_H */

@@ -35,7 +35,9 @@ __global__ void __launch_bounds__(256)
 		for (uint32_t k = threadIdx.x; k < total; k += blockDim.x) {
 			const uint32_t t = k / per_tok, w = k - t * per_tok;
 			W *h = reinterpret_cast<W *>(env + s.env + (uint64_t)t * s.gb) + w;
-			W *d = reinterpret_cast<W *>(s.dev + hc__dl_slot(&L, &s, t, slots, state_slots) * s.stride) + w;
+			W *d = reinterpret_cast<W *>(s.dev +
+						     hc__dl_off(&s, hc__dl_slot(&L, &s, t, slots, state_slots))) +
+			       w;
 			if (store)
 				*h = *d;
 			else

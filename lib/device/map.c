@@ -11,10 +11,76 @@
 
 static_assert(HC__DL_MAX_COMPS == HC_MAX_COMPONENTS, "index.h holds every component");
 
+/* One device pool: its hull [lo, hi), and its bytes, foot of every period
+ * bytes from lo (a slot's, or a block's). */
 struct range {
-	uint64_t lo, hi;
+	uint64_t lo, hi, period, foot;
 	unsigned comp, layer, kv;
 };
+
+static uint64_t foot_of(const struct hc__dev_comp *dc)
+{
+	return dc->block_slots ? (uint64_t)(dc->block_slots - 1) * dc->token_stride + dc->token_bytes : dc->token_bytes;
+}
+
+uint64_t hc__dev_span(const struct hc__dev_comp *dc)
+{
+	uint64_t last = dc->slots - 1;
+
+	if (!dc->block_slots)
+		return last * dc->token_stride + dc->token_bytes;
+	return (last / dc->block_slots) * dc->block_stride + (last % dc->block_slots) * dc->token_stride +
+	       dc->token_bytes;
+}
+
+/* Blocks whose slots fit their stride, and a span that fits 64 bits. */
+static int check_blocks(const struct hc_component_info *ci, const struct hc__dev_comp *dc)
+{
+	uint64_t last = dc->slots - 1, a, b;
+
+	if (!dc->block_slots) {
+		if (__builtin_mul_overflow(last, dc->token_stride, &a) ||
+		    __builtin_add_overflow(a, dc->token_bytes, &a))
+			return hc__err(EOVERFLOW, "component '%s': %llu slots of %llu bytes overflow 64 bits", ci->name,
+				       (unsigned long long)dc->slots, (unsigned long long)dc->token_stride);
+		return 0;
+	}
+	if (__builtin_mul_overflow((uint64_t)(dc->block_slots - 1), dc->token_stride, &a) ||
+	    __builtin_add_overflow(a, dc->token_bytes, &a))
+		return hc__err(EOVERFLOW, "component '%s': a block of %u slots of %llu bytes overflows 64 bits",
+			       ci->name, dc->block_slots, (unsigned long long)dc->token_stride);
+	if (dc->block_stride < a)
+		return hc__err(
+			EINVAL,
+			"component '%s': block stride %llu is smaller than a block of %u slots (%llu bytes): blocks would overlap",
+			ci->name, (unsigned long long)dc->block_stride, dc->block_slots, (unsigned long long)a);
+	if (__builtin_mul_overflow(last / dc->block_slots, dc->block_stride, &b) ||
+	    __builtin_add_overflow(b, (last % dc->block_slots) * dc->token_stride + dc->token_bytes, &b))
+		return hc__err(
+			EOVERFLOW, "component '%s': %llu slots in blocks of %u, %llu bytes apart, overflow 64 bits",
+			ci->name, (unsigned long long)dc->slots, dc->block_slots, (unsigned long long)dc->block_stride);
+	return 0;
+}
+
+/*
+ * Whether two pools whose hulls meet share a byte.  Two pools of the same
+ * period p (the layers of SGLang's page_first, the blocks of its
+ * page_first_direct) are disjoint when b's bytes of each period fall in
+ * a's gap: d = (b.lo - a.lo) mod p, d >= a.foot and d + b.foot <= p.
+ * Anything else whose hulls meet counts as an overlap: interleaving with
+ * different periods is not a layout any engine uses.
+ */
+static int ranges_meet(const struct range *a, const struct range *b)
+{
+	uint64_t d;
+
+	if (b->lo >= a->hi || a->lo >= b->hi)
+		return 0;
+	if (a->period != b->period || a->period == 0)
+		return 1;
+	d = (b->lo - a->lo) % a->period; /* b->lo >= a->lo: sorted */
+	return !(d >= a->foot && d + b->foot <= a->period);
+}
 
 static int cmp_range(const void *a, const void *b)
 {
@@ -107,13 +173,15 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 				       dc->slots
 					       ? "the slot stride is smaller than a slot's bytes (slots would overlap)"
 					       : "the device pool has no slots");
-		if (dc->slots > UINT64_MAX / dc->token_stride)
-			return hc__err(EOVERFLOW, "component '%s': %llu slots of %llu bytes overflow 64 bits", ci->name,
-				       (unsigned long long)dc->slots, (unsigned long long)dc->token_stride);
+		if ((ret = check_blocks(ci, dc)) < 0)
+			return ret;
 		dt = hc_dtype_size(ci->dtype);
-		if (dc->token_stride % dt)
-			return hc__err(EINVAL, "component '%s': slot stride %llu is not a multiple of the %s size %u",
-				       ci->name, (unsigned long long)dc->token_stride, hc_dtype_name(ci->dtype), dt);
+		if (dc->token_stride % dt || (dc->block_slots && dc->block_stride % dt))
+			return hc__err(
+				EINVAL, "component '%s': %s stride %llu is not a multiple of the %s size %u", ci->name,
+				dc->token_stride % dt ? "slot" : "block",
+				(unsigned long long)(dc->token_stride % dt ? dc->token_stride : dc->block_stride),
+				hc_dtype_name(ci->dtype), dt);
 		for (unsigned l = 0; l < ci->layers; l++)
 			for (unsigned kv = 0; kv < out->c[i].nkv; kv++)
 				if ((kv ? dc->v : dc->k)[l] % dt)
@@ -134,7 +202,8 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 	}
 	for (unsigned i = 0; i < d->ncomp; i++) {
 		const struct hc__dev_comp *dc = &d->comps[i];
-		uint64_t span = (dc->slots - 1) * dc->token_stride + dc->token_bytes;
+		uint64_t span = hc__dev_span(dc), foot = foot_of(dc);
+		uint64_t period = dc->block_slots ? dc->block_stride : dc->token_stride;
 
 		for (unsigned l = 0; l < g->comps[dc->comp].layers; l++)
 			for (unsigned kv = 0; kv < out->c[i].nkv; kv++) {
@@ -145,18 +214,25 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 						      g->comps[dc->comp].name, l);
 					goto out;
 				}
-				rg[nr++] = (struct range){ lo, lo + span, dc->comp, l, kv };
+				rg[nr++] = (struct range){ lo, lo + span, period, foot, dc->comp, l, kv };
 			}
 	}
 	qsort(rg, nr, sizeof(*rg), cmp_range);
-	for (unsigned i = 1; i < nr; i++)
-		if (rg[i].lo < rg[i - 1].hi) {
-			ret = hc__err(EINVAL,
-				      "device pools overlap: component '%s' layer %u %s and component '%s' layer %u %s",
-				      g->comps[rg[i - 1].comp].name, rg[i - 1].layer, rg[i - 1].kv ? "V" : "K",
-				      g->comps[rg[i].comp].name, rg[i].layer, rg[i].kv ? "V" : "K");
-			goto out;
-		}
+	/* Sorted by base: the pools a pool may meet follow it, up to its end. */
+	for (unsigned i = 0; i < nr; i++)
+		for (unsigned j = i + 1; j < nr && rg[j].lo < rg[i].hi; j++)
+			if (ranges_meet(&rg[i], &rg[j])) {
+				const struct range *a = &rg[i], *b = &rg[j];
+				ret = hc__err(
+					EINVAL,
+					"device pools overlap: component '%s' layer %u %s and component '%s' layer %u %s share bytes%s",
+					g->comps[a->comp].name, a->layer, a->kv ? "V" : "K", g->comps[b->comp].name,
+					b->layer, b->kv ? "V" : "K",
+					a->period != b->period
+						? " (or interleave with different strides, which is not supported)"
+						: "");
+				goto out;
+			}
 out:
 	free(rg);
 	return ret;
@@ -186,13 +262,15 @@ int hc__dl_init(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigne
 		k->dev[0] = dc->k[layer];
 		k->dev[1] = k->nkv == 2 ? dc->v[layer] : 0;
 		k->stride = dc->token_stride;
+		k->bstride = dc->block_slots ? dc->block_stride : 0;
+		k->bslots = dc->block_slots;
 		k->ng = pl->c[c].ng;
 		k->bit = 1u << dc->comp;
 		k->first = (uint32_t)items;
 		items += (uint64_t)k->nkv * n * k->ng;
 		if (items > UINT32_MAX)
 			return hc__err(E2BIG, "transfer: %u pages make more than 2^32 copies in a layer: split it", n);
-		bits |= k->env | k->group_stride | k->half | k->gb | k->dev[0] | k->dev[1] | k->stride;
+		bits |= k->env | k->group_stride | k->half | k->gb | k->dev[0] | k->dev[1] | k->stride | k->bstride;
 		L->ncomp++;
 	}
 	L->items = (uint32_t)items;
@@ -263,8 +341,8 @@ void hc__dl_copy(const struct hc__dl *L, uint8_t *env, const uint32_t *pages, co
 			continue;
 		for (uint32_t t = 0; t < s.ntok; t++) {
 			uint8_t *h = env + s.env + (uint64_t)t * s.gb;
-			uint8_t *d =
-				(uint8_t *)(uintptr_t)(s.dev + hc__dl_slot(L, &s, t, slots, state_slots) * s.stride);
+			uint8_t *d = (uint8_t *)(uintptr_t)(s.dev +
+							    hc__dl_off(&s, hc__dl_slot(L, &s, t, slots, state_slots)));
 			if (store)
 				memcpy(h, d, s.gb);
 			else
@@ -312,7 +390,7 @@ int hc__dev_runs(const struct hc__geom *g, const struct hc__dev_plan *pl, unsign
 			continue;
 		for (uint32_t t = 0; t < s.ntok; t++)
 			put_run(runs, cap, &cnt, &last, s.env + (uint64_t)t * s.gb,
-				s.dev + hc__dl_slot(&L, &s, t, slots, state_slots) * s.stride, s.gb);
+				s.dev + hc__dl_off(&s, hc__dl_slot(&L, &s, t, slots, state_slots)), s.gb);
 	}
 	if (need)
 		*need = cnt;

@@ -15,7 +15,9 @@
  * The device side of a K/V component is, per layer, a K base and a V base,
  * each a token-major pool of slots (SGLang's [slots, heads, head_dim] per
  * layer, vLLM's blocks of block_size slots): token t of page i lives at
- *   base + slot(i, t) * token_stride + j * (Hg * B)   for owned group j,
+ *   base + off(slot(i, t)) + j * (Hg * B)   for owned group j,
+ * where off(s) is s * token_stride, or with blocks of P slots
+ * (s / P) * block_stride + (s % P) * token_stride.
  * A replicated K/V component may give no V bases (MLA's latent is one
  * vector per token): only its K half moves, and the V half of the
  * envelope is left as it is.
@@ -45,6 +47,8 @@ struct hc__dev_comp {
 	uint64_t token_bytes;  /* this rank's bytes of one token (state: of one page) */
 	uint64_t token_stride; /* bytes from one slot to the next, >= token_bytes */
 	uint64_t slots;        /* slots in each device pool, for bounds */
+	uint64_t block_stride; /* blocks of block_slots slots this far apart; */
+	uint32_t block_slots;  /* 0: no blocks (index.h, hc__dl_off) */
 };
 
 struct hc__dev_desc {
@@ -74,7 +78,10 @@ struct hc__run {
 /* Checks a description against the pool's geometry: -EINVAL with a line
  * saying what is wrong (unknown component, a TP size the groups do not
  * fit, token bytes that are not the rank's heads, a stride smaller than a
- * token, misaligned bases or strides, K/V/layer pools that overlap). */
+ * token, blocks whose slots do not fit their stride, misaligned bases or
+ * strides, K/V/layer pools that overlap).  Pools may interleave (one
+ * layer's slots between another's, as SGLang's page_first has them) as
+ * long as no byte of one is a byte of another. */
 int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct hc__dev_plan *out);
 
 /*
@@ -105,6 +112,9 @@ int hc__dl_init(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigne
  */
 int hc__dev_check_slots(const struct hc__geom *g, const struct hc__dev_plan *pl, unsigned n, const uint32_t *presence,
 			const uint64_t *slots, const uint64_t *state_slots);
+
+/* The bytes from a device pool's base to the end of its last slot. */
+uint64_t hc__dev_span(const struct hc__dev_comp *dc);
 
 /* The bytes the items of L move for pages of these presence bits (NULL: all). */
 uint64_t hc__dl_bytes(const struct hc__dl *L, const uint32_t *presence);
