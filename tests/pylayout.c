@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include <hicache/device.h>
 #include <hicache/hicache.h>
 #include <hicache/service.h>
 
@@ -73,5 +74,19 @@ int main(void)
 	M(hc_prefetch_req, size), M(hc_prefetch_req, keys), M(hc_prefetch_req, nkeys), M(hc_prefetch_req, first_depth);
 	M(hc_prefetch_req, presence), M(hc_prefetch_req, name), M(hc_prefetch_req, policy);
 	M(hc_prefetch_req, timeout_ms), M(hc_prefetch_req, timeout_us_per_page), M(hc_prefetch_req, prio);
+	S(hc_dev_comp);
+	M(hc_dev_comp, size), M(hc_dev_comp, comp), M(hc_dev_comp, k), M(hc_dev_comp, v), M(hc_dev_comp, token_bytes);
+	M(hc_dev_comp, token_stride), M(hc_dev_comp, slots), M(hc_dev_comp, block_stride), M(hc_dev_comp, block_slots);
+	S(hc_dev_spec);
+	M(hc_dev_spec, size), M(hc_dev_spec, kind), M(hc_dev_spec, device), M(hc_dev_spec, tp_size);
+	M(hc_dev_spec, tp_rank), M(hc_dev_spec, comps), M(hc_dev_spec, ncomp), M(hc_dev_spec, path);
+	M(hc_dev_spec, reg_threads), M(hc_dev_spec, reg_chunk);
+	S(hc_xfer_req);
+	M(hc_xfer_req, size), M(hc_xfer_req, pages), M(hc_xfer_req, n), M(hc_xfer_req, slots);
+	M(hc_xfer_req, state_slots), M(hc_xfer_req, flags), M(hc_xfer_req, after);
+	S(hc_dev_stats);
+	M(hc_dev_stats, reg_ns), M(hc_dev_stats, reg_bytes), M(hc_dev_stats, reg_chunks), M(hc_dev_stats, reg_threads);
+	M(hc_dev_stats, loads), M(hc_dev_stats, stores), M(hc_dev_stats, load_bytes), M(hc_dev_stats, store_bytes);
+	M(hc_dev_stats, direct_layers), M(hc_dev_stats, copies), M(hc_dev_stats, kernel_layers);
 	return 0;
 }

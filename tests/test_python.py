@@ -4,6 +4,7 @@ libhicache: its structs laid out as the C compiler lays them out from the
 headers (tests/pylayout.c), the key chain against the rule written again in
 hashlib, pools, pages, tickets across rank processes, stats, and errors
 raised as hicache.Error with the library's line."""
+import ctypes
 import errno
 import hashlib
 import os
@@ -208,6 +209,105 @@ class PoolCase(unittest.TestCase):
         with self.assertRaises(hicache.Error) as e:
             p.info()
         self.assertEqual(e.exception.errno, errno.EBADF)
+
+
+class DeviceCase(unittest.TestCase):
+    """The device path's host kind through the binding: host buffers stand
+    in for a rank's KV, with ctypes arrays for memory (no torch here)."""
+    L, T, TB, SLOTS = 2, 4, 16, 12  # layers, page tokens, token bytes (2 heads of 8), slots a layer
+
+    def setUp(self):
+        self.name = pool_name()
+        hicache.Pool.create(self.name, "test/dev", page_tokens=self.T, tp_size=1, populate=False, capacity_pages=4,
+                            components=[hicache.Component.kv("kv", "bf16", kv_heads=2, head_bytes=8,
+                                                             layers=self.L)])
+        self.pool = hicache.Pool.attach(self.name, flags=hicache.ATTACH_NO_POPULATE)
+        self.k = (ctypes.c_uint8 * (self.L * self.SLOTS * self.TB))()
+        self.v = (ctypes.c_uint8 * (self.L * self.SLOTS * self.TB))()
+
+    def tearDown(self):
+        self.pool.detach()
+        hicache.Pool.destroy(self.name, force=True)
+
+    def comp(self):
+        layer = self.SLOTS * self.TB
+        return hicache.DeviceComponent(0, [ctypes.addressof(self.k) + l * layer for l in range(self.L)],
+                                       [ctypes.addressof(self.v) + l * layer for l in range(self.L)],
+                                       token_bytes=self.TB, slots=self.SLOTS)
+
+    def test_store_then_load(self):
+        for i in range(len(self.k)):
+            self.k[i], self.v[i] = i * 7 & 0xff, i * 13 & 0xff
+        want_k, want_v = bytes(self.k), bytes(self.v)
+        keys = hicache.key_chain(range(2 * self.T), self.T)
+        pages, skip = self.pool.reserve(keys)
+        self.assertEqual(skip, [0, 0])
+        with hicache.Device(self.pool, [self.comp()]) as dev:
+            with dev.store(pages, list(range(2 * self.T))) as x:
+                self.assertEqual(x.layers, self.L)
+                self.assertEqual(x.wait(), 0)
+            hit = self.pool.lookup(keys, pin=True)
+            self.assertEqual(hit, pages, "committed by the store")
+            ctypes.memset(self.k, 0, len(self.k))
+            ctypes.memset(self.v, 0, len(self.v))
+            slots = (ctypes.c_uint64 * (2 * self.T))(*range(4, 4 + 2 * self.T))  # the same tokens, 4 slots on
+            with dev.load(hit, slots) as x:
+                x.wait_layer(0)
+                self.assertTrue(x.layer_done(0))
+                x.wait()
+            st = dev.stats()
+        for pg in hit:
+            self.pool.unpin(pg)
+        per_layer = self.SLOTS * self.TB
+        for l in range(self.L):
+            lo = l * per_layer
+            self.assertEqual(bytes(self.k)[lo + 4 * self.TB:lo + (4 + 2 * self.T) * self.TB],
+                             want_k[lo:lo + 2 * self.T * self.TB], f"K of layer {l}")
+            self.assertEqual(bytes(self.v)[lo + 4 * self.TB:lo + (4 + 2 * self.T) * self.TB],
+                             want_v[lo:lo + 2 * self.T * self.TB], f"V of layer {l}")
+            self.assertEqual(bytes(self.k)[lo:lo + 4 * self.TB], bytes(4 * self.TB), "slots not named stay zero")
+        self.assertEqual((st["loads"], st["stores"]), (1, 1))
+        self.assertEqual(st["load_bytes"], 2 * 2 * self.L * self.T * self.TB)
+
+    def test_errors(self):
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Device(self.pool, [self.comp()], kind="tpu")
+        self.assertIn("kind must be one of", e.exception.strerror)
+        bad = self.comp()
+        bad.slots = 0
+        with self.assertRaises(hicache.Error) as e:  # the library's own check
+            hicache.Device(self.pool, [bad])
+        self.assertEqual(e.exception.errno, errno.EINVAL)
+        self.assertIn("slots", e.exception.strerror)
+        dev = hicache.Device(self.pool, [self.comp()])
+        pages, _ = self.pool.reserve(hicache.key_chain(range(self.T), self.T))
+        with self.assertRaises(hicache.Error) as e:
+            dev.store(pages, [0, 1, 2])
+        self.assertIn("3 slots, the transfer needs 4", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:  # a slot past the pool of slots
+            dev.store(pages, [0, 1, 2, self.SLOTS])
+        self.assertEqual(e.exception.errno, errno.ERANGE)
+        self.assertIn(str(self.SLOTS), e.exception.strerror)
+        self.pool.abort(pages)
+        dev.close()
+        with self.assertRaises(hicache.Error) as e:
+            dev.load([], [])
+        self.assertEqual(e.exception.errno, errno.EBADF)
+
+    def test_evict(self):
+        keys = hicache.key_chain(range(3 * self.T), self.T)
+        pages, _ = self.pool.reserve(keys)
+        with hicache.Device(self.pool, [self.comp()]) as dev:
+            dev.store(pages, list(range(3 * self.T))).free()
+        self.assertEqual(self.pool.page_state(pages[0]), "READY")
+        self.assertEqual(self.pool.evict_key(keys[2]), 1)
+        self.assertEqual(self.pool.evict_key(keys[2]), 0, "absent now")
+        self.assertEqual(self.pool.page_state(pages[2]), "FREE")
+        self.assertEqual(self.pool.lookup(keys), pages[:2])
+        self.pool.pin(pages[0])
+        self.assertEqual(self.pool.evict(), 1, "the pinned page stays")
+        self.assertEqual(self.pool.lookup(keys[:1]), pages[:1])
+        self.pool.unpin(pages[0])
 
 
 if __name__ == "__main__":

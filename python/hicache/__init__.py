@@ -14,7 +14,7 @@ import errno as _errno
 from . import _lib
 
 __all__ = ["Error", "Pool", "Ticket", "Request", "key_chain", "namespace_seed", "version", "Component",
-           "PAGE_NONE", "QUOTA_UNLIMITED"]
+           "Device", "DeviceComponent", "Transfer", "PAGE_NONE", "QUOTA_UNLIMITED"]
 
 _c = _lib.load()
 PAGE_NONE = _lib.PAGE_NONE
@@ -31,6 +31,9 @@ _LOOKUP_PIN, _LOOKUP_NOTOUCH = 0x1, 0x2
 _CREATE_NO_POPULATE = 0x1
 ATTACH_ADMIN, ATTACH_READONLY, ATTACH_NO_RECOVER, ATTACH_NO_POPULATE = 0x1, 0x2, 0x4, 0x8
 _PREFETCH_POLICY = {"best_effort": 0, "wait_complete": 1, "timeout": 2}
+_DEV_KIND = {"host": 0, "cuda": 1}
+_DEV_PATH = {"auto": 0, "direct": 1, "kernel": 2}
+_XFER_COMMIT = 0x1
 
 
 class Error(OSError):
@@ -178,43 +181,17 @@ class Ticket:
         self.release()
 
 
-class Request:
-    """A request to the service (hc_req_*): poll(), wait(), cancel(); free()
-    it, or use it as a context."""
+class _Handle:
+    """A C handle that waits and frees once: free() (its result), the end
+    of a with block, or the collector."""
 
-    def __init__(self, pool, rq, keys=None):
-        self._pool, self._rq, self._keys = pool, rq, keys
-
-    def poll(self):
-        """The result, or None while it runs."""
-        r = _c.hc_req_poll(self._rq)
-        return None if r == -_errno.EINPROGRESS else _check(r)
-
-    def wait(self, timeout_ms=-1):
-        """The result; hicache.Error(ETIMEDOUT) after timeout_ms (< 0: none)."""
-        return _check(_c.hc_req_wait(self._rq, int(timeout_ms)))
-
-    def cancel(self):
-        r = _c.hc_req_cancel(self._rq)
-        if r != -_errno.EALREADY:
-            _check(r)
-
-    def take(self, request_id=None, step=0):
-        """A prefetch's hit: its pages, pinned for this rank (under a ticket
-        name, a Ticket to release; else a list to unpin)."""
-        n = len(self._keys) if self._keys else 0
-        pages = (ctypes.c_uint64 * max(n, 1))()
-        if request_id is None:
-            got = _check(_c.hc_req_prefetch_take(self._rq, pages, None))
-            return [pages[i] for i in range(got)]
-        t = _lib.Ticket.make()
-        got = _check(_c.hc_req_prefetch_take(self._rq, pages, ctypes.byref(t)))
-        return Ticket(self._pool, t, pages, got)
+    def __init__(self, h, free_fn):
+        self._hd, self._free_fn = h, free_fn
 
     def free(self):
-        if self._rq:
-            r = _c.hc_req_free(self._rq)
-            self._rq = None
+        if self._hd:
+            r = self._free_fn(self._hd)
+            self._hd = None
             return _check(r)
 
     def __enter__(self):
@@ -224,8 +201,44 @@ class Request:
         self.free()
 
     def __del__(self):
-        if getattr(self, "_rq", None):
-            _c.hc_req_free(self._rq)
+        if getattr(self, "_hd", None):
+            self._free_fn(self._hd)
+
+
+class Request(_Handle):
+    """A request to the service (hc_req_*): poll(), wait(), cancel(); free()
+    it, or use it as a context."""
+
+    def __init__(self, pool, rq, keys=None):
+        super().__init__(rq, _c.hc_req_free)
+        self._pool, self._keys = pool, keys
+
+    def poll(self):
+        """The result, or None while it runs."""
+        r = _c.hc_req_poll(self._hd)
+        return None if r == -_errno.EINPROGRESS else _check(r)
+
+    def wait(self, timeout_ms=-1):
+        """The result; hicache.Error(ETIMEDOUT) after timeout_ms (< 0: none)."""
+        return _check(_c.hc_req_wait(self._hd, int(timeout_ms)))
+
+    def cancel(self):
+        r = _c.hc_req_cancel(self._hd)
+        if r != -_errno.EALREADY:
+            _check(r)
+
+    def take(self, request_id=None, step=0):
+        """A prefetch's hit: its pages, pinned for this rank (under a ticket
+        name, a Ticket to release; else a list to unpin)."""
+        n = len(self._keys) if self._keys else 0
+        pages = (ctypes.c_uint64 * max(n, 1))()
+        if request_id is None:
+            got = _check(_c.hc_req_prefetch_take(self._hd, pages, None))
+            return [pages[i] for i in range(got)]
+        t = _lib.Ticket.make()
+        got = _check(_c.hc_req_prefetch_take(self._hd, pages, ctypes.byref(t)))
+        return Ticket(self._pool, t, pages, got)
+
 
 
 class Pool:
@@ -376,6 +389,22 @@ class Pool:
     def unpin(self, page):
         _check(_c.hc_page_unpin(self._h(), page))
 
+    def evict(self, n=None):
+        """Evict up to n unpinned keyed READY pages by the pool's policy (all
+        of them when n is None): the count evicted (hc_evict(3))."""
+        return _check(_c.hc_evict(self._h(), self.info()["npages"] if n is None else int(n)))
+
+    def evict_key(self, key):
+        """Evict the page of key unless it is held: 1, or 0 when absent."""
+        return _check(_c.hc_evict_key(self._h(), (ctypes.c_uint8 * 32).from_buffer_copy(_bytes_key(key, "evict"))))
+
+    def page_state(self, page):
+        """The state name of the page a handle names (hc_page_state(3)), or
+        None when the page has lived again since (a later generation)."""
+        h = ctypes.c_uint64()
+        st = _check(_c.hc_page_state(self._h(), page & 0xFFFFFFFF, ctypes.byref(h), None, None))
+        return _c.hc_page_state_name(st).decode() if h.value == page else None
+
     def page_buffer(self, page, comp=0, layer=0, group=0):
         """One (component, layer, head group) run of a page, as a writable
         memoryview of the envelope (hc_page_addr(3))."""
@@ -444,3 +473,139 @@ class Pool:
         rq = ctypes.c_void_p()
         _check(_c.hc_req_prefetch(self._h(), ctypes.byref(r), ctypes.byref(rq)))
         return Request(self, rq, list(keys))
+
+
+def _u64s(v, n, what):
+    """A uint64 array of n values as the C calls take it: an address (an int,
+    the caller's promise), a CPU int64 tensor (its own memory, no copy), a
+    ctypes array, or a sequence (copied).  Returns (pointer, keepalive)."""
+    if v is None:
+        return None, None
+    if isinstance(v, int):
+        return ctypes.c_void_p(v), None
+    if hasattr(v, "data_ptr"):  # a torch tensor, without importing torch here
+        if str(v.dtype) not in ("torch.int64", "torch.uint64") or not v.is_contiguous() or v.device.type != "cpu":
+            _bad(_errno.EINVAL, f"{what}: a tensor of slots must be contiguous int64 on the CPU, got {v.dtype} "
+                                f"on {v.device}{'' if v.is_contiguous() else ', not contiguous'}")
+        if v.numel() != n:
+            _bad(_errno.EINVAL, f"{what}: {v.numel()} slots, the transfer needs {n}")
+        return ctypes.c_void_p(v.data_ptr()), v
+    if isinstance(v, ctypes.Array):
+        if len(v) < n:
+            _bad(_errno.EINVAL, f"{what}: {len(v)} slots, the transfer needs {n}")
+        return ctypes.cast(v, ctypes.c_void_p), v
+    vals = list(v)
+    if len(vals) != n:
+        _bad(_errno.EINVAL, f"{what}: {len(vals)} slots, the transfer needs {n}")
+    arr = (ctypes.c_uint64 * max(n, 1))(*vals)
+    return ctypes.cast(arr, ctypes.c_void_p), arr
+
+
+class DeviceComponent:
+    """One component of a rank's KV, as hc_dev_open(3) takes it: the K (and
+    V) address of slot 0 of every layer, this rank's bytes of a token, the
+    stride between slots, how many slots, and blocks (block_slots slots
+    block_stride bytes apart; 0: none).  v=None: a state, or a replicated
+    component whose K half alone moves (MLA)."""
+
+    def __init__(self, comp, k, v=None, token_bytes=0, token_stride=0, slots=0, block_stride=0, block_slots=0):
+        self.comp, self.k, self.v = comp, [int(a) for a in k], None if v is None else [int(a) for a in v]
+        self.token_bytes, self.token_stride, self.slots = token_bytes, token_stride or token_bytes, slots
+        self.block_stride, self.block_slots = block_stride, block_slots
+
+    def _spec(self, keep):
+        k = (ctypes.c_uint64 * max(len(self.k), 1))(*self.k)
+        v = None if self.v is None else (ctypes.c_uint64 * max(len(self.v), 1))(*self.v)
+        keep += [k, v]
+        return _lib.DevComp.make(comp=self.comp, k=ctypes.cast(k, ctypes.POINTER(ctypes.c_uint64)),
+                                 v=None if v is None else ctypes.cast(v, ctypes.POINTER(ctypes.c_uint64)),
+                                 token_bytes=self.token_bytes, token_stride=self.token_stride, slots=self.slots,
+                                 block_stride=self.block_stride, block_slots=self.block_slots)
+
+
+class Transfer(_Handle):
+    """A transfer in flight (hc_dev_load(3)): wait(), wait_layer(l),
+    layer_done(l); free() it (it waits), or use it as a context."""
+
+    def __init__(self, x, n):
+        super().__init__(x, _c.hc_xfer_free)
+        self.pages = n
+
+    @property
+    def layers(self):
+        return _c.hc_xfer_layers(self._hd)
+
+    def layer_done(self, layer):
+        return bool(_check(_c.hc_xfer_layer_done(self._hd, layer)))
+
+    def wait_layer(self, layer):
+        _check(_c.hc_xfer_wait_layer(self._hd, layer))
+
+    def wait(self):
+        """Every layer in (and, for a store with commit, the commits): its
+        result, or hicache.Error."""
+        return _check(_c.hc_xfer_wait(self._hd))
+
+
+
+class Device:
+    """A rank's KV as the pool's device path sees it (hc_dev_open(3)): kind
+    "host" for host memory (SGLang's host pool), "cuda" for a CUDA device.
+    load() and store() move pages between envelopes and slots in C."""
+
+    def __init__(self, pool, comps, tp_size=1, tp_rank=0, kind="host", device=0, path="auto"):
+        if kind not in _DEV_KIND or path not in _DEV_PATH:
+            _bad(_errno.EINVAL, f"device: kind must be one of {list(_DEV_KIND)} and path one of {list(_DEV_PATH)}")
+        keep = []
+        comps = list(comps)
+        arr = (_lib.DevComp * max(len(comps), 1))(*[c._spec(keep) for c in comps])
+        spec = _lib.DevSpec.make(kind=_DEV_KIND[kind], device=device, tp_size=tp_size, tp_rank=tp_rank, comps=arr,
+                                 ncomp=len(comps), path=_DEV_PATH[path])
+        h = ctypes.c_void_p()
+        _check(_c.hc_dev_open(pool._h(), ctypes.byref(spec), ctypes.byref(h)))
+        self._d, self._pool, self._T = h, pool, pool.info()["page_tokens"]
+
+    def _h(self):
+        if not self._d:
+            _bad(_errno.EBADF, "device is closed")
+        return self._d
+
+    def _xfer(self, fn, pages, slots, state_slots, flags, after, what):
+        pages = list(pages)
+        n = len(pages)
+        parr = (ctypes.c_uint64 * max(n, 1))(*pages)
+        sp, keep1 = _u64s(slots, n * self._T, f"{what}: slots")
+        ssp, keep2 = _u64s(state_slots, n, f"{what}: state slots")
+        r = _lib.XferReq.make(pages=parr, n=n, slots=sp, state_slots=ssp, flags=flags,
+                              after=None if after is None else ctypes.c_void_p(int(after)))
+        x = ctypes.c_void_p()
+        _check(fn(self._h(), ctypes.byref(r), ctypes.byref(x)))
+        return Transfer(x, n)
+
+    def load(self, pages, slots, state_slots=None, after=None):
+        """Copy READY pages into the slots (slot of token t of page i at
+        i * page_tokens + t): a Transfer."""
+        return self._xfer(_c.hc_dev_load, pages, slots, state_slots, 0, after, "device load")
+
+    def store(self, pages, slots, state_slots=None, commit=True, after=None):
+        """Copy the slots into pages reserved by this rank's engine, and
+        with commit commit this rank's shards: a Transfer."""
+        return self._xfer(_c.hc_dev_store, pages, slots, state_slots, _XFER_COMMIT if commit else 0, after,
+                          "device store")
+
+    def stats(self):
+        s = _lib.DevStats()
+        _check(_c.hc_dev_stats(self._h(), ctypes.byref(s), ctypes.sizeof(s)))
+        return {n: getattr(s, n) for n, _ in s._fields_}
+
+    def close(self):
+        if self._d:
+            r = _c.hc_dev_close(self._d)
+            self._d = None
+            _check(r)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The C ABI of libhicache, as ctypes sees it.
 
-Every struct here mirrors one of <hicache/hicache.h> or <hicache/service.h>
+Every struct here mirrors one of <hicache/hicache.h>, <hicache/service.h>
+or <hicache/device.h>
 member for member; tests/test_python.py holds each to the sizes and offsets
 the C compiler gives them (tests/pylayout.c), so a header that changes
 without this file fails make check.  Structs the caller fills carry their
@@ -112,10 +113,34 @@ class PrefetchReq(_Versioned):
                 ("timeout_us_per_page", c_u32), ("prio", c_uint)]
 
 
+class DevComp(_Versioned):
+    _fields_ = [("size", c_u32), ("comp", c_uint), ("k", ctypes.POINTER(c_u64)), ("v", ctypes.POINTER(c_u64)),
+                ("token_bytes", c_u64), ("token_stride", c_u64), ("slots", c_u64), ("block_stride", c_u64),
+                ("block_slots", c_u32)]
+
+
+class DevSpec(_Versioned):
+    _fields_ = [("size", c_u32), ("kind", c_int), ("device", c_int), ("tp_size", c_u32), ("tp_rank", c_u32),
+                ("comps", ctypes.POINTER(DevComp)), ("ncomp", c_uint), ("path", c_int), ("reg_threads", c_uint),
+                ("reg_chunk", c_u64)]
+
+
+class XferReq(_Versioned):
+    _fields_ = [("size", c_u32), ("pages", ctypes.POINTER(c_u64)), ("n", c_uint), ("slots", c_void_p),
+                ("state_slots", c_void_p), ("flags", c_uint), ("after", c_void_p)]
+
+
+class DevStats(ctypes.Structure):
+    _fields_ = [("reg_ns", c_u64), ("reg_bytes", c_u64), ("reg_chunks", c_u32), ("reg_threads", c_u32),
+                ("loads", c_u64), ("stores", c_u64), ("load_bytes", c_u64), ("store_bytes", c_u64),
+                ("direct_layers", c_u64), ("copies", c_u64), ("kernel_layers", c_u64)]
+
+
 STRUCTS = {"hc_component_spec": ComponentSpec, "hc_pool_spec": PoolSpec, "hc_attach_opts": AttachOpts,
            "hc_pool_info": PoolInfo, "hc_component_info": ComponentInfo, "hc_lookup_req": LookupReq,
            "hc_reserve_req": ReserveReq, "hc_engine_spec": EngineSpec, "hc_ticket_name": TicketName,
-           "hc_ticket": Ticket, "hc_hist": Hist, "hc_stats": Stats, "hc_prefetch_req": PrefetchReq}
+           "hc_ticket": Ticket, "hc_hist": Hist, "hc_stats": Stats, "hc_prefetch_req": PrefetchReq,
+           "hc_dev_comp": DevComp, "hc_dev_spec": DevSpec, "hc_xfer_req": XferReq, "hc_dev_stats": DevStats}
 
 
 def _find():
@@ -185,6 +210,20 @@ def load():
         "hc_req_cancel": (c_int, [P]),
         "hc_req_free": (c_int, [P]),
         "hc_service_probe": (c_int, [P, ctypes.POINTER(c_u32)]),
+        "hc_page_state": (c_int, [P, c_u32, ctypes.POINTER(c_u64), ctypes.POINTER(c_u32), ctypes.POINTER(c_u32)]),
+        "hc_evict": (c_int, [P, c_uint]),
+        "hc_evict_key": (c_int, [P, ctypes.POINTER(c_u8)]),
+        "hc_dev_open": (c_int, [P, ctypes.POINTER(DevSpec), ctypes.POINTER(P)]),
+        "hc_dev_close": (c_int, [P]),
+        "hc_dev_load": (c_int, [P, ctypes.POINTER(XferReq), ctypes.POINTER(P)]),
+        "hc_dev_store": (c_int, [P, ctypes.POINTER(XferReq), ctypes.POINTER(P)]),
+        "hc_dev_stats": (c_int, [P, ctypes.POINTER(DevStats), c_size_t]),
+        "hc_xfer_layers": (c_uint, [P]),
+        "hc_xfer_layer_done": (c_int, [P, c_uint]),
+        "hc_xfer_wait_layer": (c_int, [P, c_uint]),
+        "hc_xfer_wait": (c_int, [P]),
+        "hc_xfer_free": (c_int, [P]),
+        "hc_xfer_layer_event": (c_void_p, [P, c_uint]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
