@@ -175,7 +175,11 @@ START_TEST(roundtrip)
 					  .n = NP,
 					  .slots = s1,
 					  .state_slots = ss1,
-					  .flags = HC_XFER_COMMIT };
+					  .flags = HC_XFER_COMMIT | HC_XFER_SYNC };
+		/* a CUDA device copies on its own stream, never on the caller's thread */
+		ck_assert_err(hc_dev_store(a[r].dev, &xr, &x), EINVAL);
+		ck_assert_msg_has("HC_XFER_SYNC");
+		xr.flags = HC_XFER_COMMIT;
 		ck_assert_ok(hc_dev_store(a[r].dev, &xr, &x));
 		ck_assert_msg(hc_xfer_free(x) == 0, "store: %s", hc_last_error());
 	}

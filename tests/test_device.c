@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -171,6 +172,133 @@ START_TEST(roundtrip_tp2)
 		rank_close(&a[r]);
 		rank_close(&b[r]);
 	}
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* HC_XFER_SYNC: the copy is done, and the pages committed, when the call
+ * returns; it runs after the transfers made before it; two threads sync at
+ * once; only a host device takes it. */
+struct sync_arg {
+	hc_dev *dev;
+	hc_page_t *pg;
+	uint64_t *sl, *ss;
+	int rounds, fails;
+};
+
+static void *sync_loads(void *arg)
+{
+	struct sync_arg *a = arg;
+	for (int i = 0; i < a->rounds; i++) {
+		struct hc_xfer_req xr = {
+			.size = sizeof(struct hc_xfer_req),
+			.pages = a->pg,
+			.n = 4,
+			.slots = a->sl,
+			.state_slots = a->ss,
+			.flags = HC_XFER_SYNC,
+		};
+		hc_xfer *x;
+		if (hc_dev_load(a->dev, &xr, &x) < 0 || hc_xfer_layer_done(x, 1) != 1 || hc_xfer_free(x) != 0)
+			a->fails++;
+	}
+	return NULL;
+}
+
+START_TEST(sync_transfers)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 100, 1); /* kv: 4 heads x 64 B, 2 layers; TP 1 */
+	struct rank_dev a, b, c;
+	hc_key_t k[8];
+	hc_page_t pg[8], hit[8];
+	uint8_t skip[8];
+	uint64_t s1[8 * 16], s2[8 * 16], s3[8 * 16], ss[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 8 };
+	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .keys = k, .nkeys = 8 };
+	struct hc_dev_stats st;
+	hc_xfer *x, *xa;
+
+	srand(11);
+	rank_open(&a, p, 1, 0, 128, 1);
+	rank_open(&b, p, 1, 0, 128, 0);
+	rank_open(&c, p, 1, 0, 128, 0);
+	hct_keys(k, 8, 70);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 8);
+	hct_perm(s1, 8 * 16, 128);
+	hct_perm(s2, 8 * 16, 128);
+	hct_perm(s3, 8 * 16, 128);
+	{
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 8,
+					  .slots = s1,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT | HC_XFER_SYNC };
+		ck_assert_ok(hc_dev_store(a.dev, &xr, &x));
+		/* READY before any wait: committed on this thread */
+		ck_assert_int_eq(hc_lookup(p, &lq, hit), 8);
+		ck_assert_int_eq(hc_xfer_layer_done(x, 0), 1);
+		ck_assert_int_eq(hc_xfer_layer_done(x, 1), 1);
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	{
+		/* an async load, then a sync load on the same device into the
+		 * same slots in another order: the sync one runs after, so its
+		 * bytes are the ones left, and it finds the first finished */
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 8,
+					  .slots = s2,
+					  .state_slots = ss };
+		ck_assert_ok(hc_dev_load(b.dev, &xr, &xa));
+		xr.flags = HC_XFER_SYNC;
+		xr.slots = s3;
+		ck_assert_ok(hc_dev_load(b.dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_layer_done(xa, 1), 1);
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+		ck_assert_int_eq(hc_xfer_free(xa), 0);
+		for (unsigned l = 0; l < 2; l++)
+			for (unsigned i = 0; i < 8 * 16; i++) {
+				ck_assert_int_eq(memcmp(b.k[l] + s3[i] * 256, a.k[l] + s1[i] * 256, 256), 0);
+				ck_assert_int_eq(memcmp(b.v[l] + s3[i] * 256, a.v[l] + s1[i] * 256, 256), 0);
+			}
+		ck_assert_ok(hc_dev_stats(b.dev, &st, sizeof(st)));
+		ck_assert_uint_eq(st.loads, 2);
+	}
+	{
+		/* two threads at once, sync loads of half the pages each */
+		pthread_t t[2];
+		struct sync_arg sa[2] = { { c.dev, pg, s2, ss, 50, 0 }, { c.dev, pg + 4, s2 + 4 * 16, ss + 4, 50, 0 } };
+		for (int i = 0; i < 2; i++)
+			ck_assert_int_eq(pthread_create(&t[i], NULL, sync_loads, &sa[i]), 0);
+		for (int i = 0; i < 2; i++) {
+			pthread_join(t[i], NULL);
+			ck_assert_int_eq(sa[i].fails, 0);
+		}
+		ck_assert_ok(hc_dev_stats(c.dev, &st, sizeof(st)));
+		ck_assert_uint_eq(st.loads, 100);
+		for (unsigned l = 0; l < 2; l++)
+			for (unsigned i = 0; i < 8 * 16; i++)
+				ck_assert_int_eq(memcmp(c.k[l] + s2[i] * 256, a.k[l] + s1[i] * 256, 256), 0);
+	}
+	{
+		/* a failure is the transfer's result, as without the flag */
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 8,
+					  .slots = s2,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT | HC_XFER_SYNC };
+		ck_assert_err(hc_dev_store(a.dev, &xr, &x), ESTALE); /* READY pages, not reserved */
+		xr.flags = HC_XFER_COMMIT | HC_XFER_SYNC | 0x4;
+		ck_assert_err(hc_dev_load(a.dev, &xr, &x), EINVAL);
+		ck_assert_msg_has("flags 0x7");
+	}
+	rank_close(&a);
+	rank_close(&b);
+	rank_close(&c);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
@@ -833,6 +961,7 @@ int main(void)
 	tcase_add_loop_test(tc, tp8_read_by_tp4_and_tp2, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_loop_test(tc, layer_marks_in_order, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, sync_transfers);
 	tcase_add_test(tc, replicated_k_only);
 	tcase_add_test(tc, page_first_direct_blocks);
 	tcase_add_test(tc, store_into_another_ranks_reservation);

@@ -102,6 +102,9 @@ HC_API int hc_dev_open(hc_pool *pool, const struct hc_dev_spec *spec, hc_dev **o
 HC_API int hc_dev_close(hc_dev *dev); /* waits for its transfers */
 
 #define HC_XFER_COMMIT 0x1u /* store: commit this rank's shards when every layer is in */
+#define HC_XFER_SYNC                                                                                                   \
+	0x2u /* HC_DEV_HOST: copy on the calling thread, after the transfers made                                      \
+	      * before; the call returns once the transfer is finished */
 
 struct hc_xfer_req {
 	uint32_t size; /* sizeof(struct hc_xfer_req) */

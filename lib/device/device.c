@@ -172,6 +172,8 @@ static void complete_xfer(hc_dev *d, hc_xfer *x)
 	d->st.copies += x->copies;
 	d->st.direct_layers += x->direct_layers;
 	d->st.kernel_layers += x->kernel_layers;
+	if (!x->sync)
+		d->queued--;
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }
@@ -184,7 +186,9 @@ static void *issuer_main(void *arg)
 	pthread_mutex_lock(&d->mu);
 	for (;;) {
 		hc_xfer *x;
-		while (!d->head && !d->stop)
+		/* An HC_XFER_SYNC transfer runs on its caller's thread: the ones
+		 * made after it wait until it is done. */
+		while ((!d->head || d->inline_running) && !d->stop)
 			pthread_cond_wait(&d->cv, &d->mu);
 		if (!d->head)
 			break; /* stopping, and nothing left */
@@ -423,8 +427,12 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 			       : !rq->state_slots && d->has_state
 				       ? "state_slots is NULL and a state component is described"
 				       : "slots is NULL and a K/V component is described");
-	if (rq->flags & ~HC_XFER_COMMIT || (!store && rq->flags))
+	if (rq->flags & ~(HC_XFER_COMMIT | HC_XFER_SYNC) || (!store && (rq->flags & HC_XFER_COMMIT)))
 		return hc__err(EINVAL, "%s: flags 0x%x are not known here", what, rq->flags);
+	if ((rq->flags & HC_XFER_SYNC) && d->ops != &hc__dev_host_ops)
+		return hc__err(EINVAL,
+			       "%s: HC_XFER_SYNC copies on the calling thread, which only an HC_DEV_HOST device can",
+			       what);
 	if (rq->after && d->ops == &hc__dev_host_ops)
 		return hc__err(EINVAL, "%s: 'after' is a CUDA event, and this is an HC_DEV_HOST device", what);
 	x = calloc(1, sizeof(*x));
@@ -499,7 +507,26 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 	x->n = k;
 	x->after = rq->after;
 	x->layers = d->layers;
+	x->sync = (rq->flags & HC_XFER_SYNC) != 0;
 	pthread_mutex_lock(&d->mu);
+	if (x->sync) {
+		/* After every transfer made before it, on this thread: no handoff
+		 * to the device's threads, whose wake-ups cost more than a small
+		 * copy.  Syncs of several threads may run at once. */
+		while (d->queued)
+			pthread_cond_wait(&d->cv, &d->mu);
+		d->inline_running++;
+		pthread_mutex_unlock(&d->mu);
+		issue_xfer(d, x);
+		complete_xfer(d, x);
+		pthread_mutex_lock(&d->mu);
+		d->inline_running--;
+		pthread_cond_broadcast(&d->cv);
+		pthread_mutex_unlock(&d->mu);
+		*out = x;
+		return 0;
+	}
+	d->queued++;
 	if (d->tail)
 		d->tail->next = x;
 	else

@@ -57,6 +57,7 @@ struct hc_xfer {
 	hc_dev *dev;
 	struct hc_xfer *next;
 	int store;
+	int sync; /* HC_XFER_SYNC: issued and completed by the caller's thread, never queued */
 	unsigned flags, n, layers;
 	hc_page_t *pages;
 	uint32_t *ids, *presence;
@@ -92,8 +93,10 @@ struct hc_dev {
 	struct hc_xfer *head, *tail;   /* to issue */
 	struct hc_xfer *chead, *ctail; /* issuing or issued, to complete */
 	int stop, issuer_done;
-	struct hc_dev_stats st; /* under mu; the kind fills the reg_ figures at open */
-	void *kd;               /* the kind's */
+	unsigned queued;         /* transfers made for the threads, not finished yet */
+	unsigned inline_running; /* HC_XFER_SYNC transfers on callers' threads: the issuer waits */
+	struct hc_dev_stats st;  /* under mu; the kind fills the reg_ figures at open */
+	void *kd;                /* the kind's */
 };
 
 /* reg.c: register [base, base+len) in chunks from several threads, all
