@@ -758,6 +758,23 @@ START_TEST(bad_interleave_and_blocks)
 	kb[2] = 0x100000 + 8 * tb + 4 * tb; /* layer 2's block half over layer 1's */
 	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
 	kb[2] = 0x100000 + 2 * 8 * tb;
+	/* the K and V halves of one latent a slot, in blocks (MLA's
+	 * page_first_direct): V is K + tb, in K's slot stride of 2 tb */
+	dc.token_stride = 2 * tb;
+	dc.block_stride = L * 8 * 2 * tb;
+	for (unsigned l = 0; l < 3; l++)
+		kb[l] = 0x100000 + l * 8 * 2 * tb, vb[l] = kb[l] + tb;
+	ck_assert_msg(hc__dev_plan(&q.p->g, &d, &pl) == 0, "%s", hc_last_error());
+	vb[1] = kb[1] + tb - 2; /* V's first two bytes on K's last two */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	ck_assert_msg_has("layer 1 K and component 'kv' layer 1 V share bytes");
+	vb[1] = kb[1] + tb + 2; /* each V slot's last two bytes on K's next slot */
+	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EINVAL);
+	vb[1] = kb[1] + tb;
+	dc.token_stride = tb;
+	dc.block_stride = L * 8 * tb;
+	for (unsigned l = 0; l < 3; l++)
+		kb[l] = 0x100000 + l * 8 * tb, vb[l] = 0x200000 + l * 8 * tb;
 	dc.block_stride = UINT64_MAX / 4; /* the last block past 2^64 */
 	ck_assert_err(hc__dev_plan(&q.p->g, &d, &pl), EOVERFLOW);
 	dc.block_stride = L * 8 * tb;

@@ -12,9 +12,12 @@
 static_assert(HC__DL_MAX_COMPS == HC_MAX_COMPONENTS, "index.h holds every component");
 
 /* One device pool: its hull [lo, hi), and its bytes, foot of every period
- * bytes from lo (a slot's, or a block's). */
+ * bytes from lo (a slot's, or a block's); in blocks, also the slot stride
+ * and a slot's bytes within a block, and the slots of a block. */
 struct range {
 	uint64_t lo, hi, period, foot;
+	uint64_t stride, bytes;
+	uint32_t block_slots;
 	unsigned comp, layer, kv;
 };
 
@@ -67,8 +70,12 @@ static int check_blocks(const struct hc_component_info *ci, const struct hc__dev
  * period p (the layers of SGLang's page_first, the blocks of its
  * page_first_direct) are disjoint when b's bytes of each period fall in
  * a's gap: d = (b.lo - a.lo) mod p, d >= a.foot and d + b.foot <= p.
- * Anything else whose hulls meet counts as an overlap: interleaving with
- * different periods is not a layout any engine uses.
+ * Pools in blocks of the same shape may also interleave slot by slot
+ * within each block (the K and V halves of an MLA latent in
+ * page_first_direct): then d must fall in the gap of a's slot, d >=
+ * a.bytes and d + b.bytes <= stride, with b's last slot still inside the
+ * period.  Anything else whose hulls meet counts as an overlap:
+ * interleaving with different periods is not a layout any engine uses.
  */
 static int ranges_meet(const struct range *a, const struct range *b)
 {
@@ -79,7 +86,13 @@ static int ranges_meet(const struct range *a, const struct range *b)
 	if (a->period != b->period || a->period == 0)
 		return 1;
 	d = (b->lo - a->lo) % a->period; /* b->lo >= a->lo: sorted */
-	return !(d >= a->foot && d + b->foot <= a->period);
+	if (d >= a->foot && d + b->foot <= a->period)
+		return 0;
+	if (a->block_slots && a->block_slots == b->block_slots && a->stride == b->stride && d < a->stride &&
+	    d >= a->bytes && d + b->bytes <= a->stride &&
+	    d + (uint64_t)(b->block_slots - 1) * b->stride + b->bytes <= a->period)
+		return 0;
+	return 1;
 }
 
 static int cmp_range(const void *a, const void *b)
@@ -214,7 +227,16 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 						      g->comps[dc->comp].name, l);
 					goto out;
 				}
-				rg[nr++] = (struct range){ lo, lo + span, period, foot, dc->comp, l, kv };
+				rg[nr++] = (struct range){ lo,
+							   lo + span,
+							   period,
+							   foot,
+							   dc->token_stride,
+							   dc->token_bytes,
+							   dc->block_slots,
+							   dc->comp,
+							   l,
+							   kv };
 			}
 	}
 	qsort(rg, nr, sizeof(*rg), cmp_range);
