@@ -269,6 +269,25 @@ class DeviceCase(unittest.TestCase):
         self.assertEqual((st["loads"], st["stores"]), (1, 1))
         self.assertEqual(st["load_bytes"], 2 * 2 * self.L * self.T * self.TB)
 
+    def test_sync(self):
+        """sync=True: done, and committed, when the call returns."""
+        for i in range(len(self.k)):
+            self.k[i], self.v[i] = i * 5 & 0xff, i * 3 & 0xff
+        keys = hicache.key_chain(range(100, 100 + self.T), self.T)
+        pages, _ = self.pool.reserve(keys)
+        with hicache.Device(self.pool, [self.comp()]) as dev:
+            x = dev.store(pages, list(range(self.T)), sync=True)
+            self.assertEqual(self.pool.lookup(keys), pages, "READY before any wait")
+            self.assertTrue(x.layer_done(self.L - 1))
+            x.free()
+            before = bytes(self.k)
+            with dev.load(pages, list(range(8, 8 + self.T)), sync=True) as x:
+                self.assertEqual(bytes(self.k)[8 * self.TB:(8 + self.T) * self.TB], before[:self.T * self.TB])
+        with hicache.Device(self.pool, [self.comp()]) as dev:  # the library refuses a load that commits
+            with self.assertRaises(hicache.Error) as e:
+                dev._xfer(hicache._c.hc_dev_load, pages, list(range(self.T)), None, 0x1, None, "device load")
+        self.assertIn("flags 0x1", e.exception.strerror)
+
     def test_errors(self):
         with self.assertRaises(hicache.Error) as e:
             hicache.Device(self.pool, [self.comp()], kind="tpu")

@@ -33,7 +33,7 @@ ATTACH_ADMIN, ATTACH_READONLY, ATTACH_NO_RECOVER, ATTACH_NO_POPULATE = 0x1, 0x2,
 _PREFETCH_POLICY = {"best_effort": 0, "wait_complete": 1, "timeout": 2}
 _DEV_KIND = {"host": 0, "cuda": 1}
 _DEV_PATH = {"auto": 0, "direct": 1, "kernel": 2}
-_XFER_COMMIT = 0x1
+_XFER_COMMIT, _XFER_SYNC = 0x1, 0x2
 
 
 class Error(OSError):
@@ -582,16 +582,18 @@ class Device:
         _check(fn(self._h(), ctypes.byref(r), ctypes.byref(x)))
         return Transfer(x, n)
 
-    def load(self, pages, slots, state_slots=None, after=None):
+    def load(self, pages, slots, state_slots=None, after=None, sync=False):
         """Copy READY pages into the slots (slot of token t of page i at
-        i * page_tokens + t): a Transfer."""
-        return self._xfer(_c.hc_dev_load, pages, slots, state_slots, 0, after, "device load")
+        i * page_tokens + t): a Transfer.  sync (a host device): copy on
+        this thread, finished when the call returns (HC_XFER_SYNC)."""
+        return self._xfer(_c.hc_dev_load, pages, slots, state_slots, _XFER_SYNC if sync else 0, after,
+                          "device load")
 
-    def store(self, pages, slots, state_slots=None, commit=True, after=None):
+    def store(self, pages, slots, state_slots=None, commit=True, after=None, sync=False):
         """Copy the slots into pages reserved by this rank's engine, and
         with commit commit this rank's shards: a Transfer."""
-        return self._xfer(_c.hc_dev_store, pages, slots, state_slots, _XFER_COMMIT if commit else 0, after,
-                          "device store")
+        return self._xfer(_c.hc_dev_store, pages, slots, state_slots,
+                          (_XFER_COMMIT if commit else 0) | (_XFER_SYNC if sync else 0), after, "device store")
 
     def stats(self):
         s = _lib.DevStats()
