@@ -49,15 +49,17 @@ def pool_name():
     return f"hctest-{os.getpid()}-sg{_n}"
 
 
-def create_pool(name, pages=256, head_groups=4, mla=None, tp=2, model=MODEL, dtype="bf16"):
+def create_pool(name, pages=256, head_groups=4, mla=None, tp=2, model=MODEL, dtype="bf16", state=False):
     """A pool for MODEL: K/V of H heads of D bf16, or an MLA latent of mla
-    bf16 values (split in a K and a V half), replicated."""
+    bytes a token, replicated; with state, a state component besides."""
     if mla:
-        comp = hicache.Component.kv("latent", dtype, kv_heads=1, head_bytes=mla, layers=L, replicated=True)
+        comps = [hicache.Component.kv("latent", dtype, kv_heads=1, head_bytes=mla, layers=L, replicated=True)]
     else:
-        comp = hicache.Component.kv("kv", dtype, kv_heads=H, head_bytes=D * 2, layers=L)
-    hicache.Pool.create(name, model, page_tokens=P, tp_size=tp, components=[comp], capacity_pages=pages,
-                        head_groups=0 if mla else head_groups, max_ranks=16)
+        comps = [hicache.Component.kv("kv", dtype, kv_heads=H, head_bytes=D * 2, layers=L)]
+    if state:
+        comps.insert(0, hicache.Component.state("mamba", "f32", bytes_per_layer=256, layers=1))
+    hicache.Pool.create(name, model, page_tokens=P, tp_size=tp, components=comps, capacity_pages=pages,
+                        head_groups=0 if mla else head_groups, max_ranks=16, max_tickets=1024)
 
 
 def config(name, tp_rank, tp_size, mla=False, model=MODEL, v1=True, **extra):
@@ -289,7 +291,9 @@ class RoundTrip(Base):
 
                 out = run_server(2, rank_fn, "page_first")
                 self.assertEqual([o[:2] for o in out], [(6, 1), (6, 0)], "rank 0 stores, rank 1 copies nothing")
-                for o in out + run_server(2, rank_fn, "layer_first"):
+                for layout in ("layer_first", "page_first_direct"):
+                    out += run_server(2, rank_fn, layout)
+                for o in out:
                     self.assertEqual(o[2:], (6, 6, True))
                 with admin(name) as a:
                     self.assertEqual(a.stats()["pages"]["ready"], 6, "one envelope a page for every rank")
@@ -459,7 +463,7 @@ class Errors(Base):
         s = self.backend(name, mla=True)  # an MLA model on a pool of sharded heads
         try:
             self.refused(s, MLATokenToKVPoolHost(L, 24, 8, 64, P, dtype=torch.bfloat16), "MLA", "sharded",
-                         "--replicated")
+                         ",replicated")
         finally:
             s.close()
         s = self.backend(name, model="test/other-model")
@@ -626,48 +630,62 @@ class Behaviour(Base):
             finally:
                 s.close()
 
-    def test_backup_and_prefetch_threads(self):
-        """SGLang's backup and prefetch threads call one backend at once."""
+    def test_backup_prefetch_and_io_threads(self):
+        """SGLang's threads call each rank's backend at once: the backup
+        thread stores batches, the prefetch thread asks for each batch once
+        it is stored, the IO thread fetches what it found; reads run while
+        later batches are written.  TP 2, every byte checked."""
         name = self.pool(pages=512)
-        host = mha_host(1, "page_first_direct", slots=2048)
-        c = make_controller(name, 0, 1, host, engine_id=6)
-        s = c.storage_backend
-        kv = shard(full_kv(42, 256 * P), 0, 1)
-        host.put(torch.arange(256 * P), kv)
-        errors = []
+        nb, per = 24, 4
 
-        def backup():
-            try:
-                for i in range(32):
-                    keys = hicache.key_chain(tokens(1000 + i, 8), P)
-                    if c.page_set(keys, torch.arange(i * 8 * P, (i + 1) * 8 * P)) != 8:
+        def rank_fn(rank, tp, sync):
+            import queue
+            host = mha_host(tp, "page_first", slots=2 * nb * per * P)
+            c = make_controller(name, rank, tp, host, engine_id=6)
+            kv = shard(full_kv(42, nb * per * P), rank, tp)
+            host.put(torch.arange(nb * per * P), kv)
+            keys = [hicache.key_chain(tokens(1000 + i, per), P) for i in range(nb)]
+            q1, q2, errors, read = queue.Queue(), queue.Queue(), [], [0]
+            sync()
+
+            def backup():
+                for i in range(nb):
+                    if c.page_set(keys[i], torch.arange(i * per * P, (i + 1) * per * P)) != per:
                         errors.append(f"backup {i}")
-            except Exception:
-                errors.append(traceback.format_exc())
+                    q1.put(i)
+                q1.put(None)
 
-        def prefetch():
-            try:
-                for i in range(32):
-                    keys = hicache.key_chain(tokens(1000 + i, 8), P)
-                    hit = c.storage_hit_query(keys)
-                    dst = torch.arange((256 + i * 8) * P, (256 + i * 8 + hit) * P)
-                    if c.page_get(keys[:hit], dst) != hit or not torch.equal(
-                            host.take(dst), kv[:, :, i * 8 * P:(i * 8 + hit) * P]):
-                        errors.append(f"prefetch {i}: {hit} pages")
-            except Exception:
-                errors.append(traceback.format_exc())
+            def prefetch():
+                while (i := q1.get()) is not None:
+                    q2.put((i, c.storage_hit_query(keys[i])))
+                q2.put(None)
 
-        try:
-            ts = [threading.Thread(target=backup), threading.Thread(target=prefetch)]
+            def io():
+                while (item := q2.get()) is not None:
+                    i, hit = item
+                    base = (nb + i) * per * P
+                    dst = torch.arange(base, base + hit * P)
+                    got = c.page_get(keys[i][:hit], dst)
+                    if got != hit or not torch.equal(host.take(dst[:got * P]),
+                                                     kv[:, :, i * per * P:i * per * P + got * P]):
+                        errors.append(f"io {i}: {got} of {hit} pages")
+                    read[0] += got
+
+            ts = [threading.Thread(target=f) for f in (backup, prefetch, io)]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join(RANK_TIMEOUT)
-            self.assertFalse(any(t.is_alive() for t in ts), "a thread hung")
-            self.assertEqual(errors, [])
-            self.assertEqual(c.storage_hit_query(hicache.key_chain(tokens(1031, 8), P)), 8)
-        finally:
-            s.close()
+            hung = [t.name for t in ts if t.is_alive()]
+            sync()
+            full = sum(c.storage_hit_query(k) for k in keys)
+            sync()
+            c.storage_backend.close()
+            return errors, hung, read[0], full
+
+        for errors, hung, read, full in run_server(2, rank_fn):
+            self.assertEqual((errors, hung), ([], []))
+            self.assertEqual(full, nb * per, "every batch stored by both ranks")
 
     def test_engine_id_derived(self):
         """Without engine_id, the ranks of one server (one parent) agree, and
@@ -689,6 +707,151 @@ class Behaviour(Base):
         ids = {hs.derive_engine_id(pid, 0, 0, MODEL) for pid in range(1000, 1064)}
         self.assertGreater(len(ids), 60, "64 parents, as many engine ids but for a rare collision")
         self.assertNotEqual(hs.derive_engine_id(1000, 0), hs.derive_engine_id(1000, 1), "DP ranks differ")
+
+
+def counters(name, *cs):
+    with admin(name) as a:
+        c = a.stats()["counters"]
+    return tuple(c[x] for x in cs)
+
+
+class Agreement(Base):
+    """How the ranks of a server stay in step, and what a rank that falls
+    out of step, or fails, leaves behind."""
+
+    def test_a_rank_that_fails_its_copy(self):
+        """Rank 1's copy fails after rank 0 reserved and wrote: rank 0 gives
+        the pages up once the others' shards cannot come any more, and the
+        keys can be stored again."""
+        name = self.pool()
+
+        def rank_fn(rank, tp, sync):
+            host = mha_host(tp, "layer_first")
+            c = make_controller(name, rank, tp, host, engine_id=12, ticket_timeout_ms=300)
+            s = c.storage_backend
+            keys = hicache.key_chain(tokens(50, 3), P)
+            host.put(torch.arange(3 * P), shard(full_kv(50, 3 * P), rank, tp))
+            sync()
+            first = s.batch_set_v1(keys, torch.arange(3 * P)) if rank == 0 else None
+            sync()
+            if rank == 1:  # a page's slots short: this rank's copy fails
+                first = s.batch_set_v1(keys, torch.arange(P))
+            sync()
+            reserved = counters(name, "tickets_opened")  # a read, so both ranks wait alike
+            given_up = 0
+            if rank == 0:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    with admin(name) as a:
+                        reserved = a.stats()["pages"]["reserved"]
+                    if not reserved:
+                        break
+                    time.sleep(0.05)
+                given_up = s.get_stats()["given_up"]
+            sync()
+            again = s.batch_set_v1(keys, torch.arange(3 * P))
+            sync()
+            hit = s.batch_exists(keys)
+            sync()
+            s.close()
+            return first, reserved, given_up, again, hit
+
+        (f0, r0, g0, a0, h0), (f1, _, g1, a1, h1) = run_server(2, rank_fn)
+        self.assertEqual((f0, f1), ([True] * 3, [False] * 3))
+        self.assertEqual((r0, g0, g1), (0, 3, 0), "rank 0 gave its 3 reserved pages up")
+        self.assertEqual((a0, a1, h0, h1), ([True] * 3, [True] * 3, 3, 3))
+
+    def test_out_of_step_and_back(self):
+        """Rank 0 makes a call rank 1 does not (the same first key, other
+        keys): rank 1 finds that name used, moves on, and the ranks share
+        every ticket after."""
+        name = self.pool()
+        keys = hicache.key_chain(tokens(51, 4), P)
+
+        def rank_fn(rank, tp, sync):
+            host = mha_host(tp, "layer_first")
+            c = make_controller(name, rank, tp, host, engine_id=13)
+            s = c.storage_backend
+            host.put(torch.arange(4 * P), shard(full_kv(51, 4 * P), rank, tp))
+            sync()
+            s.batch_set_v1(keys, torch.arange(4 * P))
+            sync()
+            if rank == 0:
+                s.batch_exists(keys[:2])  # a call of its own
+            sync()
+            hits, shared = [], []
+            for _ in range(5):
+                before = counters(name, "tickets_opened", "tickets_joined")
+                sync()
+                hits.append(s.batch_exists(keys))
+                sync()
+                after = counters(name, "tickets_opened", "tickets_joined")
+                shared.append((after[0] - before[0], after[1] - before[1]))
+                sync()
+            st = s.get_stats()
+            s.close()
+            return hits, shared, st["steps_skipped"], st["unnamed"]
+
+        (h0, sh0, sk0, u0), (h1, sh1, sk1, u1) = run_server(2, rank_fn)
+        self.assertEqual((h0, h1), ([4] * 5, [4] * 5))
+        self.assertEqual((sk0, sk1, u0, u1), (0, 1, 0, 0), "rank 1 moved one step on; nobody fell back")
+        self.assertEqual(sh0, [(1, 1)] * 5, "each call: one ticket opened, the other rank joined it")
+
+    def test_holds_of_requests_sharing_a_prefix(self):
+        """Two prefetches whose keys share their first page: each get finds
+        its own hold; a get with no hold looks up."""
+        name = self.pool()
+        host = mha_host(1, "layer_first")
+        c = make_controller(name, 0, 1, host, engine_id=14)
+        s = c.storage_backend
+        try:
+            toks = tokens(52, 4)
+            a = hicache.key_chain(toks, P)
+            b = hicache.key_chain(toks[:P] + tokens(53, 3), P)
+            kv_a, kv_b = full_kv(52, 4 * P), full_kv(53, 4 * P)
+            kv_b[:, :, :P] = kv_a[:, :, :P]  # the shared first page
+            host.put(torch.arange(4 * P), kv_a)
+            host.put(torch.arange(4 * P, 8 * P), kv_b)
+            self.assertEqual(s.batch_set_v1(a, torch.arange(4 * P)), [True] * 4)
+            self.assertEqual(s.batch_set_v1(b, torch.arange(4 * P, 8 * P)), [True, True, True, True])
+            self.assertEqual((s.batch_exists(a), s.batch_exists(b)), (4, 4))
+            host.kv_buffer.zero_()
+            self.assertEqual(s.batch_get_v1(a, torch.arange(16 * P, 20 * P)), [True] * 4)
+            self.assertEqual(s.batch_get_v1(b, torch.arange(20 * P, 24 * P)), [True] * 4)
+            self.assertTrue(torch.equal(host.take(torch.arange(16 * P, 20 * P)), kv_a))
+            self.assertTrue(torch.equal(host.take(torch.arange(20 * P, 24 * P)), kv_b))
+            self.assertEqual(s.batch_get_v1(a[1:], torch.arange(8 * P, 11 * P)), [True] * 3, "no hold: a lookup")
+            self.assertEqual(len(s.held), 0)
+        finally:
+            s.close()
+
+    def test_dropped_prefetch_lets_go_when_idle(self):
+        """SGLang drops a prefetch it asked about (below its threshold): the
+        pages it held are let go after hold_ms, with no call to notice."""
+        name = self.pool()
+        host = mha_host(1, "layer_first")
+        c = make_controller(name, 0, 1, host, engine_id=15, hold_ms=200)
+        s = c.storage_backend
+        try:
+            keys = hicache.key_chain(tokens(54, 3), P)
+            host.put(torch.arange(3 * P), full_kv(54, 3 * P))
+            s.batch_set_v1(keys, torch.arange(3 * P))
+            self.assertEqual(s.batch_exists(keys), 3)
+            with hicache.Pool.attach(name) as other:
+                self.assertEqual(other.evict(), 0, "held for the get")
+                wait_for("the holds let go", lambda: other.evict() == 3, timeout=5)
+        finally:
+            s.close()
+
+    def test_pool_with_another_component(self):
+        """A pool that also has a state component: pages hold the K/V
+        component alone, and are found and read by it."""
+        name = self.pool(state=True)
+        for hit, got, same, _, st in (run_server(2, backup_rank, name, "page_first", 55, 5, 16) and
+                                      run_server(2, restore_rank, name, "layer_first", 55, 5, 17)):
+            self.assertEqual((hit, got, same), (5, 5, True))
+        with admin(name) as a:
+            self.assertEqual(a.stats()["pages"]["ready"], 5)
 
 
 if __name__ == "__main__":

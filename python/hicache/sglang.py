@@ -5,13 +5,16 @@ Load it with --hicache-storage-backend dynamic and an extra config naming
 this module and class HicacheStorage (hicache-sglang(7) has the flags).
 Every rank of every SGLang server on the node then shares one pool: each
 rank copies its shard of a page between its host pool and the page's
-envelope, in C (the device path, HC_DEV_HOST), and hicached behind the pool
-backs the pages up to L3 and brings them back.
+envelope, in C (the device path, on the calling thread), and hicached
+behind the pool backs the pages up to L3 and brings them back.
 
 The TP ranks of a server agree without a collective: each lookup and each
-reservation is a ticket named from the call (its kind, its first key, and
-how often this rank asked that before), so every rank gets the answer the
-first rank got.
+reservation is a ticket named from the call: its kind, its first key, and
+how often this rank's thread for that kind named that key before.  The
+ranks make the same calls in the same order, so each gets the answer the
+first rank got.  A rank that falls out of step (a call the others did not
+make) finds the names ahead taken or stale, and moves on until it meets
+them again; until then it answers from the pool alone.
 """
 import errno
 import hashlib
@@ -20,7 +23,7 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 try:
     import torch
@@ -30,6 +33,7 @@ except ImportError as _e:
                       f"here ({_e}): install SGLang in this Python, or use the hicache package without it") from None
 
 import hicache
+from hicache._hostpool import HostLayout, kv_component
 
 try:  # what SGLang's metrics collector asserts get_stats() returns, where it lives
     from sglang.srt.observability.metrics_collector import StorageMetrics as _Metrics
@@ -43,18 +47,17 @@ __all__ = ["HicacheStorage", "Stats", "derive_engine_id"]
 
 log = logging.getLogger("hicache.sglang")
 
-_DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int8: "int8",
-                torch.uint8: "uint8"}
-for _n, _h in (("float8_e4m3fn", "fp8_e4m3"), ("float8_e5m2", "fp8_e5m2")):
-    if hasattr(torch, _n):
-        _DTYPE_NAMES[getattr(torch, _n)] = _h
-_DTYPE_OF = {v: k for k, v in hicache.DTYPES.items()}
-
 # extra_config keys of SGLang's own, which are not ours to check
-_SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "interface_v2"}
+_SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "interface_v2", "tp_lcm_size"}
 _OPTIONS = {"pool", "pool_dir", "engine_id", "component", "prefetch_deadline_ms", "ticket_timeout_ms",
             "hold_ms", "quota_pages", "check_model", "clear"}
-_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+# A named call that finds its name taken by another request (EINVAL), its
+# share claimed (EALREADY) or the ticket gone (ESTALE) is out of step: it
+# tries the next names, this many, then answers from the pool alone.
+_STEP_ERRORS = (errno.EINVAL, errno.EALREADY, errno.ESTALE)
+_STEP_TRIES = 4
+_NAMES_KEPT = 65536  # first keys a kind counts; the oldest is forgotten
+_LIST_MAX = 4096  # entries of each StorageMetrics list kept between get_stats() calls
 
 
 def derive_engine_id(ppid, dp_rank=0, pp_rank=0, model=""):
@@ -66,6 +69,26 @@ def derive_engine_id(ppid, dp_rank=0, pp_rank=0, model=""):
     return int.from_bytes(h[:2], "little")
 
 
+class _Names:
+    """The ticket names of one kind of call.  Each kind is made by one of
+    SGLang's threads (batch_exists by the prefetch thread, batch_set_v1 by
+    the backup thread), so every rank counts it, and forgets its oldest
+    keys, in the same order."""
+
+    def __init__(self, kind):
+        self.kind, self.count, self.mu = kind, OrderedDict(), threading.Lock()
+
+    def take(self, key):
+        """(request id, n): this is the n-th call of this kind for key."""
+        key = key if isinstance(key, str) else bytes(key).hex()
+        with self.mu:
+            n = self.count.pop(key, 0)
+            self.count[key] = n + 1
+            while len(self.count) > _NAMES_KEPT:
+                self.count.popitem(last=False)
+        return f"{self.kind}{key[:40]}", n, key
+
+
 class _Stats:
     """Figures of one rank, under a lock: SGLang reads them from its metrics
     thread while the prefetch and backup threads add to them."""
@@ -74,7 +97,7 @@ class _Stats:
         self.lock = threading.Lock()
         self.c = dict(exists_calls=0, exists_keys=0, hit_pool=0, hit_l3=0, miss=0, get_calls=0, get_pages=0,
                       get_bytes=0, get_failed=0, set_calls=0, set_pages=0, set_present=0, set_busy=0,
-                      set_failed=0, set_bytes=0, errors=0)
+                      set_failed=0, set_bytes=0, steps_skipped=0, unnamed=0, given_up=0, errors=0)
         self.lat = {k: [0, 0.0, 0.0] for k in ("exists", "get", "set")}  # calls, sum s, max s
         self.sg = dict(prefetch_pgs=[], backup_pgs=[], prefetch_bandwidth=[], backup_bandwidth=[])
 
@@ -90,8 +113,11 @@ class _Stats:
             a[0], a[1], a[2] = a[0] + 1, a[1] + dt, max(a[2], dt)
             if what in ("get", "set") and pages:
                 p = "prefetch" if what == "get" else "backup"
-                self.sg[p + "_pgs"].append(pages)
-                self.sg[p + "_bandwidth"].append(nbytes / dt / 1e9 if dt > 0 else 0.0)
+                for k, v in ((p + "_pgs", pages), (p + "_bandwidth", nbytes / dt / 1e9 if dt > 0 else 0.0)):
+                    lst = self.sg[k]
+                    lst.append(v)
+                    if len(lst) > _LIST_MAX:  # nobody reads them (no storage metrics): keep the newest
+                        del lst[:len(lst) - _LIST_MAX]
 
 
 class Stats(dict, _Metrics):
@@ -125,6 +151,7 @@ class HicacheStorage(HiCacheStorage):
     """SGLang's HiCacheStorage on a hicache pool (hicache-sglang(7))."""
 
     def __init__(self, storage_config, kwargs=None):
+        self.pool = None
         cfg = dict(storage_config.extra_config or {})
         cfg.update(kwargs or {})
         unknown = set(cfg) - _OPTIONS - _SGLANG_KEYS
@@ -150,40 +177,49 @@ class HicacheStorage(HiCacheStorage):
                                                   f"{{pp_rank}} in it, e.g. \"{name}-{{pp_rank}}\"")
             name = name.replace("{pp_rank}", str(pp_rank))
         self.deadline_ms = self._int(cfg, "prefetch_deadline_ms", 2000, 0, 3600000)
-        self.hold_s = self._int(cfg, "hold_ms", 30000, 1, 3600000) / 1000.0
+        self.hold_s = self._int(cfg, "hold_ms", 10000, 1, 3600000) / 1000.0
+        ticket_ms = self._int(cfg, "ticket_timeout_ms", 0, 0, 2**32 - 1)
+        quota = self._int(cfg, "quota_pages", hicache.QUOTA_UNLIMITED, 1, 2**32 - 1)
         self.clear_mode = str(cfg.get("clear", "local"))
         if self.clear_mode not in ("local", "pool"):
             raise hicache.Error(errno.EINVAL, f"hicache: extra config 'clear' is '{self.clear_mode}': give "
                                               f"\"local\" (drop this rank's holds) or \"pool\" (evict every "
                                               f"page no rank holds, every server's)")
         self.check_model = self._bool(cfg, "check_model", True)
-        self.comp_name = cfg.get("component")
         model = storage_config.model_name or ""
         if "engine_id" in cfg:
             self.engine_id = self._int(cfg, "engine_id", 0, 0, 65535)
         else:
             self.engine_id = derive_engine_id(os.getppid(), int(getattr(storage_config, "dp_rank", 0) or 0), pp_rank,
                                               model)
-        self.pool = hicache.Pool.attach(name, dir=cfg.get("pool_dir"))
+        pool = hicache.Pool.attach(name, dir=cfg.get("pool_dir"))
         try:
-            self.pool.join(self.engine_id, self.tp_size, self.tp_rank,
-                           quota_pages=self._int(cfg, "quota_pages", hicache.QUOTA_UNLIMITED, 1, 2**32 - 1),
-                           ticket_timeout_ms=self._int(cfg, "ticket_timeout_ms", 0, 0, 2**32 - 1))
+            self.info = pool.info()
+            self.ci, self.comp = kv_component(self.info, cfg.get("component"))
+            pool.join(self.engine_id, self.tp_size, self.tp_rank, quota_pages=quota, ticket_timeout_ms=ticket_ms)
         except hicache.Error as e:
-            self.pool.detach()
+            pool.detach()
             hint = (" (another server has this engine id: give each server its own 'engine_id')"
                     if e.errno == errno.EEXIST else "")
             raise hicache.Error(e.errno, f"hicache: engine {self.engine_id} TP rank {self.tp_rank} of "
                                          f"{self.tp_size} on pool '{name}': {e.strerror}{hint}") from None
-        self.info = self.pool.info()
-        self.name, self.P = name, self.info["page_tokens"]
-        self.dev = self.host = self.scratch = self.scratch_dev = None
+        self.pool, self.name, self.P = pool, name, self.info["page_tokens"]
+        self.mask = 1 << self.ci  # the component this backend writes, and looks up
+        # a reservation another rank never completed is given up after this
+        self.grace_s = 2 * (ticket_ms or 10000) / 1000.0
+        self.dev = self.host = self.lay = self.scratch = self.scratch_dev = None
+        self.page_bytes = 0
         self.st = _Stats()
-        self.mu = threading.Lock()
+        self.mu = threading.Lock()  # held, pending, warned
         self.scratch_mu = threading.Lock()  # the flat calls share one page of scratch
-        self.seq = OrderedDict()  # (kind, first key) -> how often this rank named it
-        self.held = OrderedDict()  # first key -> (time, keys, pages, tickets) found by batch_exists
+        self.names = {"e": _Names("e"), "s": _Names("s")}
+        self.held = OrderedDict()  # id -> (time, keys, pages, holds) found by batch_exists for batch_get_v1
+        self.held_id = 0
+        self.pending = deque()  # (deadline, pages) this rank reserved for its engine, not yet READY
         self.warned = {}
+        self.stop = threading.Event()
+        self.reaper = threading.Thread(target=self._reap, name="hicache-holds", daemon=True)
+        self.reaper.start()
         log.info("hicache: pool '%s' engine %d TP rank %d/%d%s", name, self.engine_id, self.tp_rank, self.tp_size,
                  " (MLA)" if self.mla else "")
 
@@ -210,135 +246,59 @@ class HicacheStorage(HiCacheStorage):
 
     # ---- the host pool --------------------------------------------------
 
-    def _component(self):
-        comps = self.info["components"]
-        kv = [i for i, c in enumerate(comps) if c["kind"] == 1]
-        if self.comp_name is not None:
-            kv = [i for i in kv if comps[i]["name"] == self.comp_name]
-        if not kv:
-            raise hicache.Error(errno.EINVAL, f"hicache: pool '{self.name}' has no K/V component"
-                                              f"{'' if self.comp_name is None else ' named ' + repr(self.comp_name)}"
-                                              f" (it has {', '.join(c['name'] for c in comps)})")
-        return kv[0], comps[kv[0]]
-
-    def _mismatch(self, what, host, pool):
-        return hicache.Error(errno.EINVAL, f"hicache: {what}: SGLang's host pool has {host}, pool '{self.name}' "
-                                           f"has {pool}: create the pool for this model and TP "
-                                           f"(hicache-sglang(7), \"The pool\")")
-
-    def _geometry(self, hp):
-        """Check the host pool against the pool; return what describes it."""
-        ci, c = self._component()
-        layout = getattr(hp, "layout", "layer_first")
-        if layout not in _LAYOUTS:
-            raise hicache.Error(errno.EINVAL, f"hicache: host pool layout '{layout}' is not one hicache copies "
-                                              f"(its heads are not whole in a token): use --hicache-mem-layout "
-                                              f"{' or '.join(_LAYOUTS)}")
-        kv = hp.kv_buffer
-        if not isinstance(kv, torch.Tensor):
-            raise hicache.Error(errno.EINVAL, f"hicache: the host pool's kv_buffer is a {type(kv).__name__}, not "
-                                              f"one tensor")
-        if not kv.is_contiguous():
-            raise hicache.Error(errno.EINVAL, "hicache: the host pool's kv_buffer is not contiguous")
-        if hp.page_size != self.P:
-            raise self._mismatch("page size", f"{hp.page_size} tokens a page", f"{self.P}")
-        if hp.layer_num != c["layers"]:
-            raise self._mismatch(f"layers of component '{c['name']}'", hp.layer_num, c["layers"])
-        dt = _DTYPE_NAMES.get(kv.dtype)
-        pdt = _DTYPE_OF.get(c["dtype"], str(c["dtype"]))
-        if dt != pdt:
-            raise self._mismatch(f"dtype of component '{c['name']}'", kv.dtype, pdt)
-        if self.check_model and self.sc.model_name and self.sc.model_name != self.info["model_id"]:
-            raise self._mismatch("model (pages of another model would be wrong here; give \"check_model\": false "
-                                 "if the names differ only in spelling)", repr(self.sc.model_name),
-                                 repr(self.info["model_id"]))
-        isz = kv.element_size()
-        if self.mla:
-            if c["sharding"] != 1:
-                raise self._mismatch(f"sharding of component '{c['name']}'", "an MLA model (one latent for all "
-                                     "ranks)", "a sharded component: create it --replicated")
-            latent, pb = kv.shape[-1] * isz, c["kv_heads"] * c["head_bytes"]
-            if pb != latent and 2 * pb != latent:
-                raise self._mismatch(f"latent of component '{c['name']}'", f"{latent} bytes a token",
-                                     f"{c['kv_heads']} head(s) of {c['head_bytes']} bytes (give the latent, or "
-                                     f"half of it as K and half as V)")
-            return ci, c, layout, latent, 2 * pb == latent
-        if c["sharding"] == 1 and self.tp_size > 1:
-            raise self._mismatch(f"sharding of component '{c['name']}'", f"an MHA model at TP {self.tp_size}",
-                                 "a replicated component (an MLA pool?)")
-        H = c["kv_heads"]
-        mine = H // self.tp_size if H >= self.tp_size else 1
-        if hp.head_num != mine or hp.head_dim * isz != c["head_bytes"]:
-            raise self._mismatch(f"heads of component '{c['name']}' at TP {self.tp_size}",
-                                 f"{hp.head_num} KV heads a rank of {hp.head_dim} x {kv.dtype}",
-                                 f"{H} KV heads of {c['head_bytes']} bytes, {mine} a rank")
-        return ci, c, layout, hp.head_num * hp.head_dim * isz, False
-
-    @staticmethod
-    def _describe(ci, kv, layout, mla, tb, split, P, L):
-        """The device description of a kv_buffer of SGLang's layout (the
-        mapping in hc_dev_open(3))."""
-        isz = kv.element_size()
-        halves = [kv] if mla else [kv[0], kv[1]]
-        bases, stride, nslots, bstride, bslots = [], 0, 0, 0, 0
-        for K in halves:
-            b = K.data_ptr()
-            if layout == "layer_first":  # [L, N, ...]
-                bases.append([b + l * K.stride(0) * isz for l in range(L)])
-                stride, nslots = K.stride(1) * isz, K.shape[1]
-            elif layout == "page_first":  # [N, L, ...]
-                bases.append([b + l * K.stride(1) * isz for l in range(L)])
-                stride, nslots = K.stride(0) * isz, K.shape[0]
-            else:  # page_first_direct [N/P, L, P, ...]
-                bases.append([b + l * K.stride(1) * isz for l in range(L)])
-                stride, nslots, bstride, bslots = K.stride(2) * isz, K.shape[0] * P, K.stride(0) * isz, P
-        if mla:
-            k = bases[0]
-            v = [a + tb // 2 for a in k] if split else None
-            tb = tb // 2 if split else tb
-        else:
-            k, v = bases
-        return hicache.DeviceComponent(ci, k, v, token_bytes=tb, token_stride=stride, slots=nslots,
-                                       block_stride=bstride, block_slots=bslots)
-
-    def _open(self, kv, layout):
-        dc = self._describe(self.ci, kv, layout, self.mla, self.tb, self.split, self.P, self.L)
+    def _open(self, kv):
         kind = "cuda" if kv.is_cuda else "host"
-        return hicache.Device(self.pool, [dc], tp_size=self.tp_size, tp_rank=self.tp_rank, kind=kind,
-                              device=(kv.device.index or 0) if kv.is_cuda else 0)
+        return hicache.Device(self.pool, [self.lay.describe(kv)], tp_size=self.tp_size, tp_rank=self.tp_rank,
+                              kind=kind, device=(kv.device.index or 0) if kv.is_cuda else 0)
 
     def register_mem_pool_host(self, mem_pool_host):
         """Check the host pool against the pool's geometry and describe it to
         the device path: a mismatch is hicache.Error naming both sides."""
+        if self.pool is None:
+            raise hicache.Error(errno.EBADF, "hicache: register_mem_pool_host after close()")
+        lay = HostLayout(mem_pool_host, self.info, self.ci, self.comp, self.tp_size, self.mla, self.sc.model_name,
+                         self.check_model)
         super().register_mem_pool_host(mem_pool_host)
-        self.ci, c, self.layout, self.tb, self.split = self._geometry(mem_pool_host)
-        self.L = c["layers"]
-        if self.dev is not None:
-            self.dev.close()
-        self.dev = self._open(mem_pool_host.kv_buffer, self.layout)
-        self.page_bytes = self.tb * self.P * self.L * (1 if self.mla else 2)
-        self.host = mem_pool_host
-
-    def _flat_shape(self):
-        hp, P, L = self.host, self.P, self.L
-        if self.mla:
-            d = self.host.kv_buffer.shape[-1]
-            return {"layer_first": (L, P, 1, d), "page_first": (P, L, 1, d),
-                    "page_first_direct": (1, L, P, 1, d)}[self.layout]
-        H, D = hp.head_num, hp.head_dim
-        return {"layer_first": (2, L, P, H, D), "page_first": (2, P, L, H, D),
-                "page_first_direct": (2, 1, L, P, H, D)}[self.layout]
+        old = (self.dev, self.scratch_dev)
+        self.lay, self.host, self.page_bytes = lay, mem_pool_host, lay.page_bytes
+        self.scratch = self.scratch_dev = None
+        self.dev = self._open(mem_pool_host.kv_buffer)
+        for d in old:
+            if d is not None:
+                d.close()
 
     def _scratch(self):
         """One page of the host pool's layout, for the calls that pass flat
         pages (get, set): SGLang's flat page order is this layout's."""
         if self.scratch is None:
-            self.scratch = torch.zeros(self._flat_shape(), dtype=self.host.kv_buffer.dtype)
-            self.scratch_dev = self._open(self.scratch, self.layout)
+            self.scratch = torch.zeros(self.lay.flat_shape, dtype=self.host.kv_buffer.dtype)
+            self.scratch_dev = self._open(self.scratch)
             self.scratch_slots = torch.arange(self.P, dtype=torch.int64)
         return self.scratch
 
-    # ---- names, holds, logs ---------------------------------------------
+    def _slots(self, host_indices, n):
+        hi = host_indices
+        if not isinstance(hi, torch.Tensor):
+            hi = torch.as_tensor(hi)
+        if hi.dtype != torch.int64 or hi.device.type != "cpu" or not hi.is_contiguous():
+            hi = hi.to(device="cpu", dtype=torch.int64).contiguous()
+        if hi.numel() < n * self.P:
+            raise hicache.Error(errno.EINVAL, f"host_indices has {hi.numel()} slots, {n} pages need {n * self.P}")
+        return hi[:n * self.P]
+
+    # ---- logs, holds, names ---------------------------------------------
+
+    def _usable(self, what, needs_host=True):
+        """Whether a call can run: False, with a log line, when the backend
+        is closed or (for a copy) no host pool was registered."""
+        if self.pool is None:
+            self._warn("closed", "%s after close(): the backend is closed", what)
+            return False
+        if needs_host and self.dev is None:
+            self._warn("register", "%s before register_mem_pool_host(): SGLang registers its host pool first",
+                       what)
+            return False
+        return True
 
     def _warn(self, what, msg, *args):
         """A failure is a log line, at most one a minute of each kind and
@@ -356,79 +316,109 @@ class HicacheStorage(HiCacheStorage):
             self.warned[key] = now
         log.warning("hicache: %s", line)
 
-    def _name(self, kind, key):
-        """A ticket name no rank of this engine uses twice: the kind of call,
-        its first key, and how often this rank asked it before.  The ranks
-        make the same calls in the same order, so they count alike; a rank
-        that misses a call desynchronises only that first key."""
-        key = key if isinstance(key, str) else bytes(key).hex()
+    def _warn_l3(self, e, n):
+        if e.errno == errno.ENOTCONN:
+            self._warn("service", "pool '%s' has no service (hicached): L3 is not asked", self.name)
+        else:
+            self._warn("prefetch", "L3 prefetch of %d keys: %s", n, e.strerror)
+
+    def _release(self, holds):
+        for t in holds:
+            try:
+                t.release()
+            except hicache.Error as e:
+                self._warn("release", "release of a hold: %s", e.strerror)
+
+    def _abort(self, pages):
+        try:
+            if pages:
+                self.pool.abort(pages)
+        except hicache.Error as e:
+            self._warn("abort", "abort of %d reserved pages: %s", len(pages), e.strerror)
+
+    def _reap(self):
+        while not self.stop.wait(min(1.0, self.hold_s / 2)):
+            try:
+                self._expire()
+            except Exception as e:  # a log line, never the end of the thread
+                self._warn("reap", "letting go of old holds: %s", e)
+
+    def _expire(self):
+        """Let go of holds no batch_get_v1 came for in hold_ms (a prefetch
+        SGLang dropped), and give up reservations of this rank's that
+        another rank of the engine never completed (its copy failed, or it
+        died): the pool keeps them in quarantine until no copy can land."""
+        now, old, due = time.monotonic(), [], []
         with self.mu:
-            n = self.seq.pop((kind, key), 0)
-            self.seq[(kind, key)] = n + 1
-            while len(self.seq) > 65536:
-                self.seq.popitem(last=False)
-        return f"{kind}{key[:40]}", n
+            while self.held and now - next(iter(self.held.values()))[0] > self.hold_s:
+                old.append(self.held.popitem(last=False)[1])
+            while self.pending and self.pending[0][0] <= now:
+                due += self.pending.popleft()[1]
+        for h in old:
+            self._release(h[3])
+        if due and self.pool is not None:
+            stuck = [p for p in due if self.pool.page_state(p) == "RESERVED"]
+            if stuck:
+                self.st.add(given_up=len(stuck))
+                self._warn("stuck", "%d pages this rank reserved for its engine were not complete after %.0f s "
+                                    "(another rank's copy failed, or it is gone): given up", len(stuck), self.grace_s)
+                self._abort(stuck)
+
+    def _named(self, kind, key, call):
+        """call(request id, n) under the next name of key, moving on past
+        names another request of the engine has used; (result, rid, n)."""
+        names = self.names[kind]
+        rid, n, k = names.take(key)
+        for i in range(_STEP_TRIES):
+            try:
+                return call(rid, n), rid, n
+            except hicache.Error as e:
+                if e.errno not in _STEP_ERRORS or i == _STEP_TRIES - 1:
+                    raise
+                self.st.add(steps_skipped=1)
+                rid, n, k = names.take(k)
 
     @staticmethod
     def _depth(extra_info):
         pk = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
         return len(pk) if pk else 0
 
-    def _release(self, tickets):
-        for t in tickets:
-            try:
-                t.release()
-            except hicache.Error as e:
-                self._warn("release", "ticket release: %s", e.strerror)
-
-    def _expire(self):
-        """Drop holds batch_get_v1 never came for (a prefetch SGLang dropped)."""
-        now, old = time.monotonic(), []
-        with self.mu:
-            while self.held and now - next(iter(self.held.values()))[0] > self.hold_s:
-                old.append(self.held.popitem(last=False)[1])
-        for h in old:
-            self._release(h[3])
-
-    def _usable(self, what, needs_host=True):
-        """Whether a call can run: False, with a log line, when the backend
-        is closed or (for a copy) no host pool was registered."""
-        if self.pool is None:
-            self._warn("closed", "%s after close(): the backend is closed", what)
-            return False
-        if needs_host and self.dev is None:
-            self._warn("register", "%s before register_mem_pool_host(): SGLang registers its host pool first",
-                       what)
-            return False
-        return True
-
-    def _warn_prefetch(self, e, n):
-        if e.errno == errno.ENOTCONN:
-            self._warn("service", "pool '%s' has no service (hicached): L3 is not asked", self.name)
-        else:
-            self._warn("prefetch", "L3 prefetch of %d keys: %s", n, e.strerror)
-
-    def _find(self, keys, kind, depth, named=True):
+    def _find(self, keys, depth, named=True):
         """The pages of the longest prefix of keys READY in the pool, after
         the service has brought what L3 has (up to the deadline): (pages,
         holds on them, pool hit).  Named, under tickets, every rank gets the
         same pages; unnamed, each rank gets what it finds and unpins it."""
+        rid = n = None
         if named:
-            rid, n = self._name(kind, keys[0])
-            t = self.pool.ticket_lookup(rid, 2 * n, keys)
-            pages, holds, h = t.pages[:t.count], [t], t.count
-        else:
-            rid = n = None
-            pages = self.pool.lookup(keys, pin=True)
+            try:
+                t, rid, n = self._named("e", keys[0],
+                                        lambda r, i: self.pool.ticket_lookup(r, 2 * i, keys, comps=self.mask))
+                pages, holds, h = t.pages[:t.count], [t], t.count
+            except hicache.Error as e:
+                if e.errno not in _STEP_ERRORS:
+                    raise
+                self._warn("step", "lookup of %d keys: %s: this rank answers from the pool alone", len(keys),
+                           e.strerror)
+                self.st.add(unnamed=1)
+                named = False
+        if not named:
+            pages = self.pool.lookup(keys, pin=True, comps=self.mask)
             holds, h = [_Pins(self.pool, pages)], len(pages)
         if h == len(keys):
             return pages, holds, h
-        step = 0 if n is None else 2 * n + 1
+        step, rest = (2 * n + 1 if named else 0), keys[h:]
         try:
-            rq = self.pool.prefetch(keys[h:], first_depth=depth + h, request_id=rid, step=step, policy="timeout",
-                                    timeout_ms=self.deadline_ms)
+            rq = self.pool.prefetch(rest, first_depth=depth + h, presence=self.mask, request_id=rid, step=step,
+                                    policy="timeout", timeout_ms=self.deadline_ms)
         except hicache.Error as e:
-            self._warn_prefetch(e, len(keys) - h)
+            self._warn_l3(e, len(rest))
+            if named:  # the other ranks' takes are lookups under this name: claim the same answer
+                try:
+                    got = self.pool.ticket_lookup(rid, step, rest, comps=self.mask)
+                    holds.append(got)
+                    pages += got.pages[:got.count]
+                except hicache.Error as e2:
+                    self._warn("step", "lookup of %d keys: %s", len(rest), e2.strerror)
             return pages, holds, h
         try:
             got = rq.take(rid, step)
@@ -440,13 +430,35 @@ class HicacheStorage(HiCacheStorage):
             except hicache.Error:
                 pass  # the request's own failure: its take said what is READY
         except hicache.Error as e:
-            self._warn_prefetch(e, len(keys) - h)
+            self._warn_l3(e, len(rest))
         finally:
             try:
                 rq.free()
             except hicache.Error as e:
                 self._warn("prefetch", "L3 prefetch: %s", e.strerror)
         return pages, holds, h
+
+    def _hold(self, keys, pages, holds):
+        with self.mu:
+            self.held_id += 1
+            self.held[self.held_id] = (time.monotonic(), keys, pages, holds)
+
+    def _held_for(self, keys):
+        """The hold batch_exists left for these keys (the one sharing the
+        longest prefix with them): (pages of that prefix, holds), or None."""
+        best, m = None, 0
+        with self.mu:
+            for i, (_, hk, _, _) in self.held.items():
+                if hk and hk[0] == keys[0]:
+                    j = 0
+                    while j < min(len(hk), len(keys)) and hk[j] == keys[j]:
+                        j += 1
+                    if j > m:
+                        best, m = i, j
+            if best is None:
+                return None
+            _, _, pages, holds = self.held.pop(best)
+        return pages[:m], holds
 
     # ---- the zero-copy calls (interface_v1) -----------------------------
 
@@ -458,72 +470,44 @@ class HicacheStorage(HiCacheStorage):
         if not keys or not self._usable("batch_exists", False):
             return 0
         t0 = time.monotonic()
-        self._expire()
         try:
-            pages, tickets, h = self._find(keys, "e", self._depth(extra_info))
+            pages, holds, h = self._find(keys, self._depth(extra_info))
         except hicache.Error as e:
             self._warn("exists", "exists of %d keys: %s", len(keys), e.strerror)
             return 0
         m = len(pages)
-        with self.mu:
-            old = self.held.pop(keys[0], None)
-            self.held[keys[0]] = (time.monotonic(), keys[:m], pages, tickets)
-        if old:
-            self._release(old[3])
+        if m:
+            self._hold(keys[:m], pages, holds)
+        else:
+            self._release(holds)
         self.st.add(exists_calls=1, exists_keys=len(keys), hit_pool=h, hit_l3=m - h, miss=len(keys) - m)
         self.st.took("exists", t0)
         return m
-
-    def _slots(self, host_indices, n):
-        hi = host_indices
-        if not isinstance(hi, torch.Tensor):
-            hi = torch.as_tensor(hi)
-        if hi.dtype != torch.int64 or hi.device.type != "cpu" or not hi.is_contiguous():
-            hi = hi.to(device="cpu", dtype=torch.int64).contiguous()
-        if hi.numel() < n * self.P:
-            raise hicache.Error(errno.EINVAL, f"host_indices has {hi.numel()} slots, {n} pages need {n * self.P}")
-        return hi[:n * self.P]
-
-    def _held_for(self, keys):
-        with self.mu:
-            h = self.held.get(keys[0])
-            if h is None:
-                return None
-            del self.held[keys[0]]
-        _, hk, pages, tickets = h
-        m = 0
-        while m < min(len(hk), len(keys)) and hk[m] == keys[m]:
-            m += 1
-        return pages[:m], tickets
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         """Copy this rank's shard of each page into its host slots: True for
         each page copied (a prefix)."""
         keys = list(keys)
         res = [False] * len(keys)
-        if not keys:
+        if not keys or not self._usable("batch_get_v1"):
             return res
-        if not self._usable("batch_get_v1"):
-            return res
-        self._expire()
-        t0, tickets = time.monotonic(), []
+        t0, holds, m = time.monotonic(), [], 0
         try:
             got = self._held_for(keys)
-            if got is None:
-                pages, tickets, _ = self._find(keys, "g", self._depth(extra_info), named=False)
-            else:
-                pages, tickets = got
+            pages, holds = got if got is not None else ([], [])
+            if len(pages) < len(keys):  # what batch_exists did not hold
+                more, holds2, _ = self._find(keys[len(pages):], self._depth(extra_info) + len(pages), named=False)
+                pages, holds = pages + more, holds + holds2
             m = min(len(pages), len(keys))
             if m:
-                with self.dev.load(pages[:m], self._slots(host_indices, m)) as x:
-                    x.wait()
+                self.dev.load(pages[:m], self._slots(host_indices, m), sync=True).free()
                 res[:m] = [True] * m
         except hicache.Error as e:
             self._warn("get", "batch_get_v1 of %d pages: %s", len(keys), e.strerror)
             self.st.add(get_failed=len(keys))
             m = 0
         finally:
-            self._release(tickets)
+            self._release(holds)
         self.st.add(get_calls=1, get_pages=m, get_bytes=m * self.page_bytes)
         self.st.took("get", t0, m, m * self.page_bytes)
         return res
@@ -533,11 +517,28 @@ class HicacheStorage(HiCacheStorage):
         engine.  An MLA page is rank 0's alone to write (SGLang backs up from
         rank 0 only), so it reserves without a ticket."""
         if self.mla:
-            pages, skip = self.pool.reserve(keys, first_depth=depth)
+            pages, skip = self.pool.reserve(keys, first_depth=depth, presence=self.mask)
             return pages, skip, None, True
-        rid, n = self._name("s", keys[0])
-        t = self.pool.ticket_reserve(rid, n, keys, first_depth=depth)
+        t, _, _ = self._named("s", keys[0], lambda r, i: self.pool.ticket_reserve(r, i, keys, first_depth=depth,
+                                                                                     presence=self.mask))
         return [p if not s else hicache.PAGE_NONE for p, s in zip(t.pages, t.skip)], t.skip, t, t.first
+
+    def _reserve_failed(self, e, n, what):
+        if e.errno == errno.ENOSPC:
+            why = "the pool is full (every page held or being written)"
+        elif e.errno == errno.EDQUOT:
+            why = "this rank's quota_pages are in use"
+        else:
+            why = e.strerror
+        self._warn(f"set{e.errno}", "%s of %d pages: %s", what, n, why)
+
+    def _written(self, pages, first, t):
+        """After this rank's copies: a reservation of the engine's that this
+        rank made waits for the others' shards; give it up if they never
+        come (_expire)."""
+        if first and t is not None and self.tp_size > 1 and pages:
+            with self.mu:
+                self.pending.append((time.monotonic() + self.grace_s, pages))
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         """Store this rank's shard of each page from its host slots: True for
@@ -551,13 +552,11 @@ class HicacheStorage(HiCacheStorage):
             return [False] * n
         if self.mla and self.tp_rank != 0:
             return [True] * n  # the latent is rank 0's to write
-        self._expire()
         t0 = time.monotonic()
         try:
             pages, skip, t, first = self._reserve(keys, self._depth(extra_info))
         except hicache.Error as e:
-            what = "the pool is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else e.strerror
-            self._warn(f"set{e.errno}", "batch_set_v1 of %d pages: %s", n, what)
+            self._reserve_failed(e, n, "batch_set_v1")
             self.st.add(set_failed=n)
             return [False] * n
         fill = [i for i in range(n) if not skip[i] and pages[i] != hicache.PAGE_NONE]
@@ -565,17 +564,20 @@ class HicacheStorage(HiCacheStorage):
         try:
             if fill:
                 hi = self._slots(host_indices, n).view(n, self.P)
-                idx = torch.tensor(fill, dtype=torch.int64)
-                with self.dev.store([pages[i] for i in fill], hi.index_select(0, idx).reshape(-1)) as x:
-                    x.wait()
+                if len(fill) < n:
+                    hi = hi.index_select(0, torch.tensor(fill, dtype=torch.int64))
+                self.dev.store([pages[i] for i in fill], hi.reshape(-1), sync=True).free()
                 for i in fill:
                     res[i] = True
-        except hicache.Error as e:
-            self._warn("store", "batch_set_v1 of %d pages: %s", len(fill), e.strerror)
+                self._written([pages[i] for i in fill], first, t)
+        except Exception as e:  # hicache.Error, or anything else: the reservation is given back
+            self._warn("store", "batch_set_v1 of %d pages: %s", len(fill), getattr(e, "strerror", None) or e)
             if first:
                 self._abort([pages[i] for i in fill])
             self.st.add(set_failed=len(fill))
             fill = []
+            if not isinstance(e, hicache.Error):
+                raise
         finally:
             if t is not None:
                 self._release([t])
@@ -592,12 +594,20 @@ class HicacheStorage(HiCacheStorage):
         if not self._usable("exists", False):
             return False
         try:
-            if self.pool.lookup([key]):
+            if self.pool.lookup([key], comps=self.mask):
                 return True
             with self.pool.exists([key]) as rq:
-                return rq.wait(self.deadline_ms) == 1
+                try:
+                    return rq.wait(self.deadline_ms) == 1
+                except hicache.Error as e:
+                    if e.errno == errno.ETIMEDOUT:
+                        rq.cancel()  # or leaving the block waits for the service
+                    raise
         except hicache.Error as e:
-            self._warn_prefetch(e, 1)
+            if e.errno == errno.ENOTCONN:
+                self._warn("service", "pool '%s' has no service (hicached): L3 is not asked", self.name)
+            else:
+                self._warn("exists", "L3 exists of a key: %s", e.strerror)
             return False
 
     def get(self, key, target_location=None, target_sizes=None):
@@ -614,24 +624,28 @@ class HicacheStorage(HiCacheStorage):
         out = [None] * len(keys)
         if not keys or not self._usable("batch_get"):
             return out
-        self._expire()
-        holds = []
+        t0, holds, m = time.monotonic(), [], 0
         try:
             got = self._held_for(keys)
-            pages, holds = got if got is not None else self._find(keys, "G", 0, named=False)[:2]
+            pages, holds = got if got is not None else ([], [])
+            if len(pages) < len(keys):
+                more, holds2, _ = self._find(keys[len(pages):], len(pages), named=False)
+                pages, holds = pages + more, holds + holds2
             with self.scratch_mu:
                 scratch = self._scratch()
                 for i, p in enumerate(pages[:len(keys)]):
-                    with self.scratch_dev.load([p], self.scratch_slots) as x:
-                        x.wait()
+                    self.scratch_dev.load([p], self.scratch_slots, sync=True).free()
                     dst = target_locations[i] if target_locations else torch.empty(scratch.numel(),
                                                                                     dtype=scratch.dtype)
                     dst.view(-1).copy_(scratch.view(-1))
                     out[i] = dst
+                    m += 1
         except hicache.Error as e:
             self._warn("get", "batch_get of %d pages: %s", len(keys), e.strerror)
         finally:
             self._release(holds)
+        self.st.add(get_calls=1, get_pages=m, get_bytes=m * self.page_bytes)
+        self.st.took("get", t0, m, m * self.page_bytes)
         return out
 
     def set(self, key, value=None, target_location=None, target_sizes=None):
@@ -651,13 +665,13 @@ class HicacheStorage(HiCacheStorage):
             return False
         if self.mla and self.tp_rank != 0:
             return True
-        self._expire()
+        t0 = time.monotonic()
         try:
             pages, skip, t, first = self._reserve(keys, 0)
         except hicache.Error as e:
-            self._warn(f"set{e.errno}", "batch_set of %d pages: %s", len(keys), e.strerror)
+            self._reserve_failed(e, len(keys), "batch_set")
             return False
-        ok, i = True, 0
+        ok, i, done = True, 0, []
         try:
             with self.scratch_mu:
                 scratch = self._scratch()
@@ -670,25 +684,22 @@ class HicacheStorage(HiCacheStorage):
                         raise hicache.Error(errno.EINVAL, f"batch_set: a flat page has {scratch.numel()} elements, "
                                                           f"the value of key {i} has {v.numel()}")
                     scratch.view(-1).copy_(v.reshape(-1))
-                    with self.scratch_dev.store([p], self.scratch_slots) as x:
-                        x.wait()
+                    self.scratch_dev.store([p], self.scratch_slots, sync=True).free()
+                    done.append(p)
                 i = len(pages)
+            self._written(done, first, t)
         except hicache.Error as e:
             self._warn("store", "batch_set of %d pages: %s", len(keys), e.strerror)
             ok = False
-            if first:  # the pages not stored yet; those before are READY
+            if first:  # the pages not stored yet; those before are done
                 self._abort([p for p, sk in zip(pages[i:], skip[i:]) if not sk])
+                self._written(done, first, t)
         finally:
             if t is not None:
                 self._release([t])
+        self.st.add(set_calls=1, set_pages=len(done), set_bytes=len(done) * self.page_bytes)
+        self.st.took("set", t0, len(done), len(done) * self.page_bytes)
         return ok
-
-    def _abort(self, pages):
-        try:
-            if pages:
-                self.pool.abort(pages)
-        except hicache.Error as e:
-            self._warn("abort", "abort of %d reserved pages: %s", len(pages), e.strerror)
 
     # ---- the rest -------------------------------------------------------
 
@@ -730,9 +741,12 @@ class HicacheStorage(HiCacheStorage):
                 self._warn("clear", "clear of pool '%s': %s", self.name, e.strerror)
 
     def close(self):
-        """Let every hold go, close the device path, leave and detach."""
+        """Let every hold go, close the device path, leave and detach.  The
+        pages this rank reserved and stored stay with the pool."""
         if getattr(self, "pool", None) is None:
             return
+        self.stop.set()
+        self.reaper.join()
         self.clear_mode, mode = "local", self.clear_mode
         self.clear()
         self.clear_mode = mode
