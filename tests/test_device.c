@@ -206,6 +206,56 @@ static void *sync_loads(void *arg)
 	return NULL;
 }
 
+/* A thread that keeps async loads in flight until told to stop, or for 5 s. */
+struct stream_arg {
+	hc_dev *dev;
+	hc_page_t *pg;
+	uint64_t *sl, *ss;
+	volatile int stop, made, timed_out, ended;
+};
+
+static void *stream_loads(void *arg)
+{
+	struct stream_arg *a = arg;
+	static hc_page_t pg[512];
+	static uint64_t sl[512 * 16], ss[512];
+	struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+				  .pages = pg,
+				  .n = 512,
+				  .slots = sl,
+				  .state_slots = ss };
+	hc_xfer *ring[8] = { 0 };
+	double t0 = hct_now();
+
+	/* the 8 pages 64 times over: a load the device takes longer to copy
+	 * than this thread takes to make, so with 8 in flight the queue never
+	 * runs dry */
+	for (unsigned i = 0; i < 512; i++) {
+		pg[i] = a->pg[i % 8];
+		ss[i] = a->ss[i % 8];
+		memcpy(sl + i * 16, a->sl + (i % 8) * 16, 16 * sizeof(*sl));
+	}
+	for (unsigned i = 0;; i = (i + 1) % 8) {
+		if (__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE))
+			break;
+		if (hct_now() - t0 > 5.0) {
+			a->timed_out = 1;
+			break;
+		}
+		if (ring[i])
+			hc_xfer_free(ring[i]);
+		ring[i] = NULL;
+		if (hc_dev_load(a->dev, &xr, &ring[i]) < 0)
+			break;
+		__atomic_add_fetch(&a->made, 1, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&a->ended, 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < 8; i++)
+		if (ring[i])
+			hc_xfer_free(ring[i]);
+	return NULL;
+}
+
 START_TEST(sync_transfers)
 {
 	const char *name = hct_name();
@@ -282,6 +332,28 @@ START_TEST(sync_transfers)
 		for (unsigned l = 0; l < 2; l++)
 			for (unsigned i = 0; i < 8 * 16; i++)
 				ck_assert_int_eq(memcmp(c.k[l] + s2[i] * 256, a.k[l] + s1[i] * 256, 256), 0);
+	}
+	{
+		/* a stream of async loads on the device, one always queued: a
+		 * sync load waits for those made before it, not for the stream */
+		pthread_t t;
+		struct stream_arg sa = { .dev = c.dev, .pg = pg, .sl = s2, .ss = ss };
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 8,
+					  .slots = s3,
+					  .state_slots = ss,
+					  .flags = HC_XFER_SYNC };
+		ck_assert_int_eq(pthread_create(&t, NULL, stream_loads, &sa), 0);
+		while (__atomic_load_n(&sa.made, __ATOMIC_ACQUIRE) < 16)
+			usleep(100);
+		ck_assert_ok(hc_dev_load(c.dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+		ck_assert_msg(!__atomic_load_n(&sa.ended, __ATOMIC_ACQUIRE),
+			      "the sync load waited for the whole stream (%d made)", sa.made);
+		__atomic_store_n(&sa.stop, 1, __ATOMIC_RELEASE);
+		pthread_join(t, NULL);
+		ck_assert_int_eq(sa.timed_out, 0);
 	}
 	{
 		/* a failure is the transfer's result, as without the flag */

@@ -173,7 +173,7 @@ static void complete_xfer(hc_dev *d, hc_xfer *x)
 	d->st.direct_layers += x->direct_layers;
 	d->st.kernel_layers += x->kernel_layers;
 	if (!x->sync)
-		d->queued--;
+		d->finished++; /* the completer finishes them in the order they were made */
 	pthread_cond_broadcast(&d->cv);
 	pthread_mutex_unlock(&d->mu);
 }
@@ -512,8 +512,11 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 	if (x->sync) {
 		/* After every transfer made before it, on this thread: no handoff
 		 * to the device's threads, whose wake-ups cost more than a small
-		 * copy.  Syncs of several threads may run at once. */
-		while (d->queued)
+		 * copy.  Syncs of several threads may run at once.  Transfers
+		 * made meanwhile are not waited for, so a stream of them cannot
+		 * hold this one back. */
+		uint64_t before = d->made;
+		while (d->finished < before)
 			pthread_cond_wait(&d->cv, &d->mu);
 		d->inline_running++;
 		pthread_mutex_unlock(&d->mu);
@@ -526,7 +529,7 @@ static int submit(hc_dev *d, const struct hc_xfer_req *given, int store, hc_xfer
 		*out = x;
 		return 0;
 	}
-	d->queued++;
+	d->made++;
 	if (d->tail)
 		d->tail->next = x;
 	else

@@ -93,7 +93,7 @@ struct hc_dev {
 	struct hc_xfer *head, *tail;   /* to issue */
 	struct hc_xfer *chead, *ctail; /* issuing or issued, to complete */
 	int stop, issuer_done;
-	unsigned queued;         /* transfers made for the threads, not finished yet */
+	uint64_t made, finished; /* transfers made for the threads, and finished (in order) */
 	unsigned inline_running; /* HC_XFER_SYNC transfers on callers' threads: the issuer waits */
 	struct hc_dev_stats st;  /* under mu; the kind fills the reg_ figures at open */
 	void *kd;                /* the kind's */
