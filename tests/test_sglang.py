@@ -525,6 +525,69 @@ class Errors(Base):
             self.backend(name, engine_id=9, prefetch_dedline_ms=5).close()
         self.assertIn("prefetch_dedline_ms", "\n".join(logs.output))
 
+    def test_close_while_called(self):
+        """close() while SGLang's threads still call: it waits for the calls
+        running, the later ones are False, and nothing raises or crashes."""
+        name = self.pool()
+        for _ in range(8):
+            host = mha_host(1, "layer_first")
+            c = make_controller(name, 0, 1, host, engine_id=18)
+            s = c.storage_backend
+            keys = hicache.key_chain(tokens(60, 4), P)
+            host.put(torch.arange(4 * P), full_kv(60, 4 * P))
+            s.batch_set_v1(keys, torch.arange(4 * P))
+            errors, go = [], threading.Event()
+
+            def loop(fn):
+                go.wait()
+                try:
+                    for _ in range(300):
+                        r = fn()
+                        if not isinstance(r, (int, list)):
+                            errors.append(f"returned {r!r}")
+                except Exception:
+                    errors.append(traceback.format_exc())
+
+            ts = [threading.Thread(target=loop, args=(f,)) for f in (
+                lambda: s.batch_get_v1(keys, torch.arange(8 * P, 12 * P)),
+                lambda: s.batch_set_v1(keys, torch.arange(4 * P)),
+                lambda: s.batch_exists(keys))]
+            for t in ts:
+                t.start()
+            go.set()
+            time.sleep(0.01)
+            with self.assertLogs("hicache.sglang", logging.WARNING):
+                s.close()
+                for t in ts:
+                    t.join(RANK_TIMEOUT)
+            self.assertEqual(errors, [])
+            self.assertEqual(s.batch_get_v1(keys, torch.arange(4 * P)), [False] * 4)
+            self.assertEqual(s.get_stats()["engine_id"], 18, "figures still, after close")
+
+    def test_collected_without_close(self):
+        """A backend nobody closes is collected like any object, and its rank
+        slot and engine membership go with it."""
+        import gc
+        name = self.pool()
+        s = self.backend(name, engine_id=19)
+        s.register_mem_pool_host(mha_host(1, "layer_first"))
+        del s
+        gc.collect()
+        self.backend(name, engine_id=19).close()  # EEXIST if the first still held TP rank 0
+
+    def test_flat_value_not_a_tensor(self):
+        name = self.pool()
+        s = self.backend(name, engine_id=20)
+        try:
+            s.register_mem_pool_host(mha_host(1, "layer_first"))
+            with self.assertLogs("hicache.sglang", logging.WARNING) as logs:
+                self.assertFalse(s.batch_set(hicache.key_chain(tokens(61, 2), P), ["not a page", None]))
+            self.assertIn("batch_set of 2 pages", logs.output[0])
+            with admin(name) as a:
+                self.assertEqual(a.stats()["pages"]["reserved"], 0, "the reservation was given back")
+        finally:
+            s.close()
+
     def test_import_without_sglang(self):
         env = dict(os.environ, PYTHONPATH=os.path.join(SRCDIR, "python"))
         r = subprocess.run([sys.executable, "-c", "import hicache.sglang"], env=env, capture_output=True, text=True)

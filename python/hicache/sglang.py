@@ -13,16 +13,22 @@ reservation is a ticket named from the call: its kind, its first key, and
 how often this rank's thread for that kind named that key before.  The
 ranks make the same calls in the same order, so each gets the answer the
 first rank got.  A rank that falls out of step (a call the others did not
-make) finds the names ahead taken or stale, and moves on until it meets
-them again; until then it answers from the pool alone.
+make) finds the names ahead used for other keys, or stale, and moves on
+until it meets them again, answering from the pool alone meanwhile.  One
+behind on a key whose calls repeat the same key list within the ticket
+timeout, it claims each call's ticket one call late: the same keys, a hit
+that may be a call old, every share still claimed; SGLang's all-reduce of
+the hit settles the difference.
 """
 import errno
+import functools
 import hashlib
 import logging
 import os
 import re
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 
 try:
@@ -147,8 +153,56 @@ class _Pins:
             self.pool.unpin(p)
 
 
+def _guarded(fallback, needs_host=True):
+    """A call of SGLang's threads: counted while it runs, so that close()
+    and register_mem_pool_host() wait for it; fallback(*args) (0, False,
+    a list of False or None) when the backend is closed or has no host
+    pool yet, with a log line."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(self, *args, **kw):
+            if not self._enter(fn.__name__, needs_host):
+                return fallback(*args)
+            try:
+                return fn(self, *args, **kw)
+            finally:
+                self._leave()
+        return call
+
+    return wrap
+
+
+def _falses(keys, *_):
+    return [False] * len(keys)
+
+
+def _nones(keys, *_):
+    return [None] * len(keys)
+
+
+def _reap(ref, stop, period):
+    """The backend's thread: lets old holds go every period.  It keeps only
+    a weak reference, so a backend nobody closes is still collected."""
+    while not stop.wait(period):
+        self = ref()
+        if self is None:
+            return
+        try:
+            if self._enter("reap", False, quiet=True):
+                try:
+                    self._expire()
+                finally:
+                    self._leave()
+        except Exception as e:  # a log line, never the end of the thread
+            self._warn("reap", "letting go of old holds: %s", e)
+        del self
+
+
 class HicacheStorage(HiCacheStorage):
-    """SGLang's HiCacheStorage on a hicache pool (hicache-sglang(7))."""
+    """SGLang's HiCacheStorage on a hicache pool (hicache-sglang(7)).  Its
+    calls may come from several threads at once; close() waits for those
+    running, and the ones after it return False (or 0, or None)."""
 
     def __init__(self, storage_config, kwargs=None):
         self.pool = None
@@ -211,6 +265,8 @@ class HicacheStorage(HiCacheStorage):
         self.page_bytes = 0
         self.st = _Stats()
         self.mu = threading.Lock()  # held, pending, warned
+        self.cv = threading.Condition()  # inflight, exclusive, closing
+        self.inflight, self.exclusive, self.closing = 0, False, False
         self.scratch_mu = threading.Lock()  # the flat calls share one page of scratch
         self.names = {"e": _Names("e"), "s": _Names("s")}
         self.held = OrderedDict()  # id -> (time, keys, pages, holds) found by batch_exists for batch_get_v1
@@ -218,7 +274,8 @@ class HicacheStorage(HiCacheStorage):
         self.pending = deque()  # (deadline, pages) this rank reserved for its engine, not yet READY
         self.warned = {}
         self.stop = threading.Event()
-        self.reaper = threading.Thread(target=self._reap, name="hicache-holds", daemon=True)
+        self.reaper = threading.Thread(target=_reap, args=(weakref.ref(self), self.stop, min(1.0, self.hold_s / 2)),
+                                       name="hicache-holds", daemon=True)
         self.reaper.start()
         log.info("hicache: pool '%s' engine %d TP rank %d/%d%s", name, self.engine_id, self.tp_rank, self.tp_size,
                  " (MLA)" if self.mla else "")
@@ -258,14 +315,24 @@ class HicacheStorage(HiCacheStorage):
             raise hicache.Error(errno.EBADF, "hicache: register_mem_pool_host after close()")
         lay = HostLayout(mem_pool_host, self.info, self.ci, self.comp, self.tp_size, self.mla, self.sc.model_name,
                          self.check_model)
-        super().register_mem_pool_host(mem_pool_host)
-        old = (self.dev, self.scratch_dev)
-        self.lay, self.host, self.page_bytes = lay, mem_pool_host, lay.page_bytes
-        self.scratch = self.scratch_dev = None
-        self.dev = self._open(mem_pool_host.kv_buffer)
-        for d in old:
-            if d is not None:
-                d.close()
+        dev = None
+        with self._alone():  # no call copies while the devices change
+            if self.pool is None:
+                raise hicache.Error(errno.EBADF, "hicache: register_mem_pool_host after close()")
+            old = (self.dev, self.scratch_dev)
+            prev = (self.lay, self.host, self.page_bytes)
+            self.lay = lay
+            try:
+                dev = self._open(mem_pool_host.kv_buffer)
+            except Exception:
+                self.lay = prev[0]
+                raise
+            super().register_mem_pool_host(mem_pool_host)
+            self.host, self.page_bytes, self.dev = mem_pool_host, lay.page_bytes, dev
+            self.scratch = self.scratch_dev = None
+            for d in old:
+                if d is not None:
+                    d.close()
 
     def _scratch(self):
         """One page of the host pool's layout, for the calls that pass flat
@@ -288,17 +355,50 @@ class HicacheStorage(HiCacheStorage):
 
     # ---- logs, holds, names ---------------------------------------------
 
-    def _usable(self, what, needs_host=True):
-        """Whether a call can run: False, with a log line, when the backend
-        is closed or (for a copy) no host pool was registered."""
-        if self.pool is None:
-            self._warn("closed", "%s after close(): the backend is closed", what)
-            return False
-        if needs_host and self.dev is None:
-            self._warn("register", "%s before register_mem_pool_host(): SGLang registers its host pool first",
-                       what)
-            return False
-        return True
+    def _enter(self, what, needs_host=True, quiet=False):
+        """Whether a call can run, and if so count it in: not while
+        register_mem_pool_host() or close() runs (it waits), nor once the
+        backend is closed or, for a copy, before a host pool is registered
+        (a log line)."""
+        with self.cv:
+            while self.exclusive and not self.closing:
+                self.cv.wait()
+            if self.closing or self.pool is None:
+                why = ("closed", "%s after close(): the backend is closed")
+            elif needs_host and self.dev is None:
+                why = ("register", "%s before register_mem_pool_host(): SGLang registers its host pool first")
+            else:
+                self.inflight += 1
+                return True
+        if not quiet:
+            self._warn(why[0], why[1], what)
+        return False
+
+    def _leave(self):
+        with self.cv:
+            self.inflight -= 1
+            self.cv.notify_all()
+
+    def _alone(self):
+        """A context in which no call runs: it waits for those running, and
+        the ones that come wait for it."""
+        backend = self
+
+        class Alone:
+            def __enter__(self):
+                with backend.cv:
+                    while backend.exclusive:
+                        backend.cv.wait()
+                    backend.exclusive = True
+                    while backend.inflight:
+                        backend.cv.wait()
+
+            def __exit__(self, *exc):
+                with backend.cv:
+                    backend.exclusive = False
+                    backend.cv.notify_all()
+
+        return Alone()
 
     def _warn(self, what, msg, *args):
         """A failure is a log line, at most one a minute of each kind and
@@ -336,13 +436,6 @@ class HicacheStorage(HiCacheStorage):
         except hicache.Error as e:
             self._warn("abort", "abort of %d reserved pages: %s", len(pages), e.strerror)
 
-    def _reap(self):
-        while not self.stop.wait(min(1.0, self.hold_s / 2)):
-            try:
-                self._expire()
-            except Exception as e:  # a log line, never the end of the thread
-                self._warn("reap", "letting go of old holds: %s", e)
-
     def _expire(self):
         """Let go of holds no batch_get_v1 came for in hold_ms (a prefetch
         SGLang dropped), and give up reservations of this rank's that
@@ -356,13 +449,18 @@ class HicacheStorage(HiCacheStorage):
                 due += self.pending.popleft()[1]
         for h in old:
             self._release(h[3])
-        if due and self.pool is not None:
-            stuck = [p for p in due if self.pool.page_state(p) == "RESERVED"]
-            if stuck:
-                self.st.add(given_up=len(stuck))
-                self._warn("stuck", "%d pages this rank reserved for its engine were not complete after %.0f s "
-                                    "(another rank's copy failed, or it is gone): given up", len(stuck), self.grace_s)
-                self._abort(stuck)
+        given = 0
+        for p in due:  # one at a time: a page completed meanwhile is no failure of the others
+            try:
+                if self.pool.page_state(p) == "RESERVED":
+                    self.pool.abort([p])
+                    given += 1
+            except hicache.Error:
+                pass  # completed or given up between the look and the abort: nothing to do
+        if given:
+            self.st.add(given_up=given)
+            self._warn("stuck", "%d pages this rank reserved for its engine were not complete after %.0f s "
+                                "(another rank's copy failed, or it is gone): given up", given, self.grace_s)
 
     def _named(self, kind, key, call):
         """call(request id, n) under the next name of key, moving on past
@@ -462,12 +560,13 @@ class HicacheStorage(HiCacheStorage):
 
     # ---- the zero-copy calls (interface_v1) -----------------------------
 
+    @_guarded(lambda *_: 0, needs_host=False)
     def batch_exists(self, keys, extra_info=None):
         """How many of the first keys are in the pool or in L3.  Pages only in
         L3 are brought into the pool now, once for every rank; the pages stay
         held for batch_get_v1 (hold_ms at most)."""
         keys = list(keys)
-        if not keys or not self._usable("batch_exists", False):
+        if not keys:
             return 0
         t0 = time.monotonic()
         try:
@@ -484,12 +583,13 @@ class HicacheStorage(HiCacheStorage):
         self.st.took("exists", t0)
         return m
 
+    @_guarded(_falses)
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         """Copy this rank's shard of each page into its host slots: True for
         each page copied (a prefix)."""
         keys = list(keys)
         res = [False] * len(keys)
-        if not keys or not self._usable("batch_get_v1"):
+        if not keys:
             return res
         t0, holds, m = time.monotonic(), [], 0
         try:
@@ -540,6 +640,7 @@ class HicacheStorage(HiCacheStorage):
             with self.mu:
                 self.pending.append((time.monotonic() + self.grace_s, pages))
 
+    @_guarded(_falses)
     def batch_set_v1(self, keys, host_indices, extra_info=None):
         """Store this rank's shard of each page from its host slots: True for
         a page stored or already present, False for one another engine is
@@ -548,8 +649,6 @@ class HicacheStorage(HiCacheStorage):
         n = len(keys)
         if not n:
             return []
-        if not self._usable("batch_set_v1"):
-            return [False] * n
         if self.mla and self.tp_rank != 0:
             return [True] * n  # the latent is rank 0's to write
         t0 = time.monotonic()
@@ -570,14 +669,12 @@ class HicacheStorage(HiCacheStorage):
                 for i in fill:
                     res[i] = True
                 self._written([pages[i] for i in fill], first, t)
-        except Exception as e:  # hicache.Error, or anything else: the reservation is given back
-            self._warn("store", "batch_set_v1 of %d pages: %s", len(fill), getattr(e, "strerror", None) or e)
+        except Exception as e:  # hicache.Error, or anything else: a False, and the reservation given back
+            self._warn("store", "batch_set_v1 of %d pages: %s", len(fill), getattr(e, "strerror", None) or repr(e))
             if first:
                 self._abort([pages[i] for i in fill])
             self.st.add(set_failed=len(fill))
             fill = []
-            if not isinstance(e, hicache.Error):
-                raise
         finally:
             if t is not None:
                 self._release([t])
@@ -589,10 +686,9 @@ class HicacheStorage(HiCacheStorage):
 
     # ---- the calls that pass flat pages ----------------------------------
 
+    @_guarded(lambda *_: False, needs_host=False)
     def exists(self, key):
         """Whether the pool or L3 has key's page (nothing is held)."""
-        if not self._usable("exists", False):
-            return False
         try:
             if self.pool.lookup([key], comps=self.mask):
                 return True
@@ -616,13 +712,14 @@ class HicacheStorage(HiCacheStorage):
         out = self.batch_get([key], None if target_location is None else [target_location])
         return out[0]
 
+    @_guarded(_nones)
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         """Flat pages of this rank's shard in the host pool's layout
         (SGLang's get_data_page(flat=True) order), into target_locations when
         given: a tensor for each page of the prefix found, then None."""
         keys = list(keys)
         out = [None] * len(keys)
-        if not keys or not self._usable("batch_get"):
+        if not keys:
             return out
         t0, holds, m = time.monotonic(), [], 0
         try:
@@ -651,14 +748,13 @@ class HicacheStorage(HiCacheStorage):
     def set(self, key, value=None, target_location=None, target_sizes=None):
         return self.batch_set([key], [value])
 
+    @_guarded(lambda *_: False)
     def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
         """Store flat pages (SGLang's get_data_page(flat=True) order); True
         when every page is stored or present."""
         keys = list(keys)
         if not keys:
             return True
-        if not self._usable("batch_set"):
-            return False
         if values is None or len(values) != len(keys):
             self._warn("set", "batch_set: %d keys and %s values: give one flat page for each key", len(keys),
                        "no" if values is None else len(values))
@@ -688,8 +784,8 @@ class HicacheStorage(HiCacheStorage):
                     done.append(p)
                 i = len(pages)
             self._written(done, first, t)
-        except hicache.Error as e:
-            self._warn("store", "batch_set of %d pages: %s", len(keys), e.strerror)
+        except Exception as e:  # hicache.Error, or a value that is no tensor: a False, never a leak
+            self._warn("store", "batch_set of %d pages: %s", len(keys), getattr(e, "strerror", None) or repr(e))
             ok = False
             if first:  # the pages not stored yet; those before are done
                 self._abort([p for p, sk in zip(pages[i:], skip[i:]) if not sk])
@@ -710,8 +806,8 @@ class HicacheStorage(HiCacheStorage):
                               for k, a in self.st.lat.items()}
             self.st.sg = {k: [] for k in self.st.sg}
         d["engine_id"], d["pool"] = self.engine_id, self.name
-        if self.pool is None:
-            return d
+        if not self._enter("get_stats", False, quiet=True):
+            return d  # closed: this rank's own figures only
         try:
             ps = self.pool.stats()
             d["pool_pages"] = ps["pages"]
@@ -720,19 +816,23 @@ class HicacheStorage(HiCacheStorage):
                 d["device"] = self.dev.stats()
         except hicache.Error as e:
             self._warn("stats", "stats: %s", e.strerror)
+        finally:
+            self._leave()
         return d
 
+    def _drop_holds(self):
+        with self.mu:
+            held, self.held = list(self.held.values()), OrderedDict()
+        for h in held:
+            self._release(h[3])
+
+    @_guarded(lambda *_: None, needs_host=False)
     def clear(self):
         """clear "local" (the default): let go of the pages this rank holds
         for a batch_get_v1 that has not come; the pages stay, since other
         servers share them.  clear "pool": then also evict every page of the
         pool that no rank holds, every server's (hc_evict(3))."""
-        if self.pool is None:
-            return
-        with self.mu:
-            held, self.held = list(self.held.values()), OrderedDict()
-        for h in held:
-            self._release(h[3])
+        self._drop_holds()
         if self.clear_mode == "pool":
             try:
                 n = self.pool.evict()
@@ -741,15 +841,20 @@ class HicacheStorage(HiCacheStorage):
                 self._warn("clear", "clear of pool '%s': %s", self.name, e.strerror)
 
     def close(self):
-        """Let every hold go, close the device path, leave and detach.  The
-        pages this rank reserved and stored stay with the pool."""
-        if getattr(self, "pool", None) is None:
-            return
+        """Wait for the calls running, let every hold go, close the device
+        path, leave and detach; calls after it return False (0, None).  The
+        pages this rank stored stay with the pool."""
+        with getattr(self, "cv", threading.Condition()):
+            if getattr(self, "pool", None) is None or self.closing:
+                return
+            self.closing = True
+            while self.inflight:
+                self.cv.wait()
+            self.cv.notify_all()
         self.stop.set()
-        self.reaper.join()
-        self.clear_mode, mode = "local", self.clear_mode
-        self.clear()
-        self.clear_mode = mode
+        if self.reaper is not threading.current_thread():
+            self.reaper.join()
+        self._drop_holds()
         for d in (self.dev, self.scratch_dev):
             if d is not None:
                 d.close()
