@@ -376,6 +376,90 @@ START_TEST(sync_transfers)
 }
 END_TEST
 
+/* A store whose commit of one page fails still commits the pages after
+ * it: page 0 is aborted while rank 1's store into it waits behind a long
+ * load, and page 1 must still become READY from rank 1's commit. */
+START_TEST(commit_failure_commits_the_rest)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 16, 100, 4); /* TP 2 */
+	struct rank_dev a[2];
+	hc_key_t k[8];
+	hc_page_t pg[8], *big = calloc(2048, sizeof(*big));
+	uint8_t skip[8];
+	uint64_t sl[8 * 16], ss[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, *bsl = calloc(2048 * 16, sizeof(*bsl)),
+			     *bss = calloc(2048, sizeof(*bss));
+	struct hc_reserve_req rq = { .size = sizeof(struct hc_reserve_req), .keys = k, .nkeys = 8 };
+	hc_xfer *x, *stall, *late;
+
+	srand(13);
+	for (int r = 0; r < 2; r++)
+		rank_open(&a[r], p, 2, (uint32_t)r, 128, 1);
+	hct_keys(k, 8, 90);
+	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 8);
+	for (unsigned i = 0; i < 8 * 16; i++)
+		sl[i] = i;
+	/* pages 2..7 READY: both ranks store and commit them */
+	for (int r = 0; r < 2; r++) {
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg + 2,
+					  .n = 6,
+					  .slots = sl,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT | HC_XFER_SYNC };
+		ck_assert_ok(hc_dev_store(a[r].dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	/* pages 0 and 1: rank 0's shards are in, rank 1's not yet */
+	{
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 2,
+					  .slots = sl,
+					  .state_slots = ss,
+					  .flags = HC_XFER_COMMIT | HC_XFER_SYNC };
+		ck_assert_ok(hc_dev_store(a[0].dev, &xr, &x));
+		ck_assert_int_eq(hc_xfer_free(x), 0);
+	}
+	/* rank 1: a long load of the READY pages (32 MiB, milliseconds), then its
+	 * store of 0 and 1 queued behind it */
+	for (unsigned i = 0; i < 2048; i++) {
+		big[i] = pg[2 + i % 6];
+		bss[i] = i % 6;
+		for (unsigned t = 0; t < 16; t++)
+			bsl[i * 16 + t] = (i % 6) * 16 + t;
+	}
+	{
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = big,
+					  .n = 2048,
+					  .slots = bsl,
+					  .state_slots = bss };
+		ck_assert_ok(hc_dev_load(a[1].dev, &xr, &stall));
+	}
+	{
+		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
+					  .pages = pg,
+					  .n = 2,
+					  .slots = sl + 6 * 16,
+					  .state_slots = ss + 6,
+					  .flags = HC_XFER_COMMIT };
+		ck_assert_ok(hc_dev_store(a[1].dev, &xr, &late));
+	}
+	ck_assert_int_eq(hc_page_abort(p, pg, 1), 1); /* page 0 given up meanwhile */
+	ck_assert_int_eq(hc_xfer_free(stall), 0);
+	ck_assert_err(hc_xfer_free(late), ESTALE); /* page 0's commit */
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg[1]), NULL, NULL, NULL), HC_PAGE_READY);
+	for (int r = 0; r < 2; r++)
+		rank_close(&a[r]);
+	free(big);
+	free(bsl);
+	free(bss);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 /* A pool for TP 8 (8 groups of one head), written by 8 ranks, read by TP 4 and TP 2. */
 START_TEST(tp8_read_by_tp4_and_tp2)
 {
@@ -1034,6 +1118,7 @@ int main(void)
 	tcase_add_loop_test(tc, layer_marks_in_order, HC_PATH_AUTO, HC_PATH_KERNEL + 1);
 	tcase_add_test(tc, errors);
 	tcase_add_test(tc, sync_transfers);
+	tcase_add_test(tc, commit_failure_commits_the_rest);
 	tcase_add_test(tc, replicated_k_only);
 	tcase_add_test(tc, page_first_direct_blocks);
 	tcase_add_test(tc, store_into_another_ranks_reservation);

@@ -146,18 +146,20 @@ static void complete_xfer(hc_dev *d, hc_xfer *x)
 	} else if (r < 0) {
 		snprintf(x->err, sizeof(x->err), "%s", hc_last_error());
 	} else if (x->store && (x->flags & HC_XFER_COMMIT)) {
-		/* Every layer is in the envelopes: the pages may become READY. */
-		for (unsigned i = 0; i < x->n && r == 0; i++) {
+		/* Every layer is in the envelopes: the pages may become READY.
+		 * Each page on its own: one that was given up meanwhile does not
+		 * keep the others from being finished.  The first failure tells. */
+		for (unsigned i = 0; i < x->n; i++) {
 			uint32_t mine = d->shards & hc_page_needed(d->pool, x->presence[i]);
 			int c;
 			if (!mine)
 				continue; /* nothing of this page is this rank's to write */
 			c = hc_page_commit(d->pool, x->pages[i], mine);
-			if (c < 0 && c != -EALREADY)
-				r = c; /* EALREADY: a rank sharing our group finished it first */
+			if (c < 0 && c != -EALREADY && r == 0) { /* EALREADY: a rank sharing our group finished it */
+				r = c;
+				snprintf(x->err, sizeof(x->err), "%s", hc_last_error());
+			}
 		}
-		if (r < 0)
-			snprintf(x->err, sizeof(x->err), "%s", hc_last_error());
 	}
 	pthread_mutex_lock(&d->mu);
 	x->result = r;
