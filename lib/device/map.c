@@ -88,9 +88,8 @@ static int ranges_meet(const struct range *a, const struct range *b)
 	d = (b->lo - a->lo) % a->period; /* b->lo >= a->lo: sorted */
 	if (d >= a->foot && d + b->foot <= a->period)
 		return 0;
-	if (a->block_slots && a->block_slots == b->block_slots && a->stride == b->stride && d < a->stride &&
-	    d >= a->bytes && d + b->bytes <= a->stride &&
-	    d + (uint64_t)(b->block_slots - 1) * b->stride + b->bytes <= a->period)
+	if (a->block_slots && a->block_slots == b->block_slots && a->stride == b->stride && d >= a->bytes &&
+	    d + b->bytes <= a->stride && d + (uint64_t)(b->block_slots - 1) * b->stride + b->bytes <= a->period)
 		return 0;
 	return 1;
 }
@@ -227,16 +226,16 @@ int hc__dev_plan(const struct hc__geom *g, const struct hc__dev_desc *d, struct 
 						      g->comps[dc->comp].name, l);
 					goto out;
 				}
-				rg[nr++] = (struct range){ lo,
-							   lo + span,
-							   period,
-							   foot,
-							   dc->token_stride,
-							   dc->token_bytes,
-							   dc->block_slots,
-							   dc->comp,
-							   l,
-							   kv };
+				rg[nr++] = (struct range){ .lo = lo,
+							   .hi = lo + span,
+							   .period = period,
+							   .foot = foot,
+							   .stride = dc->token_stride,
+							   .bytes = dc->token_bytes,
+							   .block_slots = dc->block_slots,
+							   .comp = dc->comp,
+							   .layer = l,
+							   .kv = kv };
 			}
 	}
 	qsort(rg, nr, sizeof(*rg), cmp_range);
