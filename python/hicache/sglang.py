@@ -113,10 +113,15 @@ class _Stats:
                 self.c[k] += v
 
     def took(self, what, t0, pages=0, nbytes=0):
+        """A call done: its latency; for a get or a set, its pages and bytes."""
         dt = time.monotonic() - t0
         with self.lock:
             a = self.lat[what]
             a[0], a[1], a[2] = a[0] + 1, a[1] + dt, max(a[2], dt)
+            if what in ("get", "set"):
+                self.c[what + "_calls"] += 1
+                self.c[what + "_pages"] += pages
+                self.c[what + "_bytes"] += nbytes
             if what in ("get", "set") and pages:
                 p = "prefetch" if what == "get" else "backup"
                 for k, v in ((p + "_pgs", pages), (p + "_bandwidth", nbytes / dt / 1e9 if dt > 0 else 0.0)):
@@ -262,7 +267,6 @@ class HicacheStorage(HiCacheStorage):
         # a reservation another rank never completed is given up after this
         self.grace_s = 2 * (ticket_ms or 10000) / 1000.0
         self.dev = self.host = self.lay = self.scratch = self.scratch_dev = None
-        self.page_bytes = 0
         self.st = _Stats()
         self.mu = threading.Lock()  # held, pending, warned
         self.cv = threading.Condition()  # inflight, exclusive, closing
@@ -315,24 +319,27 @@ class HicacheStorage(HiCacheStorage):
             raise hicache.Error(errno.EBADF, "hicache: register_mem_pool_host after close()")
         lay = HostLayout(mem_pool_host, self.info, self.ci, self.comp, self.tp_size, self.mla, self.sc.model_name,
                          self.check_model)
-        dev = None
         with self._alone():  # no call copies while the devices change
             if self.pool is None:
                 raise hicache.Error(errno.EBADF, "hicache: register_mem_pool_host after close()")
-            old = (self.dev, self.scratch_dev)
-            prev = (self.lay, self.host, self.page_bytes)
-            self.lay = lay
+            old, prev = (self.dev, self.scratch_dev), self.lay
+            self.lay = lay  # what _open describes
             try:
                 dev = self._open(mem_pool_host.kv_buffer)
             except Exception:
-                self.lay = prev[0]
+                self.lay = prev
                 raise
             super().register_mem_pool_host(mem_pool_host)
-            self.host, self.page_bytes, self.dev = mem_pool_host, lay.page_bytes, dev
+            self.host, self.dev = mem_pool_host, dev
             self.scratch = self.scratch_dev = None
             for d in old:
                 if d is not None:
                     d.close()
+
+    @property
+    def page_bytes(self):
+        """This rank's bytes of a page (0 before a host pool is registered)."""
+        return self.lay.page_bytes if self.lay is not None else 0
 
     def _scratch(self):
         """One page of the host pool's layout, for the calls that pass flat
@@ -558,6 +565,20 @@ class HicacheStorage(HiCacheStorage):
             _, _, pages, holds = self.held.pop(best)
         return pages[:m], holds
 
+    def _pages_for(self, keys, depth):
+        """The pages of the longest prefix of keys for a get: those
+        batch_exists held for them, then what the pool (and L3) has for the
+        rest, each rank on its own: (pages, holds)."""
+        pages, holds = self._held_for(keys) or ([], [])
+        if len(pages) < len(keys):
+            try:
+                more, extra, _ = self._find(keys[len(pages):], depth + len(pages), named=False)
+            except BaseException:
+                self._release(holds)
+                raise
+            pages, holds = pages + more, holds + extra
+        return pages, holds
+
     # ---- the zero-copy calls (interface_v1) -----------------------------
 
     @_guarded(lambda *_: 0, needs_host=False)
@@ -593,11 +614,7 @@ class HicacheStorage(HiCacheStorage):
             return res
         t0, holds, m = time.monotonic(), [], 0
         try:
-            got = self._held_for(keys)
-            pages, holds = got if got is not None else ([], [])
-            if len(pages) < len(keys):  # what batch_exists did not hold
-                more, holds2, _ = self._find(keys[len(pages):], self._depth(extra_info) + len(pages), named=False)
-                pages, holds = pages + more, holds + holds2
+            pages, holds = self._pages_for(keys, self._depth(extra_info))
             m = min(len(pages), len(keys))
             if m:
                 self.dev.load(pages[:m], self._slots(host_indices, m), sync=True).free()
@@ -608,7 +625,6 @@ class HicacheStorage(HiCacheStorage):
             m = 0
         finally:
             self._release(holds)
-        self.st.add(get_calls=1, get_pages=m, get_bytes=m * self.page_bytes)
         self.st.took("get", t0, m, m * self.page_bytes)
         return res
 
@@ -679,8 +695,7 @@ class HicacheStorage(HiCacheStorage):
             if t is not None:
                 self._release([t])
         busy = sum(1 for s in skip if s == hicache.SKIP_BUSY)
-        self.st.add(set_calls=1, set_pages=len(fill), set_present=sum(1 for s in skip if s == hicache.SKIP_READY),
-                    set_busy=busy, set_bytes=len(fill) * self.page_bytes)
+        self.st.add(set_present=sum(1 for s in skip if s == hicache.SKIP_READY), set_busy=busy)
         self.st.took("set", t0, len(fill), len(fill) * self.page_bytes)
         return res
 
@@ -723,11 +738,7 @@ class HicacheStorage(HiCacheStorage):
             return out
         t0, holds, m = time.monotonic(), [], 0
         try:
-            got = self._held_for(keys)
-            pages, holds = got if got is not None else ([], [])
-            if len(pages) < len(keys):
-                more, holds2, _ = self._find(keys[len(pages):], len(pages), named=False)
-                pages, holds = pages + more, holds + holds2
+            pages, holds = self._pages_for(keys, 0)
             with self.scratch_mu:
                 scratch = self._scratch()
                 for i, p in enumerate(pages[:len(keys)]):
@@ -741,7 +752,6 @@ class HicacheStorage(HiCacheStorage):
             self._warn("get", "batch_get of %d pages: %s", len(keys), e.strerror)
         finally:
             self._release(holds)
-        self.st.add(get_calls=1, get_pages=m, get_bytes=m * self.page_bytes)
         self.st.took("get", t0, m, m * self.page_bytes)
         return out
 
@@ -793,7 +803,6 @@ class HicacheStorage(HiCacheStorage):
         finally:
             if t is not None:
                 self._release([t])
-        self.st.add(set_calls=1, set_pages=len(done), set_bytes=len(done) * self.page_bytes)
         self.st.took("set", t0, len(done), len(done) * self.page_bytes)
         return ok
 
