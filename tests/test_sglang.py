@@ -367,9 +367,14 @@ def wait_for(what, pred, timeout=20.0):
     raise AssertionError(f"{what}: not within {timeout} s")
 
 
-def counter(name, c):
+def pool_stats(name):
     with admin(name) as a:
-        return a.stats()["counters"][c]
+        return a.stats()
+
+
+def counters(name, *cs):
+    c = pool_stats(name)["counters"]
+    return tuple(c[x] for x in cs)
 
 
 class Service(Base):
@@ -393,7 +398,7 @@ class Service(Base):
 
     def store_then_evict(self, seed, npages):
         run_server(2, backup_rank, self.name, "layer_first", seed, npages, 31)
-        wait_for("write_through writes every page", lambda: counter(self.name, "l3_backup_pages") >= npages)
+        wait_for("write_through writes every page", lambda: counters(self.name, "l3_backup_pages")[0] >= npages)
         with hicache.Pool.attach(self.name) as a:  # evicting takes a rank slot
             self.assertEqual(a.evict(), npages)
             self.assertEqual(a.stats()["pages"]["ready"], 0)
@@ -404,7 +409,7 @@ class Service(Base):
             self.assertEqual((hit, got), (12, 12))
             self.assertTrue(same, "the pages from L3 differ")
             self.assertEqual((st["hit_pool"], st["hit_l3"]), (0, 12))
-        self.assertEqual(counter(self.name, "l3_prefetch_pages"), 12, "each page read from L3 once for both ranks")
+        self.assertEqual(counters(self.name, "l3_prefetch_pages"), (12,), "each page read from L3 once for both ranks")
 
     def test_dead_service(self):
         """A service killed: pages only in L3 are misses, at once, with a log
@@ -772,12 +777,6 @@ class Behaviour(Base):
         self.assertNotEqual(hs.derive_engine_id(1000, 0), hs.derive_engine_id(1000, 1), "DP ranks differ")
 
 
-def counters(name, *cs):
-    with admin(name) as a:
-        c = a.stats()["counters"]
-    return tuple(c[x] for x in cs)
-
-
 class Agreement(Base):
     """How the ranks of a server stay in step, and what a rank that falls
     out of step, or fails, leaves behind."""
@@ -800,17 +799,11 @@ class Agreement(Base):
             if rank == 1:  # a page's slots short: this rank's copy fails
                 first = s.batch_set_v1(keys, torch.arange(P))
             sync()
-            reserved = counters(name, "tickets_opened")  # a read, so both ranks wait alike
-            given_up = 0
+            reserved, given_up = None, 0
             if rank == 0:
-                deadline = time.monotonic() + 10
-                while time.monotonic() < deadline:
-                    with admin(name) as a:
-                        reserved = a.stats()["pages"]["reserved"]
-                    if not reserved:
-                        break
-                    time.sleep(0.05)
-                given_up = s.get_stats()["given_up"]
+                wait_for("rank 0 gives up the pages rank 1 never completed",
+                         lambda: pool_stats(name)["pages"]["reserved"] == 0, timeout=10)
+                reserved, given_up = pool_stats(name)["pages"]["reserved"], s.get_stats()["given_up"]
             sync()
             again = s.batch_set_v1(keys, torch.arange(3 * P))
             sync()
