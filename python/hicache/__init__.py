@@ -371,16 +371,12 @@ class Pool:
     def commit(self, page, shards):
         _check(_c.hc_page_commit(self._h(), page, shards))
 
-    def _pages(self, pages):
-        pages = list(pages)
-        return (ctypes.c_uint64 * max(len(pages), 1))(*pages), len(pages)
-
     def abort(self, pages):
-        arr, n = self._pages(pages)
+        arr, n = _u64_array(pages)
         _check(_c.hc_page_abort(self._h(), arr, n))
 
     def free(self, pages):
-        arr, n = self._pages(pages)
+        arr, n = _u64_array(pages)
         _check(_c.hc_page_free(self._h(), arr, n))
 
     def pin(self, page):
@@ -454,7 +450,7 @@ class Pool:
 
     def backup(self, pages):
         """Ask the service to back READY keyed pages up to L3: a Request."""
-        arr, n = self._pages(pages)
+        arr, n = _u64_array(pages)
         rq = ctypes.c_void_p()
         _check(_c.hc_req_backup(self._h(), arr, n, ctypes.byref(rq)))
         return Request(self, rq)
@@ -473,6 +469,12 @@ class Pool:
         rq = ctypes.c_void_p()
         _check(_c.hc_req_prefetch(self._h(), ctypes.byref(r), ctypes.byref(rq)))
         return Request(self, rq, list(keys))
+
+
+def _u64_array(values):
+    """values (page handles, addresses) as a C uint64 array, and its count."""
+    values = list(values)
+    return (ctypes.c_uint64 * max(len(values), 1))(*values), len(values)
 
 
 def _u64s(v, n, what):
@@ -494,10 +496,9 @@ def _u64s(v, n, what):
         if len(v) < n:
             _bad(_errno.EINVAL, f"{what}: {len(v)} slots, the transfer needs {n}")
         return ctypes.cast(v, ctypes.c_void_p), v
-    vals = list(v)
-    if len(vals) != n:
-        _bad(_errno.EINVAL, f"{what}: {len(vals)} slots, the transfer needs {n}")
-    arr = (ctypes.c_uint64 * max(n, 1))(*vals)
+    arr, m = _u64_array(v)
+    if m != n:
+        _bad(_errno.EINVAL, f"{what}: {m} slots, the transfer needs {n}")
     return ctypes.cast(arr, ctypes.c_void_p), arr
 
 
@@ -514,8 +515,8 @@ class DeviceComponent:
         self.block_stride, self.block_slots = block_stride, block_slots
 
     def _spec(self, keep):
-        k = (ctypes.c_uint64 * max(len(self.k), 1))(*self.k)
-        v = None if self.v is None else (ctypes.c_uint64 * max(len(self.v), 1))(*self.v)
+        k = _u64_array(self.k)[0]
+        v = None if self.v is None else _u64_array(self.v)[0]
         keep += [k, v]
         return _lib.DevComp.make(comp=self.comp, k=ctypes.cast(k, ctypes.POINTER(ctypes.c_uint64)),
                                  v=None if v is None else ctypes.cast(v, ctypes.POINTER(ctypes.c_uint64)),
@@ -571,9 +572,7 @@ class Device:
         return self._d
 
     def _xfer(self, fn, pages, slots, state_slots, flags, after, what):
-        pages = list(pages)
-        n = len(pages)
-        parr = (ctypes.c_uint64 * max(n, 1))(*pages)
+        parr, n = _u64_array(pages)
         sp, keep1 = _u64s(slots, n * self._T, f"{what}: slots")
         ssp, keep2 = _u64s(state_slots, n, f"{what}: state slots")
         r = _lib.XferReq.make(pages=parr, n=n, slots=sp, state_slots=ssp, flags=flags,
