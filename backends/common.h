@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
@@ -73,6 +74,46 @@ static inline int hc_be_fail(char *err, size_t errlen, int errnum, const char *f
 	ret = hc_be_vfail(err, errlen, errnum, fmt, ap);
 	va_end(ap);
 	return ret;
+}
+
+/* An op's opcode and iovecs: the bytes its iovecs hold, or -EINVAL (the
+ * ABI's rule: such an op completes with -EINVAL). */
+static inline int64_t hc_be_iov_check(const struct hc_be_op *op)
+{
+	uint64_t total = 0;
+
+	if (op->opcode != HC_BE_OP_GET && op->opcode != HC_BE_OP_PUT)
+		return op->opcode == HC_BE_OP_EXISTS || op->opcode == HC_BE_OP_DELETE ? (op->iovcnt ? -EINVAL : 0)
+										      : -EINVAL;
+	if (op->iovcnt == 0 || op->iovcnt > HC_BE_IOV_MAX || !op->iov)
+		return -EINVAL;
+	for (unsigned v = 0; v < op->iovcnt; v++) {
+		if (!op->iov[v].iov_base && op->iov[v].iov_len)
+			return -EINVAL;
+		if (op->iov[v].iov_len > (uint64_t)INT64_MAX - total)
+			return -EINVAL;
+		total += op->iov[v].iov_len;
+	}
+	if (op->opcode == HC_BE_OP_PUT && total == 0)
+		return -EINVAL;
+	return (int64_t)total;
+}
+
+/* A ctl read's value into out: its length, or -ERANGE if it does not fit. */
+static inline int hc_be_ctl_out(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline int hc_be_ctl_out(char *out, size_t outlen, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!out || !outlen)
+		return -EINVAL;
+	va_start(ap, fmt);
+	n = vsnprintf(out, outlen, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	return (size_t)n < outlen ? n : -ERANGE;
 }
 
 /* CLOCK_MONOTONIC now + ms (> 0), for pthread_cond_timedwait on a

@@ -31,7 +31,7 @@ static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err,
 	const struct hc_mc_opts *o = &be->o;
 	memcached_st *mc = memcached_create(NULL);
 	hashkit_st *hk = NULL;
-	char sbuf[HC_MC_HOST_MAX + 16];
+	char sbuf[HC_BE_HOST_MAX + 16];
 	int ret;
 
 	if (!(*out = mc))
@@ -71,7 +71,7 @@ static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err,
 	}
 	hashkit_free(hk);
 	for (unsigned i = 0; i < o->nservers; i++) {
-		const struct hc_mc_server *sv = &o->servers[i];
+		const struct hc_be_server *sv = &o->servers[i];
 		memcached_return_t rc;
 		if (only >= 0 && (unsigned)only != i)
 			continue;
@@ -79,7 +79,7 @@ static int handle_new(struct hc_mc *be, int only, memcached_st **out, char *err,
 			      : memcached_server_add_unix_socket(mc, sv->host);
 		if (rc != MEMCACHED_SUCCESS)
 			return hc__mc_fail(err, errlen, EINVAL, "servers=: %s: %s",
-					   hc__mc_server_str(sv, sbuf, sizeof(sbuf)), memcached_strerror(mc, rc));
+					   hc_be_server_str(sv, sbuf, sizeof(sbuf)), memcached_strerror(mc, rc));
 	}
 	if (o->sasl) {
 		memcached_return_t rc = memcached_set_sasl_auth_data(mc, o->username, o->password);
@@ -125,7 +125,7 @@ void hc__mc_tmpl_free(struct hc_mc *be)
 struct probe {
 	unsigned answered;
 	uint64_t item_min;
-	char item_min_server[HC_MC_HOST_MAX + 16];
+	char item_min_server[HC_BE_HOST_MAX + 16];
 };
 
 uint64_t hc__mc_stat_u64(const char *value, size_t vlen)
@@ -165,7 +165,7 @@ static memcached_return_t probe_cb(const memcached_instance_st *inst, const char
 int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 {
 	struct probe pr = { 0 };
-	char sbuf[HC_MC_HOST_MAX + 16], why[256] = "";
+	char sbuf[HC_BE_HOST_MAX + 16], why[256] = "";
 
 	for (unsigned i = 0; i < be->o.nservers; i++) {
 		unsigned before = pr.answered;
@@ -182,13 +182,13 @@ int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 		if ((rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM) && be->o.sasl)
 			return hc__mc_fail(err, errlen, EACCES,
 					   "SASL authentication failed on %s: check username= and password=",
-					   hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
+					   hc_be_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
 		if (rc == MEMCACHED_AUTH_FAILURE || rc == MEMCACHED_AUTH_PROBLEM)
 			return hc__mc_fail(
 				err, errlen, EACCES,
 				"server %s requires SASL authentication: give username= and password= (or password_file=)",
-				hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
-		snprintf(why, sizeof(why), "%s: %s", hc__mc_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)),
+				hc_be_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)));
+		snprintf(why, sizeof(why), "%s: %s", hc_be_server_str(&be->o.servers[i], sbuf, sizeof(sbuf)),
 			 memcached_last_error_message(be->solo[i]));
 		hc__mc_log(HC_BE_LOG_WARN, "server %s did not answer at open: its objects are misses until it does",
 			   why);
@@ -254,7 +254,7 @@ bool hc__mc_skip(struct hc_mc *be, uint32_t server)
 
 void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server)
 {
-	char where[HC_MC_HOST_MAX + 16];
+	char where[HC_BE_HOST_MAX + 16];
 
 	if (server >= be->o.nservers)
 		return;
@@ -264,7 +264,7 @@ void hc__mc_hang(struct hc_mc *be, memcached_st *mc, uint32_t server)
 	hc__mc_warn_once(
 		be, HC_MC_WARN_HUNG,
 		"server %s answered nothing in io_timeout_ms=%u: left alone for eject_s=%u, its objects are misses (logged once)",
-		hc__mc_server_str(&be->o.servers[server], where, sizeof(where)), be->o.io_timeout_ms, be->o.eject_s);
+		hc_be_server_str(&be->o.servers[server], where, sizeof(where)), be->o.io_timeout_ms, be->o.eject_s);
 }
 
 int hc__mc_keys_reserve(struct hc_mc_worker *w, unsigned n)
@@ -362,7 +362,7 @@ int hc__mc_errno(memcached_return_t rc)
 void hc__mc_server_failed(struct hc_mc *be, memcached_st *mc, memcached_return_t rc, const char *what)
 {
 	const memcached_instance_st *inst = memcached_server_get_last_disconnect(mc);
-	char where[HC_MC_HOST_MAX + 16] = "a server";
+	char where[HC_BE_HOST_MAX + 16] = "a server";
 
 	if (inst)
 		snprintf(where, sizeof(where), "%s:%u", memcached_server_name(inst),

@@ -37,9 +37,9 @@
 #include <hicache/backend.h>
 
 #include "../common.h"
+#include "../hostport.h"
 
 #define HC_MC_MAX_SERVERS  64
-#define HC_MC_HOST_MAX     255
 #define HC_MC_PREFIX_MAX   64
 #define HC_MC_HEXNAME      (2 * HC_BE_NAME_BYTES)                  /* 128 hex digits */
 #define HC_MC_KEY_MAX      (HC_MC_PREFIX_MAX + HC_MC_HEXNAME + 12) /* ".<chunk>" and NUL: < 250 */
@@ -51,13 +51,8 @@
 #define HC_MC_MGET_KEYS    4096u      /* keys of one multi-get, at most (beyond one object's) */
 #define HC_MC_TTL_MAX      2592000u   /* 30 days: memcached reads larger values as a date */
 
-struct hc_mc_server {
-	char host[HC_MC_HOST_MAX + 1]; /* a host name or address, or a socket's path */
-	unsigned port;                 /* 0: a unix socket */
-};
-
 struct hc_mc_opts {
-	struct hc_mc_server servers[HC_MC_MAX_SERVERS];
+	struct hc_be_server servers[HC_MC_MAX_SERVERS];
 	unsigned nservers;
 	unsigned connect_timeout_ms;
 	unsigned io_timeout_ms;
@@ -179,7 +174,6 @@ const struct hc_backend_host *hc__mc_host(void);
 
 /* opts.c */
 int hc__mc_opts_parse(const struct hc_be_option *opts, unsigned nopts, struct hc_mc_opts *o, char *err, size_t errlen);
-const char *hc__mc_server_str(const struct hc_mc_server *s, char *buf, size_t len);
 
 /* Call fn for each piece of bytes [off, off+len) of iov[0..iovcnt), in
  * order; done is how much of the range came before the piece.  The one walk

@@ -210,27 +210,6 @@ static void *worker_main(void *arg)
 
 /* ---- the ABI */
 
-static int64_t iov_check(const struct hc_be_op *op)
-{
-	uint64_t total = 0;
-
-	if (op->opcode != HC_BE_OP_GET && op->opcode != HC_BE_OP_PUT)
-		return op->opcode == HC_BE_OP_EXISTS || op->opcode == HC_BE_OP_DELETE ? (op->iovcnt ? -EINVAL : 0)
-										      : -EINVAL;
-	if (op->iovcnt == 0 || op->iovcnt > HC_BE_IOV_MAX || !op->iov)
-		return -EINVAL;
-	for (unsigned v = 0; v < op->iovcnt; v++) {
-		if (!op->iov[v].iov_base && op->iov[v].iov_len)
-			return -EINVAL;
-		if (op->iov[v].iov_len > (uint64_t)INT64_MAX - total)
-			return -EINVAL;
-		total += op->iov[v].iov_len;
-	}
-	if (op->opcode == HC_BE_OP_PUT && total == 0)
-		return -EINVAL;
-	return (int64_t)total;
-}
-
 static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 {
 	struct hc_mc *be = p;
@@ -249,7 +228,7 @@ static int mc_submit(void *p, const struct hc_be_op *ops, unsigned n)
 	/* Copies outside the lock; a bad op completes with -EINVAL at once. */
 	for (unsigned i = 0; i < k; i++) {
 		const struct hc_be_op *op = &ops[i];
-		int64_t chk = iov_check(op);
+		int64_t chk = hc_be_iov_check(op);
 		unsigned iovcnt = chk < 0 ? 0 : op->iovcnt;
 		struct hc_mc_job *j = malloc(sizeof(*j) + iovcnt * sizeof(struct iovec));
 
@@ -444,22 +423,6 @@ static int mc_stats(void *p, void (*emit)(void *arg, const char *name, uint64_t 
 	return 0;
 }
 
-static int ctl_out(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int ctl_out(char *out, size_t outlen, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (!out || !outlen)
-		return -EINVAL;
-	va_start(ap, fmt);
-	n = vsnprintf(out, outlen, fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return -EINVAL;
-	return (size_t)n < outlen ? n : -ERANGE;
-}
-
 static const char *const ctl_keys[] = {
 	"servers", "chunk_size",         "ttl",           "prefix",      "workers",
 	"batch",   "connect_timeout_ms", "io_timeout_ms", "eject_after", "eject_s",
@@ -480,14 +443,14 @@ static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t
 		return -EINVAL; /* all read-only: reopen with other options */
 	switch (i) {
 	case 0: {
-		char buf[HC_MC_HOST_MAX + 16];
+		char buf[HC_BE_HOST_MAX + 16];
 		size_t off = 0;
 		if (!out || !outlen)
 			return -EINVAL;
 		out[0] = '\0';
 		for (unsigned s = 0; s < be->o.nservers; s++) {
 			int k = snprintf(out + off, outlen - off, "%s%s", s ? ";" : "",
-					 hc__mc_server_str(&be->o.servers[s], buf, sizeof(buf)));
+					 hc_be_server_str(&be->o.servers[s], buf, sizeof(buf)));
 			if (k < 0 || (size_t)k >= outlen - off)
 				return -ERANGE;
 			off += (size_t)k;
@@ -495,23 +458,23 @@ static int mc_ctl(void *p, const char *key, const char *value, char *out, size_t
 		return (int)off;
 	}
 	case 1:
-		return ctl_out(out, outlen, "%" PRIu32, be->chunk_bytes);
+		return hc_be_ctl_out(out, outlen, "%" PRIu32, be->chunk_bytes);
 	case 2:
-		return ctl_out(out, outlen, "%" PRIu32, be->o.ttl_s);
+		return hc_be_ctl_out(out, outlen, "%" PRIu32, be->o.ttl_s);
 	case 3:
-		return ctl_out(out, outlen, "%s", be->o.prefix);
+		return hc_be_ctl_out(out, outlen, "%s", be->o.prefix);
 	case 4:
-		return ctl_out(out, outlen, "%u", be->o.workers);
+		return hc_be_ctl_out(out, outlen, "%u", be->o.workers);
 	case 5:
-		return ctl_out(out, outlen, "%u", be->o.batch);
+		return hc_be_ctl_out(out, outlen, "%u", be->o.batch);
 	case 6:
-		return ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
+		return hc_be_ctl_out(out, outlen, "%u", be->o.connect_timeout_ms);
 	case 7:
-		return ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
+		return hc_be_ctl_out(out, outlen, "%u", be->o.io_timeout_ms);
 	case 8:
-		return ctl_out(out, outlen, "%u", be->o.eject_after);
+		return hc_be_ctl_out(out, outlen, "%u", be->o.eject_after);
 	default:
-		return ctl_out(out, outlen, "%u", be->o.eject_s);
+		return hc_be_ctl_out(out, outlen, "%u", be->o.eject_s);
 	}
 }
 

@@ -15,18 +15,6 @@
 
 #include "mc.h"
 
-/* A decimal count from min to max: 0, or -1. */
-static int parse_uint(const char *v, unsigned long long min, unsigned long long max, unsigned long long *out)
-{
-	char *end;
-
-	if (!isdigit((unsigned char)v[0]))
-		return -1;
-	errno = 0;
-	*out = strtoull(v, &end, 10);
-	return errno || *end || *out < min || *out > max ? -1 : 0;
-}
-
 /* Bytes with an optional K, M or G (powers of 1024, also KiB/KB...): 0, or -1. */
 static int parse_bytes(const char *v, unsigned long long *out)
 {
@@ -63,123 +51,6 @@ static int parse_bytes(const char *v, unsigned long long *out)
 	if (*out > (~0ull >> shift))
 		return -1;
 	*out <<= shift;
-	return 0;
-}
-
-const char *hc__mc_server_str(const struct hc_mc_server *s, char *buf, size_t len)
-{
-	if (!s->port)
-		snprintf(buf, len, "%s", s->host);
-	else if (strchr(s->host, ':'))
-		snprintf(buf, len, "[%s]:%u", s->host, s->port);
-	else
-		snprintf(buf, len, "%s:%u", s->host, s->port);
-	return buf;
-}
-
-/* One server: HOST, HOST:PORT, [V6ADDR]:PORT, or /path/to/socket. */
-static int parse_server(const char *s, size_t len, struct hc_mc_server *out, char *err, size_t errlen)
-{
-	const char *host = s, *port = NULL;
-	size_t hlen = len;
-	unsigned long long p = 11211;
-	char pbuf[8];
-
-	memset(out, 0, sizeof(*out));
-	if (s[0] == '/') {
-		if (len > HC_MC_HOST_MAX)
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: the socket path '%.*s' is too long",
-					   (int)len, s);
-		memcpy(out->host, s, len);
-		return 0;
-	}
-	if (memchr(s, ' ', len))
-		return hc__mc_fail(err, errlen, EINVAL,
-				   "servers=: '%.*s' has a space: separate servers with ';' and write HOST:PORT",
-				   (int)len, s);
-	if (s[0] == '[') {
-		const char *close = memchr(s, ']', len);
-		if (!close || close == s + 1 || !memchr(s, ':', (size_t)(close - s)) ||
-		    (close + 1 < s + len && close[1] != ':'))
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is not [IPV6-ADDRESS]:PORT", (int)len,
-					   s);
-		host = s + 1;
-		hlen = (size_t)(close - host);
-		if (close + 1 < s + len)
-			port = close + 2;
-	} else {
-		const char *colon = memchr(s, ':', len);
-		if (colon) {
-			if (memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)))
-				return hc__mc_fail(
-					err, errlen, EINVAL,
-					"servers=: '%.*s': write an IPv6 address in brackets, [ADDRESS]:PORT", (int)len,
-					s);
-			hlen = (size_t)(colon - s);
-			port = colon + 1;
-		}
-	}
-	if (hlen == 0 || hlen > HC_MC_HOST_MAX)
-		return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' has no host name", (int)len, s);
-	for (size_t i = 0; i < hlen; i++)
-		if (!isalnum((unsigned char)host[i]) && !strchr(".-_:%", host[i]))
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is not a host name or address",
-					   (int)len, s);
-	if (port) {
-		size_t plen = len - (size_t)(port - s);
-		if (plen == 0 || plen >= sizeof(pbuf))
-			p = 0;
-		else {
-			memcpy(pbuf, port, plen);
-			pbuf[plen] = '\0';
-			if (parse_uint(pbuf, 1, 65535, &p) < 0)
-				p = 0;
-		}
-		if (!p)
-			return hc__mc_fail(err, errlen, EINVAL,
-					   "servers=: '%.*s' has no port from 1 to 65535 after ':'", (int)len, s);
-	}
-	memcpy(out->host, host, hlen);
-	out->port = (unsigned)p;
-	return 0;
-}
-
-/* A list of servers separated by ';' (spaces around them are ignored). */
-static int parse_servers(const char *v, struct hc_mc_opts *o, char *err, size_t errlen)
-{
-	const char *p = v;
-	int ret;
-
-	o->nservers = 0;
-	while (*p) {
-		const char *end;
-		size_t len;
-
-		while (*p == ' ' || *p == ';')
-			p++;
-		if (!*p)
-			break;
-		for (end = p; *end && *end != ';'; end++)
-			;
-		len = (size_t)(end - p);
-		while (len && p[len - 1] == ' ')
-			len--; /* spaces around an entry are ignored, not inside one */
-		if (o->nservers == HC_MC_MAX_SERVERS)
-			return hc__mc_fail(err, errlen, EINVAL, "servers=: more than %d servers", HC_MC_MAX_SERVERS);
-		if ((ret = parse_server(p, len, &o->servers[o->nservers], err, errlen)) < 0)
-			return ret;
-		for (unsigned i = 0; i < o->nservers; i++)
-			if (!strcmp(o->servers[i].host, o->servers[o->nservers].host) &&
-			    o->servers[i].port == o->servers[o->nservers].port)
-				return hc__mc_fail(err, errlen, EINVAL, "servers=: '%.*s' is listed twice", (int)len,
-						   p);
-		o->nservers++;
-		p = end;
-	}
-	if (!o->nservers)
-		return hc__mc_fail(
-			err, errlen, EINVAL,
-			"servers= is empty: give HOST:PORT, several separated by ';', e.g. servers=10.0.0.1:11211;10.0.0.2:11211");
 	return 0;
 }
 
@@ -247,23 +118,29 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 	unsigned long long n;
 
 	switch (k) {
-	case OPT_SERVERS:
-		return parse_servers(v, o, err, errlen);
+	case OPT_SERVERS: {
+		static const struct hc_be_servers_spec spec = {
+			.default_port = 11211,
+			.unix_sockets = true,
+			.example = "10.0.0.1:11211;10.0.0.2:11211",
+		};
+		return hc_be_parse_servers(v, &spec, o->servers, HC_MC_MAX_SERVERS, &o->nservers, err, errlen);
+	}
 	case OPT_CONNECT_TIMEOUT:
 	case OPT_IO_TIMEOUT:
-		if (parse_uint(v, 1, 600000, &n) < 0)
+		if (hc_be_parse_uint(v, 1, 600000, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL, "%s=%s is not a count of milliseconds from 1 to 600000",
 					   opt_names[k], v);
 		*(k == OPT_CONNECT_TIMEOUT ? &o->connect_timeout_ms : &o->io_timeout_ms) = (unsigned)n;
 		return 0;
 	case OPT_EJECT_AFTER:
-		if (parse_uint(v, 1, 1000, &n) < 0)
+		if (hc_be_parse_uint(v, 1, 1000, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL,
 					   "eject_after=%s is not a count of failed connects from 1 to 1000", v);
 		o->eject_after = (unsigned)n;
 		return 0;
 	case OPT_EJECT_S:
-		if (parse_uint(v, 1, 86400, &n) < 0)
+		if (hc_be_parse_uint(v, 1, 86400, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL, "eject_s=%s is not a count of seconds from 1 to 86400",
 					   v);
 		o->eject_s = (unsigned)n;
@@ -281,19 +158,19 @@ static int set_opt(struct hc_mc_opts *o, enum opt_key k, const char *v, char *er
 		o->chunk_bytes = (uint32_t)n;
 		return 0;
 	case OPT_TTL:
-		if (parse_uint(v, 0, HC_MC_TTL_MAX, &n) < 0)
+		if (hc_be_parse_uint(v, 0, HC_MC_TTL_MAX, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL,
 					   "ttl=%s is not a count of seconds from 0 (no expiry) to %u (30 days)", v,
 					   HC_MC_TTL_MAX);
 		o->ttl_s = (uint32_t)n;
 		return 0;
 	case OPT_WORKERS:
-		if (parse_uint(v, 1, 64, &n) < 0)
+		if (hc_be_parse_uint(v, 1, 64, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL, "workers=%s is not a count of threads from 1 to 64", v);
 		o->workers = (unsigned)n;
 		return 0;
 	case OPT_BATCH:
-		if (parse_uint(v, 1, 1024, &n) < 0)
+		if (hc_be_parse_uint(v, 1, 1024, &n) < 0)
 			return hc__mc_fail(err, errlen, EINVAL, "batch=%s is not a count of ops from 1 to 1024", v);
 		o->batch = (unsigned)n;
 		return 0;
