@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -367,6 +368,27 @@ static bool shm_only(const char *tls)
 	return any;
 }
 
+/* Where the region is mapped here (a shared-memory transport: UCX maps the
+ * server's segment and its gets and puts are memory copies), fault its
+ * page tables in now: otherwise each first touch of a 4 KiB page by a put
+ * is a page fault, which on a VM costs as much as copying the page several
+ * times over.  The pages exist (the server prefaulted them); this only
+ * maps them, and writes nothing. */
+static void map_region(struct hc_mori *be, struct hc_mori_server *s)
+{
+	void *local = NULL;
+	uintptr_t a, end;
+
+	if (ucp_rkey_ptr(s->rkey, s->base, &local) != UCS_OK || !local)
+		return; /* not mapped here: RDMA, TCP, CMA */
+	a = (uintptr_t)local & ~(uintptr_t)4095;
+	end = (uintptr_t)local + s->size;
+	if (madvise((void *)a, end - a, MADV_POPULATE_WRITE) < 0)
+		hc__mori_warn_once(be, HC_MORI_WARN_REGISTER,
+				   "memory server %s: cannot prefault its region's mapping (%s): first puts are slower",
+				   s->label, strerror(errno));
+}
+
 /* The HELLO reply: the region, the worker address and the remote key. */
 static void welcome(struct hc_mori *be, struct hc_mori_server *s, const uint8_t *body, uint32_t len)
 {
@@ -429,6 +451,7 @@ static void welcome(struct hc_mori *be, struct hc_mori_server *s, const uint8_t 
 		return hc__mori_server_fail(be, s, -EPROTO, "its remote key does not unpack: %s",
 					    ucs_status_string(st));
 	}
+	map_region(be, s);
 	s->ep_failed = UCS_OK;
 	s->state = HC_MORI_S_UP;
 	s->since_ms = hc__mori_now_ms();
