@@ -873,3 +873,58 @@ void hct_puppet_end(struct hct_puppet *pp)
 	munmap(pp->c, sizeof(*pp->c));
 	free(pp);
 }
+
+uint64_t hct_in_state(hc_pool *p, enum hc_page_state s)
+{
+	uint64_t n[HC_PAGE__COUNT];
+
+	ck_assert_ok(hc_pool_count_states(p, n, HC_PAGE__COUNT));
+	return n[s];
+}
+
+int hct_drained(hc_pool *p)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (hct_in_state(p, HC_PAGE_READY) == 0 && hct_in_state(p, HC_PAGE_RESERVED) == 0)
+			return 1;
+		usleep(10000);
+	}
+	fprintf(stderr, "not drained: %llu READY, %llu RESERVED\n", (unsigned long long)hct_in_state(p, HC_PAGE_READY),
+		(unsigned long long)hct_in_state(p, HC_PAGE_RESERVED));
+	return 0;
+}
+
+void hct_stage_write(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
+{
+	hc_page_t *pg = calloc(n, sizeof(*pg));
+	hc_req *g, *b;
+
+	ck_assert_ok(hc_req_stage(p, n, 0, &g));
+	ck_assert_int_eq(hc_req_wait(g, 10000), (int)n);
+	hct_store_by_key(p, k, n, depth0, pg);
+	ck_assert_ok(hc_req_backup(p, pg, n, &b));
+	ck_assert_int_eq(hc_req_wait(b, 10000), (int)n);
+	ck_assert_ok(hc_req_free(b));
+	ck_assert_ok(hc_req_free(g)); /* the grant goes back */
+	free(pg);
+}
+
+void hct_prefetch_read(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
+{
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
+				      .keys = k,
+				      .nkeys = n,
+				      .first_depth = depth0,
+				      .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_page_t *pg = calloc(n, sizeof(*pg));
+	hc_req *rq;
+
+	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+	ck_assert_int_eq(hc_req_prefetch_take(rq, pg, NULL), (int)n);
+	for (unsigned i = 0; i < n; i++) {
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+	ck_assert_ok(hc_req_free(rq));
+	free(pg);
+}

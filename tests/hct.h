@@ -81,6 +81,18 @@ void hct_store_by_key(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t dep
 void hct_keys(hc_key_t *out, unsigned n, uint32_t seed);
 /* Reserve keys, fill and commit every page reserved: the count stored (or a negative errno). */
 int hct_store(hc_pool *p, const hc_key_t *keys, unsigned n, uint32_t depth0);
+/* Pages of the pool in state s. */
+uint64_t hct_in_state(hc_pool *p, enum hc_page_state s);
+/* Wait (10 s at most) until no page is READY or RESERVED (a buffer_only
+ * pool freed everything it staged): 1, or 0 after printing what is left. */
+int hct_drained(hc_pool *p);
+/* The write path of a buffer_only pool: a staging grant for n pages, the
+ * keys stored filled by key (hct_store_by_key), their backup to L3, and the
+ * grant given back. */
+void hct_stage_write(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0);
+/* Prefetch keys from L3 (waiting for all), take them, check every byte
+ * (hct_key_bytes), and let them go. */
+void hct_prefetch_read(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0);
 /* The L3 existence query through the service (10 s at most): how many of
  * the first keys are in L3. */
 int hct_l3_exists(hc_pool *p, const hc_key_t *keys, unsigned n);

@@ -59,27 +59,6 @@ static uint64_t ctr_reach(hc_pool *p, enum hc_counter c, uint64_t want)
 	return v;
 }
 
-static uint64_t in_state(hc_pool *p, enum hc_page_state s)
-{
-	uint64_t n[HC_PAGE__COUNT];
-
-	ck_assert_ok(hc_pool_count_states(p, n, HC_PAGE__COUNT));
-	return n[s];
-}
-
-/* Wait (10 s at most) until no page is READY or RESERVED: everything staged was freed. */
-static int drained(hc_pool *p)
-{
-	for (int i = 0; i < 1000; i++) {
-		if (in_state(p, HC_PAGE_READY) == 0 && in_state(p, HC_PAGE_RESERVED) == 0)
-			return 1;
-		usleep(10000);
-	}
-	fprintf(stderr, "not drained: %llu READY, %llu RESERVED\n", (unsigned long long)in_state(p, HC_PAGE_READY),
-		(unsigned long long)in_state(p, HC_PAGE_RESERVED));
-	return 0;
-}
-
 static struct hc_service_info info(hc_pool *p)
 {
 	struct hc_service_info si;
@@ -105,42 +84,6 @@ static hc_req *grant(hc_pool *p, unsigned n, unsigned prio)
 	return g;
 }
 
-/* The write path of a buffer_only pool: a grant, the pages, their backup. */
-static void write_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
-{
-	hc_page_t *pg = calloc(n, sizeof(*pg));
-	hc_req *g = grant(p, n, 0), *b;
-
-	ck_assert_int_eq(hc_req_wait(g, 10000), (int)n);
-	hct_store_by_key(p, k, n, depth0, pg);
-	ck_assert_ok(hc_req_backup(p, pg, n, &b));
-	ck_assert_int_eq(hc_req_wait(b, 10000), (int)n);
-	ck_assert_ok(hc_req_free(b));
-	ck_assert_ok(hc_req_free(g)); /* the grant goes back */
-	free(pg);
-}
-
-/* Prefetch keys (waiting for all), take them, check every byte, let go. */
-static void read_keys(hc_pool *p, const hc_key_t *k, unsigned n, uint32_t depth0)
-{
-	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req),
-				      .keys = k,
-				      .nkeys = n,
-				      .first_depth = depth0,
-				      .policy = HC_PREFETCH_WAIT_COMPLETE };
-	hc_page_t *pg = calloc(n, sizeof(*pg));
-	hc_req *rq;
-
-	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
-	ck_assert_int_eq(hc_req_prefetch_take(rq, pg, NULL), (int)n);
-	for (unsigned i = 0; i < n; i++) {
-		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
-	ck_assert_ok(hc_req_free(rq));
-	free(pg);
-}
-
 /* n keys from seed written to L3 through a grant, then prefetched and read
  * whole, not taken: the request. */
 static hc_req *read_not_taken(hc_pool *p, hc_key_t *k, unsigned n, uint32_t seed)
@@ -152,8 +95,8 @@ static hc_req *read_not_taken(hc_pool *p, hc_key_t *k, unsigned n, uint32_t seed
 	hc_req *rq;
 
 	hct_keys(k, n, seed);
-	write_keys(p, k, n, 0);
-	ck_assert(drained(p));
+	hct_stage_write(p, k, n, 0);
+	ck_assert(hct_drained(p));
 	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
 	ck_assert_int_eq(hc_req_wait(rq, 10000), (int)n);
 	return rq;
@@ -200,13 +143,13 @@ START_TEST(write_then_read_frees_every_page)
 	ck_assert_int_eq(hc_req_wait(b, 10000), 8);
 	ck_assert_ok(hc_req_free(b));
 	/* written: the pages go, while the grant is still held */
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	ck_assert_ok(hc_req_free(g));
 	WAIT_GAUGE(p, stage_write, 0);
 	ck_assert_int_eq(hct_l3_exists(p, k, 8), 8);
 	/* read back: held until taken and let go, then freed */
-	read_keys(p, k, 8, 0);
-	ck_assert(drained(p));
+	hct_prefetch_read(p, k, 8, 0);
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_grants), 1);
 	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_grant_pages), 8);
@@ -237,7 +180,7 @@ START_TEST(prefetch_held_until_taken_or_freed)
 	hc_req *rq = read_not_taken(p, k, 6, 12);
 
 	usleep(100000); /* the arbiter has had many turns: nothing goes */
-	ck_assert_uint_eq(in_state(p, HC_PAGE_READY), 6);
+	ck_assert_uint_eq(hct_in_state(p, HC_PAGE_READY), 6);
 	ck_assert_uint_eq(info(p).stage_read, 6);
 	{
 		/* the same keys again need no staging: admitted at once, never parked */
@@ -252,7 +195,7 @@ START_TEST(prefetch_held_until_taken_or_freed)
 		ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_parked_reads), 0);
 	}
 	ck_assert_ok(hc_req_free(rq)); /* never taken */
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
@@ -278,11 +221,11 @@ START_TEST(grant_given_back_unwritten)
 	usleep(50000); /* the writer's turns come and go: the pages are the rank's */
 	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 0);
 	ck_assert_ok(hc_req_free(g));
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	ck_assert_int_eq(hct_l3_exists(p, k, 4), 4);
 	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 4);
-	read_keys(p, k, 4, 0);
-	ck_assert(drained(p));
+	hct_prefetch_read(p, k, 4, 0);
+	ck_assert(hct_drained(p));
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }
@@ -317,7 +260,7 @@ START_TEST(failures_release_their_staging)
 	ck_assert_int_eq(hc_req_wait(b, 10000), 2);
 	ck_assert_ok(hc_req_free(b));
 	ck_assert_ok(hc_req_free(g));
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	ck_assert_int_eq(hct_l3_exists(p, k, 4), 2);
 	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_writer_pages), 0); /* the cut-off page was not written after */
 	/* the first read comes back corrupt: the prefix ends before it */
@@ -325,11 +268,11 @@ START_TEST(failures_release_their_staging)
 	ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
 	ck_assert_int_eq(hc_req_wait(rq, 10000), 0);
 	ck_assert_ok(hc_req_free(rq));
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	ck_assert_uint_eq(hct_counter(p, HC_CTR_l3_prefetch_corrupt), 1);
-	read_keys(p, k, 2, 0); /* the next read is good */
-	ck_assert(drained(p));
+	hct_prefetch_read(p, k, 2, 0); /* the next read is good */
+	ck_assert(hct_drained(p));
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
 }
@@ -392,8 +335,8 @@ START_TEST(reads_park_at_the_read_cap)
 
 	hct_keys(k, 28, 13);
 	for (unsigned i = 0; i < 28; i += 7)
-		write_keys(p, k + i, 7, i);
-	ck_assert(drained(p));
+		hct_stage_write(p, k + i, 7, i);
+	ck_assert(hct_drained(p));
 	pr.keys = k;
 	pr.nkeys = 12;
 	ck_assert_ok(hc_req_prefetch(p, &pr, &r1));
@@ -427,7 +370,7 @@ START_TEST(reads_park_at_the_read_cap)
 	ck_assert_ok(hc_req_free(big));
 	ck_assert_ok(hc_req_free(r1));
 	ck_assert_ok(hc_req_free(r2));
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
@@ -489,9 +432,9 @@ START_TEST(restart_frees_leftovers)
 	hc_req *rq = read_not_taken(p, k, 5, 15);
 
 	ck_assert_ok(hc_service_stop(s)); /* the rank never took them */
-	ck_assert_uint_eq(in_state(p, HC_PAGE_READY), 5);
+	ck_assert_uint_eq(hct_in_state(p, HC_PAGE_READY), 5);
 	s = start(name, 0, 0);
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	ck_assert_ok(hc_req_free(rq));
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
@@ -530,11 +473,11 @@ START_TEST(dead_rank_gives_back)
 	int st;
 
 	hct_keys(a->k, 6, 16);
-	write_keys(p, a->k, 6, 0);
-	ck_assert(drained(p));
+	hct_stage_write(p, a->k, 6, 0);
+	ck_assert(hct_drained(p));
 	st = hct_in_child(name, hold_and_die, a);
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status 0x%x", st);
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_write, 0);
 	WAIT_GAUGE(p, stage_read, 0);
 	ck_assert_uint_ge(hct_counter(p, HC_CTR_stage_expired), 2);
@@ -611,7 +554,7 @@ START_TEST(many_ranks_under_pressure)
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %u status 0x%x", i, st);
 	}
 	ck_assert_int_eq(ps->bad, 0);
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	WAIT_GAUGE(p, stage_write, 0);
 	ck_assert_uint_eq(info(p).parked_reads + info(p).parked_writes, 0);
@@ -699,7 +642,7 @@ START_TEST(service_killed_mid_transfer)
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d status 0x%x", i, st);
 	}
 	ck_assert_int_eq(c->bad, 0);
-	ck_assert(drained(p));
+	ck_assert(hct_drained(p));
 	WAIT_GAUGE(p, stage_read, 0);
 	WAIT_GAUGE(p, stage_write, 0);
 	hct_service_child_stop(svc);
