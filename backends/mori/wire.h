@@ -78,7 +78,7 @@ enum hc_mw_type {
 
 struct hc_mw_hdr {
 	uint32_t magic;   /* HC_MW_MAGIC */
-	uint16_t version; /* HELLO: HC_MW_VERSION_MIN..MAX of the sender; after: the chosen one */
+	uint16_t version; /* HELLO: any the sender speaks (the body's range decides); after: the chosen one */
 	uint16_t type;    /* enum hc_mw_type, | HC_MW_REPLY in a reply */
 	uint32_t length;  /* body bytes after this header, <= HC_MW_BODY_MAX */
 	uint32_t seq;     /* the request's, echoed by its reply */
@@ -118,7 +118,7 @@ struct hc_mw_count {
 
 /* LOOKUP: count names (HC_MW_NAME_BYTES each); reply: count of these. */
 struct hc_mw_found {
-	int32_t status; /* 0, or -ENOENT */
+	int32_t status; /* 0; -ENOENT; -EBUSY: found, but the server's lease table is full (retry) */
 	uint32_t reserved;
 	uint64_t offset; /* in the region */
 	uint64_t length; /* the object's bytes */
@@ -132,7 +132,8 @@ struct hc_mw_alloc {
 };
 
 struct hc_mw_grant {
-	int32_t status; /* 0; -ENOSPC: can never fit; -EBUSY: the room is leased right now */
+	int32_t status; /* 0; -ENOSPC: can never fit; -EINVAL: length 0;
+			 * -EBUSY: the room is leased or granted right now, or the lease table is full */
 	uint32_t reserved;
 	uint64_t offset; /* write [offset, offset + length) */
 	uint64_t token;  /* what COMMIT (or RELEASE, to give it up) takes */
@@ -141,8 +142,9 @@ struct hc_mw_grant {
 /* COMMIT and RELEASE: count tokens (uint64_t, a grant's or a found's
  * lease); DELETE: count names.  Reply: count of these. */
 struct hc_mw_status {
-	int32_t status; /* COMMIT: 0, -ESTALE (the lease had expired: nothing committed);
-			 * RELEASE: 0, -ENOENT (no such lease, or expired);
+	int32_t status; /* COMMIT: 0, -ESTALE (the grant had expired, was given up or
+			 * committed already: nothing committed), -EINVAL (the token is a LOOKUP's lease);
+			 * RELEASE: 0, -ENOENT (no such lease or grant, or expired);
 			 * DELETE: 0, -ENOENT */
 	uint32_t reserved;
 };
