@@ -9,8 +9,8 @@
  * as shared memory of its own, which its shared-memory transports (posix,
  * sysv) map into a client on the same host: a get is a memcpy.  Memory we
  * map ourselves is registered instead; RDMA and TCP reach it the same,
- * but shared memory then goes through UCX's emulation, an order of
- * magnitude slower.  --backing file:PATH is for that case anyway: a
+ * but shared memory then goes through UCX's emulation: messages
+ * this process answers, far slower for large objects.  --backing file:PATH is for that case anyway: a
  * hugetlbfs (or huge=always tmpfs) file, for huge pages under RDMA.
  *
  * The region is prefaulted before the server says it is ready: a fault
