@@ -196,8 +196,21 @@ void memd_region_close(struct memd_region *r)
 		ucp_worker_release_address(r->worker, r->addr);
 	if (r->memh)
 		ucp_mem_unmap(r->ctx, r->memh);
-	if (r->worker)
+	if (r->worker) {
+		/* Let the worker finish what clients started (the wireup of an
+		 * endpoint, a close): UCX 1.13 asserts when it destroys a TCP
+		 * endpoint with a wireup reply still queued.  20 ms without an
+		 * event, 500 ms at most. */
+		for (unsigned idle = 0, turns = 0; idle < 20 && turns < 500; turns++) {
+			if (ucp_worker_progress(r->worker)) {
+				idle = 0;
+				continue;
+			}
+			idle++;
+			usleep(1000);
+		}
 		ucp_worker_destroy(r->worker);
+	}
 	if (r->ctx)
 		ucp_cleanup(r->ctx);
 	if (r->map)
