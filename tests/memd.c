@@ -29,7 +29,7 @@
 #define READY_MS      10000
 #define STOP_MS       5000
 #define RESTART_TRIES 5
-#define READY_LINE    "hicache-memd: listening on 127.0.0.1:"
+#define READY_LINE    "hicache-memd: listening on "
 
 static long long now_ms(void)
 {
@@ -43,12 +43,13 @@ static long long now_ms(void)
  * is *out; the pid, or -1 with errno. */
 static pid_t spawn(const struct hct_memd *m, int port, int *out)
 {
-	char listen[32], args[sizeof(m->args)], *argv[64], *save = NULL;
+	char listen[96], args[sizeof(m->args)], nsname[sizeof(m->netns)], *argv[64], *save = NULL;
 	int argc = 0, p[2], logfd = -1, e;
 	pid_t parent = getpid(), pid;
 
-	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(listen, sizeof(listen), "%s:%d", m->host[0] ? m->host : "127.0.0.1", port);
 	snprintf(args, sizeof(args), "%s", m->args);
+	snprintf(nsname, sizeof(nsname), "%s", m->netns);
 	argv[argc++] = (char *)HCT_MEMD;
 	argv[argc++] = (char *)"--listen";
 	argv[argc++] = listen;
@@ -66,6 +67,16 @@ static pid_t spawn(const struct hct_memd *m, int port, int *out)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(125);
+		if (m->netns[0]) {
+			/* ip netns exec, not setns(): it also mounts the
+			 * namespace's /sys, where UCX finds its interfaces */
+			char *nargv[70] = { (char *)"ip", (char *)"netns", (char *)"exec", nsname };
+			memcpy(nargv + 4, argv, (size_t)(argc + 1) * sizeof(*argv));
+			if (dup2(p[1], STDOUT_FILENO) < 0 || (logfd >= 0 && dup2(logfd, STDERR_FILENO) < 0))
+				_exit(126);
+			execvp("ip", nargv);
+			_exit(124);
+		}
 		if (dup2(p[1], STDOUT_FILENO) < 0 || (logfd >= 0 && dup2(logfd, STDERR_FILENO) < 0))
 			_exit(126);
 		execv(argv[0], argv);
@@ -116,15 +127,16 @@ static int read_port(int fd)
 				return 0; /* not the line we wait for; the server will say why */
 			continue;
 		}
-		if (strncmp(line, READY_LINE, strlen(READY_LINE)) != 0)
+		if (strncmp(line, READY_LINE, strlen(READY_LINE)) != 0 || !(nl = strrchr(line, ':')))
 			return 0;
-		return atoi(line + strlen(READY_LINE));
+		return atoi(nl + 1);
 	}
 }
 
 /* Start server i on port (0: a new one); 0, or -1 with err set. */
 static int start_one(struct hct_memd *m, unsigned i, int port, char *err, size_t errlen)
 {
+	const char *host = m->host[0] ? m->host : "127.0.0.1";
 	int fd, got, status = 0;
 	pid_t pid;
 
@@ -144,29 +156,30 @@ static int start_one(struct hct_memd *m, unsigned i, int port, char *err, size_t
 	waitpid(pid, &status, 0);
 	if (got < 0)
 		snprintf(err, errlen,
-			 "%s --listen 127.0.0.1:%d %s did not say it was listening within %d ms (its stderr says why)",
-			 HCT_MEMD, port, m->args, READY_MS);
+			 "%s --listen %s:%d %s did not say it was listening within %d ms (its stderr says why)",
+			 HCT_MEMD, host, port, m->args, READY_MS);
+	else if (WIFEXITED(status) && WEXITSTATUS(status) == 124)
+		snprintf(err, errlen, "cannot run ip netns exec %s (iproute2: apt-get install iproute2)", m->netns);
 	else if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
 		snprintf(err, errlen, "%s could not be run: build it first (make tools/hicache-memd)", HCT_MEMD);
 	else if (WIFEXITED(status))
 		snprintf(err, errlen,
-			 "%s --listen 127.0.0.1:%d %s exited with status %d before it listened (its stderr says why)",
-			 HCT_MEMD, port, m->args, WEXITSTATUS(status));
+			 "%s --listen %s:%d %s exited with status %d before it listened (its stderr says why)",
+			 HCT_MEMD, host, port, m->args, WEXITSTATUS(status));
 	else
-		snprintf(err, errlen, "%s --listen 127.0.0.1:%d %s died of signal %d before it listened", HCT_MEMD,
-			 port, m->args, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+		snprintf(err, errlen, "%s --listen %s:%d %s died of signal %d before it listened", HCT_MEMD, host, port,
+			 m->args, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 	return -1;
 }
 
-int hct_memd_start_log(struct hct_memd *m, unsigned n, const char *args, const char *log, char *err, size_t errlen)
+/* Start n servers as m (its log, host and netns set) says. */
+static int start_all(struct hct_memd *m, unsigned n, const char *args, char *err, size_t errlen)
 {
-	memset(m, 0, sizeof(*m));
 	if (n == 0 || n > HCT_MEMD_MAX) {
 		snprintf(err, errlen, "%u servers: 1 to %d", n, HCT_MEMD_MAX);
 		return -1;
 	}
 	snprintf(m->args, sizeof(m->args), "%s", args ? args : "");
-	snprintf(m->log, sizeof(m->log), "%s", log ? log : "");
 	m->n = n;
 	for (unsigned i = 0; i < n; i++)
 		if (start_one(m, i, 0, err, errlen) < 0) {
@@ -174,6 +187,22 @@ int hct_memd_start_log(struct hct_memd *m, unsigned n, const char *args, const c
 			return -1;
 		}
 	return 0;
+}
+
+int hct_memd_start_log(struct hct_memd *m, unsigned n, const char *args, const char *log, char *err, size_t errlen)
+{
+	memset(m, 0, sizeof(*m));
+	snprintf(m->log, sizeof(m->log), "%s", log ? log : "");
+	return start_all(m, n, args, err, errlen);
+}
+
+int hct_memd_start_in(struct hct_memd *m, unsigned n, const char *netns, const char *host, const char *args, char *err,
+		      size_t errlen)
+{
+	memset(m, 0, sizeof(*m));
+	snprintf(m->netns, sizeof(m->netns), "%s", netns);
+	snprintf(m->host, sizeof(m->host), "%s", host);
+	return start_all(m, n, args, err, errlen);
 }
 
 int hct_memd_start(struct hct_memd *m, unsigned n, const char *args, char *err, size_t errlen)
@@ -233,5 +262,6 @@ void hct_memd_servers(const struct hct_memd *m, char *buf, size_t len)
 
 	buf[0] = '\0';
 	for (unsigned i = 0; i < m->n && off < len; i++)
-		off += (size_t)snprintf(buf + off, len - off, "%s127.0.0.1:%d", i ? ";" : "", m->port[i]);
+		off += (size_t)snprintf(buf + off, len - off, "%s%s:%d", i ? ";" : "",
+					m->host[0] ? m->host : "127.0.0.1", m->port[i]);
 }
