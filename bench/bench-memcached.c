@@ -257,17 +257,6 @@ static double raw_timed(struct raw *r, const struct l3b *b, const uint8_t *hdr, 
 	return (double)(bench_now_ns() - t0) / 1e9;
 }
 
-static unsigned parse_sizes(const char *s, unsigned *kib, unsigned max)
-{
-	unsigned n = 0;
-	char buf[256], *save = NULL;
-
-	snprintf(buf, sizeof(buf), "%s", s);
-	for (char *t = strtok_r(buf, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
-		kib[n++] = l3b_count("bench-memcached", "sizes", t);
-	return n;
-}
-
 int main(int argc, char **argv)
 {
 	unsigned kib[8] = { 256, 1024, 4096, 16384 }, nsizes = 4, nserv = 2, workers = 2, threads = 0, reps = 3,
@@ -286,7 +275,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "s:S:w:t:r:m:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			nsizes = parse_sizes(optarg, kib, 8);
+			nsizes = l3b_sizes("bench-memcached", optarg, kib, 8);
 			break;
 		case 'S':
 			nserv = l3b_count("bench-memcached", "servers", optarg);

@@ -48,6 +48,18 @@ static inline unsigned l3b_count(const char *prog, const char *opt, const char *
 	return (unsigned)v;
 }
 
+/* --sizes KIB,KIB...: how many were given (at most max). */
+static inline unsigned l3b_sizes(const char *prog, const char *s, unsigned *kib, unsigned max)
+{
+	unsigned n = 0;
+	char buf[256], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (char *t = strtok_r(buf, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+		kib[n++] = l3b_count(prog, "sizes", t);
+	return n;
+}
+
 static inline void l3b_die(const char *what)
 {
 	fprintf(stderr, "bench: %s: %s\n", what, hc_last_error());
