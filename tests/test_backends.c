@@ -16,6 +16,7 @@
 #include "../lib/l3/store.h"
 #include "hct.h"
 #include "mcd.h"
+#include "memd.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -116,6 +117,47 @@ static void mcd_cleanup(void)
 	hct_mcd_stop(&mcd);
 }
 
+/* mori: real hicache-memd servers on free loopback ports, reached over
+ * UCX's TCP transport, or its shared-memory ones (the servers are told the
+ * same through UCX_TLS) */
+static struct hct_memd memd;
+
+static void memd_setup(char *spec, size_t len, unsigned n, const char *tls)
+{
+	char err[256], servers[256];
+
+	setenv("UCX_TLS", tls, 1);
+	ck_assert_msg(hct_memd_start(&memd, n, "--size 48M", err, sizeof(err)) == 0, "%s", err);
+	hct_memd_servers(&memd, servers, sizeof(servers));
+	snprintf(spec, len, "mori:servers=%s,transports=%s", servers, tls);
+}
+
+static void memd1_tcp_setup(char *spec, size_t len)
+{
+	memd_setup(spec, len, 1, "tcp");
+}
+
+static void memd2_tcp_setup(char *spec, size_t len)
+{
+	memd_setup(spec, len, 2, "tcp");
+}
+
+static void memd1_sm_setup(char *spec, size_t len)
+{
+	memd_setup(spec, len, 1, "sm");
+}
+
+static void memd2_sm_setup(char *spec, size_t len)
+{
+	memd_setup(spec, len, 2, "sm");
+}
+
+static void memd_cleanup(void)
+{
+	hct_memd_stop(&memd);
+	unsetenv("UCX_TLS");
+}
+
 static const struct backend backends[] = {
 	{ "mem", mem_setup, NULL },
 	{ "shm", shm_setup, shm_cleanup },
@@ -123,6 +165,10 @@ static const struct backend backends[] = {
 	{ "fault", fault_setup, hct_l3_teardown },
 	{ "memcached (1 server)", mcd1_setup, mcd_cleanup },
 	{ "memcached (3 servers)", mcd3_setup, mcd_cleanup },
+	{ "mori (1 server, tcp)", memd1_tcp_setup, memd_cleanup },
+	{ "mori (2 servers, tcp)", memd2_tcp_setup, memd_cleanup },
+	{ "mori (1 server, sm)", memd1_sm_setup, memd_cleanup },
+	{ "mori (2 servers, sm)", memd2_sm_setup, memd_cleanup },
 };
 #define NBACKENDS (int)(sizeof(backends) / sizeof(backends[0]))
 
