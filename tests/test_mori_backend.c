@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -488,6 +489,153 @@ START_TEST(server_stopped)
 }
 END_TEST
 
+/* ---- a server that answers wrong: a proxy on the control connection */
+
+struct proxy {
+	int lfd, port, target;
+	_Atomic int spoil; /* spoil item 1 of the next LOOKUP reply of 2 items or more */
+	_Atomic int stop;
+	pthread_t thread;
+};
+
+/* Forward what fd a has to fd b: 0, or -1 when a closed.  From the server
+ * (whole messages kept in buf), a LOOKUP reply may be spoiled. */
+static int pump(struct proxy *px, int a, int b, uint8_t *buf, size_t *len, int from_server)
+{
+	ssize_t n = read(a, buf + *len, (1u << 21) - *len);
+
+	if (n <= 0)
+		return -1;
+	*len += (size_t)n;
+	if (!from_server) {
+		ck_assert_int_eq(write(b, buf, *len), (ssize_t)*len);
+		*len = 0;
+		return 0;
+	}
+	for (;;) {
+		struct hc_mw_hdr h;
+		size_t whole;
+
+		if (*len < sizeof(h))
+			return 0;
+		memcpy(&h, buf, sizeof(h));
+		whole = sizeof(h) + h.length;
+		if (*len < whole)
+			return 0;
+		if (h.type == (HC_MW_LOOKUP | HC_MW_REPLY) && h.length >= 8 + 2 * sizeof(struct hc_mw_found) &&
+		    atomic_exchange(&px->spoil, 0)) {
+			struct hc_mw_found f;
+			uint8_t *at = buf + sizeof(h) + 8 + sizeof(f);
+			memcpy(&f, at, sizeof(f));
+			f.status = 0;
+			f.offset = UINT64_C(1) << 50; /* far outside any region */
+			memcpy(at, &f, sizeof(f));
+		}
+		ck_assert_int_eq(write(b, buf, whole), (ssize_t)whole);
+		memmove(buf, buf + whole, *len - whole);
+		*len -= whole;
+	}
+}
+
+static void *proxy_main(void *arg)
+{
+	struct proxy *px = arg;
+	uint8_t *up = malloc(1u << 21), *down = malloc(1u << 21);
+
+	while (!px->stop) {
+		struct pollfd pf[2];
+		size_t ul = 0, dl = 0;
+		int c = accept(px->lfd, NULL, NULL), m;
+
+		if (c < 0)
+			continue;
+		m = raw_connect(px->target);
+		pf[0] = (struct pollfd){ .fd = c, .events = POLLIN };
+		pf[1] = (struct pollfd){ .fd = m, .events = POLLIN };
+		while (!px->stop && poll(pf, 2, 100) >= 0) {
+			if ((pf[0].revents & (POLLIN | POLLHUP)) && pump(px, c, m, up, &ul, 0) < 0)
+				break;
+			if ((pf[1].revents & (POLLIN | POLLHUP)) && pump(px, m, c, down, &dl, 1) < 0)
+				break;
+		}
+		close(c);
+		close(m);
+	}
+	free(up);
+	free(down);
+	return NULL;
+}
+
+static void proxy_start(struct proxy *px, int target)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t al = sizeof(a);
+	struct timeval tv = { .tv_usec = 100000 };
+
+	memset(px, 0, sizeof(*px));
+	px->target = target;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	px->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(px->lfd, 4), 0);
+	ck_assert_int_eq(getsockname(px->lfd, (struct sockaddr *)&a, &al), 0);
+	setsockopt(px->lfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)); /* accept wakes to see stop */
+	px->port = ntohs(a.sin_port);
+	pthread_create(&px->thread, NULL, proxy_main, px);
+}
+
+static void proxy_stop(struct proxy *px)
+{
+	px->stop = 1;
+	pthread_join(px->thread, NULL);
+	close(px->lfd);
+}
+
+/* A reply with one bad item of four: the server is failed, and all four
+ * gets complete (none is left waiting); the server is then used again. */
+START_TEST(bad_reply_item)
+{
+	struct hc_be_op op[4];
+	struct iovec iov[4];
+	struct hc_be_cqe c[4];
+	uint64_t *buf = malloc(4 * 8192);
+	char servers[64];
+	struct proxy px;
+	unsigned done = 0;
+	void *inst;
+	int ok;
+
+	up(1, "--size 8M");
+	proxy_start(&px, memd.port[0]);
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d", px.port);
+	inst = must_open(servers, "retry_ms=100,retry_max_ms=200");
+	for (uint32_t id = 1; id <= 4; id++)
+		ck_assert_int_eq(put(inst, id, 1, 8192), 0);
+	atomic_store(&px.spoil, 1);
+	for (unsigned i = 0; i < 4; i++) {
+		iov[i] = (struct iovec){ (uint8_t *)buf + i * 8192, 8192 };
+		op[i] = (struct hc_be_op){ .opcode = HC_BE_OP_GET, .iovcnt = 1, .iov = &iov[i], .user_data = i };
+		name_of(op[i].name, i + 1);
+	}
+	ck_assert_int_eq(B->submit(inst, op, 4), 4); /* one LOOKUP of four */
+	for (double end = hct_now() + 10; done < 4; done += (unsigned)B->reap(inst, c + done, 4 - done, 100))
+		ck_assert_msg(hct_now() < end, "%u of 4 gets never completed", 4 - done);
+	for (unsigned i = 0; i < 4; i++)
+		ck_assert_msg(c[i].result < 0, "get %llu: %lld from a reply that failed its server",
+			      (unsigned long long)c[i].user_data, (long long)c[i].result);
+	ck_assert_uint_ge(hct_be_stat(B, inst, "server_failures"), 1);
+	for (double end = hct_now() + 10; put(inst, 9, 1, 8192) != 0;) {
+		ck_assert_msg(hct_now() < end, "the server is not used again after a bad reply");
+		usleep(50 * 1000);
+	}
+	ck_assert_int_eq(get(inst, 9, 1, 8192, &ok), 8192);
+	ck_assert(ok);
+	B->close(inst);
+	proxy_stop(&px);
+	free(buf);
+}
+END_TEST
+
 /* ---- buffer_only: a pool that only stages, to memory servers */
 
 /* A buffer_only pool far smaller than its data, under the service's
@@ -632,6 +780,7 @@ int main(void)
 	tcase_add_test(tc, server_killed);
 	tcase_add_test(tc, server_stopped);
 	tcase_add_test(tc, buffer_only_pool);
+	tcase_add_test(tc, bad_reply_item);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("netns");
 	tcase_set_timeout(tc, 60);

@@ -132,6 +132,7 @@ static int mori_submit(void *p, const struct hc_be_op *ops, unsigned n)
 		if (!j) {
 			pthread_mutex_lock(&be->mu);
 			be->accepted -= k - i;
+			pthread_cond_broadcast(&be->done_cv); /* a reap may wait on what was not accepted */
 			pthread_mutex_unlock(&be->mu);
 			if (i == 0)
 				return -ENOMEM;

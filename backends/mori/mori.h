@@ -119,13 +119,16 @@ struct hc_mori_job {
 	/* the thread's own */
 	enum hc_mori_jstate state;
 	unsigned server;
-	uint64_t deadline_ms;  /* CLOCK_MONOTONIC */
-	uint64_t offset;       /* in the server's region */
-	uint64_t length;       /* the object's bytes (GET), what is written (PUT) */
-	uint64_t lease;        /* a GET's lease or a PUT's token, 0 if none */
-	unsigned pending;      /* UCX requests in flight */
-	int xfer_status;       /* the first failure among them, or 0 */
-	uint64_t server_epoch; /* the server's connection when the transfer started */
+	uint64_t deadline_ms;              /* CLOCK_MONOTONIC */
+	uint64_t offset;                   /* in the server's region */
+	uint64_t length;                   /* the object's bytes (GET), what is written (PUT) */
+	uint64_t lease;                    /* a GET's lease or a PUT's token, 0 if none */
+	unsigned pending;                  /* UCX requests in flight */
+	int xfer_status;                   /* the first failure among them, or 0 */
+	uint64_t server_epoch;             /* the server's connection when the transfer started */
+	uint64_t lease_end_ms;             /* its transfer (and a put's flush) must end by then */
+	int abort;                         /* a PUT to give up after its flush: RELEASE, not COMMIT */
+	struct hc_mori_job *xprev, *xnext; /* the server's transfers, oldest first */
 	struct hc_mori *be;
 	struct iovec iov[]; /* iovcnt of them */
 };
@@ -175,16 +178,18 @@ struct hc_mori_server {
 	size_t rx_len, rx_cap;
 	uint8_t *tx;
 	size_t tx_off, tx_len, tx_cap;
+	int tx_err;                            /* a send failed: the next tick fails the server */
 	struct hc_mori_req *rq_head, *rq_tail; /* awaiting replies, in order */
 	unsigned nreq;
 	uint32_t seq;
 	/* the puts of this server waiting for one flush, then one COMMIT */
 	struct hc_mori_job *flushq;
 	void *flush_req;
-	struct hc_mori_job *flushing; /* the jobs the flush in flight covers */
-	uint64_t flush_ms;            /* when it started */
-	unsigned xfer_jobs;           /* jobs of this connection with transfers in flight */
-	uint64_t xfer_last_ms;        /* when one last finished (or the first started) */
+	struct hc_mori_job *flushing;      /* the jobs the flush in flight covers */
+	uint64_t flush_ms;                 /* when it started */
+	unsigned xfer_jobs;                /* jobs of this connection with transfers in flight */
+	uint64_t xfer_last_ms;             /* when one last finished (or the first started) */
+	struct hc_mori_job *xhead, *xtail; /* jobs from their transfer's start to its end (PUT: its flush) */
 	ucs_status_t flush_status;
 	bool flush_ended;
 	/* STATS */
@@ -292,6 +297,10 @@ void *hc__mori_thread(void *arg);
 unsigned hc__mori_connect_all(struct hc_mori *be);
 /* A reply to req arrived on s: its results (validated count and size). */
 void hc__mori_reply(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori_req *req, const uint8_t *results);
+/* Checks every result of a reply before any is used: 0, or -EPROTO after
+ * failing the server (a result outside its region). */
+int hc__mori_reply_check(struct hc_mori *be, struct hc_mori_server *s, const struct hc_mori_req *req,
+			 const uint8_t *results);
 /* Every job that req was carrying failed with errnum (the server failed). */
 void hc__mori_req_fail(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori_req *req, int errnum);
 /* The transfers of s's jobs are finished or failed: flush queue and so on. */

@@ -60,12 +60,15 @@ static void close_socket(struct hc_mori *be, struct hc_mori_server *s)
 	}
 	s->rx_len = 0;
 	s->tx_off = s->tx_len = 0;
+	s->tx_err = 0;
 }
 
-/* The endpoint is closed (or given up): its remote key goes, then DOWN. */
+/* The endpoint is closed (or given up): its remote key goes, then DOWN.
+ * A key that transfers may still use (a close that failed or never ended)
+ * is left behind rather than freed under them. */
 static void closed(struct hc_mori_server *s)
 {
-	if (s->rkey)
+	if (s->rkey && !s->xfer_jobs)
 		ucp_rkey_destroy(s->rkey);
 	s->rkey = NULL;
 	s->ep = NULL;
@@ -184,9 +187,12 @@ static int grow(uint8_t **buf, size_t *cap, size_t need, size_t max)
 	return 0;
 }
 
+/* Write what the socket takes.  A failure is kept in s->tx_err for the
+ * next tick to fail the server: this runs inside a send, whose caller
+ * still holds the jobs it is handing over. */
 static void flush_tx(struct hc_mori *be, struct hc_mori_server *s)
 {
-	while (s->tx_off < s->tx_len) {
+	while (s->tx_off < s->tx_len && !s->tx_err) {
 		ssize_t n = send(s->fd, s->tx + s->tx_off, s->tx_len - s->tx_off, MSG_NOSIGNAL);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -195,11 +201,13 @@ static void flush_tx(struct hc_mori *be, struct hc_mori_server *s)
 			return;
 		}
 		if (n < 0) {
-			hc__mori_server_fail(be, s, -ECONNRESET, "sending: %s", strerror(errno));
+			s->tx_err = errno;
 			return;
 		}
 		s->tx_off += (size_t)n;
 	}
+	if (s->tx_err)
+		return;
 	s->tx_off = s->tx_len = 0;
 	epoll_set(be, s, false);
 }
@@ -220,6 +228,11 @@ int hc__mori_server_send(struct hc_mori *be, struct hc_mori_server *s, uint16_t 
 
 	if (!q)
 		return -ENOMEM;
+	if (s->tx_off) { /* what was sent no longer counts against the limit */
+		memmove(s->tx, s->tx + s->tx_off, s->tx_len - s->tx_off);
+		s->tx_len -= s->tx_off;
+		s->tx_off = 0;
+	}
 	if (grow(&s->tx, &s->tx_cap, s->tx_len + HDR + body, HC_MORI_TX_MAX) < 0) {
 		free(q);
 		return -ENOBUFS;
@@ -304,12 +317,16 @@ void hc__mori_server_tick(struct hc_mori *be, struct hc_mori_server *s, uint64_t
 		break;
 	case HC_MORI_S_CONNECTING:
 	case HC_MORI_S_HELLO:
-		if (now > s->since_ms + be->o.connect_timeout_ms)
+		if (s->tx_err)
+			hc__mori_server_fail(be, s, -ECONNRESET, "sending: %s", strerror(s->tx_err));
+		else if (now > s->since_ms + be->o.connect_timeout_ms)
 			hc__mori_server_fail(be, s, -ETIMEDOUT, "no answer to connect and HELLO in %u ms",
 					     be->o.connect_timeout_ms);
 		break;
 	case HC_MORI_S_UP:
-		if (s->ep_failed != UCS_OK)
+		if (s->tx_err)
+			hc__mori_server_fail(be, s, -ECONNRESET, "sending: %s", strerror(s->tx_err));
+		else if (s->ep_failed != UCS_OK)
 			hc__mori_server_fail(be, s, -ECONNRESET, "its UCX endpoint failed: %s",
 					     ucs_status_string(s->ep_failed));
 		else if (s->rq_head && now > s->rq_head->sent_ms + be->o.io_timeout_ms) {
@@ -455,7 +472,6 @@ static void welcome(struct hc_mori *be, struct hc_mori_server *s, const uint8_t 
 	s->ep_failed = UCS_OK;
 	s->state = HC_MORI_S_UP;
 	s->since_ms = hc__mori_now_ms();
-	s->backoff_ms = 0;
 	s->epoch++;
 	s->xfer_jobs = 0;
 	HC_MORI_COUNT(be, connects, 1);
@@ -484,6 +500,10 @@ static void handle(struct hc_mori *be, struct hc_mori_server *s, const struct hc
 			return hc__mori_server_fail(be, s, -EPROTO,
 						    "bad reply: %u results in %u bytes to a request of %u", c.count,
 						    h->length, q->n);
+		/* every item, before any is acted on: a bad one fails the
+		 * server with the whole request still queued */
+		if (hc__mori_reply_check(be, s, q, body + sizeof(c)) < 0)
+			return;
 	}
 	s->rq_head = q->next;
 	if (!s->rq_head)

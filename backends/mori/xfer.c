@@ -105,6 +105,35 @@ static void xfer_done(void *request, ucs_status_t status, void *user_data)
 	}
 }
 
+/* The server's jobs between their transfer's start and its end (a put's:
+ * its flush), oldest first: deadlines() fails the server when the oldest
+ * outlives its lease. */
+static void xlist_add(struct hc_mori_server *s, struct hc_mori_job *j)
+{
+	j->xnext = NULL;
+	j->xprev = s->xtail;
+	if (s->xtail)
+		s->xtail->xnext = j;
+	else
+		s->xhead = j;
+	s->xtail = j;
+}
+
+static void xlist_del(struct hc_mori_server *s, struct hc_mori_job *j)
+{
+	if (j->xprev)
+		j->xprev->xnext = j->xnext;
+	else if (s->xhead == j)
+		s->xhead = j->xnext;
+	else
+		return; /* not on it */
+	if (j->xnext)
+		j->xnext->xprev = j->xprev;
+	else
+		s->xtail = j->xprev;
+	j->xprev = j->xnext = NULL;
+}
+
 /* Start one get or put per buffer (as much as the object has); each
  * finished request counts down j->pending. */
 static void start_transfer(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori_job *j)
@@ -114,6 +143,7 @@ static void start_transfer(struct hc_mori *be, struct hc_mori_server *s, struct 
 
 	j->state = HC_MORI_J_TRANSFER;
 	j->server_epoch = s->epoch;
+	xlist_add(s, j);
 	if (!s->xfer_jobs++)
 		s->xfer_last_ms = hc__mori_now_ms();
 	j->pending = 1; /* held until every request is started */
@@ -166,8 +196,12 @@ static void transfer_finished(struct hc_mori *be, struct hc_mori_job *j)
 	}
 
 	if (j->opcode == HC_BE_OP_GET) {
-		if (same)
+		xlist_del(s, j);
+		if (same) {
 			release(be, s, j->lease);
+			if (!err)
+				s->backoff_ms = 0; /* it works: a later failure backs off from the start */
+		}
 		if (err) {
 			hc__mori_complete(be, j, err);
 			return;
@@ -177,13 +211,17 @@ static void transfer_finished(struct hc_mori *be, struct hc_mori_job *j)
 		hc__mori_complete(be, j, (int64_t)j->length);
 		return;
 	}
-	/* PUT: written locally; remotely once the endpoint is flushed */
-	if (err || atomic_load_explicit(&j->canceled, memory_order_relaxed)) {
-		if (same)
-			release(be, s, j->lease);
-		hc__mori_complete(be, j, err ? err : -ECANCELED);
+	/* PUT: written locally; remotely once the endpoint is flushed.  One
+	 * that failed or was cancelled is flushed too before its grant is
+	 * given back: bytes still on their way must not land in room the
+	 * server has given to another object. */
+	if (!same) {
+		xlist_del(s, j);
+		hc__mori_complete(be, j, err);
 		return;
 	}
+	if (err || atomic_load_explicit(&j->canceled, memory_order_relaxed))
+		j->abort = err ? err : -ECANCELED;
 	j->state = HC_MORI_J_FLUSH;
 	j->next = s->flushq;
 	s->flushq = j;
@@ -217,8 +255,14 @@ static void commit(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori_
 			continue;
 		}
 		list = j->next;
+		xlist_del(s, j);
 		if (err || s->state != HC_MORI_S_UP || s->epoch != j->server_epoch) {
 			hc__mori_complete(be, j, err ? err : -ECONNRESET);
+			continue;
+		}
+		if (j->abort) { /* flushed: its grant can go */
+			release(be, s, j->lease);
+			hc__mori_complete(be, j, j->abort);
 			continue;
 		}
 		j->state = HC_MORI_J_COMMIT;
@@ -269,6 +313,48 @@ static void flushes(struct hc_mori *be)
 
 /* ---- replies */
 
+/* How long a transfer (and a put's flush) may run from the request that
+ * leased its bytes: io_timeout_ms, and at most half the lease, so that it
+ * ends well before the server may give the bytes to another object. */
+static uint64_t lease_budget(const struct hc_mori *be, const struct hc_mori_server *s)
+{
+	uint64_t half = s->lease_ms / 2;
+
+	return half && half < be->o.io_timeout_ms ? half : be->o.io_timeout_ms;
+}
+
+int hc__mori_reply_check(struct hc_mori *be, struct hc_mori_server *s, const struct hc_mori_req *req,
+			 const uint8_t *results)
+{
+	for (uint32_t i = 0; i < req->n; i++) {
+		if (req->type == HC_MW_LOOKUP) {
+			struct hc_mw_found f;
+
+			memcpy(&f, results + i * sizeof(f), sizeof(f));
+			if (f.status == 0 && (f.offset > s->size || f.length > s->size - f.offset)) {
+				hc__mori_server_fail(be, s, -EPROTO,
+						     "bad reply: an object at %" PRIu64 "+%" PRIu64
+						     " is outside its region",
+						     f.offset, f.length);
+				return -EPROTO;
+			}
+		} else if (req->type == HC_MW_ALLOC) {
+			struct hc_mw_grant g;
+
+			memcpy(&g, results + i * sizeof(g), sizeof(g));
+			if (g.status == 0 && (g.offset > s->size || req->jobs[i]->bytes > s->size - g.offset ||
+					      g.offset % HC_MW_ALIGN)) {
+				hc__mori_server_fail(be, s, -EPROTO,
+						     "bad reply: a grant at %" PRIu64 "+%" PRIu64
+						     " is outside its region",
+						     g.offset, req->jobs[i]->bytes);
+				return -EPROTO;
+			}
+		}
+	}
+	return 0;
+}
+
 static int64_t wire_status(int32_t st)
 {
 	return st < 0 && st > -4096 ? st : -EPROTO;
@@ -306,6 +392,7 @@ void hc__mori_reply(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori
 			j->offset = f.offset;
 			j->length = f.length;
 			j->lease = f.lease;
+			j->lease_end_ms = req->sent_ms + lease_budget(be, s);
 			if (canceled) {
 				release(be, s, f.lease);
 				hc__mori_complete(be, j, -ECANCELED);
@@ -339,6 +426,7 @@ void hc__mori_reply(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori
 			j->offset = g.offset;
 			j->length = j->bytes;
 			j->lease = g.token;
+			j->lease_end_ms = req->sent_ms + lease_budget(be, s);
 			if (canceled) {
 				release(be, s, g.token);
 				hc__mori_complete(be, j, -ECANCELED);
@@ -430,12 +518,13 @@ static int send_batch(struct hc_mori *be, struct hc_mori_server *s, uint32_t opc
 			memcpy(items + i * isz, jobs[i]->name, isz);
 		}
 	}
-	r = hc__mori_server_send(be, s, type, opcode == HC_BE_OP_GET ? HC_MW_LOOKUP_LEASE : 0, items, isz, n, jobs);
-	if (r < 0)
-		return r;
 	for (unsigned i = 0; i < n; i++)
 		jobs[i]->state = HC_MORI_J_CONTROL;
-	return 0;
+	r = hc__mori_server_send(be, s, type, opcode == HC_BE_OP_GET ? HC_MW_LOOKUP_LEASE : 0, items, isz, n, jobs);
+	if (r < 0)
+		for (unsigned i = 0; i < n; i++)
+			jobs[i]->state = HC_MORI_J_NEW;
+	return r;
 }
 
 static void dispatch(struct hc_mori *be, uint64_t now)
@@ -474,7 +563,7 @@ static void dispatch(struct hc_mori *be, uint64_t now)
 			unsigned n = 0, max = be->o.batch < s->batch_max ? be->o.batch : s->batch_max;
 			bool more = true;
 
-			while (more) {
+			while (more && s->state == HC_MORI_S_UP && !s->tx_err) {
 				more = false;
 				n = 0;
 				for (pp = &be->work; *pp && n < max;) {
@@ -516,9 +605,11 @@ static void collect_stats(struct hc_mori *be)
 		for (unsigned i = 0; i < be->nservers; i++) {
 			struct hc_mori_server *s = &be->servers[i];
 			s->stat_objects = s->stat_bytes = s->stat_capacity = s->stat_evictions = 0;
-			if (s->state == HC_MORI_S_UP &&
-			    hc__mori_server_send(be, s, HC_MW_STATS, 0, NULL, 0, 0, NULL) == 0)
-				be->stats_waiting++;
+			if (s->state != HC_MORI_S_UP || s->tx_err)
+				continue;
+			be->stats_waiting++; /* before: a failed server's request takes it back */
+			if (hc__mori_server_send(be, s, HC_MW_STATS, 0, NULL, 0, 0, NULL) < 0)
+				be->stats_waiting--;
 		}
 	}
 	if (be->stats_asked > be->stats_published && !be->stats_waiting) {
@@ -549,7 +640,15 @@ static void deadlines(struct hc_mori *be, uint64_t now)
 {
 	for (unsigned i = 0; i < be->nservers; i++) {
 		struct hc_mori_server *s = &be->servers[i];
-		if (s->state == HC_MORI_S_UP && s->xfer_jobs && now > s->xfer_last_ms + be->o.io_timeout_ms) {
+		if (s->state == HC_MORI_S_UP && s->xhead && s->xhead->server_epoch == s->epoch &&
+		    now > s->xhead->lease_end_ms) {
+			HC_MORI_COUNT(be, timeouts, 1);
+			hc__mori_server_fail(
+				be, s, -ETIMEDOUT,
+				"a transfer outlived its lease (%u ms of the lease's %u, io_timeout_ms=%u)",
+				(unsigned)(now - s->xhead->lease_end_ms + lease_budget(be, s)), s->lease_ms,
+				be->o.io_timeout_ms);
+		} else if (s->state == HC_MORI_S_UP && s->xfer_jobs && now > s->xfer_last_ms + be->o.io_timeout_ms) {
 			HC_MORI_COUNT(be, timeouts, 1);
 			hc__mori_server_fail(be, s, -ETIMEDOUT, "its transfers made no progress in %u ms",
 					     be->o.io_timeout_ms);
