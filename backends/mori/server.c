@@ -165,6 +165,13 @@ void hc__mori_server_fini(struct hc_mori *be, struct hc_mori_server *s)
 	}
 	if (s->rkey && !s->close_req)
 		ucp_rkey_destroy(s->rkey);
+	/* requests no job waits for (RELEASE, STATS) still queued */
+	while (s->rq_head) {
+		struct hc_mori_req *q = s->rq_head;
+		s->rq_head = q->next;
+		free(q->jobs);
+		free(q);
+	}
 	free(s->rx);
 	free(s->tx);
 }
