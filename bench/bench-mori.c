@@ -17,8 +17,9 @@
  *          -t ucp_put_bw and -t ucp_get with messages of the object's size
  *          (the envelope and its 4 KiB header), over the same transports:
  *          the transfers alone, nothing asked, nothing checked.
- * Floor:   for the shared-memory transports, one thread's memcpy of every
- *          object plus XXH3 of it, as a get is at best a copy and a check.
+ * Floor:   for the shared-memory transports, memcpy of every object plus
+ *          XXH3 of it on the same threads, over the same working set, as
+ *          a get is at best a copy and a check.
  *
  * Envelope sizes 256 KiB to 16 MiB (--sizes), about --mib MiB of objects
  * each (default 256); each repetition runs ours and the peer back to back
@@ -90,20 +91,46 @@ static double perftest(const char *test, uint64_t size, unsigned iters)
 	return gbs;
 }
 
-/* One thread's memcpy + XXH3 of every object, from one buffer of them all
- * to another (as cold as ours: the working set is the same): the floor of
- * a get over a shared-memory transport.  GB/s. */
-static double floor_copy(uint64_t obj, unsigned n)
+/* memcpy + XXH3 of every object from one buffer of them all to another
+ * (as cold as ours: the same working set), on as many threads as ours,
+ * each a slice: the floor of a get over a shared-memory transport.  GB/s. */
+struct floor_slice {
+	uint8_t *src, *dst;
+	uint64_t obj;
+	unsigned first, n;
+	uint64_t sink;
+};
+
+static void *floor_run(void *arg)
+{
+	struct floor_slice *f = arg;
+
+	for (unsigned i = f->first; i < f->first + f->n; i++) {
+		memcpy(f->dst + i * f->obj, f->src + i * f->obj, f->obj);
+		f->sink += XXH3_64bits(f->dst + i * f->obj, f->obj);
+	}
+	return NULL;
+}
+
+static double floor_copy(uint64_t obj, unsigned n, unsigned threads)
 {
 	uint8_t *src = malloc(obj * n), *dst = malloc(obj * n);
+	struct floor_slice f[64];
+	pthread_t t[64];
 	uint64_t t0, sink = 0;
 
 	memset(src, 0x5a, obj * n);
 	memset(dst, 1, obj * n); /* not 0: malloc and a zero fill become calloc, which faults nothing in */
 	t0 = bench_now_ns();
-	for (unsigned i = 0; i < n; i++) {
-		memcpy(dst + i * obj, src + i * obj, obj);
-		sink += XXH3_64bits(dst + i * obj, obj);
+	for (unsigned i = 0; i < threads; i++) {
+		f[i] = (struct floor_slice){
+			src, dst, obj, n * i / threads, n * (i + 1) / threads - n * i / threads, 0
+		};
+		pthread_create(&t[i], NULL, floor_run, &f[i]);
+	}
+	for (unsigned i = 0; i < threads; i++) {
+		pthread_join(t[i], NULL);
+		sink += f[i].sink;
 	}
 	t0 = bench_now_ns() - t0;
 	free(src);
@@ -184,7 +211,7 @@ int main(int argc, char **argv)
 				res[t][s][1][r] = perftest("ucp_put_bw", obj, npages);
 				res[t][s][2][r] = total / l3b_get(&b, threads) / 1e9;
 				res[t][s][3][r] = perftest("ucp_get", obj, npages);
-				res[t][s][4][r] = floor_copy(obj, npages);
+				res[t][s][4][r] = floor_copy(obj, npages, threads);
 			}
 			l3b_done(&b);
 			fprintf(stderr, ".");
@@ -213,6 +240,6 @@ int main(int argc, char **argv)
 			}
 	printf("GB/s = object bytes (envelope + 4 KiB header) moved per second, medians; ratio = ours / perftest;\n"
 	       "perftest: ucx_perftest -t ucp_put_bw / ucp_get, messages of the object's size, the same UCX_TLS;\n"
-	       "cpy+xxh3: one thread's memcpy of each object plus XXH3 of it, the floor of a shared-memory get (ours / it)\n");
+	       "cpy+xxh3: memcpy of each object plus XXH3 of it on the same threads, the floor of a shared-memory get (ours / it)\n");
 	return 0;
 }

@@ -371,6 +371,36 @@ START_TEST(lease_keeps_object)
 }
 END_TEST
 
+/* A server full of objects being read has no room to give: a put is
+ * -EBUSY (worth a retry), not a wait, and works once a reader lets go. */
+START_TEST(full_of_leases)
+{
+	uint64_t lease[16];
+	void *inst;
+	int fd, ok;
+
+	up(1, "--size 1M --lease-ms 60000");
+	inst = must_open(NULL, NULL);
+	for (uint32_t id = 0; id < 16; id++)
+		ck_assert_int_eq(put(inst, id, 1, 64 << 10), 0);
+	fd = raw_open(memd.port[0]);
+	for (uint32_t id = 0; id < 16; id++)
+		ck_assert_uint_ne(lease[id] = raw_lease(fd, id), 0);
+	ck_assert_int_eq(put(inst, 100, 1, 64 << 10), -EBUSY);
+	ck_assert_uint_eq(hct_be_stat(B, inst, "ebusy"), 1);
+	raw_release(fd, lease[3]);
+	ck_assert_int_eq(put(inst, 100, 1, 64 << 10), 0);
+	ck_assert_int_eq(get(inst, 100, 1, 64 << 10, &ok), 64 << 10);
+	ck_assert(ok);
+	ck_assert_int_eq(one(inst, HC_BE_OP_EXISTS, 3, NULL, 0), 0); /* the one let go was evicted */
+	for (uint32_t id = 0; id < 16; id++)
+		if (id != 3)
+			raw_release(fd, lease[id]);
+	close(fd);
+	B->close(inst);
+}
+END_TEST
+
 /* ---- a server SIGKILLed mid-stream, then restarted */
 
 struct stream {
@@ -777,6 +807,7 @@ int main(void)
 	tcase_add_test(tc, round_trip);
 	tcase_add_test(tc, full_server);
 	tcase_add_test(tc, lease_keeps_object);
+	tcase_add_test(tc, full_of_leases);
 	tcase_add_test(tc, server_killed);
 	tcase_add_test(tc, server_stopped);
 	tcase_add_test(tc, buffer_only_pool);
