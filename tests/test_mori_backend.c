@@ -490,6 +490,34 @@ START_TEST(server_killed)
 }
 END_TEST
 
+/* SIGTERM while a client streams puts over TCP (whose copies the server's
+ * own worker does): the server stops within a second and exits 0. */
+START_TEST(stop_under_load)
+{
+	static const char *const fast = "connect_timeout_ms=300,io_timeout_ms=1000,retry_ms=200,retry_max_ms=400";
+	struct stream st = { .id0 = 1 };
+	pthread_t t;
+	double t0;
+	int status;
+
+	up(1, "--size 32M");
+	st.inst = must_open(NULL, fast);
+	pthread_create(&t, NULL, streamer, &st);
+	usleep(500 * 1000);
+	ck_assert_uint_gt(st.ok[0], 0);
+	t0 = hct_now();
+	kill(memd.pid[0], SIGTERM);
+	ck_assert_int_eq(waitpid(memd.pid[0], &status, 0), memd.pid[0]);
+	memd.pid[0] = 0;
+	ck_assert_msg(hct_now() - t0 < 3, "SIGTERM took %.1f s under load", hct_now() - t0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "memd ended with status %#x under load", status);
+	st.stop = 1;
+	pthread_join(t, NULL);
+	ck_assert_msg(st.wrong == 0, "%s", st.why);
+	B->close(st.inst);
+}
+END_TEST
+
 /* A server that answers nothing (SIGSTOP): the ops in flight fail with
  * -ETIMEDOUT within io_timeout_ms, later ones are misses; after SIGCONT
  * it is used again. */
@@ -810,6 +838,7 @@ int main(void)
 	tcase_add_test(tc, full_of_leases);
 	tcase_add_test(tc, server_killed);
 	tcase_add_test(tc, server_stopped);
+	tcase_add_test(tc, stop_under_load);
 	tcase_add_test(tc, buffer_only_pool);
 	tcase_add_test(tc, bad_reply_item);
 	suite_add_tcase(s, tc);

@@ -194,8 +194,6 @@ void memd_region_close(struct memd_region *r)
 		ucp_rkey_buffer_release(r->rkey);
 	if (r->addr)
 		ucp_worker_release_address(r->worker, r->addr);
-	if (r->memh)
-		ucp_mem_unmap(r->ctx, r->memh);
 	if (r->worker) {
 		/* Let the worker finish what clients started (the wireup of an
 		 * endpoint, a close): UCX 1.13 asserts when it destroys a TCP
@@ -211,6 +209,10 @@ void memd_region_close(struct memd_region *r)
 		}
 		ucp_worker_destroy(r->worker);
 	}
+	/* after the worker: a client's put emulated over TCP may land while
+	 * it drains, and must land in mapped memory */
+	if (r->memh)
+		ucp_mem_unmap(r->ctx, r->memh);
 	if (r->ctx)
 		ucp_cleanup(r->ctx);
 	if (r->map)
@@ -219,9 +221,16 @@ void memd_region_close(struct memd_region *r)
 	r->efd = -1;
 }
 
+/* A bounded share of the worker's work per turn of the loop: over TCP
+ * this process does the copies of every client's gets and puts, and a
+ * client streaming puts would otherwise keep it here, with no request
+ * answered, no lease expired and SIGTERM unread.  The loop comes back at
+ * once (ucp_worker_arm says busy). */
+#define MEMD_PROGRESS_TURN 64
+
 void memd_region_progress(struct memd_region *r)
 {
-	while (ucp_worker_progress(r->worker))
+	for (unsigned i = 0; i < MEMD_PROGRESS_TURN && ucp_worker_progress(r->worker); i++)
 		;
 }
 
