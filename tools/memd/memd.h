@@ -53,8 +53,9 @@
 #define MEMD_LEASE_MS_MAX 3600000u   /* an hour: a lease longer than that is a leak */
 #define MEMD_LEASES_MAX   (1u << 20) /* read leases and grants held at once */
 #define MEMD_MAX_CLIENTS  1024u
-#define MEMD_REPLY_MAX    (16u << 20) /* a connection's unsent replies */
-#define MEMD_SWEEP_MS     100         /* the event loop wakes at least this often */
+#define MEMD_REPLY_MAX    (16u << 20)  /* a connection's unsent replies */
+#define MEMD_REPLY_PAUSE  (256u << 10) /* unsent replies beyond which its requests wait */
+#define MEMD_SWEEP_MS     100          /* the event loop wakes at least this often */
 
 /* ---- stats: declared once for the directory, STATS and /metrics.  The
  * directory keeps them all; the server bumps its own (the last five). */

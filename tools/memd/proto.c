@@ -75,6 +75,13 @@ int memd_proto_header(const struct memd_session *s, const uint8_t hdr[sizeof(str
 		    h.magic, HC_MW_MAGIC);
 	if (h.length > HC_MW_BODY_MAX)
 		BAD(-EMSGSIZE, "a body of %u bytes, more than the %u a message may have", h.length, HC_MW_BODY_MAX);
+	/* no request is longer than its type's with the most items: a header
+	 * claiming more would only make the server hold a buffer for it */
+	if (h.type == HC_MW_HELLO && h.length != sizeof(struct hc_mw_hello))
+		BAD(-EPROTO, "a HELLO body of %u bytes, not %zu", h.length, sizeof(struct hc_mw_hello));
+	if (hc_mw_request_len(h.type, 0) && h.length > hc_mw_request_len(h.type, HC_MW_BATCH_MAX))
+		BAD(-EMSGSIZE, "a %s body of %u bytes, more than the %llu of %u items", type_name(h.type), h.length,
+		    (unsigned long long)hc_mw_request_len(h.type, HC_MW_BATCH_MAX), HC_MW_BATCH_MAX);
 	if (!s->hello && h.type != HC_MW_HELLO)
 		BAD(-EPROTO, "a message of type %u (%s) before HELLO: a connection starts with HELLO", h.type,
 		    type_name(h.type));

@@ -53,6 +53,7 @@ struct conn {
 	size_t rx_len, rx_cap;
 	struct memd_buf tx;
 	bool want_out;         /* EPOLLOUT is asked for */
+	bool paused;           /* its replies back up: EPOLLIN is not asked for */
 	struct memd_link link; /* on conns, then on dead */
 };
 
@@ -166,13 +167,24 @@ static void io_failed(struct server *S, struct conn *c, uint64_t now, const char
 	conn_close(S, c);
 }
 
+/* The events asked for c: EPOLLOUT while replies wait, EPOLLIN unless
+ * paused (a client that does not read its replies is not read either). */
+static void want(struct server *S, struct conn *c, bool out, bool paused)
+{
+	struct epoll_event e = { .events = (paused ? 0u : EPOLLIN) | (out ? EPOLLOUT : 0u), .data.ptr = &c->ev };
+
+	if ((c->want_out != out || c->paused != paused) && epoll_ctl(S->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0) {
+		c->want_out = out;
+		c->paused = paused;
+	}
+}
+
 static void want_out(struct server *S, struct conn *c, bool on)
 {
-	struct epoll_event e = { .events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = &c->ev };
-
-	if (c->want_out != on && epoll_ctl(S->epfd, EPOLL_CTL_MOD, c->fd, &e) == 0)
-		c->want_out = on;
+	want(S, c, on, c->paused);
 }
+
+static bool conn_answer(struct server *S, struct conn *c, uint64_t now);
 
 /* Send what the socket takes of c's replies. */
 static void conn_flush(struct server *S, struct conn *c, uint64_t now)
@@ -196,7 +208,11 @@ static void conn_flush(struct server *S, struct conn *c, uint64_t now)
 		b->off = b->len = 0;
 		if (b->cap > TX_KEEP)
 			memd_buf_free(b); /* a burst's buffer is not kept for good */
-		want_out(S, c, false);
+		bool was = c->paused;
+
+		want(S, c, false, false);
+		if (was && c->rx_len && conn_answer(S, c, now)) /* what came while it was paused */
+			conn_flush(S, c, now);
 		return;
 	}
 	want_out(S, c, true);
@@ -230,6 +246,13 @@ static bool conn_answer(struct server *S, struct conn *c, uint64_t now)
 		uint32_t body;
 		size_t whole;
 
+		/* a client that sends and does not read: stop reading it (what it
+		 * sent stays in rx, bounded by one message) until its replies
+		 * drain; conn_flush resumes it */
+		if (c->tx.len - c->tx.off > MEMD_REPLY_PAUSE) {
+			want(S, c, true, true);
+			break;
+		}
 		/* checked before each reply, so it is passed by one reply at most */
 		if (c->tx.len - c->tx.off > MEMD_REPLY_MAX) {
 			memd_log_limited(
@@ -291,8 +314,9 @@ static void conn_read(struct server *S, struct conn *c, uint64_t now)
 	}
 	if (n == 0) {
 		if (c->rx_len)
-			memd_log(MEMD_INFO, "%s: closed in the middle of a message (%zu bytes of it came)", c->peer,
-				 c->rx_len);
+			memd_log_limited(&S->rl_bad, now, MEMD_INFO,
+					 "%s: closed in the middle of a message (%zu bytes of it came)", c->peer,
+					 c->rx_len);
 		else
 			memd_log(MEMD_DEBUG, "%s: closed", c->peer);
 		conn_close(S, c);
