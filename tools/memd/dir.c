@@ -503,7 +503,7 @@ void memd_dir_alloc(struct memd_dir *d, const uint8_t name[HC_MW_NAME_BYTES], ui
 		    uint64_t now_ms, struct hc_mw_grant *out)
 {
 	struct memd_obj *o = NULL, *victim;
-	struct memd_link *k;
+	struct memd_link *k, *scan;
 	struct memd_lease *l = NULL;
 	struct memd_ext *e, *spare = NULL;
 	uint64_t need;
@@ -530,11 +530,17 @@ void memd_dir_alloc(struct memd_dir *d, const uint8_t name[HC_MW_NAME_BYTES], ui
 		return;
 	}
 	e = find_fit(d, need);
+	/* Oldest first, each object looked at once: a leased one stays leased
+	 * while this runs, so the scan goes on from where it was rather than
+	 * from the tail again (which made one ALLOC quadratic in the leased
+	 * objects at the tail). */
+	scan = d->lru.tail;
 	while (!e) {
-		for (k = d->lru.tail; k && memd_entry(k, struct memd_obj, lru)->leases; k = k->prev)
+		for (k = scan; k && memd_entry(k, struct memd_obj, lru)->leases; k = k->prev)
 			;
 		if (!k)
 			break;
+		scan = k->prev;
 		victim = memd_entry(k, struct memd_obj, lru);
 		d->st[MEMD_ST_evictions]++;
 		d->st[MEMD_ST_evicted_bytes] += victim->length;
