@@ -133,7 +133,8 @@ struct hc_mw_alloc {
 
 struct hc_mw_grant {
 	int32_t status; /* 0; -ENOSPC: can never fit; -EINVAL: length 0;
-			 * -EBUSY: the room is leased or granted right now, or the lease table is full */
+			 * -EBUSY: the room is leased or granted right now, or the lease table is full;
+			 * -ENOMEM: the server is out of memory for its directory (retry) */
 	uint32_t reserved;
 	uint64_t offset; /* write [offset, offset + length) */
 	uint64_t token;  /* what COMMIT (or RELEASE, to give it up) takes */

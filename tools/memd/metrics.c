@@ -8,6 +8,7 @@
  * refused.  Anything but GET /metrics is answered 404 (or 405).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@ struct memd_metrics {
 	const struct memd_dir *d;
 	struct memd_list scrapes;
 	unsigned n;
+	int spare_fd; /* given back to take (and close) a scrape when no fd is left */
 };
 
 int memd_metrics_open(struct memd_metrics **mp, int epfd, const struct memd_addr *a, const struct memd_dir *d,
@@ -55,6 +57,7 @@ int memd_metrics_open(struct memd_metrics **mp, int epfd, const struct memd_addr
 	}
 	m->ev.kind = MEMD_EV_METRICS;
 	m->epfd = epfd;
+	m->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	m->d = d;
 	if ((m->fd = memd_listen(a, bound, boundlen)) < 0) {
 		r = m->fd;
@@ -182,8 +185,19 @@ static void accept_scrapes(struct memd_metrics *m, uint64_t now)
 		struct epoll_event e = { .events = EPOLLIN };
 		struct scrape *s;
 
+		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && m->spare_fd >= 0) {
+			/* no fd left: the listener would stay readable and the
+			 * loop spin; take the scrape with the spare and close it */
+			close(m->spare_fd);
+			if ((fd = accept(m->fd, NULL, NULL)) >= 0)
+				close(fd);
+			m->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				return;
+			continue;
+		}
 		if (fd < 0)
-			return; /* EAGAIN, or no fd: the next event tries again */
+			return; /* EAGAIN: the next event tries again */
 		if (m->n >= SCRAPES_MAX || !(s = calloc(1, sizeof(*s)))) {
 			close(fd); /* a scraper retries at its next interval */
 			continue;
@@ -235,5 +249,7 @@ void memd_metrics_close(struct memd_metrics *m)
 	while (m->scrapes.head)
 		scrape_close(m, memd_entry(m->scrapes.head, struct scrape, link));
 	close(m->fd);
+	if (m->spare_fd >= 0)
+		close(m->spare_fd);
 	free(m);
 }
