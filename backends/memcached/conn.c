@@ -165,7 +165,7 @@ static memcached_return_t probe_cb(const memcached_instance_st *inst, const char
 int hc__mc_probe(struct hc_mc *be, char *err, size_t errlen)
 {
 	struct probe pr = { 0 };
-	char sbuf[HC_BE_HOST_MAX + 16], why[256] = "";
+	char sbuf[HC_BE_HOST_MAX + 16], why[HC_BE_HOST_MAX + 272] = "";
 
 	for (unsigned i = 0; i < be->o.nservers; i++) {
 		unsigned before = pr.answered;
