@@ -76,15 +76,12 @@ static inline int hc_be_fail(char *err, size_t errlen, int errnum, const char *f
 	return ret;
 }
 
-/* An op's opcode and iovecs: the bytes its iovecs hold, or -EINVAL (the
- * ABI's rule: such an op completes with -EINVAL). */
-static inline int64_t hc_be_iov_check(const struct hc_be_op *op)
+/* The total length of a GET's or PUT's iovecs, or -EINVAL (none, too
+ * many, a NULL buffer of some length, or a total past INT64_MAX). */
+static inline int64_t hc_be_iov_bytes(const struct hc_be_op *op)
 {
 	uint64_t total = 0;
 
-	if (op->opcode != HC_BE_OP_GET && op->opcode != HC_BE_OP_PUT)
-		return op->opcode == HC_BE_OP_EXISTS || op->opcode == HC_BE_OP_DELETE ? (op->iovcnt ? -EINVAL : 0)
-										      : -EINVAL;
 	if (op->iovcnt == 0 || op->iovcnt > HC_BE_IOV_MAX || !op->iov)
 		return -EINVAL;
 	for (unsigned v = 0; v < op->iovcnt; v++) {
@@ -94,9 +91,22 @@ static inline int64_t hc_be_iov_check(const struct hc_be_op *op)
 			return -EINVAL;
 		total += op->iov[v].iov_len;
 	}
+	return (int64_t)total;
+}
+
+/* An op's opcode and iovecs: the bytes its iovecs hold, or -EINVAL (the
+ * ABI's rule: such an op completes with -EINVAL). */
+static inline int64_t hc_be_iov_check(const struct hc_be_op *op)
+{
+	int64_t total;
+
+	if (op->opcode != HC_BE_OP_GET && op->opcode != HC_BE_OP_PUT)
+		return op->opcode == HC_BE_OP_EXISTS || op->opcode == HC_BE_OP_DELETE ? (op->iovcnt ? -EINVAL : 0)
+										      : -EINVAL;
+	total = hc_be_iov_bytes(op);
 	if (op->opcode == HC_BE_OP_PUT && total == 0)
 		return -EINVAL;
-	return (int64_t)total;
+	return total;
 }
 
 /* A ctl read's value into out: its length, or -ERANGE if it does not fit. */

@@ -185,29 +185,12 @@ static int copy_blocks(const struct hc_shm_seg *s, uint32_t head, uint32_t nbloc
 	return 0;
 }
 
-/* The total length of a GET's or PUT's iovecs, or -EINVAL. */
-static int64_t iov_bytes(const struct hc_be_op *op)
-{
-	uint64_t total = 0;
-
-	if (op->iovcnt == 0 || op->iovcnt > HC_BE_IOV_MAX || !op->iov)
-		return -EINVAL;
-	for (unsigned v = 0; v < op->iovcnt; v++) {
-		if (!op->iov[v].iov_base && op->iov[v].iov_len)
-			return -EINVAL;
-		if (op->iov[v].iov_len > (uint64_t)INT64_MAX - total)
-			return -EINVAL;
-		total += op->iov[v].iov_len;
-	}
-	return (int64_t)total;
-}
-
 /* ---- ops */
 
 static int64_t op_get(struct hc_shm *be, const struct hc_be_op *op)
 {
 	const struct hc_shm_seg *s = &be->seg;
-	int64_t room = iov_bytes(op), ret;
+	int64_t room = hc_be_iov_bytes(op), ret;
 	uint32_t k, i, head, nblocks;
 	uint64_t length;
 
@@ -298,7 +281,7 @@ static int put_reserve(struct hc_shm *be, const struct hc_be_op *op, uint64_t le
 static int64_t op_put(struct hc_shm *be, const struct hc_be_op *op)
 {
 	const struct hc_shm_seg *s = &be->seg;
-	int64_t length = iov_bytes(op);
+	int64_t length = hc_be_iov_bytes(op);
 	struct put_target t;
 	int ret;
 
