@@ -97,14 +97,6 @@ struct hc_mori_counters {
 };
 #define HC_MORI_COUNT(be, n, v) atomic_fetch_add_explicit(&(be)->cnt.n, (v), memory_order_relaxed)
 
-enum hc_mori_jstate {
-	HC_MORI_J_NEW,      /* on the thread's list, not sent */
-	HC_MORI_J_CONTROL,  /* its item is in a control request awaiting a reply */
-	HC_MORI_J_TRANSFER, /* its gets or puts are in flight */
-	HC_MORI_J_FLUSH,    /* puts done locally, waiting for the endpoint's flush */
-	HC_MORI_J_COMMIT,   /* in a COMMIT awaiting its reply */
-};
-
 /* One accepted op: a copy of the host's, with its own iovecs. */
 struct hc_mori_job {
 	struct hc_mori_job *next;                /* incoming, the thread's lists, done */
@@ -117,7 +109,6 @@ struct hc_mori_job {
 	int64_t result;
 	_Atomic bool canceled;
 	/* the thread's own */
-	enum hc_mori_jstate state;
 	unsigned server;
 	uint64_t deadline_ms;              /* CLOCK_MONOTONIC */
 	uint64_t offset;                   /* in the server's region */
@@ -165,7 +156,6 @@ struct hc_mori_server {
 	/* what HELLO said */
 	uint16_t version;
 	uint32_t lease_ms;
-	uint64_t instance;
 	uint64_t base, size;
 	uint32_t batch_max;
 	ucp_ep_h ep;
@@ -180,7 +170,6 @@ struct hc_mori_server {
 	size_t tx_off, tx_len, tx_cap;
 	int tx_err;                            /* a send failed: the next tick fails the server */
 	struct hc_mori_req *rq_head, *rq_tail; /* awaiting replies, in order */
-	unsigned nreq;
 	uint32_t seq;
 	/* the puts of this server waiting for one flush, then one COMMIT */
 	struct hc_mori_job *flushq;
@@ -243,7 +232,7 @@ struct hc_mori {
 	struct hc_mori_job *finished;     /* jobs whose transfers all ended */
 	struct hc_mori_release *releases; /* per server */
 	unsigned ntransfers;              /* UCX requests in flight (gets, puts, flushes, closes) */
-	uint64_t stats_asked, stats_published;
+	uint64_t stats_asked;
 	unsigned stats_waiting; /* servers yet to answer STATS */
 
 	struct hc_mori_counters cnt;

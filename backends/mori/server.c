@@ -129,7 +129,6 @@ void hc__mori_server_fail(struct hc_mori *be, struct hc_mori_server *s, int errn
 		free(q);
 	}
 	s->rq_tail = NULL;
-	s->nreq = 0;
 	hc__mori_server_lost(be, s, errnum);
 	s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : be->o.retry_ms;
 	if (s->backoff_ms > be->o.retry_max_ms)
@@ -273,7 +272,6 @@ int hc__mori_server_send(struct hc_mori *be, struct hc_mori_server *s, uint16_t 
 	else
 		s->rq_head = q;
 	s->rq_tail = q;
-	s->nreq++;
 	HC_MORI_COUNT(be, round_trips, 1);
 	if (s->tx_off == 0 && s->state != HC_MORI_S_CONNECTING)
 		flush_tx(be, s);
@@ -443,7 +441,6 @@ static void welcome(struct hc_mori *be, struct hc_mori_server *s, const uint8_t 
 			s->label, w.lease_ms, be->o.io_timeout_ms);
 	s->version = w.version;
 	s->lease_ms = w.lease_ms;
-	s->instance = w.instance;
 	s->base = w.base;
 	s->size = w.size;
 	s->batch_max = w.batch_max;
@@ -515,7 +512,6 @@ static void handle(struct hc_mori *be, struct hc_mori_server *s, const struct hc
 	s->rq_head = q->next;
 	if (!s->rq_head)
 		s->rq_tail = NULL;
-	s->nreq--;
 	if (q->type == HC_MW_HELLO) {
 		welcome(be, s, body, h->length);
 	} else {

@@ -141,7 +141,6 @@ static void start_transfer(struct hc_mori *be, struct hc_mori_server *s, struct 
 	uint64_t left = j->opcode == HC_BE_OP_GET ? (j->length < j->bytes ? j->length : j->bytes) : j->bytes;
 	uint64_t remote = s->base + j->offset;
 
-	j->state = HC_MORI_J_TRANSFER;
 	j->server_epoch = s->epoch;
 	xlist_add(s, j);
 	if (!s->xfer_jobs++)
@@ -222,7 +221,6 @@ static void transfer_finished(struct hc_mori *be, struct hc_mori_job *j)
 	}
 	if (err || atomic_load_explicit(&j->canceled, memory_order_relaxed))
 		j->abort = err ? err : -ECANCELED;
-	j->state = HC_MORI_J_FLUSH;
 	j->next = s->flushq;
 	s->flushq = j;
 }
@@ -265,7 +263,6 @@ static void commit(struct hc_mori *be, struct hc_mori_server *s, struct hc_mori_
 			hc__mori_complete(be, j, j->abort);
 			continue;
 		}
-		j->state = HC_MORI_J_COMMIT;
 		tokens[n] = j->lease;
 		batch[n++] = j;
 	}
@@ -507,7 +504,6 @@ static int send_batch(struct hc_mori *be, struct hc_mori_server *s, uint32_t opc
 	static _Thread_local uint8_t items[HC_MW_BATCH_MAX * sizeof(struct hc_mw_alloc)];
 	uint16_t type = opcode == HC_BE_OP_PUT ? HC_MW_ALLOC : opcode == HC_BE_OP_DELETE ? HC_MW_DELETE : HC_MW_LOOKUP;
 	size_t isz = type == HC_MW_ALLOC ? sizeof(struct hc_mw_alloc) : HC_MW_NAME_BYTES;
-	int r;
 
 	for (unsigned i = 0; i < n; i++) {
 		if (type == HC_MW_ALLOC) {
@@ -518,13 +514,7 @@ static int send_batch(struct hc_mori *be, struct hc_mori_server *s, uint32_t opc
 			memcpy(items + i * isz, jobs[i]->name, isz);
 		}
 	}
-	for (unsigned i = 0; i < n; i++)
-		jobs[i]->state = HC_MORI_J_CONTROL;
-	r = hc__mori_server_send(be, s, type, opcode == HC_BE_OP_GET ? HC_MW_LOOKUP_LEASE : 0, items, isz, n, jobs);
-	if (r < 0)
-		for (unsigned i = 0; i < n; i++)
-			jobs[i]->state = HC_MORI_J_NEW;
-	return r;
+	return hc__mori_server_send(be, s, type, opcode == HC_BE_OP_GET ? HC_MW_LOOKUP_LEASE : 0, items, isz, n, jobs);
 }
 
 static void dispatch(struct hc_mori *be, uint64_t now)
@@ -612,7 +602,7 @@ static void collect_stats(struct hc_mori *be)
 				be->stats_waiting--;
 		}
 	}
-	if (be->stats_asked > be->stats_published && !be->stats_waiting) {
+	if (be->stats_asked > be->stats_gen && !be->stats_waiting) {
 		uint64_t objects = 0, bytes = 0, capacity = 0, evictions = 0;
 
 		for (unsigned i = 0; i < be->nservers; i++) {
@@ -626,7 +616,7 @@ static void collect_stats(struct hc_mori *be)
 		be->stat_bytes = bytes;
 		be->stat_capacity = capacity;
 		be->stat_evictions = evictions;
-		be->stats_gen = be->stats_published = be->stats_asked;
+		be->stats_gen = be->stats_asked;
 		pthread_cond_broadcast(&be->stats_cv);
 		pthread_mutex_unlock(&be->mu);
 	}
