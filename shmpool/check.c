@@ -408,6 +408,34 @@ static void check_pages(struct chk *c)
 	}
 }
 
+/* While quiescent, the free map shows every FREE page, and each level's
+ * summary bit every word below it that has a bit (freemap.c). */
+static void check_freemap(struct chk *c)
+{
+	struct hc_pool *p = c->p;
+	uint32_t missing = 0, first = 0;
+	uint64_t word;
+	unsigned level;
+
+	if (!quiet(c))
+		return;
+	for (uint32_t i = 0; i < p->g.npages; i++)
+		if (hc__w_state(atomic_load(&p->pages[i].word)) == HC_PAGE_FREE && !hc__fm_has(p, i) && !missing++)
+			first = i;
+	if (missing)
+		say(c,
+		    "free map: %u FREE page(s) it does not show, the first page %u: no allocation finds them until a recovery",
+		    missing, first);
+	if (!hc__fm_summary_ok(p, &level, &word))
+		say(c, "free map: word %llu of level %u has bits, but its summary bit is clear",
+		    (unsigned long long)word, level);
+}
+
+static void lru_line(void *arg, const char *line)
+{
+	say(arg, "%s", line);
+}
+
 /*
  * Returns the number of violations (0: all invariants hold), or a negative
  * errno.  Probing liveness recovers dead slots on the way, like any attach.
@@ -440,6 +468,8 @@ int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void 
 	check_index(c);
 	check_tickets(c);
 	check_engines(c);
+	check_freemap(c);
+	hc__lru_census(p, quiet(c), lru_line, c);
 	n = c->n;
 	free(c);
 	return n;

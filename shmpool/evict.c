@@ -12,9 +12,10 @@
  * Policies.
  *   HC_EVICT_LRU: exact.  Each lookup takes one stamp range from the shared
  *   clock and stamps its pages last to first, so a chain's root is the most
- *   recent of its chain; the evictor takes the smallest stamps, ties going
- *   to the deepest page.  One shared counter per lookup and a full scan per
- *   eviction: for tests and the replay's reference, not for speed.
+ *   recent of its chain; the evictor takes the smallest stamps.  The pages
+ *   are kept in that order on a list (lru.c), under one lock: a touch moves
+ *   its pages to the tail, the evictor walks from the head.  O(1) a page,
+ *   but one lock for every lookup: for tests and the replay's reference.
  *   HC_EVICT_CLOCK (default): a reference bit per page, set by lookups only
  *   when clear (so hot pages are not rewritten), and a shared hand that
  *   clears bits and takes the first unreferenced page.
@@ -54,21 +55,7 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 	if (n == 0)
 		return;
 	if (p->g.evict == HC_EVICT_LRU) {
-		uint64_t base = atomic_fetch_add_explicit(&p->ctl->lru_clock, n, memory_order_relaxed);
-		for (unsigned i = n; i-- > 0;) {
-			_Atomic uint64_t *st;
-			uint64_t want = base + (n - i), cur;
-			if (pages[i] == HC_PAGE_NONE || HC_PAGE_ID(pages[i]) >= p->g.npages)
-				continue;
-			/* Raise only: a touch whose stores land after a later
-			 * touch's (its process was preempted between taking the
-			 * clock and storing) must not make pages look older. */
-			st = &p->pages[HC_PAGE_ID(pages[i])].stamp;
-			cur = atomic_load_explicit(st, memory_order_relaxed);
-			while (cur < want && !atomic_compare_exchange_weak_explicit(
-						     st, &cur, want, memory_order_relaxed, memory_order_relaxed))
-				;
-		}
+		hc__lru_touch(p, pages, n);
 		return;
 	}
 	for (unsigned i = n; i-- > 0;) {
@@ -114,98 +101,43 @@ static int take(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, h
 	return 1;
 }
 
-struct victim {
-	uint64_t stamp;
-	uint32_t depth, id;
-	uint64_t word;
-};
-
-/* Older first: the smaller stamp, then the deeper page. */
-static int older(const struct victim *a, const struct victim *b)
+/* A page on the LRU list that only a touch can make a candidate again:
+ * off the list with it (lru.c says who is on it). */
+static int gone(const struct hc_pool *p, uint32_t id)
 {
-	if (a->stamp != b->stamp)
-		return a->stamp < b->stamp;
-	if (a->depth != b->depth)
-		return a->depth > b->depth;
-	return a->id < b->id;
+	uint64_t w = atomic_load_explicit(&p->pages[id].word, memory_order_relaxed);
+	unsigned st = hc__w_state(w);
+
+	return st == HC_PAGE_FREE || st == HC_PAGE_QUARANTINE ||
+	       (st == HC_PAGE_READY && !hc__lru_kind(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed)));
 }
 
-static int cmp_victim(const void *x, const void *y)
-{
-	const struct victim *a = x, *b = y;
-
-	return older(a, b) ? -1 : older(b, a) ? 1 : 0;
-}
-
-/* A max-heap on "older": the root is the youngest of the k oldest so far. */
-static void sift_down(struct victim *h, unsigned n, unsigned i)
-{
-	for (;;) {
-		unsigned l = 2 * i + 1, r = l + 1, m = i;
-		struct victim t;
-
-		if (l < n && older(&h[m], &h[l]))
-			m = l;
-		if (r < n && older(&h[m], &h[r]))
-			m = r;
-		if (m == i)
-			return;
-		t = h[i];
-		h[i] = h[m];
-		h[m] = t;
-		i = m;
-	}
-}
-
-static void sift_up(struct victim *h, unsigned i)
-{
-	while (i) {
-		unsigned parent = (i - 1) / 2;
-		struct victim t;
-
-		if (!older(&h[parent], &h[i]))
-			return;
-		t = h[i];
-		h[i] = h[parent];
-		h[parent] = t;
-		i = parent;
-	}
-}
-
+/* The list is in stamp order, so the first candidates from its head are
+ * the oldest: the ones a sort of every candidate would give. */
 static unsigned evict_lru(struct hc_pool *p, unsigned k, uint32_t presence, hc_page_t *out)
 {
-	struct victim *h = malloc((size_t)k * sizeof(*h));
+	const uint32_t end = p->g.npages;
 	unsigned got = 0;
+	uint64_t steps = 0;
 
-	if (!h) {
-		hc__log(HC_LOG_ERR, "evict: no memory for %u candidates", k);
-		return 0;
-	}
-	for (int round = 0; round < 3 && got < k; round++) {
-		unsigned need = k - got, nh = 0;
+	hc__lru_lock(p);
+	for (uint32_t id = hc__lru_first(p); id < end && got < k && steps++ < end;) {
+		int64_t next = hc__lru_next(p, id);
+		uint64_t w;
 
-		for (uint32_t id = 0; id < p->g.npages; id++) {
-			struct victim v;
-			if (!candidate(p, id, &v.word))
-				continue;
-			v.stamp = atomic_load_explicit(&p->pages[id].stamp, memory_order_relaxed);
-			v.depth = atomic_load_explicit(&p->pages[id].depth, memory_order_relaxed);
-			v.id = id;
-			if (nh < need) {
-				h[nh] = v;
-				sift_up(h, nh++);
-			} else if (older(&v, &h[0])) {
-				h[0] = v;
-				sift_down(h, nh, 0);
+		if (next < 0)
+			break; /* a broken node: the next locker's drop rebuilds */
+		if (candidate(p, id, &w)) {
+			if (take(p, id, w, presence, out ? out + got : NULL)) {
+				hc__lru_drop(p, id);
+				got++;
 			}
+		} else if (gone(p, id)) {
+			hc__lru_drop(p, id);
 		}
-		if (nh == 0)
-			break;
-		qsort(h, nh, sizeof(*h), cmp_victim);
-		for (unsigned i = 0; i < nh && got < k; i++)
-			got += take(p, h[i].id, h[i].word, presence, out ? out + got : NULL);
+		id = (uint32_t)next;
 	}
-	free(h);
+	hc__lru_unlock(p);
 	return got;
 }
 

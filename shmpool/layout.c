@@ -189,6 +189,7 @@ int hc__geom_regions(struct hc__geom *g)
 {
 	uint64_t off = HC_SEG_HDR_BYTES, b, words = g->max_tickets / 64;
 	uint64_t sizes[HC_REG__COUNT] = { 0 };
+	struct hc__fm_shape fs;
 
 	if (g->max_ranks == 0 || g->max_ranks > HC_MAX_RANKS)
 		return hc__err(EINVAL, "max_ranks %u is out of range 1..%d", g->max_ranks, HC_MAX_RANKS);
@@ -241,6 +242,8 @@ int hc__geom_regions(struct hc__geom *g)
 	sizes[HC_REG_TICKETS] = (uint64_t)g->max_tickets * sizeof(struct hc_seg_ticket);
 	sizes[HC_REG_TPAGES] = (uint64_t)g->max_tickets * g->ticket_keys * sizeof(uint64_t);
 	sizes[HC_REG_RINGS] = (uint64_t)g->max_ranks * g->rg.block;
+	sizes[HC_REG_FREEMAP] = hc__fm_shape(g->npages, &fs);
+	sizes[HC_REG_LRU] = g->evict == HC_EVICT_LRU ? ((uint64_t)g->npages + 1) * sizeof(struct hc_seg_lru) : 0;
 	for (int r = 0; r < HC_REG_ENV; r++) {
 		g->toc[r].off = off;
 		g->toc[r].bytes = sizes[r];

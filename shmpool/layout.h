@@ -17,6 +17,8 @@
  *   toc[TICKETS]  ticket records (struct hc_seg_ticket)
  *   toc[TPAGES]   each ticket's page list, uint64 [max_tickets][ticket_keys]
  *   toc[RINGS]    the request path: a block per rank slot (struct hc__ringgeo)
+ *   toc[FREEMAP]  where the FREE pages are: a bit per page and summary levels (a hint; freemap.c)
+ *   toc[LRU]      HC_EVICT_LRU only: the pages in stamp order, a list (a hint; lru.c)
  *   toc[ENV]      envelopes, 2 MiB aligned, npages * envelope_bytes
  *
  * LAYOUT VERSION POLICY.  layout_major changes when any existing field or
@@ -39,7 +41,7 @@
 #include "ring.h"
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  6 /* 6: page flags ANON, SHARED, ORPHAN and a check; engine incarnations */
+#define HC_LAYOUT_MAJOR  7                            /* 7: the free map and the LRU list */
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
@@ -58,6 +60,8 @@ enum hc_region {
 	HC_REG_TICKETS,
 	HC_REG_TPAGES,
 	HC_REG_RINGS,
+	HC_REG_FREEMAP,
+	HC_REG_LRU,
 	HC_REG_ENV, /* always last */
 	HC_REG__COUNT
 };
@@ -260,7 +264,8 @@ struct hc_seg_ctl {
 	struct hc_seg_lock engine_lock;                    /* engine joins and leaves */
 	struct hc_seg_lock index_lock[HC_INDEX_STRIPES];   /* index writers, by key hash */
 	struct hc_seg_lock ticket_lock[HC_TICKET_STRIPES]; /* ticket find-or-create, by name hash */
-	_Atomic uint64_t lru_clock;                        /* HC_EVICT_LRU: the last stamp handed out */
+	struct hc_seg_lock lru_lock;                       /* HC_EVICT_LRU: the list and the clock (lru.c) */
+	_Atomic uint64_t lru_clock;                        /* HC_EVICT_LRU: the last stamp handed out, under lru_lock */
 	_Atomic uint64_t ticket_seq;                       /* ticket records taken so far (ticket.c) */
 	_Atomic uint32_t engine_seq; /* engine incarnations handed out, under engine_lock (engine.c) */
 	uint8_t pad0[44];
@@ -373,6 +378,17 @@ struct hc_seg_page {
 };
 static_assert(sizeof(struct hc_seg_page) == 64, "page entry is one cache line");
 static_assert(offsetof(struct hc_seg_page, key) == 16, "page entry layout");
+
+/*
+ * A node of the LRU list (toc[LRU], lru.c): npages + 1 of them, the last
+ * the list's head; prev and next are node numbers, next HC_LRU_OFF when
+ * the page is on no list.  Written only under ctl->lru_lock.
+ */
+#define HC_LRU_OFF UINT32_MAX
+struct hc_seg_lru {
+	_Atomic uint32_t prev, next;
+};
+static_assert(sizeof(struct hc_seg_lru) == 8, "LRU node size");
 
 /*
  * Key index entry: 0 empty, else (tag << 32) | (page id + 1).  A bucket is

@@ -227,44 +227,71 @@ static inline uint32_t fresh_flags(const struct hc_pool *p, uint32_t id, int ano
 	return anon ? HC_PF_ANON | hc__page_check(p, id, 0) : 0;
 }
 
-/* Take up to n FREE pages (or quarantined ones past their grace) from the
- * cursor on; the count taken. */
-static unsigned scan_free(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out)
+/* Page id, at word w, for us if it is FREE (or quarantined, its grace
+ * run out, unkeyed and unheld): 1 and the handle in *out, else 0. */
+static int take_page(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, int anon, hc_page_t *out)
+{
+	_Atomic uint64_t *wp = &p->pages[id].word;
+	uint32_t gen;
+
+	switch (hc__w_state(w)) {
+	case HC_PAGE_FREE:
+		break;
+	case HC_PAGE_QUARANTINE:
+		/* A dead rank's DMA may still land here until the grace runs out;
+		 * a page still keyed is being (or was to be) unkeyed: the sweep's. */
+		if (!grace_over(p, hc__w_aux(w)) ||
+		    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) ||
+		    hc__held_anywhere(p, id)) /* a live co-writer's copy may still land */
+			return 0;
+		break;
+	default:
+		return 0;
+	}
+	gen = hc__w_gen(w) + 1;
+	/* seq_cst: the page is ours before we write its presence. */
+	if (!atomic_compare_exchange_strong(wp, &w, hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0)))
+		return 0;
+	HC_POINT(alloc_taken);
+	atomic_store_explicit(&p->pages[id].presence, presence, memory_order_relaxed);
+	/* While the CAS left the line ours: another scanner may read it next. */
+	atomic_store_explicit(&p->pages[id].flags, fresh_flags(p, id, anon), memory_order_relaxed);
+	*out = HC_PAGE_MAKE(id, gen);
+	return 1;
+}
+
+/* Up to n pages the free map leads to; the count taken.  A bit that led
+ * to a page no longer FREE was a stale hint, gone now. */
+static unsigned map_take(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out)
+{
+	unsigned got = 0;
+
+	while (got < n) {
+		int64_t id = hc__fm_claim(p);
+
+		if (id < 0)
+			break;
+		got += (unsigned)take_page(p, (uint32_t)id, atomic_load(&p->pages[id].word), /* (H) */
+					   presence, anon, out + got);
+	}
+	return got;
+}
+
+/* Up to n pages from a look at up to 'budget' page words, from this
+ * process's hand on: quarantined pages whose grace ran out (which no map
+ * shows), and FREE pages the map lost to a death; the count taken. */
+static unsigned scan_take(struct hc_pool *p, unsigned n, uint32_t budget, uint32_t presence, int anon, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
-	uint32_t id = atomic_load_explicit(&p->cursor, memory_order_relaxed), got = 0, scanned;
+	uint32_t id = atomic_load_explicit(&p->hand, memory_order_relaxed), got = 0, scanned;
 
 	if (id >= npages)
 		id = 0;
-	for (scanned = 0; scanned < npages && got < n; scanned++, id = id + 1 == npages ? 0 : id + 1) {
-		_Atomic uint64_t *wp = &p->pages[id].word;
-		uint64_t w = atomic_load_explicit(wp, memory_order_relaxed);
-
-		switch (hc__w_state(w)) {
-		case HC_PAGE_FREE:
-			break;
-		case HC_PAGE_QUARANTINE:
-			/* A dead rank's DMA may still land here until the grace runs out;
-			 * a page still keyed is being (or was to be) unkeyed: the sweep's. */
-			if (!grace_over(p, hc__w_aux(w)) ||
-			    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) ||
-			    hc__held_anywhere(p, id)) /* a live co-writer's copy may still land */
-				continue;
-			break;
-		default:
-			continue;
-		}
-		uint32_t gen = hc__w_gen(w) + 1;
-		/* seq_cst: the page is ours before we write its presence. */
-		if (!atomic_compare_exchange_strong(wp, &w, hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, gen, 0)))
-			continue;
-		HC_POINT(alloc_taken);
-		atomic_store_explicit(&p->pages[id].presence, presence, memory_order_relaxed);
-		/* While the CAS left the line ours: another scanner may read it next. */
-		atomic_store_explicit(&p->pages[id].flags, fresh_flags(p, id, anon), memory_order_relaxed);
-		out[got++] = HC_PAGE_MAKE(id, gen);
-	}
-	atomic_store_explicit(&p->cursor, id, memory_order_relaxed); /* a hint: racing threads may share it */
+	for (scanned = 0; scanned < budget && scanned < npages && got < n;
+	     scanned++, id = id + 1 == npages ? 0 : id + 1)
+		got += (unsigned)take_page(p, id, atomic_load_explicit(&p->pages[id].word, memory_order_relaxed),
+					   presence, anon, out + got);
+	atomic_store_explicit(&p->hand, id, memory_order_relaxed); /* a hint: racing threads may share it */
 	return got;
 }
 
@@ -277,13 +304,21 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 
 		HC_POINT(alloc_undo);
 		if (rid < p->g.npages &&
-		    atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0)))
+		    atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0))) {
+			hc__fm_put(p, rid);
 			hc__quota_give(p, 1);
+		}
 	}
 }
 
-/* Free pages first, then evict by policy; all or nothing.  The pages count
- * against this rank's quota until they leave RESERVED. */
+/* Pages each allocation that found the free map empty looks at from its
+ * hand: over n / SCAN_STEP such allocations every page is seen once. */
+#define SCAN_STEP 8
+
+/* Free pages first (the free map), then a few at the hand (a quarantine
+ * run out, a page the map lost), then evict by policy, then one look at
+ * the whole table; all or nothing.  The pages count against this rank's
+ * quota until they leave RESERVED. */
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out, const char *op)
 {
 	unsigned got, was;
@@ -291,8 +326,9 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 
 	if ((ret = hc__quota_take(p, n, op)) < 0)
 		return ret;
-	got = scan_free(p, n, presence, anon, out);
-
+	got = map_take(p, n, presence, anon, out);
+	if (got < n)
+		got += scan_take(p, n - got, SCAN_STEP, presence, anon, out + got);
 	if (got < n) {
 		was = got;
 		got += hc__evict_take(p, n - got, presence, out + got);
@@ -300,8 +336,8 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 			atomic_store_explicit(&p->pages[HC_PAGE_ID(out[i])].flags,
 					      fresh_flags(p, HC_PAGE_ID(out[i]), 1), memory_order_relaxed);
 	}
-	if (got < n) /* someone freed pages while we evicted: one more look */
-		got += scan_free(p, n - got, presence, anon, out + got);
+	if (got < n) /* someone freed pages while we evicted, or nothing shows them: every page */
+		got += scan_take(p, n - got, p->g.npages, presence, anon, out + got);
 	if (got == n) {
 		hc__count(p, HC_CTR_allocs, n);
 		return (int)n;
@@ -478,7 +514,8 @@ static int abort_one(struct hc_pool *p, hc_page_t page)
 	}
 	HC_POINT(abort_unkeyed);
 	/* Fails only when a zero grace let an allocator take it already. */
-	atomic_compare_exchange_strong(&pg->word, &q, hc__w_make(HC_PAGE_FREE, 0, gen, 0));
+	if (atomic_compare_exchange_strong(&pg->word, &q, hc__w_make(HC_PAGE_FREE, 0, gen, 0)))
+		hc__fm_put(p, id);
 	return 0;
 }
 
@@ -801,6 +838,7 @@ static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned a
 		*taken = HC_PAGE_MAKE(id, gen + 1);
 	} else {
 		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0), memory_order_release);
+		hc__fm_put(p, id);
 	}
 	return 0;
 }
@@ -887,8 +925,10 @@ static void reclaim(struct hc_pool *p, uint32_t id, uint64_t w, unsigned slot, s
 
 	HC_POINT(recover_orphaned);
 	r = retire_as(p, id, w, slot, HC_RETIRE_FREE, NULL);
-	if (r == -EBUSY) /* a live rank holds it: the last hold frees it */
+	if (r == -EBUSY) { /* a live rank holds it: the last hold frees it */
 		atomic_fetch_or(&p->pages[id].flags, HC_PF_ORPHAN);
+		hc__lru_heal(p, id, 1); /* nobody's cache: the first an LRU evictor takes */
+	}
 	if (rep && r == 0)
 		rep->reclaimed++;
 	if (rep && r == -EBUSY)
@@ -952,7 +992,8 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 		} else if (st == HC_PAGE_FREEING) {
 			/* Checked, nothing held: only the dead retirer moved it. */
 			hc__unkey_at(p, i, w);
-			atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0));
+			if (atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0)))
+				hc__fm_put(p, i);
 		} else {
 			reclaim(p, i, w, slot, rep);
 		}
@@ -989,16 +1030,32 @@ void hc__pins_drop_slot(struct hc_pool *p, unsigned slot, struct hc_recovery_rep
 	atomic_store_explicit(&p->ranks[slot].held, 0, memory_order_relaxed);
 }
 
+/* A READY page of an LRU pool that should be on its list and is not: a
+ * reserver died before its touch, and a co-writer completed the page.
+ * The node is read without the lock, as a hint; heal looks again. */
+static void lru_settle(struct hc_pool *p, uint32_t id)
+{
+	uint32_t f = atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed);
+
+	if (hc__lru_kind(f) && atomic_load_explicit(&p->lru[id].next, memory_order_relaxed) == HC_LRU_OFF)
+		hc__lru_heal(p, id, !(f & HC_PF_KEYED));
+}
+
 /*
  * The sweep of every recovery: release quarantined pages whose grace ran
  * out, promote reservations whose every shard is in (the last committer
- * died between its two steps, or wrote the fill and died), and quarantine
- * words that make no sense.
+ * died between its two steps, or wrote the fill and died), quarantine
+ * words that make no sense, and put back in the free map the FREE pages
+ * a death left out of it.
  */
 void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 {
 	uint32_t now = hc__now_ms() | 1;
 
+	if (p->lru) { /* a dead holder of the LRU list's lock: its next locker rebuilds the list */
+		hc__lru_lock(p);
+		hc__lru_unlock(p);
+	}
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		_Atomic uint64_t *wp = &p->pages[i].word;
 		/* Acquire: a fill mask we see comes with the presence written before it. */
@@ -1029,9 +1086,18 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 		} else {
 			if (st == HC_PAGE_READY && free_orphan(p, i) && rep)
 				rep->reclaimed++;
+			else if (st == HC_PAGE_FREE) /* a death may have left it out of the free map */
+				hc__fm_heal(p, i);
+			else if (st == HC_PAGE_READY && p->lru)
+				lru_settle(p, i);
 			continue;
 		}
-		if (atomic_compare_exchange_strong(wp, &w, nw) && count)
+		if (!atomic_compare_exchange_strong(wp, &w, nw))
+			continue;
+		if (count)
 			(*count)++;
+		if (hc__w_state(nw) == HC_PAGE_FREE)
+			hc__fm_put(p, i);
 	}
+	hc__fm_heal_summaries(p); /* and a summary bit a death left clear */
 }

@@ -20,6 +20,10 @@
 	/* allocation (pages.c) */                                                                                     \
 	X(alloc_taken, 0, "alloc: a page is ours (RESERVED), its presence and flags not yet written")                  \
 	X(alloc_undo, 0, "alloc: giving back a page of an allocation that failed")                                     \
+	/* the free map (freemap.c) */                                                                                 \
+	X(freemap_unlisted, 0, "free map: a page is FREE, its bit not yet set")                                        \
+	X(freemap_claimed, 0, "free map: a page's bit is ours, the page not yet taken")                                \
+	X(freemap_emptied, 0, "free map: a summary bit is cleared, the word below not yet looked at again")            \
 	/* commit (pages.c) */                                                                                         \
 	X(commit_seen, 0, "commit: the word is read, the CAS that adds our shards not yet made")                       \
 	X(commit_done, 0, "commit: our shards are in (READY or more filled), the quota not yet given")                 \
@@ -49,6 +53,9 @@
 	X(reserve_undo, 0, "reserve: giving back what a failed reservation took")                                      \
 	/* eviction (evict.c) */                                                                                       \
 	X(evict_victim, 0, "evict: a victim is chosen, its retirement not yet begun")                                  \
+	/* the LRU list (lru.c) */                                                                                     \
+	X(lru_moving, 0, "LRU: a page is off the list (lock held), not yet linked at the tail")                        \
+	X(lru_rebuild, 0, "LRU: a process died holding the list; it is being rebuilt from the page table")             \
 	/* recovery of a dead slot (ranks.c, pages.c, ticket.c, engine.c) */                                           \
 	X(recover_begin, 0, "recovery: the dead slot is ours (RECOVERING), nothing undone yet")                        \
 	X(recover_page_seen, 0, "recovery: a page of the dead slot is read, not yet settled")                          \

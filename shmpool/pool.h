@@ -16,6 +16,19 @@
 #include "crash.h"
 #include "layout.h"
 
+/* freemap.c: the shape of the free map (levels of bits; level 0 a bit a
+ * page), computed from npages, never read from the segment */
+#define HC_FM_LEVELS 8
+struct hc__fm_shape {
+	uint64_t nbits[HC_FM_LEVELS]; /* bits in each level */
+	uint64_t off[HC_FM_LEVELS];   /* its first word, in words from the region's start */
+	unsigned nlevels;
+};
+struct hc__fm {
+	struct hc__fm_shape sh;
+	_Atomic uint64_t *lv[HC_FM_LEVELS];
+};
+
 struct hc_pool {
 	/* the mapping */
 	uint8_t *base;
@@ -58,7 +71,10 @@ struct hc_pool {
 	int holder_state;  /* 0 starting, 1 holding, 2 failed, 3 asked to stop */
 	int holder_result; /* slot, or negative errno */
 
-	_Atomic uint32_t cursor; /* where the next allocation scan starts (a hint) */
+	struct hc__fm fm;        /* toc[FREEMAP] */
+	struct hc_seg_lru *lru;  /* toc[LRU]: npages + 1 nodes, or NULL (clock) */
+	_Atomic uint32_t cursor; /* where this process's next free-map search starts (a hint) */
+	_Atomic uint32_t hand;   /* where its next look at the page table starts (pages.c) */
 
 	/* engine.c: what this rank joined with (id + 1, tp_size << 16 | tp_rank,
 	 * ticket timeout, incarnation; all 0 while in no engine).  Its slot's
@@ -251,6 +267,40 @@ int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req,
 		      const uint8_t *skip, const char *op);
 int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
 
+/* freemap.c: where the FREE pages are.  hc__fm_shape: the region's size
+ * for npages; hc__fm_map: this process's view of it; hc__fm_init_all_free:
+ * a fresh pool's (every page FREE).  hc__fm_put: page id went FREE (after
+ * the store).  hc__fm_claim: a page whose bit this call took, which may be
+ * FREE (the caller CASes), or -1.  hc__fm_heal: id is FREE, make sure its
+ * bit says so; hc__fm_heal_summaries: every word's summary bit after a
+ * pass of heals.  hc__fm_summary_ok: 0 with the first word of a level whose
+ * summary bit is clear though it has bits, else 1. */
+uint64_t hc__fm_shape(uint32_t npages, struct hc__fm_shape *sh);
+void hc__fm_map(struct hc_pool *p, uint8_t *region);
+void hc__fm_init_all_free(uint8_t *region, uint32_t npages);
+void hc__fm_put(struct hc_pool *p, uint32_t id);
+int64_t hc__fm_claim(struct hc_pool *p);
+int hc__fm_has(const struct hc_pool *p, uint32_t id);
+void hc__fm_heal(struct hc_pool *p, uint32_t id);
+void hc__fm_heal_summaries(struct hc_pool *p);
+int hc__fm_summary_ok(const struct hc_pool *p, unsigned *level, uint64_t *word);
+
+/* lru.c: the list of exact LRU (HC_EVICT_LRU pools: p->lru).  lock and
+ * unlock it (a dead holder's list is rebuilt); touch: stamp and move to
+ * the tail; first/next: walk it from the oldest (the lock held; next is
+ * -1 past a broken node); drop: take a page off (the lock held); heal: a
+ * live page a death left off goes on (an orphan at the head); repair:
+ * rebuild it.  hc__lru_kind: do flags f make a live page one to list? */
+void hc__lru_lock(struct hc_pool *p);
+void hc__lru_unlock(struct hc_pool *p);
+void hc__lru_touch(struct hc_pool *p, const hc_page_t *pages, unsigned n);
+uint32_t hc__lru_first(const struct hc_pool *p);
+int64_t hc__lru_next(const struct hc_pool *p, uint32_t id);
+void hc__lru_drop(struct hc_pool *p, uint32_t id);
+void hc__lru_heal(struct hc_pool *p, uint32_t id, int orphan);
+void hc__lru_repair(struct hc_pool *p);
+int hc__lru_kind(uint32_t f);
+
 /* evict.c */
 unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out);
 void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n);
@@ -269,6 +319,9 @@ int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op);
 /* check.c */
 typedef void (*hc__check_fn)(void *arg, const char *violation);
 int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void *arg);
+/* lru.c: the LRU list's violations, a line each (quiescent: also a live
+ * page it should hold and does not); the count. */
+int hc__lru_census(struct hc_pool *p, int quiescent, hc__check_fn report, void *arg);
 /* The invariants that repair.c mends too.  Is index entry e, in slot i,
  * where page id's key puts it (one of its buckets, its tag)?  Does a slot
  * marked in live[] belong to engine e (id + 1) of incarnation inc?  Does

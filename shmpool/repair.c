@@ -354,6 +354,19 @@ static void fix_ticket_bits(struct fix *f)
 		}
 }
 
+/* The LRU list, if the census finds it wrong: rebuilt from the page
+ * table, under its lock (a FREE page the free map lost came back with the
+ * recovery's sweep). */
+static void fix_lru(struct fix *f)
+{
+	int n = hc__lru_census(f->p, 0, NULL, NULL);
+
+	if (n <= 0)
+		return;
+	hc__lru_repair(f->p);
+	say(f, "fixed: LRU list: %d fault(s) in its links or order; rebuilt from the page table", n);
+}
+
 static void left(void *arg, const char *line)
 {
 	struct fix *f = arg;
@@ -396,6 +409,7 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, siz
 	fix_ticket_bits(f);
 	fix_index(f);
 	fix_duplicates(f);
+	fix_lru(f);
 	ret = hc__pool_check(p, flags, left, f);
 	if (ret >= 0)
 		f->r->unrepaired = (uint32_t)ret;

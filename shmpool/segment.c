@@ -221,6 +221,7 @@ static void ctl_init(struct hc_seg_ctl *c)
 		hc__mutex_init_robust(&c->index_lock[i].m);
 	for (unsigned i = 0; i < HC_TICKET_STRIPES; i++)
 		hc__mutex_init_robust(&c->ticket_lock[i].m);
+	hc__mutex_init_robust(&c->lru_lock.m);
 }
 
 /* Fill the header and component records of a fresh segment. */
@@ -289,7 +290,16 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 		hc__ring_init(blk + g->rg.sq_off, g->rg.cq_off - g->rg.sq_off, g->sq_entries, HC_SQE_BYTES);
 		hc__ring_init(blk + g->rg.cq_off, g->rg.arg_off - g->rg.cq_off, g->cq_entries, HC_CQE_BYTES);
 	}
-	/* Page words and pins are zero from fallocate: FREE, generation 0, unpinned. */
+	/* Page words and pins are zero from fallocate: FREE, generation 0,
+	 * unpinned; so the free map shows every page, and no page is on the
+	 * LRU list (an empty circle through its head, node npages). */
+	hc__fm_init_all_free(base + g->toc[HC_REG_FREEMAP].off, g->npages);
+	if (g->toc[HC_REG_LRU].bytes) {
+		struct hc_seg_lru *l = (struct hc_seg_lru *)(base + g->toc[HC_REG_LRU].off);
+		for (uint32_t i = 0; i < g->npages; i++)
+			l[i].prev = l[i].next = HC_LRU_OFF;
+		l[g->npages].prev = l[g->npages].next = g->npages;
+	}
 	hc__meta_digest(h, rc, g->ncomp, h->meta_digest);
 	/* Release: everything above is visible before READY (no reader can see
 	 * the segment before link(2) anyway; this orders it for the record). */
@@ -742,6 +752,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	hc__hit_policy(&p->g, (1u << p->g.ncomp) - 1, &p->hit_full, &p->hit_win, &p->hit_maxwin);
 	p->env = p->base + p->g.toc[HC_REG_ENV].off;
 	p->rings = p->base + p->g.toc[HC_REG_RINGS].off;
+	hc__fm_map(p, p->base + p->g.toc[HC_REG_FREEMAP].off);
+	p->lru = p->g.toc[HC_REG_LRU].bytes ? (struct hc_seg_lru *)(p->base + p->g.toc[HC_REG_LRU].off) : NULL;
 	huge = fstatfs(p->fd, &sfs) == 0 &&
 	       (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);
 	fill_info(p, name, path, &h, huge);
@@ -757,6 +769,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	if (!(flags & HC_ATTACH_NO_RECOVER))
 		hc_pool_recover(p, NULL, 0);
 	p->cursor = p->slot >= 0 ? (uint32_t)((uint64_t)p->g.npages * (unsigned)p->slot / p->g.max_ranks) : 0;
+	p->hand = p->cursor;
 	*out = p;
 	return 0;
 

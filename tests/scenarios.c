@@ -316,6 +316,92 @@ static const struct hcs_scenario lookup_vs_evict = {
 	.setup = setup_three,
 };
 
+/* The same in a pool of exact LRU: a lookup moves its pages on the list
+ * while the evictor walks it, both under the list's lock, and a third rank
+ * dies holding it, mid-move, so the next locker rebuilds the list. */
+static void die_touching(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .keys = e->sh->keys + 1, .nkeys = 1 };
+	hc_page_t pg[1];
+
+	hcs_die_at(e, me, HC_PT_lru_moving);
+	hc_lookup(p, &rq, pg); /* dies, unless the key was evicted first */
+	hc__pt_disarm_all();
+}
+
+static const struct hcs_scenario lookup_vs_evict_lru = {
+	.name = "lookup_vs_evict_lru",
+	.what = "as lookup_vs_evict, in a pool of exact LRU, while a third rank dies moving a page on the list",
+	.nactors = 3,
+	.actor_name = { "dies touching", "reader", "evictor" },
+	.actor = { die_touching, reader_actor, evictor_actor },
+	.victims = 6,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
+	.evict = HC_EVICT_LRU,
+	.setup = setup_three,
+};
+
+/* ---- the free map's summary level: a claim empties a word while a free fills it */
+
+#define FM_PAGES 130 /* three words of page bits, and a summary word above them */
+static hc_page_t fm_page[FM_PAGES];
+
+/* Every page the controller's but two of the second word: page 70 FREE,
+ * page 100 READY for the freer. */
+static void setup_fm(struct hcs_env *e)
+{
+	setup_store(e, 0);
+	ck_assert_int_eq(hc_page_alloc(e->p, FM_PAGES, 3, fm_page), FM_PAGES);
+	for (int i = 0; i < FM_PAGES; i++)
+		ck_assert_int_eq(hct_fill_commit_all(e->p, fm_page[i]), 1);
+	ck_assert_int_eq(hc_page_free(e->p, &fm_page[70], 1), 1);
+}
+
+/* Take the one page the map shows (its word empties), use it, give it back. */
+static void fm_cycle(struct hcs_env *e, hc_pool *p, unsigned me, int slot)
+{
+	hc_page_t pg;
+	int r = hc_page_alloc(p, 1, 3, &pg);
+
+	e->sh->ret[me][slot] = r;
+	EXPECT(e, r, "alloc", 0);
+	if (r < 0)
+		return;
+	r = hct_fill_commit_all(p, pg);
+	EXPECT(e, r, "commit", 0);
+	r = hc_page_free(p, &pg, 1);
+	EXPECT(e, r, "free", 0);
+}
+
+static void fm_claimer(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	fm_cycle(e, p, me, 0);
+}
+
+/* Free page 100 (its word fills again), then the same cycle. */
+static void fm_freer(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	int r = hc_page_free(p, &fm_page[100], 1);
+
+	EXPECT(e, r, "free", 0);
+	fm_cycle(e, p, me, 1);
+}
+
+static const struct hcs_scenario freemap_levels = {
+	.name = "freemap_levels",
+	.what = "a rank takes the last free page of a word of the free map while another frees one into it",
+	.nactors = 2,
+	.actor_name = { "claims", "frees" },
+	.actor = { fm_claimer, fm_freer },
+	.victims = 3,
+	.npages = FM_PAGES,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
+	.setup = setup_fm,
+};
+
 /* ---- tickets: join against expiry and reuse */
 
 static hc_ticket bg[63];
@@ -927,9 +1013,10 @@ static const struct hcs_scenario repair_vs_rank = {
 };
 
 const struct hcs_scenario *const hcs_scenarios[] = {
-	&co_writers,      &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict,
-	&ticket_expiry,   &ticket_reuse,       &two_recoverers,     &death_found_at_attach,
-	&stripe_death,    &alloc_contention,   &reserve_runs_short, &anon_free_vs_pin,
-	&abort_vs_lookup, &repair_vs_rank,     &prefetch_vs_death,  &staging,
+	&co_writers,          &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict,
+	&ticket_expiry,       &ticket_reuse,       &two_recoverers,     &death_found_at_attach,
+	&stripe_death,        &alloc_contention,   &reserve_runs_short, &anon_free_vs_pin,
+	&abort_vs_lookup,     &repair_vs_rank,     &prefetch_vs_death,  &staging,
+	&lookup_vs_evict_lru, &freemap_levels,
 };
 const unsigned hcs_nscenarios = sizeof(hcs_scenarios) / sizeof(hcs_scenarios[0]);

@@ -552,6 +552,7 @@ static int make_pool(struct ctl *c)
 	sp.spec.ticket_keys = 16;
 	sp.spec.head_groups = sc->head_groups;
 	sp.spec.host_mode = (enum hc_host_mode)sc->host_mode;
+	sp.spec.evict = (enum hc_evict_policy)sc->evict;
 	sp.spec.ring_entries = 8;
 	sp.spec.arg_bytes = 4096;
 	if (hc_pool_create(&sp.spec) < 0 || hc_pool_attach(c->e.name, &o, &c->e.p) < 0) {

@@ -55,6 +55,7 @@ struct hcs_scenario {
 	uint32_t npages, quarantine_ms, max_tickets;
 	uint32_t head_groups; /* 0: the pool's default */
 	uint32_t host_mode;   /* enum hc_host_mode */
+	uint32_t evict;       /* enum hc_evict_policy */
 	int real_clock;       /* 1: the pool reads the real clock (a service scenario) */
 	/* In the controller, before the actors: keys stored, tickets left open. */
 	void (*setup)(struct hcs_env *e);

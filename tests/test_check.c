@@ -226,6 +226,70 @@ START_TEST(ticket_records)
 }
 END_TEST
 
+/* The free map and the LRU list, both hints over the page table: a FREE
+ * page the map does not show, a summary bit left clear, a live page off
+ * the list, a broken link, pages out of stamp order.  Recovery mends what
+ * a death leaves (the first three); repair mends damage (the rest). */
+START_TEST(free_map_and_lru_list)
+{
+	const char *lname = hct_name();
+	hc_pool *keep = pool, *lp;
+	struct hct_spec sp;
+	hc_key_t lk[8];
+	hc_page_t h[8], f;
+	uint32_t id, a, b;
+	uint64_t sa;
+
+	hct_spec_init(&sp, lname, 130);
+	sp.spec.evict = HC_EVICT_LRU;
+	ck_assert_ok(hc_pool_create(&sp.spec));
+	pool = lp = hct_attach(lname, 0);
+	hct_keys(lk, 8, 52);
+	hct_store_by_key(lp, lk, 8, 0, h);
+	clean();
+
+	/* the map: a FREE page whose bit a dead claimer took */
+	ck_assert_int_eq(hc_page_alloc(lp, 1, 3, &f), 1);
+	ck_assert_ok(hc_page_abort(lp, &f, 1));
+	id = HC_PAGE_ID(f);
+	atomic_fetch_and(&lp->fm.lv[0][id / 64], ~(UINT64_C(1) << (id % 64)));
+	expect(NULL, "FREE page(s) it does not show");
+	ck_assert_ok(hc_pool_recover(lp, NULL, 0));
+	clean();
+	/* a summary bit a dead claimer cleared before its second look */
+	atomic_store(&lp->fm.lv[1][0], 0);
+	expect(NULL, "its summary bit is clear");
+	ck_assert_ok(hc_pool_recover(lp, NULL, 0));
+	clean();
+
+	/* the list: a READY keyed page off it is never evicted */
+	hc__lru_lock(lp);
+	hc__lru_drop(lp, HC_PAGE_ID(h[3]));
+	hc__lru_unlock(lp);
+	expect(NULL, "not on the LRU list");
+	ck_assert_ok(hc_pool_recover(lp, NULL, 0));
+	clean();
+	/* a scribbled back link, then two pages' stamps swapped */
+	id = HC_PAGE_ID(h[5]);
+	a = atomic_exchange(&lp->lru[id].prev, 7777);
+	expect("back link", "back link");
+	ck_assert_int_eq(hc_pool_repair(lp, 0, NULL, 0, NULL, NULL), 0);
+	clean();
+	(void)a;
+	a = HC_PAGE_ID(h[0]);
+	b = HC_PAGE_ID(h[7]);
+	sa = atomic_exchange(&lp->pages[a].stamp, atomic_load(&lp->pages[b].stamp));
+	atomic_store(&lp->pages[b].stamp, sa);
+	expect("out of order", "out of order");
+	ck_assert_int_eq(hc_pool_repair(lp, 0, NULL, 0, NULL, NULL), 0);
+	clean();
+
+	pool = keep;
+	hc_pool_detach(lp);
+	hc_pool_destroy(lname, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("check");
@@ -238,6 +302,7 @@ int main(void)
 	tcase_add_test(tc, index_against_the_page_table);
 	tcase_add_test(tc, holds_of_nobody);
 	tcase_add_test(tc, ticket_records);
+	tcase_add_test(tc, free_map_and_lru_list);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

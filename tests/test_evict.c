@@ -85,6 +85,94 @@ START_TEST(lru_root_last_under_pressure)
 }
 END_TEST
 
+/* The oldest candidate by a scan of every page, as the evictor found it
+ * before it kept a list: the smallest stamp, then the deeper page, then
+ * the lower id, among READY keyed pages nothing holds.  -1 if none. */
+static int64_t oldest_by_scan(hc_pool *p)
+{
+	int64_t best = -1;
+	uint64_t bs = 0;
+	uint32_t bd = 0;
+
+	for (uint32_t id = 0; id < p->g.npages; id++) {
+		struct hc_page_info pi;
+		uint64_t st;
+		uint32_t d;
+
+		ck_assert_ok(hc_page_info(p, id, &pi, sizeof(pi)));
+		if (pi.state != HC_PAGE_READY || !pi.keyed || pi.pins + pi.locks + pi.tickets)
+			continue;
+		st = atomic_load(&p->pages[id].stamp);
+		d = atomic_load(&p->pages[id].depth);
+		if (best < 0 || st < bs || (st == bs && (d > bd || (d == bd && id < (uint32_t)best)))) {
+			best = id;
+			bs = st;
+			bd = d;
+		}
+	}
+	return best;
+}
+
+/* The list keeps exact LRU's order: through stores of chains, lookups,
+ * frees, pins and evictions in a random mix, every victim is the one a
+ * scan of every page would pick, and the list checks clean. */
+START_TEST(lru_list_is_the_scan_order)
+{
+	enum { NP = 64, NK = 1500 };
+	hc_pool *p = make(HC_EVICT_LRU, NP);
+	hc_key_t *k = malloc(NK * sizeof(*k));
+	hc_page_t pinned = HC_PAGE_NONE;
+	unsigned next = 0, evicted = 0;
+	uint32_t seed = 12345;
+
+	hct_keys(k, NK, 36);
+	for (int step = 0; step < 1200 && next + 4 <= NK; step++) {
+		unsigned op;
+		uint64_t counts[HC_PAGE__COUNT];
+
+		seed = seed * 1103515245u + 12345u;
+		op = (seed >> 16) % 10;
+		hc_pool_count_states(p, counts, HC_PAGE__COUNT);
+		if (counts[HC_PAGE_FREE] < 4 || op == 0) { /* evict one, and check it was the oldest */
+			int64_t want = oldest_by_scan(p);
+
+			if (want < 0)
+				continue;
+			ck_assert_int_eq(hc_evict(p, 1), 1);
+			ck_assert_int_eq(hc_page_state(p, (uint32_t)want, NULL, NULL, NULL), HC_PAGE_FREE);
+			evicted++;
+		} else if (op < 5) { /* a chain of 1..4 new keys */
+			unsigned n = 1 + (seed >> 8) % 4;
+			ck_assert_int_eq(hct_store(p, k + next, n, (seed >> 4) % 3), (int)n);
+			next += n;
+		} else if (op < 8 && next) { /* look up a stored chain from a random start */
+			unsigned at = (seed >> 6) % next;
+			hct_hit(p, k + at, 1 + (seed >> 3) % 4 < next - at ? 1 + (seed >> 3) % 4 : next - at);
+		} else if (op == 8 && next) { /* free a key's page, off the evictor's side */
+			struct hc_lookup_req rq = { .size = sizeof(rq), .keys = k + (seed >> 5) % next, .nkeys = 1 };
+			hc_page_t h;
+			if (hc_lookup(p, &rq, &h) == 1)
+				hc_page_free(p, &h, 1);
+		} else if (next) { /* pin one page (it is no candidate), unpin the last */
+			struct hc_lookup_req rq = { .size = sizeof(rq),
+						    .keys = k + (seed >> 5) % next,
+						    .nkeys = 1,
+						    .flags = HC_LOOKUP_PIN | HC_LOOKUP_NOTOUCH };
+			hc_page_t h;
+			if (pinned != HC_PAGE_NONE)
+				ck_assert_ok(hc_page_unpin(p, pinned));
+			pinned = hc_lookup(p, &rq, &h) == 1 ? h : HC_PAGE_NONE;
+		}
+		ck_assert_int_eq(hc__lru_census(p, 1, hct_print_violation, NULL), 0);
+	}
+	ck_assert_uint_gt(evicted, 100);
+	if (pinned != HC_PAGE_NONE)
+		ck_assert_ok(hc_page_unpin(p, pinned));
+	free(k);
+	done(p);
+}
+END_TEST
+
 /* CLOCK: a page looked up since the hand last passed gets a second chance. */
 START_TEST(clock_second_chance)
 {
@@ -160,6 +248,7 @@ int main(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, lru_order);
 	tcase_add_test(tc, lru_root_last_under_pressure);
+	tcase_add_test(tc, lru_list_is_the_scan_order);
 	tcase_add_test(tc, clock_second_chance);
 	tcase_add_test(tc, all_or_nothing_when_pinned);
 	tcase_add_test(tc, unkeyed_pages_stay);

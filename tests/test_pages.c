@@ -2,6 +2,7 @@
 /* test_pages.c - allocation, commit, abort, pin, unpin and free. */
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -376,6 +377,62 @@ START_TEST(addr_runs_disjoint)
 }
 END_TEST
 
+/* The free map over three levels (4160 pages: 65 words of page bits, 2
+ * summary words, 1 top word): in a full pool, the pages freed anywhere
+ * are exactly what the map gives back, each once, from any cursor, and
+ * an allocation takes them without looking at the page table. */
+START_TEST(free_map_finds_every_free_page)
+{
+	enum { NP = 4160 };
+	static const uint32_t holes[] = { 0, 5, 63, 64, 2047, 4095, 4096, 4159 };
+	const unsigned nh = sizeof(holes) / sizeof(holes[0]);
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, NP, 0, 0);
+	hc_page_t *pg = malloc(NP * sizeof(*pg)), got[8];
+	unsigned level;
+	uint64_t word;
+	uint8_t seen[NP] = { 0 };
+
+	ck_assert_uint_eq(p->fm.sh.nlevels, 3);
+	ck_assert_int_eq(hc_page_alloc(p, NP, ALL_COMPS, pg), NP);
+	ck_assert_int_eq(hc__fm_claim(p), -1); /* full: every bit taken, every summary cleared */
+	ck_assert_int_eq(hc__fm_summary_ok(p, &level, &word), 1);
+	for (unsigned i = 0; i < NP; i++)
+		ck_assert_int_eq(hct_fill_commit_all(p, pg[i]), 1);
+	for (unsigned i = 0; i < nh; i++) {
+		ck_assert_int_eq(hc_page_free(p, &pg[holes[i]], 1), 1);
+		ck_assert(hc__fm_has(p, holes[i]));
+	}
+	ck_assert_int_eq(hc__fm_summary_ok(p, &level, &word), 1);
+	/* from a cursor past most of them: the search wraps */
+	atomic_store(&p->cursor, 3000);
+	for (unsigned i = 0; i < nh; i++) {
+		int64_t id = hc__fm_claim(p);
+		ck_assert_int_ge(id, 0);
+		ck_assert_int_lt(id, NP);
+		ck_assert_msg(!seen[id]++, "page %lld given twice", (long long)id);
+	}
+	ck_assert_int_eq(hc__fm_claim(p), -1);
+	for (unsigned i = 0; i < nh; i++)
+		ck_assert_msg(seen[holes[i]], "page %u not given", holes[i]);
+	/* a claim that dies leaves the pages out of sight: a recovery's sweep shows them again */
+	ck_assert_int_gt(hc_pool_check(p, HC_CHECK_QUIESCENT, NULL, NULL), 0);
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	/* an allocation takes exactly those pages */
+	ck_assert_int_eq(hc_page_alloc(p, nh, ALL_COMPS, got), (int)nh);
+	memset(seen, 0, sizeof(seen));
+	for (unsigned i = 0; i < nh; i++)
+		seen[HC_PAGE_ID(got[i])]++;
+	for (unsigned i = 0; i < nh; i++)
+		ck_assert_msg(seen[holes[i]] == 1, "page %u not allocated", holes[i]);
+	ck_assert_int_eq(hc__fm_claim(p), -1);
+	free(pg);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("pages");
@@ -397,6 +454,7 @@ int main(void)
 	tcase_add_test(tc, free_batch_reports_first_error);
 	tcase_add_test(tc, admin_cannot_hold);
 	tcase_add_test(tc, addr_runs_disjoint);
+	tcase_add_test(tc, free_map_finds_every_free_page);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

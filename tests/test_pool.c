@@ -41,7 +41,7 @@ START_TEST(create_attach_destroy)
 	ck_assert_uint_eq(info.quarantine_ms, 2000);
 	ck_assert_int_eq(info.self_slot, 0);
 	ck_assert_uint_eq(info.creator_pid, (uint32_t)getpid());
-	ck_assert_uint_eq(info.layout_major, 6);
+	ck_assert_uint_eq(info.layout_major, 7);
 	/* the request path's defaults: 64 requests, 128 completions, 64 KiB of arguments */
 	ck_assert_uint_eq(info.host_mode, HC_HOST_CACHE);
 	ck_assert_uint_eq(info.sq_entries, 64);
