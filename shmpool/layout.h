@@ -76,6 +76,10 @@ struct hc_seg_region {
 	uint64_t bytes;
 };
 
+/* The envelopes were never reserved (HC_CREATE_SPARSE): attaches populate
+ * the page table and the rest of the metadata only. */
+#define HC_SEG_F_SPARSE 0x1u
+
 /*
  * Notes on synchronization: every field up to meta_digest is written once by
  * the creator before the segment gets its public name (link(2)), and never
@@ -87,7 +91,7 @@ struct hc_seg_hdr {
 	uint32_t layout_major;
 	uint32_t layout_minor;
 	uint32_t hdr_bytes;
-	uint32_t flags;
+	uint32_t flags; /* HC_SEG_F_* */
 	uint64_t segment_bytes;
 	uint64_t created_unix_ns;
 	uint32_t creator_pid;

@@ -236,6 +236,7 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 	h->layout_major = HC_LAYOUT_MAJOR;
 	h->layout_minor = HC_LAYOUT_MINOR;
 	h->hdr_bytes = sizeof(*h);
+	h->flags = (s->flags & HC_CREATE_SPARSE) ? HC_SEG_F_SPARSE : 0;
 	h->segment_bytes = g->segment_bytes;
 	h->created_unix_ns = now_unix_ns();
 	h->creator_pid = (uint32_t)getpid();
@@ -351,7 +352,7 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	mode_t mode;
 	uint32_t qms;
 	int fd = -1, ret, err;
-	uint64_t avail, phys;
+	uint64_t avail, phys, backed;
 
 	if (!spec)
 		return hc__err(EINVAL, "pool spec is NULL");
@@ -368,8 +369,11 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	if (mode != 0600 && mode != 0660)
 		return hc__err(EINVAL, "mode %04o is not allowed: a pool is 0600, or 0660 with a group",
 			       (unsigned)mode);
-	if (s->flags & ~HC_CREATE_NO_POPULATE)
-		return hc__err(EINVAL, "create: unknown flags 0x%x", s->flags & ~HC_CREATE_NO_POPULATE);
+	if (s->flags & ~(HC_CREATE_NO_POPULATE | HC_CREATE_SPARSE))
+		return hc__err(EINVAL, "create: unknown flags 0x%x",
+			       s->flags & ~(HC_CREATE_NO_POPULATE | HC_CREATE_SPARSE));
+	/* What is reserved now: all of it, or (sparse) all but the envelopes. */
+	backed = (s->flags & HC_CREATE_SPARSE) ? g.toc[HC_REG_ENV].off : g.segment_bytes;
 	if (s->group) {
 		struct group *gr = getgrnam(s->group);
 		if (!gr)
@@ -411,18 +415,18 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 		goto fail_unlink;
 	}
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-	if (g.segment_bytes > avail) {
+	if (backed > avail) {
 		ret = hc__err(
 			ENOSPC,
 			"pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
-			s->name, gib(g.segment_bytes), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
+			s->name, gib(backed), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
 		goto fail_unlink;
 	}
 	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-	if (g.segment_bytes > phys) {
+	if (backed > phys) {
 		ret = hc__err(ENOMEM,
 			      "pool '%s' needs %.2f GiB but this machine has %.2f GiB of memory: lower the capacity",
-			      s->name, gib(g.segment_bytes), gib(phys));
+			      s->name, gib(backed), gib(phys));
 		goto fail_unlink;
 	}
 	if ((uint64_t)st.st_blksize > HC_SEG_ENV_ALIGN) {
@@ -442,14 +446,14 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	/* The policy must be in place before the first page is allocated. */
 	if ((ret = apply_numa(base, g.segment_bytes, s)) < 0)
 		goto fail_unmap;
-	err = posix_fallocate(fd, 0, (off_t)g.segment_bytes);
+	err = posix_fallocate(fd, 0, (off_t)backed);
 	if (err) {
 		ret = hc__err(err, "cannot allocate %.2f GiB for pool '%s' in %s: %s%s", gib(g.segment_bytes), s->name,
 			      s->dir ? s->dir : HC_DEFAULT_DIR, strerror(err),
 			      err == ENOSPC ? "; lower the capacity or enlarge the tmpfs (Docker: --shm-size)" : "");
 		goto fail_unmap;
 	}
-	if (!(s->flags & HC_CREATE_NO_POPULATE) && (ret = populate(base, g.segment_bytes, s->name)) < 0)
+	if (!(s->flags & HC_CREATE_NO_POPULATE) && (ret = populate(base, backed, s->name)) < 0)
 		goto fail_unmap;
 	hc__fingerprint(s->model_id, &g, fp);
 	write_meta(base, s, &g, fp, qms);
@@ -759,7 +763,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	fill_info(p, name, path, &h, huge);
 
 	/* Each process has its own page tables: populate them now, not by faults. */
-	if (!(flags & (HC_ATTACH_ADMIN | HC_ATTACH_NO_POPULATE)) && (ret = populate(p->base, p->map_bytes, name)) < 0)
+	if (!(flags & (HC_ATTACH_ADMIN | HC_ATTACH_NO_POPULATE)) &&
+	    (ret = populate(p->base, (h.flags & HC_SEG_F_SPARSE) ? p->g.toc[HC_REG_ENV].off : p->map_bytes, name)) < 0)
 		goto fail_unmap;
 	if (!(flags & HC_ATTACH_ADMIN)) {
 		if ((ret = hc__rank_claim(p)) < 0)

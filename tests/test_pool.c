@@ -82,6 +82,36 @@ START_TEST(populated_attach)
 }
 END_TEST
 
+/* HC_CREATE_SPARSE: the metadata is reserved and populated, the
+ * envelopes are not, until a page is written; the pool works as any. */
+START_TEST(sparse_envelopes)
+{
+	const char *name = hct_name();
+	struct hct_spec s;
+	struct stat st;
+	struct hc_pool_info info;
+	hc_key_t k[4];
+	hc_pool *p;
+
+	hct_spec_init(&s, name, 512); /* 10 MiB of envelopes */
+	s.spec.flags = HC_CREATE_SPARSE;
+	ck_assert_ok(hc_pool_create(&s.spec));
+	ck_assert_ok(hc_pool_attach(name, NULL, &p));
+	ck_assert_ok(hc_pool_info(p, &info, sizeof(info)));
+	ck_assert_int_eq(stat(path_of(NULL, name), &st), 0);
+	ck_assert_uint_le((uint64_t)st.st_blocks * 512, info.envelopes_offset); /* nothing past the metadata */
+	hct_keys(k, 4, 61);
+	ck_assert_int_eq(hct_store(p, k, 4, 0), 4);
+	ck_assert_int_eq(hct_hit(p, k, 4), 4);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	ck_assert_ok(hc_pool_detach(p));
+	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
+	s.spec.flags = 0x4; /* the next unknown bit */
+	ck_assert_err(hc_pool_create(&s.spec), EINVAL);
+	ck_assert_msg(strstr(hc_last_error(), "unknown flags") != NULL, "%s", hc_last_error());
+}
+END_TEST
+
 START_TEST(capacity_by_bytes)
 {
 	const char *name = hct_name();
@@ -349,6 +379,7 @@ int main(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, create_attach_destroy);
 	tcase_add_test(tc, populated_attach);
+	tcase_add_test(tc, sparse_envelopes);
 	tcase_add_test(tc, capacity_by_bytes);
 	tcase_add_test(tc, exists_and_names);
 	tcase_add_test(tc, group_mode);

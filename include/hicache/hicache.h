@@ -182,6 +182,7 @@ struct hc_pool_spec {
 };
 
 #define HC_CREATE_NO_POPULATE 0x1u /* skip MADV_POPULATE_WRITE (tests only) */
+#define HC_CREATE_SPARSE      0x2u /* reserve the page table, not the envelopes (benches of the table only) */
 
 typedef struct hc_pool hc_pool;
 
