@@ -118,10 +118,16 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 		ret = hc__err(ENOMEM, "reserve: no memory for %u keys", n);
 		goto out;
 	}
+	/* Every key's buckets first, so their misses overlap (in a large
+	 * pool each is a trip to DRAM), then the look at each. */
+	for (unsigned i = 0; i < n; i++) {
+		hc__key_hash(p, req->keys[i], &kh[i]);
+		__builtin_prefetch(&p->index[(size_t)kh[i].b1 * HC_BUCKET_ENTRIES]);
+		__builtin_prefetch(&p->index[(size_t)kh[i].b2 * HC_BUCKET_ENTRIES]);
+	}
 	for (unsigned i = 0; i < n; i++) {
 		uint32_t id;
 		int st;
-		hc__key_hash(p, req->keys[i], &kh[i]);
 		pages[i] = HC_PAGE_NONE;
 		skip[i] = 0;
 		st = key_status_id(p, &kh[i], &id);
