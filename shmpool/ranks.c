@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -300,19 +301,11 @@ void hc__rank_release(struct hc_pool *p)
 	p->slot = -1;
 }
 
-int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *info, size_t size)
+/* What slot's own record says (its pages are counted apart). */
+static void rank_head(hc_pool *p, unsigned slot, struct hc_rank_info *out)
 {
-	struct hc_rank_info ob, *out = &ob;
-	struct hc_seg_rank *r;
-	int ret;
+	struct hc_seg_rank *r = &p->ranks[slot];
 
-	if (!p || !info)
-		return hc__err(EINVAL, "rank: NULL argument");
-	if ((ret = HC__ABI_OUT_OK(size, "hc_pool_rank", hc_rank_info)) < 0)
-		return ret;
-	if (slot >= p->g.max_ranks)
-		return hc__err(EINVAL, "rank slot %u is out of range: the pool has %u", slot, p->g.max_ranks);
-	r = &p->ranks[slot];
 	memset(out, 0, sizeof(*out));
 	out->slot = slot;
 	out->live = hc__rank_probe(p, slot, NULL) == 1;
@@ -331,15 +324,67 @@ int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *info, size_t si
 		out->quota = atomic_load_explicit(&r->quota, memory_order_relaxed);
 		out->held = atomic_load_explicit(&r->held, memory_order_relaxed);
 	}
+}
+
+/* One pass over the pages: the pins, host locks and reservations of slots
+ * [first, first + n).  Holds are read below the high-water mark only: a
+ * hold above it is damage, which hc_pool_check names. */
+static void rank_pages(hc_pool *p, unsigned first, unsigned n, struct hc_rank_info *out)
+{
+	uint32_t hwm = hc__hwm(p), end = first + n < hwm ? first + n : hwm;
+
 	for (uint32_t i = 0; i < p->g.npages; i++) {
 		uint64_t w = atomic_load_explicit(&p->pages[i].word, memory_order_relaxed);
-		uint32_t h = atomic_load_explicit(&hc__pin_row(p, i)[slot], memory_order_relaxed);
-		out->pins += h & 0xffff;
-		out->locks += h >> 16;
-		if (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot)
-			out->reserved++;
+		const _Atomic uint32_t *row = hc__pin_row(p, i);
+		unsigned owner = hc__w_owner(w);
+
+		for (uint32_t s = first; s < end; s++) {
+			uint32_t h = atomic_load_explicit(&row[s], memory_order_relaxed);
+			out[s - first].pins += h & 0xffff;
+			out[s - first].locks += h >> 16;
+		}
+		if (hc__w_state(w) == HC_PAGE_RESERVED && owner >= first && owner - first < n)
+			out[owner - first].reserved++;
 	}
-	return HC__ABI_OUT(info, size, out, "hc_pool_rank", hc_rank_info);
+}
+
+int hc_pool_rank(hc_pool *p, unsigned slot, struct hc_rank_info *info, size_t size)
+{
+	struct hc_rank_info ob;
+	int ret;
+
+	if (!p || !info)
+		return hc__err(EINVAL, "rank: NULL argument");
+	if ((ret = HC__ABI_OUT_OK(size, "hc_pool_rank", hc_rank_info)) < 0)
+		return ret;
+	if (slot >= p->g.max_ranks)
+		return hc__err(EINVAL, "rank slot %u is out of range: the pool has %u", slot, p->g.max_ranks);
+	rank_head(p, slot, &ob);
+	rank_pages(p, slot, 1, &ob);
+	return HC__ABI_OUT(info, size, &ob, "hc_pool_rank", hc_rank_info);
+}
+
+int hc_pool_ranks(hc_pool *p, struct hc_rank_info *out, size_t size, unsigned n)
+{
+	struct hc_rank_info *all;
+	int ret;
+
+	if (!p || (!out && n))
+		return hc__err(EINVAL, "ranks: NULL argument");
+	if ((ret = HC__ABI_OUT_OK(size, "hc_pool_ranks", hc_rank_info)) < 0)
+		return ret;
+	n = n < p->g.max_ranks ? n : p->g.max_ranks;
+	if (n == 0)
+		return 0;
+	if (!(all = calloc(n, sizeof(*all))))
+		return hc__err(ENOMEM, "ranks: no memory for %u rank slots", n);
+	for (unsigned s = 0; s < n; s++)
+		rank_head(p, s, &all[s]);
+	rank_pages(p, 0, n, all);
+	for (unsigned s = 0; s < n; s++)
+		HC__ABI_OUT((uint8_t *)out + (size_t)s * size, size, &all[s], "hc_pool_ranks", hc_rank_info);
+	free(all);
+	return (int)n;
 }
 
 int hc__recover(hc_pool *p, struct hc_recovery_report *rep)

@@ -394,6 +394,19 @@ START_TEST(writes_stay_inside)
 	for (size_t i = end; i < sizeof(rb); i++)
 		ck_assert_uint_eq(((unsigned char *)&rb)[i], 0xff);
 	ASSERT_SIZE_ERROR(hc_pool_rank(p, 0, &rb.ri, 70000), "hc_rank_info");
+	/* an array of an older caller's structs: stepped by its size, nothing past them written */
+	{
+		unsigned char arr[3 * sizeof(struct hc_rank_info)];
+		struct hc_rank_info r1;
+
+		memset(arr, 0xff, sizeof(arr));
+		ck_assert_int_eq(hc_pool_ranks(p, (struct hc_rank_info *)(void *)arr, end, 2), 2);
+		memcpy(&r1, arr + end, end);
+		ck_assert_uint_eq(r1.slot, 1);
+		for (size_t i = 2 * end; i < sizeof(arr); i++)
+			ck_assert_uint_eq(arr[i], 0xff);
+		ASSERT_SIZE_ERROR(hc_pool_ranks(p, (struct hc_rank_info *)(void *)arr, 1, 2), "hc_rank_info");
+	}
 	ASSERT_SIZE_ERROR(hc_pool_component(p, 0, &ci, 1), "hc_component_info");
 	ASSERT_SIZE_ERROR(hc_page_info(p, 0, &pi, 1), "hc_page_info");
 	ASSERT_SIZE_ERROR(hc_pool_repair(p, 0, &rep, 1, NULL, NULL), "hc_repair_report");

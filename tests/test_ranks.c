@@ -95,6 +95,22 @@ START_TEST(death_is_proved_and_undone)
 	ck_assert_uint_eq(ri.pid, (uint32_t)pid);
 	ck_assert_uint_eq(ri.pins, 2);
 	ck_assert_uint_eq(ri.reserved, 3);
+	/* every slot in one pass says the same */
+	struct hc_rank_info slots[HC_MAX_RANKS + 1];
+	struct hc_pool_info in;
+	ck_assert_ok(hc_pool_info(p, &in, sizeof(in)));
+	ck_assert_int_eq(hc_pool_ranks(p, slots, sizeof(slots[0]), HC_MAX_RANKS + 1), (int)in.max_ranks);
+	ck_assert_int_eq(slots[0].live, 1);
+	ck_assert_uint_eq(slots[0].pins, 0);
+	ck_assert_uint_eq(slots[1].slot, 1);
+	ck_assert_uint_eq(slots[1].pid, (uint32_t)pid);
+	ck_assert_uint_eq(slots[1].pins, 2);
+	ck_assert_uint_eq(slots[1].reserved, 3);
+	ck_assert_int_eq(slots[2].live, 0);
+	ck_assert_int_eq(hc_pool_ranks(p, slots, sizeof(slots[0]), 2), 2);
+	ck_assert_uint_eq(slots[1].reserved, 3);
+	ck_assert_err(hc_pool_ranks(p, NULL, sizeof(slots[0]), 2), EINVAL);
+	ck_assert_int_eq(hc_pool_ranks(p, NULL, sizeof(slots[0]), 0), 0);
 
 	kill_wait(pid);
 	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));

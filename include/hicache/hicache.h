@@ -314,6 +314,9 @@ HC_API int hc_pool_recover(hc_pool *pool, struct hc_recovery_report *rep, size_t
 HC_API int hc_pool_info(const hc_pool *pool, struct hc_pool_info *out, size_t size);
 HC_API int hc_pool_component(const hc_pool *pool, unsigned comp, struct hc_component_info *out, size_t size);
 HC_API int hc_pool_rank(hc_pool *pool, unsigned slot, struct hc_rank_info *out, size_t size);
+/* Slots 0..n (at most max_ranks) into out[], each 'size' bytes apart, in one
+ * pass over the pages: the count written. */
+HC_API int hc_pool_ranks(hc_pool *pool, struct hc_rank_info *out, size_t size, unsigned n);
 /* Pages by state into counts[0..n): the count of states written (at most HC_PAGE__COUNT). */
 HC_API int hc_pool_count_states(const hc_pool *pool, uint64_t *counts, unsigned n);
 HC_API int hc_pool_name_valid(const char *name); /* 0 or -EINVAL */

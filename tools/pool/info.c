@@ -244,6 +244,7 @@ int hcp_cmd_info(int argc, char **argv)
 	uint64_t counts[HC_PAGE__COUNT];
 	const char *name;
 	unsigned nri = 0;
+	int n;
 	hc_pool *p = NULL;
 	int ret;
 
@@ -263,15 +264,14 @@ int hcp_cmd_info(int argc, char **argv)
 			goto out;
 		}
 	}
-	for (unsigned s = 0; s < in.max_ranks && s < HC_MAX_RANKS; s++) {
-		if (hc_pool_rank(p, s, &ri[nri], sizeof(ri[nri])) < 0) {
-			hcp_failure("%s", hcp_lib_error());
-			goto out;
-		}
-		/* a free slot that holds nothing is noise */
-		if (ri[nri].live || ri[nri].pins || ri[nri].locks || ri[nri].reserved)
-			nri++;
+	/* every slot in one pass over the pages */
+	if ((n = hc_pool_ranks(p, ri, sizeof(ri[0]), HC_MAX_RANKS)) < 0) {
+		hcp_failure("%s", hcp_lib_error());
+		goto out;
 	}
+	for (int s = 0; s < n; s++) /* a free slot that holds nothing is noise */
+		if (ri[s].live || ri[s].pins || ri[s].locks || ri[s].reserved)
+			ri[nri++] = ri[s];
 	if (hc_service_info(p, &sv, sizeof(sv)) < 0) {
 		hcp_failure("%s", hcp_lib_error());
 		goto out;

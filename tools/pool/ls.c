@@ -94,9 +94,11 @@ static void ls_probe(struct ls_entry *e, const char *dir, int dfd, const char *d
 		snprintf(e->msg, sizeof(e->msg), "%s", hc_last_error());
 		return;
 	}
-	for (unsigned s = 0; s < e->info.max_ranks && s < HC_MAX_RANKS; s++)
-		if (hc_pool_rank(p, s, &e->ranks[e->live], sizeof(e->ranks[e->live])) == 0 && e->ranks[e->live].live)
-			e->live++;
+	/* every slot in one pass over the pages, then the live ones to the front */
+	int n = hc_pool_ranks(p, e->ranks, sizeof(e->ranks[0]), HC_MAX_RANKS);
+	for (int s = 0; s < n; s++)
+		if (e->ranks[s].live)
+			e->ranks[e->live++] = e->ranks[s];
 	hc_pool_detach(p);
 }
 
