@@ -119,8 +119,15 @@ static void emptied(struct hc_pool *p, unsigned l, uint64_t word)
  * next, whose (H) then sees FREE. */
 void hc__fm_put(struct hc_pool *p, uint32_t id)
 {
+	uint64_t old;
+
 	HC_POINT(freemap_unlisted);
-	put_up(p, 0, id, 1);
+	old = atomic_fetch_or(&p->fm.lv[0][id / 64], UINT64_C(1) << (id % 64));
+	/* Only whoever makes a word non-empty looks at the summary: while the
+	 * word had bits, the summary bit was set, or an emptier clearing it
+	 * looks at the word again after, and sees them. */
+	if (old == 0 && p->fm.sh.nlevels > 1)
+		put_up(p, 1, id / 64, 0);
 }
 
 /* The first set bit of level l at or after 'from', or -1: a run of empty
@@ -161,7 +168,9 @@ int64_t hc__fm_claim(struct hc_pool *p)
 	if (from >= p->g.npages)
 		from = 0;
 	for (int tries = 0; tries < CLAIM_TRIES; tries++) {
-		int64_t id = next_set(p, 0, from);
+		/* the cursor's own word first: frees and claims stay near it */
+		uint64_t near = atomic_load_explicit(&fm->lv[0][from / 64], memory_order_relaxed) >> (from % 64);
+		int64_t id = near ? (int64_t)from + __builtin_ctzll(near) : next_set(p, 0, from);
 		_Atomic uint64_t *w;
 		uint64_t m, old;
 

@@ -825,8 +825,11 @@ static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned a
 		atomic_store_explicit(&pg->word, expect, memory_order_release);
 		return -EBUSY;
 	}
-	/* Checked, nothing held: from here recovery finishes, never undoes. */
-	atomic_store(&pg->word, checked);
+	/* Checked, nothing held: from here recovery finishes, never undoes.
+	 * Release, not seq_cst: it only has to follow the hold reads of (D);
+	 * no load of ours after it depends on when others see it, and a
+	 * pinner that reads FREEING backs off either way. */
+	atomic_store_explicit(&pg->word, checked, memory_order_release);
 	HC_POINT(retire_checked);
 	hc__unkey_at(p, id, checked);
 	HC_POINT(retire_unkeyed);
