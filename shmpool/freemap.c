@@ -119,15 +119,8 @@ static void emptied(struct hc_pool *p, unsigned l, uint64_t word)
  * next, whose (H) then sees FREE. */
 void hc__fm_put(struct hc_pool *p, uint32_t id)
 {
-	uint64_t old;
-
 	HC_POINT(freemap_unlisted);
-	old = atomic_fetch_or(&p->fm.lv[0][id / 64], UINT64_C(1) << (id % 64));
-	/* Only whoever makes a word non-empty looks at the summary: while the
-	 * word had bits, the summary bit was set, or an emptier clearing it
-	 * looks at the word again after, and sees them. */
-	if (old == 0 && p->fm.sh.nlevels > 1)
-		put_up(p, 1, id / 64, 0);
+	put_up(p, 0, id, 1); /* a lock or, then a plain load of the summary bit */
 }
 
 /* The first set bit of level l at or after 'from', or -1: a run of empty
@@ -172,7 +165,7 @@ int64_t hc__fm_claim(struct hc_pool *p)
 		uint64_t near = atomic_load_explicit(&fm->lv[0][from / 64], memory_order_relaxed) >> (from % 64);
 		int64_t id = near ? (int64_t)from + __builtin_ctzll(near) : next_set(p, 0, from);
 		_Atomic uint64_t *w;
-		uint64_t m, old;
+		uint64_t m;
 
 		if (id < 0 || (uint64_t)id >= p->g.npages) {
 			if (wrapped || from == 0)
@@ -183,13 +176,17 @@ int64_t hc__fm_claim(struct hc_pool *p)
 		}
 		w = &fm->lv[0][id / 64];
 		m = UINT64_C(1) << (id % 64);
-		old = atomic_fetch_and(w, ~m); /* (G) */
-		if (!(old & m)) {              /* another claimer won it */
+		/* (G): only the bit's old value is used, so this is one lock btr,
+		 * not a compare-and-swap loop */
+		if (!(atomic_fetch_and(w, ~m) & m)) { /* another claimer won it */
 			from = (uint64_t)id;
 			continue;
 		}
 		HC_POINT(freemap_claimed);
-		if ((old & ~m) == 0 && fm->sh.nlevels > 1)
+		/* Emptied (by us or since): clear the summary.  A look, not the old
+		 * value: a clear missed leaves a stale summary bit, which a search
+		 * clears; one made in vain is undone by emptied's second look. */
+		if (fm->sh.nlevels > 1 && atomic_load_explicit(w, memory_order_relaxed) == 0)
 			emptied(p, 1, (uint64_t)id / 64);
 		atomic_store_explicit(&p->cursor, (uint32_t)id + 1, memory_order_relaxed);
 		return id;
