@@ -101,6 +101,48 @@ static int take(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, h
 	return 1;
 }
 
+/*
+ * Victims are retired in small batches: the buckets of their keys are
+ * fetched together first, so in a pool larger than the caches the misses
+ * of a batch overlap instead of queueing (each victim's unkey reads one).
+ * The takes follow in the order the victims were chosen.
+ */
+#define VBATCH 16
+
+struct vbatch {
+	uint32_t id[VBATCH];
+	uint64_t w[VBATCH];
+	unsigned n;
+};
+
+static void vb_add(const struct hc_pool *p, struct vbatch *b, uint32_t id, uint64_t w)
+{
+	struct hc__khash kh;
+
+	b->id[b->n] = id;
+	b->w[b->n++] = w;
+	if (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) {
+		hc__page_khash(p, id, &kh);
+		__builtin_prefetch(&p->index[(size_t)kh.b1 * HC_BUCKET_ENTRIES]);
+		__builtin_prefetch(&p->index[(size_t)kh.b2 * HC_BUCKET_ENTRIES]);
+	}
+}
+
+/* Retire the batch; with 'listed', each taken page also leaves the LRU list. */
+static unsigned vb_take(struct hc_pool *p, struct vbatch *b, uint32_t presence, hc_page_t *out, int listed)
+{
+	unsigned got = 0;
+
+	for (unsigned i = 0; i < b->n; i++)
+		if (take(p, b->id[i], b->w[i], presence, out ? out + got : NULL)) {
+			if (listed)
+				hc__lru_drop(p, b->id[i]);
+			got++;
+		}
+	b->n = 0;
+	return got;
+}
+
 /* A page on the LRU list that only a touch can make a candidate again:
  * off the list with it (lru.c says who is on it). */
 static int gone(const struct hc_pool *p, uint32_t id)
@@ -117,26 +159,27 @@ static int gone(const struct hc_pool *p, uint32_t id)
 static unsigned evict_lru(struct hc_pool *p, unsigned k, uint32_t presence, hc_page_t *out)
 {
 	const uint32_t end = p->g.npages;
+	struct vbatch b = { .n = 0 };
 	unsigned got = 0;
 	uint64_t steps = 0;
+	uint32_t id;
 
 	hc__lru_lock(p);
-	for (uint32_t id = hc__lru_first(p); id < end && got < k && steps++ < end;) {
+	for (id = hc__lru_first(p); id < end && got < k && steps++ < end;) {
 		int64_t next = hc__lru_next(p, id);
 		uint64_t w;
 
 		if (next < 0)
 			break; /* a broken node: the next locker's drop rebuilds */
-		if (candidate(p, id, &w)) {
-			if (take(p, id, w, presence, out ? out + got : NULL)) {
-				hc__lru_drop(p, id);
-				got++;
-			}
-		} else if (gone(p, id)) {
+		if (candidate(p, id, &w))
+			vb_add(p, &b, id, w);
+		else if (gone(p, id))
 			hc__lru_drop(p, id);
-		}
 		id = (uint32_t)next;
+		if (b.n == VBATCH || got + b.n == k)
+			got += vb_take(p, &b, presence, out ? out + got : NULL, 1);
 	}
+	got += vb_take(p, &b, presence, out ? out + got : NULL, 1);
 	hc__lru_unlock(p);
 	return got;
 }
@@ -145,12 +188,13 @@ static unsigned evict_clock(struct hc_pool *p, unsigned k, uint32_t presence, hc
 {
 	const uint32_t npages = p->g.npages, chunk = 32;
 	uint64_t steps = 0, budget = 3 * (uint64_t)npages + chunk;
+	struct vbatch b = { .n = 0 };
 	unsigned got = 0;
 
 	while (got < k && steps < budget) {
 		uint32_t start = atomic_fetch_add_explicit(&p->ctl->clock_hand, chunk, memory_order_relaxed);
 
-		for (uint32_t j = 0; j < chunk && got < k; j++, steps++) {
+		for (uint32_t j = 0; j < chunk && got + b.n < k; j++, steps++) {
 			uint32_t id = (uint32_t)(((uint64_t)start + j) % npages);
 			_Atomic uint64_t *st = &p->pages[id].stamp;
 			uint64_t w;
@@ -161,8 +205,11 @@ static unsigned evict_clock(struct hc_pool *p, unsigned k, uint32_t presence, hc
 				atomic_store_explicit(st, 0, memory_order_relaxed); /* a second chance */
 				continue;
 			}
-			got += take(p, id, w, presence, out ? out + got : NULL);
+			vb_add(p, &b, id, w);
+			if (b.n == VBATCH)
+				got += vb_take(p, &b, presence, out ? out + got : NULL, 0);
 		}
+		got += vb_take(p, &b, presence, out ? out + got : NULL, 0);
 	}
 	return got;
 }
