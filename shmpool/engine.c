@@ -117,6 +117,11 @@ int hc_engine_join(hc_pool *p, const struct hc_engine_spec *spec)
 		inc = atomic_fetch_add_explicit(&p->ctl->engine_seq, 1, memory_order_relaxed) + 1;
 	atomic_store_explicit(&me->tp, s->tp_size << 16 | s->tp_rank, memory_order_relaxed);
 	atomic_store_explicit(&me->quota, s->quota_pages, memory_order_relaxed);
+	/* Counted from now on; what the rank holds already, counted once here
+	 * (outside an engine nothing counts).  A thread of this rank that
+	 * pins meanwhile may be counted twice or not at all: the count is
+	 * approximate in the same way as racing threads' checks are. */
+	atomic_store_explicit(&me->held, hc__held_count(p, (unsigned)p->slot), memory_order_relaxed);
 	atomic_store_explicit(&me->timeout_ms, timeout, memory_order_relaxed);
 	atomic_store_explicit(&me->incarnation, inc, memory_order_relaxed);
 	/* Release: the fields above before anyone sees us as a member. */
@@ -181,6 +186,7 @@ void hc__engine_clear_slot(struct hc_pool *p, unsigned slot)
 	HC_POINT(engine_left);
 	atomic_store_explicit(&r->engine, 0, memory_order_release);
 	atomic_store_explicit(&r->quota, 0, memory_order_relaxed);
+	atomic_store_explicit(&r->held, 0, memory_order_relaxed); /* nothing counts outside an engine */
 	atomic_store_explicit(&r->tp, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->timeout_ms, 0, memory_order_relaxed);
 	atomic_store_explicit(&r->incarnation, 0, memory_order_relaxed);

@@ -191,9 +191,12 @@ struct hc_seg_rank {
 	_Atomic uint32_t tp; /* tp_size << 16 | tp_rank */
 	_Atomic uint32_t quota;
 	_Atomic uint32_t timeout_ms;
-	/* Pages held under the quota; only this rank's threads add and take
-	 * away, recovery stores 0.  Approximate only in that racing threads of
-	 * one rank may both pass the check and each back out. */
+	/* Pages held under the quota, counted only while 'quota' is set (in
+	 * an engine): the join stores what the rank holds then; this rank's
+	 * threads add, and take away, as does whoever takes one of its
+	 * reservations out of RESERVED; leave and recovery store 0.
+	 * Approximate in that racing threads of one rank may both pass the
+	 * check and each back out, or pin while the rank joins. */
 	_Atomic uint32_t held;
 	/* The holder thread's TID, stored by it before LIVE: a prober that
 	 * finds the mutex busy compares it with the owner TID in the lock word,

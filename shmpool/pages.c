@@ -167,15 +167,19 @@ int hc__engine_done(const struct hc_pool *p, hc_page_t page, int mine_too)
  * the committer that completes it (any rank), the owner's abort, or the
  * dropper of an expired ticket; recovery zeroes a dead slot's count.  Add
  * first, then check, so racing threads can only fail spuriously, never pass
- * together.
+ * together.  Only under a quota: outside an engine nothing counts (no
+ * locked instruction on the hot paths), and a join counts what the rank
+ * holds then (hc__held_count).
  */
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 {
 	struct hc_seg_rank *r = &p->ranks[p->slot];
-	uint32_t quota = atomic_load_explicit(&r->quota, memory_order_relaxed);
-	uint32_t held = atomic_fetch_add_explicit(&r->held, n, memory_order_relaxed) + n;
+	uint32_t quota = atomic_load_explicit(&r->quota, memory_order_relaxed), held;
 
-	if (quota == 0 || held <= quota) /* 0: no engine joined, no quota */
+	if (quota == 0 || n == 0) /* 0: no engine joined, nothing to count against */
+		return 0;
+	held = atomic_fetch_add_explicit(&r->held, n, memory_order_relaxed) + n;
+	if (held <= quota)
 		return 0;
 	atomic_fetch_sub_explicit(&r->held, n, memory_order_relaxed);
 	return hc__err(
@@ -183,6 +187,19 @@ int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
 		"%s: engine %u rank %u would hold %u pages, over its quota of %u: release pins, locks or tickets first",
 		op, atomic_load_explicit(&r->engine, memory_order_relaxed) - 1,
 		atomic_load_explicit(&r->tp, memory_order_relaxed) & 0xffff, held, quota);
+}
+
+uint32_t hc__held_count(const struct hc_pool *p, unsigned slot)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < p->g.npages; i++) {
+		uint64_t w = atomic_load_explicit(&p->pages[i].word, memory_order_relaxed);
+
+		n += atomic_load_explicit(&hc__pin_row(p, i)[slot], memory_order_relaxed) != 0;
+		n += hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot;
+	}
+	return n;
 }
 
 void hc__quota_give(struct hc_pool *p, uint32_t n)
@@ -196,7 +213,7 @@ void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n)
 	_Atomic uint32_t *h;
 	uint32_t v;
 
-	if (slot >= p->g.max_ranks || n == 0)
+	if (slot >= p->g.max_ranks || n == 0 || atomic_load_explicit(&p->ranks[slot].quota, memory_order_relaxed) == 0)
 		return;
 	h = &p->ranks[slot].held;
 	v = atomic_load_explicit(h, memory_order_relaxed);

@@ -241,6 +241,9 @@ int hc__share_reserved(struct hc_pool *p, hc_page_t page);
 int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op);
 void hc__quota_give(struct hc_pool *p, uint32_t n);
 void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n);
+/* What slot holds, as its quota counts it: pages it pins or host-locks,
+ * and pages it has RESERVED (one pass; engine join). */
+uint32_t hc__held_count(const struct hc_pool *p, unsigned slot);
 
 /* index.c: the key index.  Readers lock nothing; writers hold the stripe. */
 struct hc__khash {

@@ -526,6 +526,51 @@ START_TEST(quota_limits_holds)
 }
 END_TEST
 
+/* Outside an engine nothing counts against a quota; a join counts what
+ * the rank holds then, and a leave forgets it. */
+START_TEST(join_counts_what_is_held)
+{
+	hc_key_t keys[4];
+	hc_page_t pages[4], resv;
+	struct hc_engine_spec e = { .size = sizeof(struct hc_engine_spec),
+				    .engine_id = 2,
+				    .tp_size = 1,
+				    .quota_pages = 4 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req),
+				    .keys = keys,
+				    .nkeys = 2,
+				    .flags = HC_LOOKUP_PIN };
+	struct hc_rank_info ri;
+
+	hct_keys(keys, 4, 23);
+	ck_assert_int_eq(hct_store(pool, keys, 4, 0), 4);
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages), 2);
+	ck_assert_ok(hc_page_pin(pool, pages[0])); /* a page counts once */
+	ck_assert_int_eq(hc_page_alloc(pool, 1, 1, &resv), 1);
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.held, 0);
+	ck_assert_ok(hc_engine_join(pool, &e));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.held, 3); /* two pinned, one reserved */
+	rq.keys = keys + 2;
+	ck_assert_err(hc_lookup(pool, &rq, pages + 2), EDQUOT); /* 3 + 2 > 4 */
+	rq.nkeys = 1;
+	ck_assert_int_eq(hc_lookup(pool, &rq, pages + 2), 1);
+	ck_assert_int_eq(hc_page_commit(pool, resv, hc_page_needed(pool, 1)), 1);
+	ck_assert_ok(hc_page_unpin(pool, pages[0]));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.held, 3); /* pages[0] is still pinned once */
+	ck_assert_ok(hc_engine_leave(pool));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.held, 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert_ok(hc_page_unpin(pool, pages[i]));
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.held, 0);
+	ck_assert_uint_eq(ri.pins, 0);
+}
+END_TEST
+
 /* The first rank fails: every rank gets the same failure, not another answer. */
 START_TEST(failure_is_shared)
 {
@@ -894,6 +939,7 @@ int main(void)
 	tcase_add_test(tc, ticket_name_errors);
 	tcase_add_test(tc, too_many_keys_for_a_ticket);
 	tcase_add_test(tc, quota_limits_holds);
+	tcase_add_test(tc, join_counts_what_is_held);
 	tcase_add_test(tc, ticket_table_full);
 	tcase_add_test(tc, failure_is_shared);
 	tcase_add_test(tc, abort_of_a_shared_reservation_quarantines);
