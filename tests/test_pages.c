@@ -433,6 +433,45 @@ START_TEST(free_map_finds_every_free_page)
 }
 END_TEST
 
+static uint64_t evictions(hc_pool *p)
+{
+	struct hc_stats st;
+
+	ck_assert_ok(hc_pool_stats(p, &st, sizeof(st)));
+	return st.counter[HC_CTR_evictions];
+}
+
+/* A quarantined page whose grace ran out comes back through an
+ * allocation's look at the table from its hand, before anything is
+ * evicted and without a recovery to sweep it. */
+START_TEST(quarantine_comes_back_without_a_sweep)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 20, 0);
+	hc_key_t k[7];
+	hc_page_t q, got;
+	uint64_t ev;
+
+	hct_keys(k, 7, 62);
+	ck_assert_int_eq(hct_store(p, k, 7, 0), 7); /* 7 evictable pages */
+	ck_assert_int_eq(hc_page_alloc(p, 1, ALL_COMPS, &q), 1);
+	atomic_fetch_or(&p->pages[HC_PAGE_ID(q)].flags, HC_PF_SHARED); /* as a co-writer would */
+	ck_assert_int_eq(hc_page_abort(p, &q, 1), 1);
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(q), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
+	usleep(40 * 1000);
+	atomic_store(&p->hand, HC_PAGE_ID(q)); /* the next look starts there */
+	ev = evictions(p);
+	ck_assert_int_eq(hc_page_alloc(p, 1, ALL_COMPS, &got), 1);
+	ck_assert_uint_eq(HC_PAGE_ID(got), HC_PAGE_ID(q));
+	ck_assert_uint_eq(evictions(p), ev);
+	ck_assert_int_eq(hct_hit(p, k, 7), 7);
+	ck_assert_int_eq(hct_fill_commit_all(p, got), 1);
+	ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("pages");
@@ -455,6 +494,7 @@ int main(void)
 	tcase_add_test(tc, admin_cannot_hold);
 	tcase_add_test(tc, addr_runs_disjoint);
 	tcase_add_test(tc, free_map_finds_every_free_page);
+	tcase_add_test(tc, quarantine_comes_back_without_a_sweep);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
