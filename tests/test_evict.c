@@ -5,6 +5,8 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "hct.h"
 
@@ -173,6 +175,46 @@ START_TEST(lru_list_is_the_scan_order)
 }
 END_TEST
 
+static hc_page_t *orphan_slot; /* shared with the puppet */
+
+static void alloc_anon(hc_pool *p, long arg)
+{
+	(void)arg;
+	if (hc_page_alloc(p, 1, 1, orphan_slot) != 1 || hct_fill_commit_all(p, *orphan_slot) != 1)
+		_exit(31);
+}
+
+/* An orphan (a dead rank's page nobody owns) goes to the head of the LRU
+ * list when recovery makes it, so it is the first an eviction takes. */
+START_TEST(lru_orphans_go_first)
+{
+	hc_pool *p = make(HC_EVICT_LRU, 8);
+	struct hct_puppet *pp;
+	hc_key_t k[3];
+	hc_page_t o;
+
+	orphan_slot = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert(orphan_slot != MAP_FAILED);
+	hct_keys(k, 3, 37);
+	ck_assert_int_eq(hct_store(p, k, 3, 0), 3);
+	pp = hct_puppet(name);
+	hct_puppet_do(pp, alloc_anon, 0);
+	o = *orphan_slot;
+	ck_assert_ok(hc_page_pin(p, o));
+	hct_puppet_kill(pp);
+	ck_assert_ok(hc_pool_recover(p, NULL, 0));
+	ck_assert(atomic_load(&p->pages[HC_PAGE_ID(o)].flags) & HC_PF_ORPHAN);
+	ck_assert_uint_eq(hc__lru_first(p), HC_PAGE_ID(o));
+	/* let go of it without the unpin that would free it at once */
+	atomic_store(&hc__pin_row(p, HC_PAGE_ID(o))[p->slot], 0);
+	ck_assert_int_eq(hc_evict(p, 1), 1);
+	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(o), NULL, NULL, NULL), HC_PAGE_FREE);
+	ck_assert_int_eq(present(p, k, 3), 3);
+	munmap(orphan_slot, 4096);
+	done(p);
+}
+END_TEST
+
 /* CLOCK: a page looked up since the hand last passed gets a second chance. */
 START_TEST(clock_second_chance)
 {
@@ -249,6 +291,7 @@ int main(void)
 	tcase_add_test(tc, lru_order);
 	tcase_add_test(tc, lru_root_last_under_pressure);
 	tcase_add_test(tc, lru_list_is_the_scan_order);
+	tcase_add_test(tc, lru_orphans_go_first);
 	tcase_add_test(tc, clock_second_chance);
 	tcase_add_test(tc, all_or_nothing_when_pinned);
 	tcase_add_test(tc, unkeyed_pages_stay);
