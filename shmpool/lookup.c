@@ -77,6 +77,20 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 	return w2 == w ? HC_PAGE_MAKE(id, hc__w_gen(w)) : HC_PAGE_NONE;
 }
 
+/* Key kh's page from its first tag match id (-1: none), verified; if that
+ * entry was another key's (or stale), every entry looked at with the keys
+ * compared. */
+static hc_page_t probe(struct hc_pool *p, const struct hc__khash *kh, int64_t id, int hold, int tk, uint32_t *presence,
+		       uint32_t *newly)
+{
+	hc_page_t pg = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, kh, hold, tk, presence, newly);
+	int64_t id2;
+
+	if (pg == HC_PAGE_NONE && id >= 0 && (id2 = hc__index_find(p, kh)) >= 0 && id2 != id)
+		pg = verify(p, (uint32_t)id2, kh, hold, tk, presence, newly);
+	return pg;
+}
+
 int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op)
 {
 	if (!req || !pages)
@@ -168,6 +182,7 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 {
 	uint32_t full = p->hit_full, win = p->hit_win, maxwin = p->hit_maxwin;
 	uint32_t run[HC_MAX_COMPONENTS], best = 0, n = req->nkeys;
+	_Atomic uint64_t *row;
 	struct pipe pp;
 
 	*newly = 0;
@@ -177,6 +192,25 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 		for (uint32_t i = 0; i < n; i++)
 			pages[i] = HC_PAGE_NONE;
 		return 0;
+	}
+	if (n == 1 && !win) { /* one key, no window: nothing to pipeline */
+		struct hc__khash kh;
+		uint32_t presence = 0;
+
+		int64_t id;
+
+		hc__key_hash(p, req->keys[0], &kh);
+		id = hc__index_tag(p, &kh);
+		if (id >= 0 && hold) /* the pin word's miss beside the page entry's, not after it */
+			__builtin_prefetch(&hc__pin_row(p, (uint32_t)id)[p->slot], 1);
+		pages[0] = probe(p, &kh, id, hold, tk, &presence, newly);
+		if (pages[0] != HC_PAGE_NONE && (presence & full) != full) {
+			if (hold)
+				*newly -= (uint32_t)release(p, pages[0], tk);
+			pages[0] = HC_PAGE_NONE;
+		}
+		best = pages[0] != HC_PAGE_NONE;
+		goto count;
 	}
 	if (win)
 		memset(run, 0, sizeof(run));
@@ -188,15 +222,7 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 
 		pipe_fill(p, &pp, req->keys, n, i, hold);
 		id = pp.cand[i % RING];
-		pages[i] = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, kh, hold, tk, &presence, newly);
-		if (pages[i] == HC_PAGE_NONE && id >= 0) {
-			/* The first tag match was another key's (or a stale entry):
-			 * look through every entry, with the keys compared. */
-			int64_t id2 = hc__index_find(p, kh);
-
-			if (id2 >= 0 && id2 != id)
-				pages[i] = verify(p, (uint32_t)id2, kh, hold, tk, &presence, newly);
-		}
+		pages[i] = probe(p, kh, id, hold, tk, &presence, newly);
 		if (pages[i] == HC_PAGE_NONE && !full) {
 			for (uint32_t m = win; m; m &= m - 1) /* a gap: every window starts again */
 				run[__builtin_ctz(m)] = 0;
@@ -235,16 +261,19 @@ int hc__lookup(struct hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pa
 			*newly -= (uint32_t)release(p, pages[i], tk);
 		pages[i] = HC_PAGE_NONE;
 	}
-	if (!(req->flags & HC_LOOKUP_NOTOUCH) && !p->readonly) {
+count:
+	/* The row of counters once: a 1-key lookup is short enough to notice. */
+	row = hc__stats_row(p);
+	if (!(req->flags & HC_LOOKUP_NOTOUCH) && row) {
 		hc__touch(p, pages, best);
 		hc__count_hits(p, pages, best);
 		if (!(req->flags & HC__LOOKUP_TAKE)) /* a take's hit came from L3: the service counts it */
-			hc__hist(p, HC_STATS_TOKENS_WORD + HC_TIER_l2 * HC_STATS_HIST_WORDS,
-				 (uint64_t)best * p->g.page_tokens);
+			hc__hist_at(row, HC_STATS_TOKENS_WORD + HC_TIER_l2 * HC_STATS_HIST_WORDS,
+				    (uint64_t)best * p->g.page_tokens);
 	}
-	hc__count(p, HC_CTR_lookups, 1);
-	hc__count(p, HC_CTR_lookup_keys, n);
-	hc__count(p, HC_CTR_hits, best);
+	hc__row_bump(row, HC_CTR_lookups, 1);
+	hc__row_bump(row, HC_CTR_lookup_keys, n);
+	hc__row_bump(row, HC_CTR_hits, best);
 	return (int)best;
 }
 

@@ -350,15 +350,24 @@ static inline _Atomic uint64_t *hc__tmask_row(const struct hc_pool *p, uint32_t 
  * last row without a slot.  A plain load and store, no locked instruction:
  * only this rank writes its row, and two of its threads racing can lose a
  * count, never tear one. */
-static inline void hc__row_add(struct hc_pool *p, unsigned word, uint64_t n)
+static inline _Atomic uint64_t *hc__stats_row(struct hc_pool *p)
 {
 	unsigned row = p->slot >= 0 ? (unsigned)p->slot : p->g.max_ranks;
-	_Atomic uint64_t *v;
 
-	if (p->readonly)
-		return;
-	v = &p->stats[(size_t)row * HC_STATS_ROW_WORDS + word];
-	atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n, memory_order_relaxed);
+	return p->readonly ? NULL : &p->stats[(size_t)row * HC_STATS_ROW_WORDS];
+}
+
+/* Add n to word of a row from hc__stats_row (NULL: read-only, nothing). */
+static inline void hc__row_bump(_Atomic uint64_t *row, unsigned word, uint64_t n)
+{
+	if (row)
+		atomic_store_explicit(&row[word], atomic_load_explicit(&row[word], memory_order_relaxed) + n,
+				      memory_order_relaxed);
+}
+
+static inline void hc__row_add(struct hc_pool *p, unsigned word, uint64_t n)
+{
+	hc__row_bump(hc__stats_row(p), word, n);
 }
 
 static inline void hc__count(struct hc_pool *p, enum hc_counter c, uint64_t n)
@@ -392,10 +401,15 @@ static inline unsigned hc__hist_bucket(uint64_t v)
 
 /* One value into this rank's row's histogram at word 'at' (one writer a
  * row, as hc__count). */
+static inline void hc__hist_at(_Atomic uint64_t *row, unsigned at, uint64_t v)
+{
+	hc__row_bump(row, at + hc__hist_bucket(v), 1);
+	hc__row_bump(row, at + HC_HIST_BUCKETS, v);
+}
+
 static inline void hc__hist(struct hc_pool *p, unsigned at, uint64_t v)
 {
-	hc__row_add(p, at + hc__hist_bucket(v), 1);
-	hc__row_add(p, at + HC_HIST_BUCKETS, v);
+	hc__hist_at(hc__stats_row(p), at, v);
 }
 
 /* A keyed page not in L3 became READY, or reached its hits: tell the

@@ -357,6 +357,40 @@ START_TEST(hit_policies)
 }
 END_TEST
 
+/* One key alone takes its own path (no pipeline): a hit pins exactly its
+ * page, a page without every full component is no hit and keeps no pin,
+ * and NOTOUCH and PIN mean what they do for longer lookups. */
+START_TEST(one_key_lookups)
+{
+	hc_key_t keys[3];
+	hc_page_t h;
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	struct hc_rank_info ri;
+
+	hct_keys(keys, 3, 9);
+	ck_assert_int_eq(hct_store(pool, keys, 1, 0), 1);
+	ck_assert_int_eq(store_with(pool, keys, 1, 1, 1), 1); /* kv only: the state is missing */
+	rq.keys = keys;
+	ck_assert_int_eq(hc_lookup(pool, &rq, &h), 1);
+	ck_assert_uint_ne(h, HC_PAGE_NONE);
+	ck_assert_int_eq(hct_verify(pool, h, 1), 0);
+	rq.keys = keys + 1;
+	ck_assert_int_eq(hc_lookup(pool, &rq, &h), 0);
+	ck_assert_uint_eq(h, HC_PAGE_NONE);
+	rq.keys = keys + 2;
+	ck_assert_int_eq(hc_lookup(pool, &rq, &h), 0); /* never stored */
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.pins, 1); /* key 0's page, and nothing of the miss */
+	rq.keys = keys;
+	rq.flags = 0;
+	ck_assert_int_eq(hc_lookup(pool, &rq, &h), 1);
+	ck_assert_ok(hc_pool_rank(pool, (unsigned)pool->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.pins, 1);
+	ck_assert_ok(hc_page_unpin(pool, h));
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+}
+END_TEST
+
 START_TEST(lookup_bad_input)
 {
 	hc_key_t keys[2];
@@ -470,6 +504,7 @@ int main(void)
 	tcase_add_test(tc, host_lock_holds);
 	tcase_add_test(tc, alloc_evicts_when_full);
 	tcase_add_test(tc, hit_policies);
+	tcase_add_test(tc, one_key_lookups);
 	tcase_add_test(tc, lookup_bad_input);
 	tcase_add_test(tc, admin_looks_but_never_holds);
 	tcase_add_test(tc, clear_empties_when_nothing_is_held);
