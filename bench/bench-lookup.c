@@ -48,7 +48,7 @@
 
 #include "bench.h"
 
-#define DIR        "/dev/shm"
+#define SHM_DIR    "/dev/shm"
 #define POOL_PAGES (UINT32_C(1) << 20)
 #define MAX_RANKS  4 /* parent (fill) + 2 workers; keeps the pin table at 16 B per page */
 #define DEF_KEYS   1000000u
@@ -72,7 +72,10 @@ struct opts {
 	double seconds; /* timed length of one run of one variant */
 	unsigned keys;  /* keys stored */
 	uint64_t seed;
+	const char *dir; /* --huge: the pool in this huge-page tmpfs, ck_ht's memory on huge pages too */
 };
+
+static const char *huge_dir; /* o.dir, for the allocator below */
 
 /* Parent -> worker. */
 struct cmd {
@@ -137,9 +140,24 @@ static void make_keys(hc_key_t *keys, unsigned n, uint64_t *rng)
 
 /* ---- ck_ht's allocator */
 
+/* Memory for ck_ht and its keys: on 2 MiB pages with --huge, as the pool is
+ * then, so both sides pay the same TLB; else malloc's (4 KiB pages here). */
+static void *big_alloc(size_t n)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *q;
+
+	if (!huge_dir || n < huge / 2)
+		return malloc(n);
+	if (posix_memalign(&q, huge, (n + huge - 1) / huge * huge))
+		return NULL;
+	madvise(q, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+	return q;
+}
+
 static void *ck_mem_malloc(size_t n)
 {
-	return malloc(n);
+	return big_alloc(n);
 }
 
 static void *ck_mem_realloc(void *p, size_t old, size_t n, bool defer)
@@ -302,7 +320,9 @@ static int send_report(int fd, struct report *r)
 
 static void __attribute__((noreturn)) worker(struct bench *b, unsigned idx, int cmd_fd, int rep_fd)
 {
-	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
+					   .flags = HC_ATTACH_NO_POPULATE,
+					   .dir = huge_dir };
 	struct wctx *c = calloc(1, sizeof(*c));
 	struct report r = { 0 };
 	struct cmd cmd;
@@ -497,7 +517,8 @@ static int mem_floor(double *dep_ns, double *ind_ns)
 	a = mmap(NULL, FLOOR_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (a == MAP_FAILED)
 		return -ENOMEM;
-	madvise(a, FLOOR_BYTES, MADV_NOHUGEPAGE); /* as /dev/shm here: 4 KiB pages */
+	/* the pages the pool is on: 4 KiB in /dev/shm here, 2 MiB with --huge */
+	madvise(a, FLOOR_BYTES, huge_dir ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 	perm = malloc(lines * sizeof(*perm));
 	if (!perm) {
 		munmap(a, FLOOR_BYTES);
@@ -542,10 +563,11 @@ static int check_space(void)
 {
 	struct statvfs v;
 	uint64_t need = segment_estimate(), avail;
+	const char *dir = huge_dir ? huge_dir : SHM_DIR;
 
-	if (statvfs(DIR, &v) < 0) {
+	if (statvfs(dir, &v) < 0) {
 		int err = errno;
-		fprintf(stderr, "bench-lookup: cannot stat %s: %s\n", DIR, strerror(err));
+		fprintf(stderr, "bench-lookup: cannot stat %s: %s\n", dir, strerror(err));
 		return -err;
 	}
 	avail = (uint64_t)v.f_bavail * v.f_frsize;
@@ -554,7 +576,7 @@ static int check_space(void)
 			"bench-lookup: the pool needs about %.2f GiB in %s but only %.2f GiB is free:\n"
 			"  free some space (hicache-pool ls; stale hicache.* files) or enlarge the tmpfs\n"
 			"  (Docker: --shm-size=6g)\n",
-			(double)need / (1 << 30), DIR, (double)avail / (1 << 30));
+			(double)need / (1 << 30), dir, (double)avail / (1 << 30));
 		return -ENOSPC;
 	}
 	return 0;
@@ -583,6 +605,7 @@ static int create_pool(struct bench *b)
 		.capacity_pages = POOL_PAGES,
 		.max_ranks = MAX_RANKS,
 		.flags = HC_CREATE_NO_POPULATE,
+		.dir = huge_dir,
 	};
 	int ret = hc_pool_create(&s);
 
@@ -595,7 +618,9 @@ static int create_pool(struct bench *b)
  * pages per second, or a negative errno. */
 static int fill_ours(struct bench *b, double *rate, struct hc_pool_info *info)
 {
-	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
+					   .flags = HC_ATTACH_NO_POPULATE,
+					   .dir = huge_dir };
 	hc_page_t pages[FILL_BATCH];
 	uint8_t skip[FILL_BATCH];
 	hc_pool *p = NULL;
@@ -688,7 +713,8 @@ static int fill_ck(struct bench *b, double *rate)
 static int check_pool(struct bench *b)
 {
 	const struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
-					   .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER };
+					   .flags = HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER,
+					   .dir = huge_dir };
 	struct hc_stats s;
 	hc_pool *p;
 	int ret;
@@ -720,23 +746,28 @@ static int check_pool(struct bench *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: bench-lookup [--reps N] [--seconds S] [--keys N] [--seed N]\n"
+		"usage: bench-lookup [--reps N] [--seconds S] [--keys N] [--seed N] [--huge DIR]\n"
 		"  Prefix lookups of 1, 16 and 1000 keys, with and without pinning, in 1 and 2\n"
 		"  processes, on an index of 1 million random keys, against ck_ht holding the\n"
 		"  same keys.  The pool takes about 4.3 GiB of /dev/shm (no envelope is touched).\n"
 		"  --reps N     repetitions per case; the median is printed (default 5; HC_QUICK=1: 3)\n"
 		"  --seconds S  timed length of one run of one variant (default 0.5; HC_QUICK=1: 0.1)\n"
 		"  --keys N     keys stored (default %u, at most %u)\n"
-		"  --seed N     seed of the key generator (default 1)\n",
+		"  --seed N     seed of the key generator (default 1)\n"
+		"  --huge DIR   the pool in DIR (a huge=always tmpfs), ck_ht's memory on 2 MiB pages too\n",
 		DEF_KEYS, POOL_PAGES);
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "reps", required_argument, NULL, 'r' }, { "seconds", required_argument, NULL, 's' },
-		{ "keys", required_argument, NULL, 'k' }, { "seed", required_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "seconds", required_argument, NULL, 's' },
+		{ "keys", required_argument, NULL, 'k' },
+		{ "seed", required_argument, NULL, 'S' },
+		{ "huge", required_argument, NULL, 'H' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *quick = getenv("HC_QUICK");
 	unsigned long v;
@@ -751,8 +782,11 @@ static int parse(int argc, char **argv, struct opts *o)
 		o->reps = 3;
 		o->seconds = 0.1;
 	}
-	while ((c = getopt_long(argc, argv, "r:s:k:S:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "r:s:k:S:H:h", lo, NULL)) != -1) {
 		switch (c) {
+		case 'H':
+			o->dir = optarg;
+			break;
 		case 'r':
 			v = strtoul(optarg, &end, 10);
 			if (*end || v < 1 || v > MAX_REPS) {
@@ -829,17 +863,18 @@ int main(int argc, char **argv)
 
 	if (parse(argc, argv, &b.o) < 0)
 		return 2;
+	huge_dir = b.o.dir;
 	bench_cleanup_init();
 	signal(SIGPIPE, SIG_IGN); /* a dead worker is an error report, not a dead parent */
 	snprintf(b.name, sizeof(b.name), "hcbench-lookup-%d", (int)getpid());
-	snprintf(b.path, sizeof(b.path), DIR "/hicache.%s", b.name);
+	snprintf(b.path, sizeof(b.path), "%s/hicache.%s", huge_dir ? huge_dir : SHM_DIR, b.name);
 	ncpu = cpus_allowed();
 	nproc_max = MAX_PROCS;
 
 	if ((ret = check_space()) < 0)
 		return 1;
 
-	b.keys = malloc((size_t)b.o.keys * sizeof(hc_key_t));
+	b.keys = big_alloc((size_t)b.o.keys * sizeof(hc_key_t));
 	b.ids = malloc((size_t)b.o.keys * sizeof(uint32_t));
 	b.queries = malloc((size_t)QUERY_KEYS * sizeof(hc_key_t));
 	b.cnt_bytes = (size_t)POOL_PAGES * sizeof(uint32_t);
@@ -967,7 +1002,7 @@ out_destroy:
 	if (b.ht_live)
 		ck_ht_destroy(&b.ht);
 	if (created) {
-		if (hc_pool_destroy(b.name, NULL, HC_DESTROY_FORCE) < 0) {
+		if (hc_pool_destroy(b.name, huge_dir, HC_DESTROY_FORCE) < 0) {
 			fprintf(stderr, "bench-lookup: cannot remove pool '%s': %s\n", b.name, hc_last_error());
 			status = 1;
 		}
