@@ -408,26 +408,24 @@ static void check_pages(struct chk *c)
 	}
 }
 
-/* While quiescent, the free map shows every FREE page, and each level's
+/* While quiescent, a map shows every page in its state, and each level's
  * summary bit every word below it that has a bit (freemap.c). */
-static void check_freemap(struct chk *c)
+static void check_map(struct chk *c, const struct hc__fm *fm, unsigned state, const char *what)
 {
 	struct hc_pool *p = c->p;
 	uint32_t missing = 0, first = 0;
 	uint64_t word;
 	unsigned level;
 
-	if (!quiet(c))
-		return;
 	for (uint32_t i = 0; i < p->g.npages; i++)
-		if (hc__w_state(atomic_load(&p->pages[i].word)) == HC_PAGE_FREE && !hc__fm_has(p, i) && !missing++)
+		if (hc__w_state(atomic_load(&p->pages[i].word)) == state && !hc__fm_has(fm, i) && !missing++)
 			first = i;
 	if (missing)
 		say(c,
-		    "free map: %u FREE page(s) it does not show, the first page %u: no allocation finds them until a recovery",
-		    missing, first);
-	if (!hc__fm_summary_ok(p, &level, &word))
-		say(c, "free map: word %llu of level %u has bits, but its summary bit is clear",
+		    "%s: %u %s page(s) it does not show, the first page %u: no allocation finds them until a recovery",
+		    what, missing, hc_page_state_name(state), first);
+	if (!hc__fm_summary_ok(fm, &level, &word))
+		say(c, "%s: word %llu of level %u has bits, but its summary bit is clear", what,
 		    (unsigned long long)word, level);
 }
 
@@ -468,7 +466,10 @@ int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void 
 	check_index(c);
 	check_tickets(c);
 	check_engines(c);
-	check_freemap(c);
+	if (quiet(c)) {
+		check_map(c, &p->fm, HC_PAGE_FREE, "free map");
+		check_map(c, &p->qm, HC_PAGE_QUARANTINE, "quarantine map");
+	}
 	hc__lru_census(p, quiet(c), lru_line, c);
 	n = c->n;
 	free(c);

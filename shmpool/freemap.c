@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * freemap.c - where the FREE pages are, so an allocation finds one in a
- * few reads whatever the pool's size and occupancy.
+ * few reads whatever the pool's size and occupancy; and, with the same
+ * code, where the quarantined pages are, so an allocation finds one whose
+ * grace ran out before it evicts anything (the quarantine map, p->qm).
  *
  * Shape.  Level 0 has a bit per page: "this page may be FREE".  Level k+1
  * has a bit per word of level k: "that word may have a bit set".  The top
@@ -39,6 +41,11 @@
  * check calls one left unset a violation).  A bit is set or cleared by one
  * locked instruction, so nothing is ever half-written.
  *
+ * The quarantine map is the same protocol with QUARANTINE for FREE: whoever
+ * CASes a page to QUARANTINE sets its bit after, and an allocator takes
+ * the bit (hc__fm_take) only for a page it then takes by CAS, putting it
+ * back if the CAS fails while the page is still quarantined.
+ *
  * Every bit position used as an index comes from a bit found in a word,
  * within the private copy of the shape: nothing read from shared memory
  * indexes anything here unchecked.
@@ -67,21 +74,17 @@ uint64_t hc__fm_shape(uint32_t npages, struct hc__fm_shape *sh)
 	return off * sizeof(uint64_t);
 }
 
-void hc__fm_map(struct hc_pool *p, uint8_t *region)
+void hc__fm_map(struct hc__fm *fm, uint32_t npages, uint8_t *region)
 {
-	struct hc__fm *fm = &p->fm;
-
-	hc__fm_shape(p->g.npages, &fm->sh);
+	hc__fm_shape(npages, &fm->sh);
 	for (unsigned l = 0; l < fm->sh.nlevels; l++)
 		fm->lv[l] = (_Atomic uint64_t *)(void *)region + fm->sh.off[l];
 }
 
 /* Set bit 'bit' of level 'l', then each summary above it, up to one found
  * set.  'always': set the first without looking (see hc__fm_put). */
-static void put_up(struct hc_pool *p, unsigned l, uint64_t bit, int always)
+static void put_up(struct hc__fm *fm, unsigned l, uint64_t bit, int always)
 {
-	const struct hc__fm *fm = &p->fm;
-
 	for (; l < fm->sh.nlevels; l++, bit /= 64, always = 0) {
 		_Atomic uint64_t *w = &fm->lv[l][bit / 64];
 		uint64_t m = UINT64_C(1) << (bit % 64);
@@ -95,17 +98,15 @@ static void put_up(struct hc_pool *p, unsigned l, uint64_t bit, int always)
 /* Word 'word' of level l - 1 was seen empty, or emptied by us: clear its
  * summary bit at level l, look at the word again, and set the bit back if
  * something landed meanwhile; on up while a summary word empties. */
-static void emptied(struct hc_pool *p, unsigned l, uint64_t word)
+static void emptied(struct hc__fm *fm, unsigned l, uint64_t word)
 {
-	const struct hc__fm *fm = &p->fm;
-
 	for (; l < fm->sh.nlevels; l++, word /= 64) {
 		_Atomic uint64_t *w = &fm->lv[l][word / 64];
 		uint64_t m = UINT64_C(1) << (word % 64), old = atomic_fetch_and(w, ~m);
 
 		HC_POINT(freemap_emptied);
 		if (atomic_load(&fm->lv[l - 1][word]) != 0) {
-			put_up(p, l, word, 0);
+			put_up(fm, l, word, 0);
 			return;
 		}
 		if ((old & m) == 0 || (old & ~m) != 0)
@@ -117,19 +118,17 @@ static void emptied(struct hc_pool *p, unsigned l, uint64_t word)
  * a FREE store may be a release store (pages.c), and only the chain of
  * RMWs on the bit's word carries it to the claimer that clears the bit
  * next, whose (H) then sees FREE. */
-void hc__fm_put(struct hc_pool *p, uint32_t id)
+void hc__fm_put(struct hc__fm *fm, uint32_t id)
 {
 	HC_POINT(freemap_unlisted);
-	put_up(p, 0, id, 1); /* a lock or, then a plain load of the summary bit */
+	put_up(fm, 0, id, 1); /* a lock or, then a plain load of the summary bit */
 }
 
 /* The first set bit of level l at or after 'from', or -1: a run of empty
  * words is skipped by the level above, and a summary bit found set over
  * an empty word is cleared on the way (emptied, so nothing is lost). */
-static int64_t next_set(struct hc_pool *p, unsigned l, uint64_t from)
+static int64_t next_set(struct hc__fm *fm, unsigned l, uint64_t from)
 {
-	const struct hc__fm *fm = &p->fm;
-
 	while (from < fm->sh.nbits[l]) {
 		uint64_t w = atomic_load_explicit(&fm->lv[l][from / 64], memory_order_relaxed);
 		int64_t next;
@@ -140,85 +139,93 @@ static int64_t next_set(struct hc_pool *p, unsigned l, uint64_t from)
 			return -1; /* the top is one word */
 		if (w == 0 && from % 64 == 0 &&
 		    ((atomic_load_explicit(&fm->lv[l + 1][from / 4096], memory_order_relaxed) >> (from / 64 % 64)) & 1))
-			emptied(p, l + 1, from / 64); /* a stale summary bit: clear it for the next search */
-		if ((next = next_set(p, l + 1, from / 64 + 1)) < 0)
+			emptied(fm, l + 1, from / 64); /* a stale summary bit: clear it for the next search */
+		if ((next = next_set(fm, l + 1, from / 64 + 1)) < 0)
 			return -1;
 		from = (uint64_t)next * 64;
 	}
 	return -1;
 }
 
+int64_t hc__fm_peek(struct hc__fm *fm, uint64_t from)
+{
+	const uint64_t n = fm->sh.nbits[0];
+	int64_t id;
+
+	if (from >= n)
+		from = 0;
+	/* the word at 'from' first: frees and claims stay near a cursor */
+	uint64_t near = atomic_load_explicit(&fm->lv[0][from / 64], memory_order_relaxed) >> (from % 64);
+	if (near)
+		return (int64_t)from + __builtin_ctzll(near);
+	if ((id = next_set(fm, 0, from)) >= 0 && (uint64_t)id < n)
+		return id;
+	if (from && (id = next_set(fm, 0, 0)) >= 0 && (uint64_t)id < n)
+		return id;
+	return -1;
+}
+
+int hc__fm_take(struct hc__fm *fm, uint32_t id)
+{
+	_Atomic uint64_t *w = &fm->lv[0][id / 64];
+	uint64_t m = UINT64_C(1) << (id % 64);
+
+	/* (G): only the bit's old value is used, so this is one lock btr,
+	 * not a compare-and-swap loop */
+	if (!(atomic_fetch_and(w, ~m) & m))
+		return 0; /* another claimer won it */
+	HC_POINT(freemap_claimed);
+	/* Emptied (by us or since): clear the summary.  A look, not the old
+	 * value: a clear missed leaves a stale summary bit, which a search
+	 * clears; one made in vain is undone by emptied's second look. */
+	if (fm->sh.nlevels > 1 && atomic_load_explicit(w, memory_order_relaxed) == 0)
+		emptied(fm, 1, (uint64_t)id / 64);
+	return 1;
+}
+
 /* Bounds the races a claim may lose in a row before it gives up: only
  * other claimers winning the same bits make it go round. */
 #define CLAIM_TRIES 256
 
-int64_t hc__fm_claim(struct hc_pool *p)
+int64_t hc__fm_claim(struct hc__fm *fm, _Atomic uint32_t *cursor)
 {
-	const struct hc__fm *fm = &p->fm;
-	uint64_t from = atomic_load_explicit(&p->cursor, memory_order_relaxed);
-	int wrapped = 0;
+	uint64_t from = atomic_load_explicit(cursor, memory_order_relaxed);
 
-	if (from >= p->g.npages)
-		from = 0;
 	for (int tries = 0; tries < CLAIM_TRIES; tries++) {
-		/* the cursor's own word first: frees and claims stay near it */
-		uint64_t near = atomic_load_explicit(&fm->lv[0][from / 64], memory_order_relaxed) >> (from % 64);
-		int64_t id = near ? (int64_t)from + __builtin_ctzll(near) : next_set(p, 0, from);
-		_Atomic uint64_t *w;
-		uint64_t m;
+		int64_t id = hc__fm_peek(fm, from);
 
-		if (id < 0 || (uint64_t)id >= p->g.npages) {
-			if (wrapped || from == 0)
-				return -1;
-			wrapped = 1;
-			from = 0;
-			continue;
+		if (id < 0)
+			return -1;
+		if (hc__fm_take(fm, (uint32_t)id)) {
+			atomic_store_explicit(cursor, (uint32_t)id + 1, memory_order_relaxed);
+			return id;
 		}
-		w = &fm->lv[0][id / 64];
-		m = UINT64_C(1) << (id % 64);
-		/* (G): only the bit's old value is used, so this is one lock btr,
-		 * not a compare-and-swap loop */
-		if (!(atomic_fetch_and(w, ~m) & m)) { /* another claimer won it */
-			from = (uint64_t)id;
-			continue;
-		}
-		HC_POINT(freemap_claimed);
-		/* Emptied (by us or since): clear the summary.  A look, not the old
-		 * value: a clear missed leaves a stale summary bit, which a search
-		 * clears; one made in vain is undone by emptied's second look. */
-		if (fm->sh.nlevels > 1 && atomic_load_explicit(w, memory_order_relaxed) == 0)
-			emptied(p, 1, (uint64_t)id / 64);
-		atomic_store_explicit(&p->cursor, (uint32_t)id + 1, memory_order_relaxed);
-		return id;
+		from = (uint64_t)id; /* lost it: look again from there */
 	}
 	return -1;
 }
 
-int hc__fm_has(const struct hc_pool *p, uint32_t id)
+int hc__fm_has(const struct hc__fm *fm, uint32_t id)
 {
-	return (atomic_load_explicit(&p->fm.lv[0][id / 64], memory_order_relaxed) >> (id % 64)) & 1;
+	return (atomic_load_explicit(&fm->lv[0][id / 64], memory_order_relaxed) >> (id % 64)) & 1;
 }
 
-void hc__fm_heal(struct hc_pool *p, uint32_t id)
+void hc__fm_heal(struct hc__fm *fm, uint32_t id)
 {
-	if (!hc__fm_has(p, id))
-		put_up(p, 0, id, 1);
+	if (!hc__fm_has(fm, id))
+		put_up(fm, 0, id, 1);
 }
 
-void hc__fm_heal_summaries(struct hc_pool *p)
+void hc__fm_heal_summaries(struct hc__fm *fm)
 {
-	const struct hc__fm *fm = &p->fm;
-
 	for (unsigned l = 0; l + 1 < fm->sh.nlevels; l++)
 		for (uint64_t i = 0; i < (fm->sh.nbits[l] + 63) / 64; i++)
 			if (atomic_load_explicit(&fm->lv[l][i], memory_order_relaxed))
-				put_up(p, l + 1, i, 0);
+				put_up(fm, l + 1, i, 0);
 }
 
-int hc__fm_summary_ok(const struct hc_pool *p, unsigned *level, uint64_t *word)
+int hc__fm_summary_ok(const struct hc__fm *fm, unsigned *level, uint64_t *word)
 {
-	const struct hc__fm *fm = &p->fm;
-
 	for (unsigned l = 0; l + 1 < fm->sh.nlevels; l++)
 		for (uint64_t i = 0; i < (fm->sh.nbits[l] + 63) / 64; i++)
 			if (atomic_load_explicit(&fm->lv[l][i], memory_order_relaxed) &&
@@ -230,17 +237,17 @@ int hc__fm_summary_ok(const struct hc_pool *p, unsigned *level, uint64_t *word)
 	return 1;
 }
 
-void hc__fm_init_all_free(uint8_t *region, uint32_t npages)
+void hc__fm_init(uint8_t *region, uint32_t npages, int full)
 {
 	struct hc__fm_shape sh;
 
 	hc__fm_shape(npages, &sh);
 	for (unsigned l = 0; l < sh.nlevels; l++) {
-		uint64_t *w = (uint64_t *)(void *)region + sh.off[l], full = sh.nbits[l] / 64;
+		uint64_t *w = (uint64_t *)(void *)region + sh.off[l], whole = sh.nbits[l] / 64;
 
-		for (uint64_t i = 0; i < full; i++)
-			w[i] = ~UINT64_C(0);
+		for (uint64_t i = 0; i < whole; i++)
+			w[i] = full ? ~UINT64_C(0) : 0;
 		if (sh.nbits[l] % 64)
-			w[full] = (UINT64_C(1) << (sh.nbits[l] % 64)) - 1;
+			w[whole] = full ? (UINT64_C(1) << (sh.nbits[l] % 64)) - 1 : 0;
 	}
 }

@@ -242,7 +242,7 @@ int hc__geom_regions(struct hc__geom *g)
 	sizes[HC_REG_TICKETS] = (uint64_t)g->max_tickets * sizeof(struct hc_seg_ticket);
 	sizes[HC_REG_TPAGES] = (uint64_t)g->max_tickets * g->ticket_keys * sizeof(uint64_t);
 	sizes[HC_REG_RINGS] = (uint64_t)g->max_ranks * g->rg.block;
-	sizes[HC_REG_FREEMAP] = hc__fm_shape(g->npages, &fs);
+	sizes[HC_REG_FREEMAP] = 2 * hc__fm_shape(g->npages, &fs); /* free, then quarantined */
 	sizes[HC_REG_LRU] = g->evict == HC_EVICT_LRU ? ((uint64_t)g->npages + 1) * sizeof(struct hc_seg_lru) : 0;
 	for (int r = 0; r < HC_REG_ENV; r++) {
 		g->toc[r].off = off;

@@ -244,6 +244,17 @@ static inline uint32_t fresh_flags(const struct hc_pool *p, uint32_t id, int ano
 	return anon ? HC_PF_ANON | hc__page_check(p, id, 0) : 0;
 }
 
+/* May quarantined page id, at word w, be taken?  A dead rank's DMA may
+ * still land until the grace runs out; a page still keyed is being (or
+ * was to be) unkeyed: the sweep's; a live co-writer's copy may still land
+ * while it holds the page. */
+static int quarantine_over(const struct hc_pool *p, uint32_t id, uint64_t w)
+{
+	return grace_over(p, hc__w_aux(w)) &&
+	       !(atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) &&
+	       !hc__held_anywhere(p, id);
+}
+
 /* Page id, at word w, for us if it is FREE (or quarantined, its grace
  * run out, unkeyed and unheld): 1 and the handle in *out, else 0. */
 static int take_page(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, int anon, hc_page_t *out)
@@ -255,11 +266,7 @@ static int take_page(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presen
 	case HC_PAGE_FREE:
 		break;
 	case HC_PAGE_QUARANTINE:
-		/* A dead rank's DMA may still land here until the grace runs out;
-		 * a page still keyed is being (or was to be) unkeyed: the sweep's. */
-		if (!grace_over(p, hc__w_aux(w)) ||
-		    (atomic_load_explicit(&p->pages[id].flags, memory_order_relaxed) & HC_PF_KEYED) ||
-		    hc__held_anywhere(p, id)) /* a live co-writer's copy may still land */
+		if (!quarantine_over(p, id, w))
 			return 0;
 		break;
 	default:
@@ -284,7 +291,7 @@ static unsigned map_take(struct hc_pool *p, unsigned n, uint32_t presence, int a
 	unsigned got = 0;
 
 	while (got < n) {
-		int64_t id = hc__fm_claim(p);
+		int64_t id = hc__fm_claim(&p->fm, &p->cursor);
 
 		if (id < 0)
 			break;
@@ -294,9 +301,51 @@ static unsigned map_take(struct hc_pool *p, unsigned n, uint32_t presence, int a
 	return got;
 }
 
-/* Up to n pages from a look at up to 'budget' page words, from this
- * process's hand on: quarantined pages whose grace ran out (which no map
- * shows), and FREE pages the map lost to a death; the count taken. */
+/* Quarantined pages an allocation looks at, at most, before it evicts:
+ * over as many allocations every one is seen. */
+#define QUARANTINE_LOOK 8
+
+/* Up to n quarantined pages whose grace ran out, from the quarantine map
+ * (freemap.c): a bit is taken only for a page that is ready, and given
+ * back if the page could not be taken and is still quarantined.  A bit of
+ * a page no longer quarantined is cleared, then the word looked at again
+ * (a page quarantined anew gets its bit back from its quarantiner). */
+static unsigned quarantine_take(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out)
+{
+	uint64_t from = atomic_load_explicit(&p->qcursor, memory_order_relaxed);
+	int64_t first = -1;
+	unsigned got = 0;
+
+	for (unsigned look = 0; look < QUARANTINE_LOOK && got < n; look++) {
+		int64_t id = hc__fm_peek(&p->qm, from);
+		_Atomic uint64_t *wp;
+		uint64_t w;
+
+		if (id < 0 || id == first)
+			break; /* none, or round to the first again */
+		first = first < 0 ? id : first;
+		from = (uint64_t)id + 1;
+		wp = &p->pages[id].word;
+		w = atomic_load(wp);
+		if (hc__w_state(w) != HC_PAGE_QUARANTINE) {
+			if (hc__fm_take(&p->qm, (uint32_t)id) && hc__w_state(atomic_load(wp)) == HC_PAGE_QUARANTINE)
+				hc__fm_put(&p->qm, (uint32_t)id);
+			continue;
+		}
+		if (!quarantine_over(p, (uint32_t)id, w) || !hc__fm_take(&p->qm, (uint32_t)id))
+			continue; /* in its grace (the bit stays), or another allocator's */
+		if (take_page(p, (uint32_t)id, w, presence, anon, out + got))
+			got++;
+		else if (hc__w_state(atomic_load(wp)) == HC_PAGE_QUARANTINE)
+			hc__fm_put(&p->qm, (uint32_t)id);
+	}
+	atomic_store_explicit(&p->qcursor, (uint32_t)from, memory_order_relaxed);
+	return got;
+}
+
+/* Up to n pages from a look at every page word, from this process's hand
+ * on: the last resort before ENOSPC, which also finds what a death left
+ * out of both maps; the count taken. */
 static unsigned scan_take(struct hc_pool *p, unsigned n, uint32_t budget, uint32_t presence, int anon, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
@@ -322,20 +371,16 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		HC_POINT(alloc_undo);
 		if (rid < p->g.npages &&
 		    atomic_compare_exchange_strong(&p->pages[rid].word, &w, hc__w_make(HC_PAGE_FREE, 0, gen, 0))) {
-			hc__fm_put(p, rid);
+			hc__fm_put(&p->fm, rid);
 			hc__quota_give(p, 1);
 		}
 	}
 }
 
-/* Pages each allocation that found the free map empty looks at from its
- * hand: over n / SCAN_STEP such allocations every page is seen once. */
-#define SCAN_STEP 8
-
-/* Free pages first (the free map), then a few at the hand (a quarantine
- * run out, a page the map lost), then evict by policy, then one look at
- * the whole table; all or nothing.  The pages count against this rank's
- * quota until they leave RESERVED. */
+/* Free pages first (the free map), then quarantined pages whose grace ran
+ * out (the quarantine map), then evict by policy, then one look at the
+ * whole table; all or nothing.  The pages count against this rank's quota
+ * until they leave RESERVED. */
 int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out, const char *op)
 {
 	unsigned got, was;
@@ -345,7 +390,7 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 		return ret;
 	got = map_take(p, n, presence, anon, out);
 	if (got < n)
-		got += scan_take(p, n - got, SCAN_STEP, presence, anon, out + got);
+		got += quarantine_take(p, n - got, presence, anon, out + got);
 	if (got < n) {
 		was = got;
 		got += hc__evict_take(p, n - got, presence, out + got);
@@ -526,13 +571,14 @@ static int abort_one(struct hc_pool *p, hc_page_t page)
 	/* A dead aborter leaves a quarantined page, keyed or not: the sweep's. */
 	hc__unkey_at(p, id, q);
 	if (atomic_load(&pg->flags) & HC_PF_SHARED) { /* (D') */
+		hc__fm_put(&p->qm, id);               /* it stays: allocations find it there once its grace ran out */
 		hc__count(p, HC_CTR_quarantines, 1);
 		return 0;
 	}
 	HC_POINT(abort_unkeyed);
 	/* Fails only when a zero grace let an allocator take it already. */
 	if (atomic_compare_exchange_strong(&pg->word, &q, hc__w_make(HC_PAGE_FREE, 0, gen, 0)))
-		hc__fm_put(p, id);
+		hc__fm_put(&p->fm, id);
 	return 0;
 }
 
@@ -858,7 +904,7 @@ static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned a
 		*taken = HC_PAGE_MAKE(id, gen + 1);
 	} else {
 		atomic_store_explicit(&pg->word, hc__w_make(HC_PAGE_FREE, 0, gen, 0), memory_order_release);
-		hc__fm_put(p, id);
+		hc__fm_put(&p->fm, id);
 	}
 	return 0;
 }
@@ -986,6 +1032,7 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 				nw = hc__w_make(HC_PAGE_QUARANTINE, slot, hc__w_gen(w), hc__now_ms() | 1);
 				if (atomic_compare_exchange_strong(&pg->word, &w, nw)) {
 					HC_POINT(recover_quarantined);
+					hc__fm_put(&p->qm, i);
 					hc__unkey_at(p, i, nw);
 					if (rep)
 						rep->quarantined++;
@@ -1013,7 +1060,7 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 			/* Checked, nothing held: only the dead retirer moved it. */
 			hc__unkey_at(p, i, w);
 			if (atomic_compare_exchange_strong(&pg->word, &w, hc__w_make(HC_PAGE_FREE, 0, hc__w_gen(w), 0)))
-				hc__fm_put(p, i);
+				hc__fm_put(&p->fm, i);
 		} else {
 			reclaim(p, i, w, slot, rep);
 		}
@@ -1065,8 +1112,8 @@ static void lru_settle(struct hc_pool *p, uint32_t id)
  * The sweep of every recovery: release quarantined pages whose grace ran
  * out, promote reservations whose every shard is in (the last committer
  * died between its two steps, or wrote the fill and died), quarantine
- * words that make no sense, and put back in the free map the FREE pages
- * a death left out of it.
+ * words that make no sense, and put back in the free map and the
+ * quarantine map the pages a death left out of them.
  */
 void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 {
@@ -1107,7 +1154,9 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 			if (st == HC_PAGE_READY && free_orphan(p, i) && rep)
 				rep->reclaimed++;
 			else if (st == HC_PAGE_FREE) /* a death may have left it out of the free map */
-				hc__fm_heal(p, i);
+				hc__fm_heal(&p->fm, i);
+			else if (st == HC_PAGE_QUARANTINE) /* or out of the quarantine map */
+				hc__fm_heal(&p->qm, i);
 			else if (st == HC_PAGE_READY && p->lru)
 				lru_settle(p, i);
 			continue;
@@ -1117,7 +1166,10 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 		if (count)
 			(*count)++;
 		if (hc__w_state(nw) == HC_PAGE_FREE)
-			hc__fm_put(p, i);
+			hc__fm_put(&p->fm, i);
+		else if (hc__w_state(nw) == HC_PAGE_QUARANTINE)
+			hc__fm_put(&p->qm, i);
 	}
-	hc__fm_heal_summaries(p); /* and a summary bit a death left clear */
+	hc__fm_heal_summaries(&p->fm); /* and a summary bit a death left clear */
+	hc__fm_heal_summaries(&p->qm);
 }

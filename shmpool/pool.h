@@ -71,10 +71,11 @@ struct hc_pool {
 	int holder_state;  /* 0 starting, 1 holding, 2 failed, 3 asked to stop */
 	int holder_result; /* slot, or negative errno */
 
-	struct hc__fm fm;        /* toc[FREEMAP] */
-	struct hc_seg_lru *lru;  /* toc[LRU]: npages + 1 nodes, or NULL (clock) */
-	_Atomic uint32_t cursor; /* where this process's next free-map search starts (a hint) */
-	_Atomic uint32_t hand;   /* where its next look at the page table starts (pages.c) */
+	struct hc__fm fm, qm;     /* toc[FREEMAP]: the free map, then the quarantine map */
+	struct hc_seg_lru *lru;   /* toc[LRU]: npages + 1 nodes, or NULL (clock) */
+	_Atomic uint32_t cursor;  /* where this process's next free-map search starts (a hint) */
+	_Atomic uint32_t hand;    /* where its next look at the page table starts (pages.c) */
+	_Atomic uint32_t qcursor; /* where its next look at the quarantine map starts (pages.c) */
 
 	/* engine.c: what this rank joined with (id + 1, tp_size << 16 | tp_rank,
 	 * ticket timeout, incarnation; all 0 while in no engine).  Its slot's
@@ -270,23 +271,28 @@ int hc__reserve_check(const struct hc_pool *p, const struct hc_reserve_req *req,
 		      const uint8_t *skip, const char *op);
 int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *pages, uint8_t *skip);
 
-/* freemap.c: where the FREE pages are.  hc__fm_shape: the region's size
- * for npages; hc__fm_map: this process's view of it; hc__fm_init_all_free:
- * a fresh pool's (every page FREE).  hc__fm_put: page id went FREE (after
- * the store).  hc__fm_claim: a page whose bit this call took, which may be
- * FREE (the caller CASes), or -1.  hc__fm_heal: id is FREE, make sure its
- * bit says so; hc__fm_heal_summaries: every word's summary bit after a
- * pass of heals.  hc__fm_summary_ok: 0 with the first word of a level whose
- * summary bit is clear though it has bits, else 1. */
+/* freemap.c: where the FREE pages are (p->fm), and the quarantined ones
+ * (p->qm), in toc[FREEMAP] one after the other.  hc__fm_shape: one map's
+ * size for npages; hc__fm_map: this process's view of one; hc__fm_init:
+ * a fresh pool's (full: every bit set).  hc__fm_put: page id entered the
+ * map's state (after the CAS or store).  hc__fm_claim: a page whose bit
+ * this call took, from *cursor on, or -1; hc__fm_peek: the next set bit
+ * from 'from' (wrapping), taking nothing, or -1; hc__fm_take: take id's
+ * bit, 1 if this call cleared it.  hc__fm_heal: id is in the map's state,
+ * make sure its bit says so; hc__fm_heal_summaries: every word's summary
+ * bit after a pass of heals.  hc__fm_summary_ok: 0 with the first word of
+ * a level whose summary bit is clear though it has bits, else 1. */
 uint64_t hc__fm_shape(uint32_t npages, struct hc__fm_shape *sh);
-void hc__fm_map(struct hc_pool *p, uint8_t *region);
-void hc__fm_init_all_free(uint8_t *region, uint32_t npages);
-void hc__fm_put(struct hc_pool *p, uint32_t id);
-int64_t hc__fm_claim(struct hc_pool *p);
-int hc__fm_has(const struct hc_pool *p, uint32_t id);
-void hc__fm_heal(struct hc_pool *p, uint32_t id);
-void hc__fm_heal_summaries(struct hc_pool *p);
-int hc__fm_summary_ok(const struct hc_pool *p, unsigned *level, uint64_t *word);
+void hc__fm_map(struct hc__fm *fm, uint32_t npages, uint8_t *region);
+void hc__fm_init(uint8_t *region, uint32_t npages, int full);
+void hc__fm_put(struct hc__fm *fm, uint32_t id);
+int64_t hc__fm_claim(struct hc__fm *fm, _Atomic uint32_t *cursor);
+int64_t hc__fm_peek(struct hc__fm *fm, uint64_t from);
+int hc__fm_take(struct hc__fm *fm, uint32_t id);
+int hc__fm_has(const struct hc__fm *fm, uint32_t id);
+void hc__fm_heal(struct hc__fm *fm, uint32_t id);
+void hc__fm_heal_summaries(struct hc__fm *fm);
+int hc__fm_summary_ok(const struct hc__fm *fm, unsigned *level, uint64_t *word);
 
 /* lru.c: the list of exact LRU (HC_EVICT_LRU pools: p->lru).  lock and
  * unlock it (a dead holder's list is rebuilt); touch: stamp and move to

@@ -96,8 +96,10 @@ static int bad_word(struct fix *f, uint32_t id, uint64_t w)
 		nw = hc__w_make(HC_PAGE_QUARANTINE, (unsigned)p->slot, hc__w_gen(w) + 1, hc__now_ms() | 1);
 	if (!atomic_compare_exchange_strong(&p->pages[id].word, &w, nw))
 		return 1; /* it moved: someone is using it after all */
-	if (hc__w_state(nw) == HC_PAGE_QUARANTINE)
+	if (hc__w_state(nw) == HC_PAGE_QUARANTINE) {
+		hc__fm_put(&p->qm, id);
 		hc__unkey_at(p, id, nw); /* as any quarantiner does, after its CAS */
+	}
 	f->r->bad_words++;
 	say(f, "fixed: page %u: its word 0x%llx had %s; %s", id, (unsigned long long)w, what,
 	    hc__w_state(nw) == HC_PAGE_QUARANTINE ? "quarantined" : "cleared");

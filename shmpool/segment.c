@@ -292,9 +292,11 @@ static void write_meta(uint8_t *base, const struct hc_pool_spec *s, const struct
 		hc__ring_init(blk + g->rg.cq_off, g->rg.arg_off - g->rg.cq_off, g->cq_entries, HC_CQE_BYTES);
 	}
 	/* Page words and pins are zero from fallocate: FREE, generation 0,
-	 * unpinned; so the free map shows every page, and no page is on the
-	 * LRU list (an empty circle through its head, node npages). */
-	hc__fm_init_all_free(base + g->toc[HC_REG_FREEMAP].off, g->npages);
+	 * unpinned; so the free map shows every page, the quarantine map none,
+	 * and no page is on the LRU list (an empty circle through its head,
+	 * node npages). */
+	hc__fm_init(base + g->toc[HC_REG_FREEMAP].off, g->npages, 1);
+	hc__fm_init(base + g->toc[HC_REG_FREEMAP].off + g->toc[HC_REG_FREEMAP].bytes / 2, g->npages, 0);
 	if (g->toc[HC_REG_LRU].bytes) {
 		struct hc_seg_lru *l = (struct hc_seg_lru *)(base + g->toc[HC_REG_LRU].off);
 		for (uint32_t i = 0; i < g->npages; i++)
@@ -756,7 +758,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	hc__hit_policy(&p->g, (1u << p->g.ncomp) - 1, &p->hit_full, &p->hit_win, &p->hit_maxwin);
 	p->env = p->base + p->g.toc[HC_REG_ENV].off;
 	p->rings = p->base + p->g.toc[HC_REG_RINGS].off;
-	hc__fm_map(p, p->base + p->g.toc[HC_REG_FREEMAP].off);
+	hc__fm_map(&p->fm, p->g.npages, p->base + p->g.toc[HC_REG_FREEMAP].off);
+	hc__fm_map(&p->qm, p->g.npages, p->base + p->g.toc[HC_REG_FREEMAP].off + p->g.toc[HC_REG_FREEMAP].bytes / 2);
 	p->lru = p->g.toc[HC_REG_LRU].bytes ? (struct hc_seg_lru *)(p->base + p->g.toc[HC_REG_LRU].off) : NULL;
 	huge = fstatfs(p->fd, &sfs) == 0 &&
 	       (sfs.f_type == HUGETLBFS_MAGIC || st.st_blksize >= (blksize_t)HC_SEG_ENV_ALIGN);

@@ -293,6 +293,7 @@ static void abandon(struct hc_pool *p, hc_page_t page)
 	while (hc__w_state(w) == HC_PAGE_RESERVED && hc__w_gen(w) == HC_PAGE_GEN(page)) {
 		uint64_t q = hc__w_make(HC_PAGE_QUARANTINE, hc__w_owner(w), hc__w_gen(w), hc__now_ms() | 1);
 		if (atomic_compare_exchange_weak(&pg->word, &w, q)) {
+			hc__fm_put(&p->qm, HC_PAGE_ID(page));
 			hc__count(p, HC_CTR_quarantines, 1);
 			hc__quota_give_slot(p, hc__w_owner(w), 1);
 			hc__unkey_at(p, HC_PAGE_ID(page), q);

@@ -262,6 +262,17 @@ START_TEST(free_map_and_lru_list)
 	ck_assert_ok(hc_pool_recover(lp, NULL, 0));
 	clean();
 
+	/* the quarantine map: a quarantined page it does not show */
+	ck_assert_int_eq(hc_page_alloc(lp, 1, 3, &f), 1);
+	atomic_fetch_or(&lp->pages[HC_PAGE_ID(f)].flags, HC_PF_SHARED); /* as a co-writer would */
+	ck_assert_int_eq(hc_page_abort(lp, &f, 1), 1);
+	clean();
+	id = HC_PAGE_ID(f);
+	atomic_fetch_and(&lp->qm.lv[0][id / 64], ~(UINT64_C(1) << (id % 64)));
+	expect(NULL, "QUARANTINE page(s) it does not show");
+	ck_assert_ok(hc_pool_recover(lp, NULL, 0));
+	clean();
+
 	/* the list: a READY keyed page off it is never evicted */
 	hc__lru_lock(lp);
 	hc__lru_drop(lp, HC_PAGE_ID(h[3]));

@@ -395,24 +395,24 @@ START_TEST(free_map_finds_every_free_page)
 
 	ck_assert_uint_eq(p->fm.sh.nlevels, 3);
 	ck_assert_int_eq(hc_page_alloc(p, NP, ALL_COMPS, pg), NP);
-	ck_assert_int_eq(hc__fm_claim(p), -1); /* full: every bit taken, every summary cleared */
-	ck_assert_int_eq(hc__fm_summary_ok(p, &level, &word), 1);
+	ck_assert_int_eq(hc__fm_claim(&p->fm, &p->cursor), -1); /* full: every bit taken, every summary cleared */
+	ck_assert_int_eq(hc__fm_summary_ok(&p->fm, &level, &word), 1);
 	for (unsigned i = 0; i < NP; i++)
 		ck_assert_int_eq(hct_fill_commit_all(p, pg[i]), 1);
 	for (unsigned i = 0; i < nh; i++) {
 		ck_assert_int_eq(hc_page_free(p, &pg[holes[i]], 1), 1);
-		ck_assert(hc__fm_has(p, holes[i]));
+		ck_assert(hc__fm_has(&p->fm, holes[i]));
 	}
-	ck_assert_int_eq(hc__fm_summary_ok(p, &level, &word), 1);
+	ck_assert_int_eq(hc__fm_summary_ok(&p->fm, &level, &word), 1);
 	/* from a cursor past most of them: the search wraps */
 	atomic_store(&p->cursor, 3000);
 	for (unsigned i = 0; i < nh; i++) {
-		int64_t id = hc__fm_claim(p);
+		int64_t id = hc__fm_claim(&p->fm, &p->cursor);
 		ck_assert_int_ge(id, 0);
 		ck_assert_int_lt(id, NP);
 		ck_assert_msg(!seen[id]++, "page %lld given twice", (long long)id);
 	}
-	ck_assert_int_eq(hc__fm_claim(p), -1);
+	ck_assert_int_eq(hc__fm_claim(&p->fm, &p->cursor), -1);
 	for (unsigned i = 0; i < nh; i++)
 		ck_assert_msg(seen[holes[i]], "page %u not given", holes[i]);
 	/* a claim that dies leaves the pages out of sight: a recovery's sweep shows them again */
@@ -426,7 +426,7 @@ START_TEST(free_map_finds_every_free_page)
 		seen[HC_PAGE_ID(got[i])]++;
 	for (unsigned i = 0; i < nh; i++)
 		ck_assert_msg(seen[holes[i]] == 1, "page %u not allocated", holes[i]);
-	ck_assert_int_eq(hc__fm_claim(p), -1);
+	ck_assert_int_eq(hc__fm_claim(&p->fm, &p->cursor), -1);
 	free(pg);
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
@@ -441,9 +441,9 @@ static uint64_t evictions(hc_pool *p)
 	return st.counter[HC_CTR_evictions];
 }
 
-/* A quarantined page whose grace ran out comes back through an
- * allocation's look at the table from its hand, before anything is
- * evicted and without a recovery to sweep it. */
+/* A quarantined page whose grace ran out comes back through the
+ * quarantine map, before anything is evicted and without a recovery to
+ * sweep it. */
 START_TEST(quarantine_comes_back_without_a_sweep)
 {
 	const char *name = hct_name();
@@ -458,8 +458,8 @@ START_TEST(quarantine_comes_back_without_a_sweep)
 	atomic_fetch_or(&p->pages[HC_PAGE_ID(q)].flags, HC_PF_SHARED); /* as a co-writer would */
 	ck_assert_int_eq(hc_page_abort(p, &q, 1), 1);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(q), NULL, NULL, NULL), HC_PAGE_QUARANTINE);
+	ck_assert(hc__fm_has(&p->qm, HC_PAGE_ID(q))); /* the quarantine map shows it */
 	usleep(40 * 1000);
-	atomic_store(&p->hand, HC_PAGE_ID(q)); /* the next look starts there */
 	ev = evictions(p);
 	ck_assert_int_eq(hc_page_alloc(p, 1, ALL_COMPS, &got), 1);
 	ck_assert_uint_eq(HC_PAGE_ID(got), HC_PAGE_ID(q));
