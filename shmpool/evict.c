@@ -128,15 +128,16 @@ static void vb_add(const struct hc_pool *p, struct vbatch *b, uint32_t id, uint6
 	}
 }
 
-/* Retire the batch; with 'listed', each taken page also leaves the LRU list. */
-static unsigned vb_take(struct hc_pool *p, struct vbatch *b, uint32_t presence, hc_page_t *out, int listed)
+/* Retire the batch; with 'listed', each taken page also leaves the LRU
+ * list, and *broken is set if that found the list broken (and rebuilt it). */
+static unsigned vb_take(struct hc_pool *p, struct vbatch *b, uint32_t presence, hc_page_t *out, int listed, int *broken)
 {
 	unsigned got = 0;
 
 	for (unsigned i = 0; i < b->n; i++)
 		if (take(p, b->id[i], b->w[i], presence, out ? out + got : NULL)) {
-			if (listed)
-				hc__lru_drop(p, b->id[i]);
+			if (listed && hc__lru_drop(p, b->id[i]))
+				*broken = 1;
 			got++;
 		}
 	b->n = 0;
@@ -155,31 +156,48 @@ static int gone(const struct hc_pool *p, uint32_t id)
 }
 
 /* The list is in stamp order, so the first candidates from its head are
- * the oldest: the ones a sort of every candidate would give. */
+ * the oldest: the ones a sort of every candidate would give.  A broken
+ * link (a scribble) is mended under the lock and the walk starts again
+ * from the head, once: eviction must not stop on a bad node. */
 static unsigned evict_lru(struct hc_pool *p, unsigned k, uint32_t presence, hc_page_t *out)
 {
 	const uint32_t end = p->g.npages;
 	struct vbatch b = { .n = 0 };
-	unsigned got = 0;
-	uint64_t steps = 0;
-	uint32_t id;
+	unsigned got = 0, mends = 0;
+	int broken = 0;
+	int64_t id;
 
 	hc__lru_lock(p);
-	for (id = hc__lru_first(p); id < end && got < k && steps++ < end;) {
-		int64_t next = hc__lru_next(p, id);
+again:
+	broken = 0;
+	for (uint64_t steps = 0; got + b.n < k && steps < end; steps++) {
+		int64_t next;
 		uint64_t w;
 
-		if (next < 0)
-			break; /* a broken node: the next locker's drop rebuilds */
-		if (candidate(p, id, &w))
-			vb_add(p, &b, id, w);
-		else if (gone(p, id))
-			hc__lru_drop(p, id);
-		id = (uint32_t)next;
+		id = steps ? id : hc__lru_first(p);
+		if (id == end)
+			break; /* round to the head: the whole list walked */
+		if (id < 0 || (next = hc__lru_next(p, (uint32_t)id)) < 0) {
+			broken = 2;
+			break;
+		}
+		if (candidate(p, (uint32_t)id, &w))
+			vb_add(p, &b, (uint32_t)id, w);
+		else if (gone(p, (uint32_t)id) && hc__lru_drop(p, (uint32_t)id))
+			broken = 1;
 		if (b.n == VBATCH || got + b.n == k)
-			got += vb_take(p, &b, presence, out ? out + got : NULL, 1);
+			got += vb_take(p, &b, presence, out ? out + got : NULL, 1, &broken);
+		if (broken)
+			break;
+		id = next;
 	}
-	got += vb_take(p, &b, presence, out ? out + got : NULL, 1);
+	got += vb_take(p, &b, presence, out ? out + got : NULL, 1, &broken);
+	if (broken && mends++ == 0) {
+		if (broken == 2) /* found broken here; a drop that found it has rebuilt it */
+			hc__lru_mend(p);
+		if (got < k)
+			goto again;
+	}
 	hc__lru_unlock(p);
 	return got;
 }
@@ -207,9 +225,9 @@ static unsigned evict_clock(struct hc_pool *p, unsigned k, uint32_t presence, hc
 			}
 			vb_add(p, &b, id, w);
 			if (b.n == VBATCH)
-				got += vb_take(p, &b, presence, out ? out + got : NULL, 0);
+				got += vb_take(p, &b, presence, out ? out + got : NULL, 0, NULL);
 		}
-		got += vb_take(p, &b, presence, out ? out + got : NULL, 0);
+		got += vb_take(p, &b, presence, out ? out + got : NULL, 0, NULL);
 	}
 	return got;
 }

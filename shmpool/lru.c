@@ -143,7 +143,9 @@ static int links(const struct hc_pool *p, uint32_t id, uint32_t *prev, uint32_t 
 	return *next == HC_LRU_OFF || (*prev <= p->g.npages && *next <= p->g.npages) ? 0 : -1;
 }
 
-/* Take node id off the list (the lock held); -1 if the list is broken. */
+/* Take node id off the list (the lock held); -1 if the list is broken:
+ * a link out of range, or neighbours that do not point back at it (a
+ * scribbled link would otherwise cut a run of pages off the list). */
 static int unlink_node(struct hc_pool *p, uint32_t id)
 {
 	struct hc_seg_lru *l = p->lru;
@@ -153,6 +155,9 @@ static int unlink_node(struct hc_pool *p, uint32_t id)
 		return -1;
 	if (next == HC_LRU_OFF)
 		return 0;
+	if (atomic_load_explicit(&l[prev].next, memory_order_relaxed) != id ||
+	    atomic_load_explicit(&l[next].prev, memory_order_relaxed) != id)
+		return -1;
 	atomic_store_explicit(&l[prev].next, next, memory_order_relaxed);
 	atomic_store_explicit(&l[next].prev, prev, memory_order_relaxed);
 	atomic_store_explicit(&l[id].next, HC_LRU_OFF, memory_order_relaxed);
@@ -214,11 +219,17 @@ void hc__lru_touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 	hc__lru_unlock(p);
 }
 
-uint32_t hc__lru_first(const struct hc_pool *p)
+int64_t hc__lru_first(const struct hc_pool *p)
 {
 	uint32_t n = atomic_load_explicit(&p->lru[p->g.npages].next, memory_order_relaxed);
 
-	return n <= p->g.npages ? n : p->g.npages;
+	return n <= p->g.npages ? (int64_t)n : -1;
+}
+
+void hc__lru_mend(struct hc_pool *p)
+{
+	hc__log(HC_LOG_ERR, "pool '%s': the LRU list is broken; rebuilt it from the page table", p->info.name);
+	lru_rebuild(p);
 }
 
 int64_t hc__lru_next(const struct hc_pool *p, uint32_t id)
@@ -230,10 +241,12 @@ int64_t hc__lru_next(const struct hc_pool *p, uint32_t id)
 	return next;
 }
 
-void hc__lru_drop(struct hc_pool *p, uint32_t id)
+int hc__lru_drop(struct hc_pool *p, uint32_t id)
 {
-	if (id < p->g.npages && unlink_node(p, id) < 0)
-		lru_rebuild(p);
+	if (id >= p->g.npages || unlink_node(p, id) == 0)
+		return 0;
+	hc__lru_mend(p);
+	return 1;
 }
 
 void hc__lru_repair(struct hc_pool *p)

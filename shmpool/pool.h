@@ -296,16 +296,19 @@ int hc__fm_summary_ok(const struct hc__fm *fm, unsigned *level, uint64_t *word);
 
 /* lru.c: the list of exact LRU (HC_EVICT_LRU pools: p->lru).  lock and
  * unlock it (a dead holder's list is rebuilt); touch: stamp and move to
- * the tail; first/next: walk it from the oldest (the lock held; next is
- * -1 past a broken node); drop: take a page off (the lock held); heal: a
- * live page a death left off goes on (an orphan at the head); repair:
- * rebuild it.  hc__lru_kind: do flags f make a live page one to list? */
+ * the tail; first/next: walk it from the oldest (the lock held; the head,
+ * npages, ends it; -1 for a broken link); mend: rebuild it, the lock held;
+ * drop: take a page off, the lock held (1 if the list was broken and is
+ * rebuilt); heal: a live page a death left off goes on (an orphan at the
+ * head); repair: rebuild it.  hc__lru_kind: do flags f make a live page
+ * one to list? */
 void hc__lru_lock(struct hc_pool *p);
 void hc__lru_unlock(struct hc_pool *p);
 void hc__lru_touch(struct hc_pool *p, const hc_page_t *pages, unsigned n);
-uint32_t hc__lru_first(const struct hc_pool *p);
+int64_t hc__lru_first(const struct hc_pool *p);
 int64_t hc__lru_next(const struct hc_pool *p, uint32_t id);
-void hc__lru_drop(struct hc_pool *p, uint32_t id);
+void hc__lru_mend(struct hc_pool *p);
+int hc__lru_drop(struct hc_pool *p, uint32_t id);
 void hc__lru_heal(struct hc_pool *p, uint32_t id, int orphan);
 void hc__lru_repair(struct hc_pool *p);
 int hc__lru_kind(uint32_t f);

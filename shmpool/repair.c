@@ -130,8 +130,10 @@ static void ready_page(struct fix *f, uint32_t id, uint64_t w)
 	if (live(f, hc__w_owner(w)))
 		return;
 	if (!(fl & HC_PF_ORPHAN)) {
-		if (retire(f, id, w, &f->r->lost, "allocated without a key by a slot that is not live") == -EBUSY)
+		if (retire(f, id, w, &f->r->lost, "allocated without a key by a slot that is not live") == -EBUSY) {
 			atomic_fetch_or(&pg->flags, HC_PF_ORPHAN); /* the last hold frees it */
+			hc__lru_heal(p, id, 1);                    /* as recovery's orphans: nobody's cache */
+		}
 		return;
 	}
 	hc__page_holds(p, id, &h);
@@ -359,14 +361,14 @@ static void fix_ticket_bits(struct fix *f)
 /* The LRU list, if the census finds it wrong: rebuilt from the page
  * table, under its lock (a FREE page the free map lost came back with the
  * recovery's sweep). */
-static void fix_lru(struct fix *f)
+static void fix_lru(struct fix *f, unsigned flags)
 {
-	int n = hc__lru_census(f->p, 0, NULL, NULL);
+	int n = hc__lru_census(f->p, (flags & HC_CHECK_QUIESCENT) != 0, NULL, NULL);
 
 	if (n <= 0)
 		return;
 	hc__lru_repair(f->p);
-	say(f, "fixed: LRU list: %d fault(s) in its links or order; rebuilt from the page table", n);
+	say(f, "fixed: LRU list: %d fault(s) in its links, order or membership; rebuilt from the page table", n);
 }
 
 static void left(void *arg, const char *line)
@@ -411,7 +413,7 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, siz
 	fix_ticket_bits(f);
 	fix_index(f);
 	fix_duplicates(f);
-	fix_lru(f);
+	fix_lru(f, flags);
 	ret = hc__pool_check(p, flags, left, f);
 	if (ret >= 0)
 		f->r->unrepaired = (uint32_t)ret;

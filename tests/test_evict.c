@@ -216,6 +216,39 @@ START_TEST(lru_orphans_go_first)
 }
 END_TEST
 
+/* A scribbled LRU list never stops eviction: the walk mends a link out of
+ * range and starts again; a move through a node whose neighbours do not
+ * point back at it rebuilds the list instead of cutting pages off it. */
+START_TEST(lru_list_mends_itself)
+{
+	hc_pool *p = make(HC_EVICT_LRU, 8);
+	hc_key_t k[4];
+	int64_t first;
+	uint32_t second;
+
+	hct_keys(k, 4, 38);
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(hct_store(p, k + i, 1, 0), 1);
+	first = hc__lru_first(p);
+	ck_assert_int_ge(first, 0);
+	atomic_store(&p->lru[first].next, 0xdeadbeef);
+	ck_assert_int_eq(hc_evict(p, 1), 1);
+	ck_assert_int_eq(present(p, k, 4), 3);
+	ck_assert_int_eq(hc__lru_census(p, 1, hct_print_violation, NULL), 0);
+
+	/* an in-range lie: k[2]'s page (second on the list) says k[3]'s is
+	 * before it; touching k[2] must rebuild, not cut k[3] off */
+	first = hc__lru_first(p);
+	second = (uint32_t)hc__lru_next(p, (uint32_t)first);
+	atomic_store(&p->lru[second].prev, (uint32_t)hc__lru_next(p, second));
+	ck_assert_int_gt(hc__lru_census(p, 1, NULL, NULL), 0);
+	ck_assert_int_eq(hct_hit(p, k + 2, 1), 1);
+	ck_assert_int_eq(hc__lru_census(p, 1, hct_print_violation, NULL), 0);
+	ck_assert_int_eq(hc_evict(p, 3), 3);
+	done(p);
+}
+END_TEST
+
 /* CLOCK: a page looked up since the hand last passed gets a second chance. */
 START_TEST(clock_second_chance)
 {
@@ -293,6 +326,7 @@ int main(void)
 	tcase_add_test(tc, lru_root_last_under_pressure);
 	tcase_add_test(tc, lru_list_is_the_scan_order);
 	tcase_add_test(tc, lru_orphans_go_first);
+	tcase_add_test(tc, lru_list_mends_itself);
 	tcase_add_test(tc, clock_second_chance);
 	tcase_add_test(tc, all_or_nothing_when_pinned);
 	tcase_add_test(tc, unkeyed_pages_stay);
