@@ -164,8 +164,9 @@ int hc__engine_done(const struct hc_pool *p, hc_page_t page, int mine_too)
  * the rank's hold word on it leaves zero, and is given back when it returns
  * to zero, by the rank itself.  A reservation is counted by its owner
  * when allocated, and given back by whoever takes the page out of RESERVED:
- * the committer that completes it (any rank), the owner's abort, or the
- * dropper of an expired ticket; recovery zeroes a dead slot's count.  Add
+ * the committer that completes it (any rank), the owner's abort, the
+ * dropper of an expired ticket, or the sweep that promotes a complete one
+ * whose last committer died; recovery zeroes a dead slot's count.  Add
  * first, then check, so racing threads can only fail spuriously, never pass
  * together.  Only under a quota: outside an engine nothing counts (no
  * locked instruction on the hot paths), and a join counts what the rank
@@ -1169,6 +1170,8 @@ void hc__page_sweep(struct hc_pool *p, struct hc_recovery_report *rep)
 			hc__fm_put(&p->fm, i);
 		else if (hc__w_state(nw) == HC_PAGE_QUARANTINE)
 			hc__fm_put(&p->qm, i);
+		else if (hc__w_state(nw) == HC_PAGE_READY) /* out of RESERVED: its owner's quota gets it back */
+			hc__quota_give_slot(p, hc__w_owner(w), 1);
 	}
 	hc__fm_heal_summaries(&p->fm); /* and a summary bit a death left clear */
 	hc__fm_heal_summaries(&p->qm);

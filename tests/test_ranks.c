@@ -300,15 +300,21 @@ START_TEST(full_fill_is_promoted)
 	const char *name = hct_name();
 	hc_pool *p = hct_create_attach(name, 4, 50, 0);
 	struct hc_recovery_report rep;
+	struct hc_engine_spec e = { .size = sizeof(e), .engine_id = 3, .tp_size = 1, .quota_pages = 8 };
+	struct hc_rank_info ri;
 	hc_page_t pg;
 
-	/* every shard is in, but the last committer died before READY */
+	/* every shard is in, but the last committer died before READY; the
+	 * owner is in an engine, so its reservation counts against its quota */
+	ck_assert_ok(hc_engine_join(p, &e));
 	ck_assert_int_eq(hc_page_alloc(p, 1, 3, &pg), 1);
 	atomic_store(&p->pages[HC_PAGE_ID(pg)].word,
 		     hc__w_make(HC_PAGE_RESERVED, (unsigned)p->slot, HC_PAGE_GEN(pg), 3u | HC_SHARD_REPLICATED));
 	ck_assert_ok(hc_pool_recover(p, &rep, sizeof(rep)));
 	ck_assert_uint_eq(rep.promoted, 1);
 	ck_assert_int_eq(hc_page_state(p, HC_PAGE_ID(pg), NULL, NULL, NULL), HC_PAGE_READY);
+	ck_assert_ok(hc_pool_rank(p, (unsigned)p->slot, &ri, sizeof(ri)));
+	ck_assert_uint_eq(ri.held, 0); /* no longer a reservation: no longer counted */
 	/* a fresh reservation (fill 0, presence not yet written) is never promoted */
 	hc_page_t q;
 	ck_assert_int_eq(hc_page_alloc(p, 1, 3, &q), 1);
