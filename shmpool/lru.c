@@ -16,7 +16,10 @@
  * page never needs to break a tie).  Who is on the list:
  *   - every page touched since it was last taken off (a touch links it);
  *   - orphans (pages of a dead rank that nobody owns), at the head, by the
- *     recovery that makes them: they are nobody's cache, so they go first.
+ *     recovery or repair that makes them: they are nobody's cache, so they
+ *     go first (the last one made first; a rebuild orders them by stamp);
+ *   - a READY cache page the sweep finds off the list (its reserver died
+ *     before its touch), at the tail with a fresh stamp: it is the newest.
  * Who takes a page off: the evictor, for the victims it retires, and for
  * the pages its walk finds that only a touch can bring back (FREE,
  * QUARANTINE, READY without a key): so a page freed some other way costs
