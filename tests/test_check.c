@@ -298,19 +298,19 @@ START_TEST(free_map_and_lru_list)
 	/* repair's orphan (an owner gone without recovery, a live hold) goes
 	 * on the list as recovery's do */
 	{
-		hc_page_t a;
+		hc_page_t orph;
 		struct hc_repair_report rr;
 
 		ck_assert_int_eq(hct_in_child(lname, hct_nothing, NULL), 0); /* gone_slot() was a rank once */
-		ck_assert_int_eq(hc_page_alloc(lp, 1, 3, &a), 1);
-		ck_assert_int_eq(hct_fill_commit_all(lp, a), 1);
-		ck_assert_ok(hc_page_pin(lp, a));
-		set_owner(a, gone_slot());
-		ck_assert_int_eq(hc_pool_repair(lp, 0, &rr, sizeof(rr), NULL, NULL),
-				 0); /* a live repair: the census does not look for it */
-		ck_assert(atomic_load(&pg(a)->flags) & HC_PF_ORPHAN);
+		ck_assert_int_eq(hc_page_alloc(lp, 1, 3, &orph), 1);
+		ck_assert_int_eq(hct_fill_commit_all(lp, orph), 1);
+		ck_assert_ok(hc_page_pin(lp, orph));
+		set_owner(orph, gone_slot());
+		/* a live repair: its census of the list does not look for it */
+		ck_assert_int_eq(hc_pool_repair(lp, 0, &rr, sizeof(rr), NULL, NULL), 0);
+		ck_assert(atomic_load(&pg(orph)->flags) & HC_PF_ORPHAN);
 		clean();
-		ck_assert_ok(hc_page_unpin(lp, a)); /* the last hold frees it */
+		ck_assert_ok(hc_page_unpin(lp, orph)); /* the last hold frees it */
 		clean();
 	}
 
