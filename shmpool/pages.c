@@ -172,14 +172,11 @@ int hc__engine_done(const struct hc_pool *p, hc_page_t page, int mine_too)
  * locked instruction on the hot paths), and a join counts what the rank
  * holds then (hc__held_count).
  */
-int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
+int hc__quota_count(struct hc_pool *p, uint32_t n, uint32_t quota, const char *op)
 {
 	struct hc_seg_rank *r = &p->ranks[p->slot];
-	uint32_t quota = atomic_load_explicit(&r->quota, memory_order_relaxed), held;
+	uint32_t held = atomic_fetch_add_explicit(&r->held, n, memory_order_relaxed) + n;
 
-	if (quota == 0 || n == 0) /* 0: no engine joined, nothing to count against */
-		return 0;
-	held = atomic_fetch_add_explicit(&r->held, n, memory_order_relaxed) + n;
 	if (held <= quota)
 		return 0;
 	atomic_fetch_sub_explicit(&r->held, n, memory_order_relaxed);
@@ -201,11 +198,6 @@ uint32_t hc__held_count(const struct hc_pool *p, unsigned slot)
 		n += hc__w_state(w) == HC_PAGE_RESERVED && hc__w_owner(w) == slot;
 	}
 	return n;
-}
-
-void hc__quota_give(struct hc_pool *p, uint32_t n)
-{
-	hc__quota_give_slot(p, (unsigned)p->slot, n);
 }
 
 /* Never below zero: a slot recovered and claimed again starts from 0. */

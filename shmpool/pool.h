@@ -239,9 +239,21 @@ int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page
 int hc__unkey_at(struct hc_pool *p, uint32_t id, uint64_t w);
 void hc__unkey(struct hc_pool *p, uint32_t id);
 int hc__share_reserved(struct hc_pool *p, hc_page_t page);
-int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op);
-void hc__quota_give(struct hc_pool *p, uint32_t n);
+int hc__quota_count(struct hc_pool *p, uint32_t n, uint32_t quota, const char *op);
 void hc__quota_give_slot(struct hc_pool *p, unsigned slot, uint32_t n);
+/* Inline: outside an engine (no quota) a take or a give is one load. */
+static inline int hc__quota_take(struct hc_pool *p, uint32_t n, const char *op)
+{
+	uint32_t quota = atomic_load_explicit(&p->ranks[p->slot].quota, memory_order_relaxed);
+
+	return quota == 0 || n == 0 ? 0 : hc__quota_count(p, n, quota, op);
+}
+
+static inline void hc__quota_give(struct hc_pool *p, uint32_t n)
+{
+	if (n && atomic_load_explicit(&p->ranks[p->slot].quota, memory_order_relaxed))
+		hc__quota_give_slot(p, (unsigned)p->slot, n);
+}
 /* What slot holds, as its quota counts it: pages it pins or host-locks,
  * and pages it has RESERVED (one pass; engine join). */
 uint32_t hc__held_count(const struct hc_pool *p, unsigned slot);
