@@ -239,7 +239,7 @@ unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_pag
 
 	if (n == 0 || p->slot < 0 || p->g.host_mode == HC_HOST_BUFFER_ONLY)
 		return 0;    /* buffer_only: the service frees each page when its transfer ends */
-	if (n > p->g.npages) /* never more victims than pages: the LRU heap holds n */
+	if (n > p->g.npages) /* never more victims than pages */
 		n = p->g.npages;
 	hc__tickets_sweep(p); /* expired tickets may be all that holds some pages */
 	got = p->g.evict == HC_EVICT_LRU ? evict_lru(p, n, presence, out) : evict_clock(p, n, presence, out);

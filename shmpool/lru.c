@@ -183,20 +183,19 @@ static int link_after(struct hc_pool *p, uint32_t id, uint32_t after)
 	return 0;
 }
 
-/* Move node id to the tail (the newest); a broken list is rebuilt. */
-static void to_tail(struct hc_pool *p, uint32_t id)
+/* Move node id to the tail (the newest), or to the head (the oldest);
+ * a broken list is rebuilt. */
+static void relink(struct hc_pool *p, uint32_t id, int at_head)
 {
-	uint32_t H = p->g.npages, tail;
+	uint32_t H = p->g.npages, after;
 
 	if (unlink_node(p, id) == 0) {
 		HC_POINT(lru_moving);
-		tail = atomic_load_explicit(&p->lru[H].prev, memory_order_relaxed);
-		if (tail <= H && link_after(p, id, tail) == 0)
+		after = at_head ? H : atomic_load_explicit(&p->lru[H].prev, memory_order_relaxed);
+		if (after <= H && link_after(p, id, after) == 0)
 			return;
 	}
-	hc__log(HC_LOG_ERR, "pool '%s': the LRU list is broken at page %u; rebuilt it from the page table",
-		p->info.name, id);
-	lru_rebuild(p);
+	hc__lru_mend(p);
 }
 
 void hc__lru_touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
@@ -217,7 +216,7 @@ void hc__lru_touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		st = &p->pages[id].stamp;
 		if (atomic_load_explicit(st, memory_order_relaxed) < want)
 			atomic_store_explicit(st, want, memory_order_relaxed);
-		to_tail(p, id);
+		relink(p, id, 0);
 	}
 	hc__lru_unlock(p);
 }
@@ -276,11 +275,7 @@ void hc__lru_heal(struct hc_pool *p, uint32_t id, int orphan)
 			atomic_store_explicit(&p->ctl->lru_clock, s, memory_order_relaxed);
 			atomic_store_explicit(&p->pages[id].stamp, s, memory_order_relaxed);
 		}
-		uint32_t after = orphan ? p->g.npages
-					: atomic_load_explicit(&p->lru[p->g.npages].prev, memory_order_relaxed);
-
-		if (unlink_node(p, id) < 0 || link_after(p, id, after) < 0)
-			lru_rebuild(p);
+		relink(p, id, orphan);
 	}
 	hc__lru_unlock(p);
 }

@@ -337,17 +337,16 @@ static unsigned quarantine_take(struct hc_pool *p, unsigned n, uint32_t presence
 }
 
 /* Up to n pages from a look at every page word, from this process's hand
- * on: the last resort before ENOSPC, which also finds what a death left
+ * on (where the last look stopped): the last resort before ENOSPC, which also finds what a death left
  * out of both maps; the count taken. */
-static unsigned scan_take(struct hc_pool *p, unsigned n, uint32_t budget, uint32_t presence, int anon, hc_page_t *out)
+static unsigned scan_take(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out)
 {
 	const uint32_t npages = p->g.npages;
 	uint32_t id = atomic_load_explicit(&p->hand, memory_order_relaxed), got = 0, scanned;
 
 	if (id >= npages)
 		id = 0;
-	for (scanned = 0; scanned < budget && scanned < npages && got < n;
-	     scanned++, id = id + 1 == npages ? 0 : id + 1)
+	for (scanned = 0; scanned < npages && got < n; scanned++, id = id + 1 == npages ? 0 : id + 1)
 		got += (unsigned)take_page(p, id, atomic_load_explicit(&p->pages[id].word, memory_order_relaxed),
 					   presence, anon, out + got);
 	atomic_store_explicit(&p->hand, id, memory_order_relaxed); /* a hint: racing threads may share it */
@@ -392,7 +391,7 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 					      fresh_flags(p, HC_PAGE_ID(out[i]), 1), memory_order_relaxed);
 	}
 	if (got < n) /* someone freed pages while we evicted, or nothing shows them: every page */
-		got += scan_take(p, n - got, p->g.npages, presence, anon, out + got);
+		got += scan_take(p, n - got, presence, anon, out + got);
 	if (got == n) {
 		hc__count(p, HC_CTR_allocs, n);
 		return (int)n;
