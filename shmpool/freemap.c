@@ -156,7 +156,7 @@ int64_t hc__fm_peek(struct hc__fm *fm, uint64_t from)
 		from = 0;
 	/* the word at 'from' first: frees and claims stay near a cursor */
 	uint64_t near = atomic_load_explicit(&fm->lv[0][from / 64], memory_order_relaxed) >> (from % 64);
-	if (near)
+	if (near && from + (uint64_t)__builtin_ctzll(near) < n) /* a bit past the last page is a scribble */
 		return (int64_t)from + __builtin_ctzll(near);
 	if ((id = next_set(fm, 0, from)) >= 0 && (uint64_t)id < n)
 		return id;

@@ -433,6 +433,34 @@ START_TEST(free_map_finds_every_free_page)
 }
 END_TEST
 
+/* Bits past the last page, in the map's last word, are a scribble: no
+ * claim indexes the page table with one, from any cursor. */
+START_TEST(free_map_ignores_bits_past_the_last_page)
+{
+	enum { NP = 100 };
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, NP, 0, 0);
+	hc_page_t pg[NP], one;
+
+	ck_assert_int_eq(hc_page_alloc(p, NP, ALL_COMPS, pg), NP);
+	atomic_fetch_or(&p->fm.lv[0][1], ~((UINT64_C(1) << (NP - 64)) - 1)); /* pages 100..127 */
+	for (uint32_t from = 0; from < 128; from += 36) {
+		atomic_store(&p->cursor, from);
+		ck_assert_int_eq(hc__fm_claim(&p->fm, &p->cursor), -1);
+		atomic_store(&p->cursor, from);
+		ck_assert_int_eq(hc_page_alloc(p, 1, ALL_COMPS, &one), -ENOSPC);
+	}
+	ck_assert_int_eq(hc_page_free(p, &pg[7], 1), -ESTALE); /* RESERVED, not READY: nothing else moved */
+	ck_assert_int_eq(hct_fill_commit_all(p, pg[7]), 1);
+	ck_assert_int_eq(hc_page_free(p, &pg[7], 1), 1);
+	atomic_store(&p->cursor, 70);
+	ck_assert_int_eq(hc_page_alloc(p, 1, ALL_COMPS, &one), 1);
+	ck_assert_uint_eq(HC_PAGE_ID(one), 7);
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 static uint64_t evictions(hc_pool *p)
 {
 	struct hc_stats st;
@@ -494,6 +522,7 @@ int main(void)
 	tcase_add_test(tc, admin_cannot_hold);
 	tcase_add_test(tc, addr_runs_disjoint);
 	tcase_add_test(tc, free_map_finds_every_free_page);
+	tcase_add_test(tc, free_map_ignores_bits_past_the_last_page);
 	tcase_add_test(tc, quarantine_comes_back_without_a_sweep);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
