@@ -98,7 +98,7 @@ static void put_up(struct hc__fm *fm, unsigned l, uint64_t bit, int always)
 /* Word 'word' of level l - 1 was seen empty, or emptied by us: clear its
  * summary bit at level l, look at the word again, and set the bit back if
  * something landed meanwhile; on up while a summary word empties. */
-static void emptied(struct hc__fm *fm, unsigned l, uint64_t word)
+void hc__fm_emptied(struct hc__fm *fm, unsigned l, uint64_t word)
 {
 	for (; l < fm->sh.nlevels; l++, word /= 64) {
 		_Atomic uint64_t *w = &fm->lv[l][word / 64];
@@ -114,14 +114,9 @@ static void emptied(struct hc__fm *fm, unsigned l, uint64_t word)
 	}
 }
 
-/* The page's own bit is set by a read-modify-write even when it looks set:
- * a FREE store may be a release store (pages.c), and only the chain of
- * RMWs on the bit's word carries it to the claimer that clears the bit
- * next, whose (H) then sees FREE. */
-void hc__fm_put(struct hc__fm *fm, uint32_t id)
+void hc__fm_put_up(struct hc__fm *fm, unsigned l, uint64_t bit)
 {
-	HC_POINT(freemap_unlisted);
-	put_up(fm, 0, id, 1); /* a lock or, then a plain load of the summary bit */
+	put_up(fm, l, bit, 0);
 }
 
 /* The first set bit of level l at or after 'from', or -1: a run of empty
@@ -139,7 +134,7 @@ static int64_t next_set(struct hc__fm *fm, unsigned l, uint64_t from)
 			return -1; /* the top is one word */
 		if (w == 0 && from % 64 == 0 &&
 		    ((atomic_load_explicit(&fm->lv[l + 1][from / 4096], memory_order_relaxed) >> (from / 64 % 64)) & 1))
-			emptied(fm, l + 1, from / 64); /* a stale summary bit: clear it for the next search */
+			hc__fm_emptied(fm, l + 1, from / 64); /* a stale summary bit: clear it for the next search */
 		if ((next = next_set(fm, l + 1, from / 64 + 1)) < 0)
 			return -1;
 		from = (uint64_t)next * 64;
@@ -163,24 +158,6 @@ int64_t hc__fm_peek(struct hc__fm *fm, uint64_t from)
 	if (from && (id = next_set(fm, 0, 0)) >= 0 && (uint64_t)id < n)
 		return id;
 	return -1;
-}
-
-int hc__fm_take(struct hc__fm *fm, uint32_t id)
-{
-	_Atomic uint64_t *w = &fm->lv[0][id / 64];
-	uint64_t m = UINT64_C(1) << (id % 64);
-
-	/* (G): only the bit's old value is used, so this is one lock btr,
-	 * not a compare-and-swap loop */
-	if (!(atomic_fetch_and(w, ~m) & m))
-		return 0; /* another claimer won it */
-	HC_POINT(freemap_claimed);
-	/* Emptied (by us or since): clear the summary.  A look, not the old
-	 * value: a clear missed leaves a stale summary bit, which a search
-	 * clears; one made in vain is undone by emptied's second look. */
-	if (fm->sh.nlevels > 1 && atomic_load_explicit(w, memory_order_relaxed) == 0)
-		emptied(fm, 1, (uint64_t)id / 64);
-	return 1;
 }
 
 /* Bounds the races a claim may lose in a row before it gives up: only

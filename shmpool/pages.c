@@ -250,7 +250,7 @@ static int quarantine_over(const struct hc_pool *p, uint32_t id, uint64_t w)
 
 /* Page id, at word w, for us if it is FREE (or quarantined, its grace
  * run out, unkeyed and unheld): 1 and the handle in *out, else 0. */
-static int take_page(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, int anon, hc_page_t *out)
+static inline int take_page(struct hc_pool *p, uint32_t id, uint64_t w, uint32_t presence, int anon, hc_page_t *out)
 {
 	_Atomic uint64_t *wp = &p->pages[id].word;
 	uint32_t gen;
@@ -284,7 +284,7 @@ static unsigned map_take(struct hc_pool *p, unsigned n, uint32_t presence, int a
 	unsigned got = 0;
 
 	while (got < n) {
-		int64_t id = hc__fm_claim(&p->fm, &p->cursor);
+		int64_t id = hc__fm_claim_near(&p->fm, &p->cursor);
 
 		if (id < 0)
 			break;
@@ -369,20 +369,15 @@ void hc__alloc_undo(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 	}
 }
 
-/* Free pages first (the free map), then quarantined pages whose grace ran
- * out (the quarantine map), then evict by policy, then one look at the
- * whole table; all or nothing.  The pages count against this rank's quota
- * until they leave RESERVED. */
-int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out, const char *op)
+/* The rest of an allocation the free map could not fill: quarantined
+ * pages whose grace ran out, then eviction, then one look at the whole
+ * table; all or nothing (got: the pages taken so far). */
+static int __attribute__((noinline))
+alloc_more(struct hc_pool *p, unsigned n, unsigned got, uint32_t presence, int anon, hc_page_t *out, const char *op)
 {
-	unsigned got, was;
-	int ret;
+	unsigned was;
 
-	if ((ret = hc__quota_take(p, n, op)) < 0)
-		return ret;
-	got = map_take(p, n, presence, anon, out);
-	if (got < n)
-		got += quarantine_take(p, n - got, presence, anon, out + got);
+	got += quarantine_take(p, n - got, presence, anon, out + got);
 	if (got < n) {
 		was = got;
 		got += hc__evict_take(p, n - got, presence, out + got);
@@ -414,6 +409,22 @@ int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_pag
 	return hc__err(ENOSPC,
 		       "%s: %u pages asked, only %u free, out of quarantine or evictable in pool '%s' of %u pages", op,
 		       n, got, p->info.name, p->g.npages);
+}
+
+/* Free pages first (the free map), then alloc_more.  The pages count
+ * against this rank's quota until they leave RESERVED. */
+int hc__alloc(struct hc_pool *p, unsigned n, uint32_t presence, int anon, hc_page_t *out, const char *op)
+{
+	unsigned got;
+	int ret;
+
+	if ((ret = hc__quota_take(p, n, op)) < 0)
+		return ret;
+	got = map_take(p, n, presence, anon, out);
+	if (__builtin_expect(got < n, 0))
+		return alloc_more(p, n, got, presence, anon, out, op);
+	hc__count(p, HC_CTR_allocs, n);
+	return (int)n;
 }
 
 int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
@@ -589,6 +600,21 @@ int hc__share_reserved(struct hc_pool *p, hc_page_t page)
 	return 0;
 }
 
+/* each_page's tail once a page failed: the rest of the batch still runs,
+ * and the first failure's message is the one returned. */
+static int __attribute__((noinline, cold))
+each_page_failed(struct hc_pool *p, const hc_page_t *pages, unsigned n, int (*one)(struct hc_pool *, hc_page_t),
+		 const char *op, int first)
+{
+	char msg[512];
+
+	snprintf(msg, sizeof(msg), "%s", hc_last_error());
+	for (unsigned i = 0; i < n; i++)
+		if (check_id(p, pages[i], op) == 0)
+			one(p, pages[i]);
+	return hc__err(-first, "%s", msg);
+}
+
 /*
  * Run 'one' on every page of a batch, even after a failure; return n, or
  * the first failure with its own message.  Inline, so each caller gets a
@@ -597,8 +623,7 @@ int hc__share_reserved(struct hc_pool *p, hc_page_t page)
 static inline int each_page(struct hc_pool *p, const hc_page_t *pages, unsigned n,
 			    int (*one)(struct hc_pool *, hc_page_t), const char *op)
 {
-	int ret, first = 0;
-	char msg[512]; /* written before it is read: no memset on the hot path */
+	int ret;
 
 	if ((ret = need_slot(p, op)) < 0)
 		return ret;
@@ -608,13 +633,9 @@ static inline int each_page(struct hc_pool *p, const hc_page_t *pages, unsigned 
 		ret = check_id(p, pages[i], op);
 		if (ret == 0)
 			ret = one(p, pages[i]);
-		if (ret < 0 && !first) {
-			first = ret;
-			snprintf(msg, sizeof(msg), "%s", hc_last_error());
-		}
+		if (__builtin_expect(ret < 0, 0))
+			return each_page_failed(p, pages + i + 1, n - i - 1, one, op, ret);
 	}
-	if (first)
-		return hc__err(-first, "%s", msg);
 	return (int)n;
 }
 
@@ -653,9 +674,8 @@ static const char *hold_name(uint32_t one)
 #define HC_HOLD_WAIT_MS 1000
 
 /*
- * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
- * lock (HC_LOCK_ONE).  Returns 1 if the rank held nothing on the page
- * before (a page more for its quota), 0 if it did, or a negative errno.
+ * hc__hold (pool.h) in full: (A) unless 'counted' (then v is the count
+ * before it), then (B) and what follows a word that is not yet READY.
  *   HC_HOLD_WAIT_FREEING: a FREEING page is waited out; the caller knows
  *     another hold (a ticket's) keeps it, so the freer will put it back.
  *   HC_HOLD_RESERVED: a RESERVED page is fine too.  A co-writer's hold on a
@@ -664,21 +684,23 @@ static const char *hold_name(uint32_t one)
  *     if the owner dies or aborts meanwhile (scan_free and the sweep skip
  *     held pages).
  */
-int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op)
+int hc__hold_full(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op, int counted,
+		  uint32_t v)
 {
 	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
-	uint32_t v;
 	uint64_t w, give_up = 0;
 
 	/* Threads of this process share the counter: never let a half pass
 	 * 65535 or dip below a hold another thread has, even for an instant. */
-	v = atomic_load_explicit(c, memory_order_relaxed);
-	do {
-		if ((v & (one * 0xffffu)) == one * 0xffffu)
-			return hc__err(EOVERFLOW, "%s: page %u is %s 65535 times by this rank", op, HC_PAGE_ID(page),
-				       hold_name(one));
-	} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
-	HC_POINT(hold_counted);
+	if (!counted) {
+		v = atomic_load_explicit(c, memory_order_relaxed);
+		do {
+			if ((v & (one * 0xffffu)) == one * 0xffffu)
+				return hc__err(EOVERFLOW, "%s: page %u is %s 65535 times by this rank", op,
+					       HC_PAGE_ID(page), hold_name(one));
+		} while (!atomic_compare_exchange_weak(c, &v, v + one)); /* (A) */
+		HC_POINT(hold_counted);
+	}
 	for (unsigned spin = 1;; spin++) {
 		w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
 		if (hc__w_gen(w) == HC_PAGE_GEN(page) &&
@@ -734,7 +756,8 @@ static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 	return 0;
 }
 
-static int release_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
+static inline __attribute__((always_inline)) int release_public(hc_pool *p, hc_page_t page, uint32_t one,
+								const char *op)
 {
 	_Atomic uint32_t *c;
 	uint32_t v, f;
@@ -789,7 +812,7 @@ int hc_page_unlock(hc_pool *p, hc_page_t page)
 }
 
 /* (D): any pin, host lock or ticket hold on the page, in any column. */
-int hc__held_anywhere(const struct hc_pool *p, uint32_t id)
+static inline int held_anywhere(const struct hc_pool *p, uint32_t id)
 {
 	const _Atomic uint32_t *row = hc__pin_row(p, id);
 	const _Atomic uint64_t *tm = hc__tmask_row(p, id);
@@ -801,6 +824,11 @@ int hc__held_anywhere(const struct hc_pool *p, uint32_t id)
 	for (unsigned t = 0; t < p->tmask_words; t++)
 		tany |= atomic_load(&tm[t]);
 	return any != 0 || tany != 0;
+}
+
+int hc__held_anywhere(const struct hc_pool *p, uint32_t id)
+{
+	return held_anywhere(p, id);
 }
 
 /* Everything that holds page id, summed: inspection (stats, page info,
@@ -863,7 +891,8 @@ void hc__unkey(struct hc_pool *p, uint32_t id)
  * recoverer holds (whose next recovery finishes or undoes it).  0, -EBUSY
  * if held, -EAGAIN if the word changed.
  */
-static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned as, int how, hc_page_t *taken)
+static inline __attribute__((always_inline)) int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned as,
+							   int how, hc_page_t *taken)
 {
 	struct hc_seg_page *pg = &p->pages[id];
 	uint32_t gen = hc__w_gen(expect);
@@ -874,7 +903,7 @@ static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned a
 					    hc__w_make(HC_PAGE_FREEING, as, gen, hc__freeing_aux(was, 0)))) /* (C) */
 		return -EAGAIN;
 	HC_POINT(retire_freeing);
-	if (hc__held_anywhere(p, id)) { /* (D) */
+	if (held_anywhere(p, id)) { /* (D) */
 		HC_POINT(retire_putback);
 		/* Release: pairs with the acquire of whoever pins it next. */
 		atomic_store_explicit(&pg->word, expect, memory_order_release);
@@ -886,7 +915,8 @@ static int retire_as(struct hc_pool *p, uint32_t id, uint64_t expect, unsigned a
 	 * pinner that reads FREEING backs off either way. */
 	atomic_store_explicit(&pg->word, checked, memory_order_release);
 	HC_POINT(retire_checked);
-	hc__unkey_at(p, id, checked);
+	if (atomic_load_explicit(&pg->flags, memory_order_acquire) & HC_PF_KEYED) /* hc__unkey_at's own first look */
+		hc__unkey_at(p, id, checked);
 	HC_POINT(retire_unkeyed);
 	/* Release: the hold reads above happen before the page is reusable;
 	 * the next allocator's CAS acquires it. */
@@ -906,7 +936,7 @@ int hc__retire(struct hc_pool *p, uint32_t id, uint64_t expect, int how, hc_page
 	return retire_as(p, id, expect, (unsigned)p->slot, how, taken);
 }
 
-static int free_one(struct hc_pool *p, hc_page_t page)
+static inline __attribute__((always_inline)) int free_one(struct hc_pool *p, hc_page_t page)
 {
 	struct hc_seg_page *pg = &p->pages[HC_PAGE_ID(page)];
 	uint32_t gen = HC_PAGE_GEN(page);
@@ -917,7 +947,7 @@ static int free_one(struct hc_pool *p, hc_page_t page)
 	if (hc__w_state(cur) != HC_PAGE_READY || hc__w_gen(cur) != gen)
 		return hc__err(ESTALE, "free: page %u generation %u is not READY (now %s, generation %u)",
 			       HC_PAGE_ID(page), gen, hc_page_state_name(hc__w_state(cur)), hc__w_gen(cur));
-	ret = hc__retire(p, HC_PAGE_ID(page), cur, HC_RETIRE_FREE, NULL);
+	ret = retire_as(p, HC_PAGE_ID(page), cur, (unsigned)p->slot, HC_RETIRE_FREE, NULL);
 	if (ret == -EAGAIN)
 		return hc__err(EAGAIN, "free: page %u changed under us (now %s)", HC_PAGE_ID(page),
 			       hc_page_state_name(hc__w_state(atomic_load(&pg->word))));

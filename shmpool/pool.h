@@ -222,7 +222,8 @@ int hc__check_reserved_engine(const struct hc_pool *p, hc_page_t page, const cha
 int hc__engine_done(const struct hc_pool *p, hc_page_t page, int mine_too);
 #define HC_HOLD_WAIT_FREEING 0x1u
 #define HC_HOLD_RESERVED     0x2u
-int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op);
+int hc__hold_full(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op, int counted,
+		  uint32_t v);
 int hc__hold_drop(struct hc_pool *p, uint32_t id, uint32_t one);
 int hc__held_anywhere(const struct hc_pool *p, uint32_t id);
 struct hc__holds {
@@ -297,14 +298,68 @@ int hc__reserve(struct hc_pool *p, const struct hc_reserve_req *req, hc_page_t *
 uint64_t hc__fm_shape(uint32_t npages, struct hc__fm_shape *sh);
 void hc__fm_map(struct hc__fm *fm, uint32_t npages, uint8_t *region);
 void hc__fm_init(uint8_t *region, uint32_t npages, int full);
-void hc__fm_put(struct hc__fm *fm, uint32_t id);
 int64_t hc__fm_claim(struct hc__fm *fm, _Atomic uint32_t *cursor);
 int64_t hc__fm_peek(struct hc__fm *fm, uint64_t from);
-int hc__fm_take(struct hc__fm *fm, uint32_t id);
 int hc__fm_has(const struct hc__fm *fm, uint32_t id);
 void hc__fm_heal(struct hc__fm *fm, uint32_t id);
 void hc__fm_heal_summaries(struct hc__fm *fm);
 int hc__fm_summary_ok(const struct hc__fm *fm, unsigned *level, uint64_t *word);
+/* The slow halves of a take and a put (freemap.c's protocol): summary
+ * bits above word 'word' of level l - 1, cleared after it emptied (then
+ * looked at again), or set from level l up to one found set. */
+void hc__fm_emptied(struct hc__fm *fm, unsigned l, uint64_t word);
+void hc__fm_put_up(struct hc__fm *fm, unsigned l, uint64_t bit);
+
+/* Inline: an allocation and a free each run one, and the common case is a
+ * locked instruction and a load (see freemap.c for why each step is there). */
+static inline int hc__fm_take(struct hc__fm *fm, uint32_t id)
+{
+	_Atomic uint64_t *w = &fm->lv[0][id / 64];
+	uint64_t m = UINT64_C(1) << (id % 64);
+
+	/* (G): only the bit's old value is used, so this is one lock btr,
+	 * not a compare-and-swap loop */
+	if (!(atomic_fetch_and(w, ~m) & m))
+		return 0; /* another claimer won it */
+	HC_POINT(freemap_claimed);
+	/* Emptied (by us or since): clear the summary.  A look, not the old
+	 * value: a clear missed leaves a stale summary bit, which a search
+	 * clears; one made in vain is undone by emptied's second look. */
+	if (fm->sh.nlevels > 1 && atomic_load_explicit(w, memory_order_relaxed) == 0)
+		hc__fm_emptied(fm, 1, (uint64_t)id / 64);
+	return 1;
+}
+
+/* The page's own bit is set by a read-modify-write even when it looks set:
+ * a FREE store may be a release store (pages.c), and only the chain of
+ * RMWs on the bit's word carries it to the claimer that clears the bit
+ * next, whose (H) then sees FREE.  Then the summary bit, loaded. */
+static inline void hc__fm_put(struct hc__fm *fm, uint32_t id)
+{
+	HC_POINT(freemap_unlisted);
+	atomic_fetch_or(&fm->lv[0][id / 64], UINT64_C(1) << (id % 64));
+	if (fm->sh.nlevels > 1 && !((atomic_load(&fm->lv[1][id / 4096]) >> (id / 64 % 64)) & 1))
+		hc__fm_put_up(fm, 1, id / 64);
+}
+
+/* hc__fm_claim, trying the bit at or after the cursor in its own word first:
+ * frees and claims stay near a cursor, so this is most claims. */
+static inline int64_t hc__fm_claim_near(struct hc__fm *fm, _Atomic uint32_t *cursor)
+{
+	uint32_t from = atomic_load_explicit(cursor, memory_order_relaxed);
+
+	if (__builtin_expect(from < fm->sh.nbits[0], 1)) {
+		uint64_t near = atomic_load_explicit(&fm->lv[0][from / 64], memory_order_relaxed) >> (from % 64);
+		uint32_t id = from + (uint32_t)__builtin_ctzll(near | (UINT64_C(1) << 63));
+
+		/* a bit past the last page (a scribble) indexes nothing */
+		if (near && id < fm->sh.nbits[0] && hc__fm_take(fm, id)) {
+			atomic_store_explicit(cursor, id + 1, memory_order_relaxed);
+			return id;
+		}
+	}
+	return hc__fm_claim(fm, cursor);
+}
 
 /* lru.c: the list of exact LRU (HC_EVICT_LRU pools: p->lru).  lock and
  * unlock it (a dead holder's list is rebuilt); touch: stamp and move to
@@ -365,6 +420,28 @@ static inline _Atomic uint32_t *hc__pin_row(const struct hc_pool *p, uint32_t id
 static inline _Atomic uint64_t *hc__tmask_row(const struct hc_pool *p, uint32_t id)
 {
 	return p->tmask + (size_t)id * p->tmask_words;
+}
+
+/*
+ * (A) and (B) of the pin protocol for a pin (one = HC_PIN_ONE) or a host
+ * lock (HC_LOCK_ONE).  Returns 1 if the rank held nothing on the page
+ * before (a page more for its quota), 0 if it did, or a negative errno.
+ * flags: HC_HOLD_WAIT_FREEING, HC_HOLD_RESERVED (pages.c).  Inline, the
+ * common case: one CAS, one load; anything else is hc__hold_full's.
+ */
+static inline int hc__hold(struct hc_pool *p, hc_page_t page, uint32_t one, unsigned flags, const char *op)
+{
+	_Atomic uint32_t *c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
+	uint32_t v = atomic_load_explicit(c, memory_order_relaxed);
+	uint64_t w;
+
+	if ((v & (one * 0xffffu)) == one * 0xffffu || !atomic_compare_exchange_strong(c, &v, v + one)) /* (A) */
+		return hc__hold_full(p, page, one, flags, op, 0, 0); /* full, or another thread of ours raced */
+	HC_POINT(hold_counted);
+	w = atomic_load(&p->pages[HC_PAGE_ID(page)].word); /* (B) */
+	if (hc__w_gen(w) == HC_PAGE_GEN(page) && hc__w_state(w) == HC_PAGE_READY)
+		return v == 0; /* 1: the page is newly held by this rank */
+	return hc__hold_full(p, page, one, flags, op, 1, v);
 }
 
 /* Counters and histograms: add n to a word of this rank's row, or of the
