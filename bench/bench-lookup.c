@@ -73,6 +73,7 @@ struct opts {
 	unsigned keys;  /* keys stored */
 	uint64_t seed;
 	const char *dir; /* --huge: the pool in this huge-page tmpfs, ck_ht's memory on huge pages too */
+	unsigned gap;    /* --gap: rounds of the caller's own work after every lookup, all variants */
 };
 
 static const char *huge_dir; /* o.dir, for the allocator below */
@@ -189,6 +190,26 @@ static void fail(struct report *r, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
+/*
+ * --gap N: what a caller does with an answer before its next lookup, the
+ * same for every variant: N rounds of a multiply and a shift on the value
+ * found (about 4 instructions a round, each on the one before).  Back to
+ * back with nothing between them, one lookup's last miss overlaps the next
+ * lookup's first in the core's out-of-order window; a few dozen
+ * instructions of the caller's own in between end that, for every peer.
+ */
+static unsigned gap_rounds;
+static volatile uint64_t gap_sink;
+
+static __attribute__((noinline)) void caller_work(uint64_t v)
+{
+	for (unsigned k = 0; k < gap_rounds; k++) {
+		v ^= v >> 31;
+		v *= UINT64_C(0x9e3779b97f4a7c15);
+	}
+	gap_sink = v;
+}
+
 static inline int ours_lookup(hc_pool *p, const hc_key_t *q, unsigned n, bool pin, hc_page_t *pages, struct report *r)
 {
 	struct hc_lookup_req req = { .size = sizeof(struct hc_lookup_req),
@@ -210,6 +231,8 @@ static inline int ours_lookup(hc_pool *p, const hc_key_t *q, unsigned n, bool pi
 				fail(r, ret, "hc_page_unpin: %s", hc_last_error());
 				return -1;
 			}
+	if (gap_rounds)
+		caller_work(HC_PAGE_ID(pages[n - 1]));
 	return 0;
 }
 
@@ -233,6 +256,8 @@ static inline int ck_lookup(ck_ht_t *ht, const hc_key_t *q, unsigned n, _Atomic 
 	if (cnt)
 		for (unsigned j = 0; j < i; j++)
 			atomic_fetch_sub(&cnt[vals[j]], 1);
+	if (gap_rounds && i)
+		caller_work(vals[i - 1]);
 	if (__builtin_expect(i != n, 0)) {
 		fail(r, -EIO, "ck_ht_get_spmc found %u of %u stored keys", i, n);
 		return -1;
@@ -746,7 +771,7 @@ static int check_pool(struct bench *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: bench-lookup [--reps N] [--seconds S] [--keys N] [--seed N] [--huge DIR]\n"
+		"usage: bench-lookup [--reps N] [--seconds S] [--keys N] [--seed N] [--huge DIR] [--gap N]\n"
 		"  Prefix lookups of 1, 16 and 1000 keys, with and without pinning, in 1 and 2\n"
 		"  processes, on an index of 1 million random keys, against ck_ht holding the\n"
 		"  same keys.  The pool takes about 4.3 GiB of /dev/shm (no envelope is touched).\n"
@@ -754,20 +779,19 @@ static void usage(FILE *f)
 		"  --seconds S  timed length of one run of one variant (default 0.5; HC_QUICK=1: 0.1)\n"
 		"  --keys N     keys stored (default %u, at most %u)\n"
 		"  --seed N     seed of the key generator (default 1)\n"
-		"  --huge DIR   the pool in DIR (a huge=always tmpfs), ck_ht's memory on 2 MiB pages too\n",
+		"  --huge DIR   the pool in DIR (a huge=always tmpfs), ck_ht's memory on 2 MiB pages too\n"
+		"  --gap N      after every lookup, N rounds of the caller's own work on the answer, in\n"
+		"               every variant alike (default 0: lookups back to back; at most 1000)\n",
 		DEF_KEYS, POOL_PAGES);
 }
 
 static int parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "reps", required_argument, NULL, 'r' },
-		{ "seconds", required_argument, NULL, 's' },
-		{ "keys", required_argument, NULL, 'k' },
-		{ "seed", required_argument, NULL, 'S' },
-		{ "huge", required_argument, NULL, 'H' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "reps", required_argument, NULL, 'r' }, { "seconds", required_argument, NULL, 's' },
+		{ "keys", required_argument, NULL, 'k' }, { "seed", required_argument, NULL, 'S' },
+		{ "huge", required_argument, NULL, 'H' }, { "gap", required_argument, NULL, 'g' },
+		{ "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 },
 	};
 	const char *quick = getenv("HC_QUICK");
 	unsigned long v;
@@ -782,10 +806,18 @@ static int parse(int argc, char **argv, struct opts *o)
 		o->reps = 3;
 		o->seconds = 0.1;
 	}
-	while ((c = getopt_long(argc, argv, "r:s:k:S:H:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "r:s:k:S:H:g:h", lo, NULL)) != -1) {
 		switch (c) {
 		case 'H':
 			o->dir = optarg;
+			break;
+		case 'g':
+			v = strtoul(optarg, &end, 10);
+			if (*end || !*optarg || v > 1000) {
+				fprintf(stderr, "bench-lookup: --gap must be 0..1000\n");
+				return -EINVAL;
+			}
+			o->gap = (unsigned)v;
 			break;
 		case 'r':
 			v = strtoul(optarg, &end, 10);
@@ -864,6 +896,7 @@ int main(int argc, char **argv)
 	if (parse(argc, argv, &b.o) < 0)
 		return 2;
 	huge_dir = b.o.dir;
+	gap_rounds = b.o.gap;
 	bench_cleanup_init();
 	signal(SIGPIPE, SIG_IGN); /* a dead worker is an error report, not a dead parent */
 	snprintf(b.name, sizeof(b.name), "hcbench-lookup-%d", (int)getpid());
@@ -982,6 +1015,9 @@ int main(int argc, char **argv)
 					  verdict(mra >= TARGET_RATIO));
 			}
 	bench_rule(bench_table_width(NCOL, w));
+	if (b.o.gap)
+		printf("--gap %u: every variant does %u rounds of its own work on each answer before the next lookup\n",
+		       b.o.gap, b.o.gap);
 	printf("lookups/s: prefix lookups per second, all processes together; Mprobe/s/core: million keys\n"
 	       "probed per second by each process (one core each), the mean over processes; ratio: ours /\n"
 	       "peer, the median of the ratios of neighbouring runs.  pin = HC_LOOKUP_PIN + hc_page_unpin\n"
