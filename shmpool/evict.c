@@ -29,13 +29,11 @@
 
 /* write_through_selective: one hit more for each page not in L3 (once per
  * lookup, so once per ticket), up to the service's threshold. */
-void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n)
+void hc__count_hits_all(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 {
 	uint32_t want = atomic_load_explicit(&p->ctl->service.select_hits, memory_order_relaxed);
 	int reached = 0;
 
-	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) != HC_WRITE_THROUGH_SELECTIVE + 1)
-		return;
 	for (unsigned i = 0; i < n; i++) {
 		struct hc_seg_page *pg;
 		if (pages[i] == HC_PAGE_NONE || HC_PAGE_ID(pages[i]) >= p->g.npages)
@@ -50,7 +48,7 @@ void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		hc__dirty_note(p, 1);
 }
 
-void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
+void hc__touch_all(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 {
 	if (n == 0)
 		return;
@@ -58,14 +56,8 @@ void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
 		hc__lru_touch(p, pages, n);
 		return;
 	}
-	for (unsigned i = n; i-- > 0;) {
-		_Atomic uint64_t *st;
-		if (pages[i] == HC_PAGE_NONE || HC_PAGE_ID(pages[i]) >= p->g.npages)
-			continue;
-		st = &p->pages[HC_PAGE_ID(pages[i])].stamp;
-		if (atomic_load_explicit(st, memory_order_relaxed) == 0)
-			atomic_store_explicit(st, 1, memory_order_relaxed);
-	}
+	for (unsigned i = n; i-- > 0;)
+		hc__clock_touch(p, pages[i]);
 }
 
 /* A READY keyed page nobody seems to hold: worth a (C).  Under write_back

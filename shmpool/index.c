@@ -207,9 +207,3 @@ void hc__index_repair_page(struct hc_pool *p, uint32_t id)
 		hc__index_insert(p, &kh, id);
 	hc__index_unlock(p, kh.stripe);
 }
-
-int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op)
-{
-	(void)op;
-	return fp == NULL || memcmp(fp, p->info.fingerprint, 32) == 0;
-}

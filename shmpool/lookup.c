@@ -35,8 +35,9 @@ static int release(struct hc_pool *p, hc_page_t page, int tk)
 }
 
 /* Verify page id as the holder of key kh; returns the handle or NONE. */
-static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *kh, int hold, int tk,
-			uint32_t *presence, uint32_t *newly)
+static inline __attribute__((always_inline)) hc_page_t verify(struct hc_pool *p, uint32_t id,
+							      const struct hc__khash *kh, int hold, int tk,
+							      uint32_t *presence, uint32_t *newly)
 {
 	struct hc_seg_page *pg = &p->pages[id];
 	uint64_t w, w2;
@@ -80,8 +81,8 @@ static hc_page_t verify(struct hc_pool *p, uint32_t id, const struct hc__khash *
 /* Key kh's page from its first tag match id (-1: none), verified; if that
  * entry was another key's (or stale), every entry looked at with the keys
  * compared. */
-static hc_page_t probe(struct hc_pool *p, const struct hc__khash *kh, int64_t id, int hold, int tk, uint32_t *presence,
-		       uint32_t *newly)
+static inline __attribute__((always_inline)) hc_page_t probe(struct hc_pool *p, const struct hc__khash *kh, int64_t id,
+							     int hold, int tk, uint32_t *presence, uint32_t *newly)
 {
 	hc_page_t pg = id < 0 ? HC_PAGE_NONE : verify(p, (uint32_t)id, kh, hold, tk, presence, newly);
 	int64_t id2;
@@ -91,7 +92,8 @@ static hc_page_t probe(struct hc_pool *p, const struct hc__khash *kh, int64_t id
 	return pg;
 }
 
-int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op)
+static inline int lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages,
+			       const char *op)
 {
 	if (!req || !pages)
 		return hc__err(EINVAL, "%s: %s is NULL", op, req ? "pages" : "req");
@@ -109,12 +111,11 @@ int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, c
 	return 0;
 }
 
-/*
- * The lookup itself.  hold: pin every page of the answer for this rank; tk:
- * also set ticket tk's bit on them (-1: none); *newly gets the pages this
- * rank held nothing on before (its quota's count).  Returns the hit length.
- * pages[0..nkeys) is written: the hit's handles, NONE elsewhere.
- */
+int hc__lookup_check(const struct hc_pool *p, const struct hc_lookup_req *req, const hc_page_t *pages, const char *op)
+{
+	return lookup_check(p, req, pages, op);
+}
+
 /* Split the components in mask by hit policy: every page (full) or a
  * trailing window (win, the longest maxwin). */
 void hc__hit_policy(const struct hc__geom *g, uint32_t mask, uint32_t *full, uint32_t *win, uint32_t *maxwin)
@@ -299,7 +300,7 @@ int hc_lookup(hc_pool *p, const struct hc_lookup_req *req, hc_page_t *pages)
 		return hc__err(EINVAL, "lookup: pool is NULL");
 	if (!(req = HC__ABI_USE(req, &rb, "hc_lookup", hc_lookup_req, &ret)))
 		return ret;
-	if ((ret = hc__lookup_check(p, req, pages, "lookup")) < 0)
+	if ((ret = lookup_check(p, req, pages, "lookup")) < 0)
 		return ret;
 	hold = (req->flags & HC_LOOKUP_PIN) != 0;
 	if (hold && (ret = hc__need_slot(p, "lookup")) < 0)

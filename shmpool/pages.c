@@ -82,7 +82,7 @@ static int __attribute__((cold, noinline)) bad_id(const struct hc_pool *p, hc_pa
 		       p->g.npages);
 }
 
-static int __attribute__((cold, noinline)) bad_slot(const struct hc_pool *p, const char *op)
+int hc__bad_slot(const struct hc_pool *p, const char *op)
 {
 	if (p->slot < 0)
 		return hc__err(EPERM, "%s: this attachment holds no rank slot (admin or read-only attach)", op);
@@ -94,18 +94,6 @@ static inline int check_id(const struct hc_pool *p, hc_page_t page, const char *
 	if (__builtin_expect(HC_PAGE_ID(page) >= p->g.npages, 0))
 		return bad_id(p, page, op);
 	return 0;
-}
-
-static inline int need_slot(const struct hc_pool *p, const char *op)
-{
-	if (__builtin_expect(p->slot < 0 || p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed), 0))
-		return bad_slot(p, op);
-	return 0;
-}
-
-int hc__need_slot(const struct hc_pool *p, const char *op)
-{
-	return need_slot(p, op);
 }
 
 /* Is slot s a rank of the engine this process's slot has joined? */
@@ -432,7 +420,7 @@ int hc_page_alloc(hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out)
 	const uint32_t npages = p->g.npages;
 	int ret;
 
-	if ((ret = need_slot(p, "alloc")) < 0)
+	if ((ret = hc__need_slot(p, "alloc")) < 0)
 		return ret;
 	if (n == 0 || !out)
 		return hc__err(EINVAL, "alloc: asked for %u pages%s", n, out ? "" : " into NULL");
@@ -492,7 +480,7 @@ int hc_page_commit(hc_pool *p, hc_page_t page, uint32_t shards)
 	uint64_t w, nw;
 	int ret;
 
-	if ((ret = need_slot(p, "commit")) < 0 || (ret = check_id(p, page, "commit")) < 0)
+	if ((ret = hc__need_slot(p, "commit")) < 0 || (ret = check_id(p, page, "commit")) < 0)
 		return ret;
 	if (shards == 0 || (shards & ~(p->all_groups | HC_SHARD_REPLICATED)))
 		return hc__err(EINVAL, "commit: shard mask 0x%x names no shard or a head group past the pool's %u",
@@ -625,7 +613,7 @@ static inline int each_page(struct hc_pool *p, const hc_page_t *pages, unsigned 
 {
 	int ret;
 
-	if ((ret = need_slot(p, op)) < 0)
+	if ((ret = hc__need_slot(p, op)) < 0)
 		return ret;
 	if (!pages && n)
 		return hc__err(EINVAL, "%s: pages is NULL", op);
@@ -744,7 +732,7 @@ static int hold_public(hc_pool *p, hc_page_t page, uint32_t one, const char *op)
 {
 	int ret;
 
-	if ((ret = need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
+	if ((ret = hc__need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
 		return ret;
 	if ((ret = hc__hold(p, page, one, 0, op)) < 0)
 		return ret;
@@ -764,7 +752,7 @@ static inline __attribute__((always_inline)) int release_public(hc_pool *p, hc_p
 	uint64_t w;
 	int ret;
 
-	if ((ret = need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
+	if ((ret = hc__need_slot(p, op)) < 0 || (ret = check_id(p, page, op)) < 0)
 		return ret;
 	c = &hc__pin_row(p, HC_PAGE_ID(page))[p->slot];
 	w = atomic_load_explicit(&p->pages[HC_PAGE_ID(page)].word, memory_order_relaxed);

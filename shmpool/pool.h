@@ -210,7 +210,15 @@ void hc__pages_release_slot(struct hc_pool *p, unsigned slot, struct hc_recovery
 /* pages.c: holds and retirement */
 #define HC_PIN_ONE  UINT32_C(1)
 #define HC_LOCK_ONE (UINT32_C(1) << 16)
-int hc__need_slot(const struct hc_pool *p, const char *op);
+int hc__bad_slot(const struct hc_pool *p, const char *op) __attribute__((cold, noinline));
+/* This attachment holds a rank slot, and this process attached it (a
+ * forked child's copy of the handle is its parent's); else the error. */
+static inline int hc__need_slot(const struct hc_pool *p, const char *op)
+{
+	if (__builtin_expect(p->slot < 0 || p->fork_gen != atomic_load_explicit(&hc__forks, memory_order_relaxed), 0))
+		return hc__bad_slot(p, op);
+	return 0;
+}
 /* 0 if page is this rank's reservation at its generation; else -ESTALE or -EPERM, with the line. */
 int hc__check_reserved(const struct hc_pool *p, hc_page_t page, const char *op);
 /* The same, or a reservation of another rank of the engine this rank joined
@@ -382,9 +390,8 @@ int hc__lru_kind(uint32_t f);
 
 /* evict.c */
 unsigned hc__evict_take(struct hc_pool *p, unsigned n, uint32_t presence, hc_page_t *out);
-void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n);
-/* A lookup's hits, for write_through_selective (not a reservation's touch). */
-void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n);
+void hc__touch_all(struct hc_pool *p, const hc_page_t *pages, unsigned n);
+void hc__count_hits_all(struct hc_pool *p, const hc_page_t *pages, unsigned n);
 
 /* engine.c, ticket.c: recovery of a dead slot's engine membership and tickets */
 void hc__engine_clear_slot(struct hc_pool *p, unsigned slot);
@@ -393,7 +400,6 @@ void hc__tickets_sweep(struct hc_pool *p);
 /* Engine e (id + 1) of incarnation inc has no member left: drop its open
  * tickets (as slot 'as') and free its tombstones. */
 void hc__tickets_end_engine(struct hc_pool *p, uint32_t e, uint32_t inc, unsigned as);
-int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op);
 
 /* check.c */
 typedef void (*hc__check_fn)(void *arg, const char *violation);
@@ -490,11 +496,10 @@ int hc__spared(uint32_t id);
 /* The bucket of value v in a histogram (hc_hist_bound_us's bounds). */
 static inline unsigned hc__hist_bucket(uint64_t v)
 {
-	unsigned b = 0;
+	/* bucket b >= 1 holds [16 << (b - 1), 16 << b): floor(log2 v) - 3 */
+	unsigned b = v < 16 ? 0 : 60u - (unsigned)__builtin_clzll(v);
 
-	for (uint64_t bound = 16; b + 1 < HC_HIST_BUCKETS && v >= bound; bound <<= 1)
-		b++;
-	return b;
+	return b < HC_HIST_BUCKETS ? b : HC_HIST_BUCKETS - 1;
 }
 
 /* One value into this rank's row's histogram at word 'at' (one writer a
@@ -530,6 +535,45 @@ static inline void hc__dirty(struct hc_pool *p, struct hc_seg_page *pg)
 	    (atomic_load_explicit(&pg->flags, memory_order_relaxed) & (HC_PF_KEYED | HC_PF_IN_L3)) != HC_PF_KEYED)
 		return;
 	hc__dirty_note(p, wp == HC_WRITE_THROUGH + 1);
+}
+
+/* CLOCK's touch of one page: its reference bit (the stamp), written only
+ * when clear, so a hot page's line is not written on every hit. */
+static inline void hc__clock_touch(struct hc_pool *p, hc_page_t page)
+{
+	_Atomic uint64_t *st;
+
+	if (page == HC_PAGE_NONE || HC_PAGE_ID(page) >= p->g.npages)
+		return;
+	st = &p->pages[HC_PAGE_ID(page)].stamp;
+	if (atomic_load_explicit(st, memory_order_relaxed) == 0)
+		atomic_store_explicit(st, 1, memory_order_relaxed);
+}
+
+/* A hit or a reservation uses pages: CLOCK's bit, or exact LRU's move to
+ * the tail (evict.c).  One page under CLOCK inline: a 1-key lookup's. */
+static inline void hc__touch(struct hc_pool *p, const hc_page_t *pages, unsigned n)
+{
+	if (n == 1 && p->g.evict != HC_EVICT_LRU)
+		hc__clock_touch(p, pages[0]);
+	else if (n)
+		hc__touch_all(p, pages, n);
+}
+
+/* A lookup's hits, for write_through_selective (not a reservation's
+ * touch): nothing to count under any other policy. */
+static inline void hc__count_hits(struct hc_pool *p, const hc_page_t *pages, unsigned n)
+{
+	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) == HC_WRITE_THROUGH_SELECTIVE + 1)
+		hc__count_hits_all(p, pages, n);
+}
+
+/* A request's model fingerprint (NULL: none given) is the pool's?  Another
+ * model's is answered "nothing" before the index is read (index.c). */
+static inline int hc__fp_ok(const struct hc_pool *p, const uint8_t *fp, const char *op)
+{
+	(void)op;
+	return fp == NULL || memcmp(fp, p->info.fingerprint, 32) == 0;
 }
 
 /* A 64-bit finalizer (murmur3's): spreads bits for hashing, nothing more. */
