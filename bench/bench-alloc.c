@@ -322,9 +322,11 @@ static double locked_ns(void)
  * The protocol's own steps and nothing else, on a private copy of its
  * shapes (a map of bits, 64-byte page entries, a row of hold counters):
  * the claim's lock btr, the CAS to RESERVED and the two stores after it;
- * commit's CAS; free's CAS, the hold reads, the checked store, the key
- * flag's read, the FREE store and the map's lock or.  No checks, counters
- * or calls: what a page costs if the code were only the protocol.
+ * commit's CAS; free's CAS, the hold reads (two columns and a ticket
+ * word), the checked store, the key flag's read, the FREE store, the map's
+ * lock or and the summary's load.  It walks the pool from a cursor as the
+ * allocator does.  No checks, counters or calls: what a page costs if the
+ * code were only the protocol.
  */
 struct floor_page {
 	_Atomic uint64_t word;
@@ -334,7 +336,9 @@ struct floor_page {
 
 static struct floor_page floor_pages[POOL_PAGES];
 static _Atomic uint64_t floor_map[POOL_PAGES / 64];
+static _Atomic uint64_t floor_summary;
 static _Atomic uint32_t floor_holds[POOL_PAGES * 2];
+static _Atomic uint64_t floor_tickets[POOL_PAGES];
 
 static double protocol_ns(void)
 {
@@ -344,23 +348,26 @@ static double protocol_ns(void)
 
 	for (unsigned i = 0; i < POOL_PAGES / 64; i++)
 		atomic_store(&floor_map[i], ~UINT64_C(0));
+	atomic_store(&floor_summary, ~UINT64_C(0));
 	for (unsigned r = 0; r < 5; r++) {
 		uint64_t t0 = bench_now_ns();
 
 		for (uint64_t k = 0; k < iters; k++) {
-			unsigned wi = cursor / 64 % (POOL_PAGES / 64), b, id;
-			uint64_t m = atomic_load_explicit(&floor_map[wi], memory_order_relaxed), w;
+			/* from the cursor on, as the allocator walks the pool */
+			unsigned wi = cursor / 64 % (POOL_PAGES / 64), off = cursor % 64, b, id;
+			uint64_t m = atomic_load_explicit(&floor_map[wi], memory_order_relaxed) >> off, w;
 			struct floor_page *pg;
 
 			if (!m) {
-				cursor += 64;
+				cursor = (wi + 1) * 64;
 				continue;
 			}
-			b = (unsigned)__builtin_ctzll(m);
+			b = off + (unsigned)__builtin_ctzll(m);
 			if (!(atomic_fetch_and(&floor_map[wi], ~(UINT64_C(1) << b)) & (UINT64_C(1) << b)))
 				continue;
+			(void)atomic_load_explicit(&floor_map[wi], memory_order_relaxed); /* emptied? */
 			id = wi * 64 + b;
-			cursor = id;
+			cursor = id + 1;
 			pg = &floor_pages[id];
 			w = atomic_load(&pg->word);
 			if (!atomic_compare_exchange_strong(&pg->word, &w, w + 1)) /* FREE -> RESERVED */
@@ -371,12 +378,14 @@ static double protocol_ns(void)
 			atomic_compare_exchange_strong(&pg->word, &w, w + 1); /* commit: READY */
 			w++;
 			atomic_compare_exchange_strong(&pg->word, &w, w + 1); /* free: FREEING */
-			if (atomic_load(&floor_holds[2 * id]) | atomic_load(&floor_holds[2 * id + 1]))
+			if (atomic_load(&floor_holds[2 * id]) | atomic_load(&floor_holds[2 * id + 1]) |
+			    atomic_load(&floor_tickets[id]))
 				abort();
 			atomic_store_explicit(&pg->word, w + 2, memory_order_release); /* checked */
 			(void)atomic_load_explicit(&pg->flags, memory_order_acquire);
 			atomic_store_explicit(&pg->word, w + 3, memory_order_release); /* FREE */
 			atomic_fetch_or(&floor_map[wi], UINT64_C(1) << b);
+			(void)atomic_load(&floor_summary); /* the summary bit, set */
 		}
 		v[r] = (double)(bench_now_ns() - t0) / (double)iters;
 	}

@@ -193,10 +193,11 @@ static void fail(struct report *r, int err, const char *fmt, ...)
 /*
  * --gap N: what a caller does with an answer before its next lookup, the
  * same for every variant: N rounds of a multiply and a shift on the value
- * found (about 4 instructions a round, each on the one before).  Back to
- * back with nothing between them, one lookup's last miss overlaps the next
- * lookup's first in the core's out-of-order window; a few dozen
- * instructions of the caller's own in between end that, for every peer.
+ * found (about 4 instructions a round, each on the one before), timed
+ * with the lookups.  Back to back with nothing between them, one lookup's
+ * last miss can overlap the next lookup's first in the core's out-of-order
+ * window; work on the answer in between takes that overlap away from
+ * every variant alike.
  */
 static unsigned gap_rounds;
 static volatile uint64_t gap_sink;
@@ -1016,7 +1017,8 @@ int main(int argc, char **argv)
 			}
 	bench_rule(bench_table_width(NCOL, w));
 	if (b.o.gap)
-		printf("--gap %u: every variant does %u rounds of its own work on each answer before the next lookup\n",
+		printf("--gap %u: every variant does %u rounds of its own work on each answer before the next lookup,\n"
+		       "timed with the lookups: every figure includes it\n",
 		       b.o.gap, b.o.gap);
 	printf("lookups/s: prefix lookups per second, all processes together; Mprobe/s/core: million keys\n"
 	       "probed per second by each process (one core each), the mean over processes; ratio: ours /\n"
