@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -710,6 +711,109 @@ START_TEST(metrics_http)
 }
 END_TEST
 
+/*
+ * The shipped example config with every setting on: each commented key is
+ * turned on, and the values that name this machine's paths or would take a
+ * GiB are swapped for a test's.  Every section of it loads (the daemon
+ * once refused its [metrics]), the pool is made from it, and /metrics is
+ * served where its [metrics] says.
+ */
+START_TEST(example_config_every_section)
+{
+	const char *name = pool_name(), *conf = path_in_tmp("example.conf"), *logf = path_in_tmp("example.log");
+	char src[512], line[512], section[32] = "", seen[64][96], addr[64], buf[4096];
+	static char body[256 * 1024];
+	unsigned port = free_port(), nseen = 0, on = 0;
+	struct group *g = getgrgid(getegid());
+	FILE *in, *out;
+	pid_t d;
+
+	ck_assert_ptr_nonnull(g);
+	snprintf(src, sizeof(src), "%s/tools/daemon/hicache.conf.example", HCT_SRCDIR);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+	in = fopen(src, "r");
+	ck_assert_msg(in != NULL, "%s: %s", src, strerror(errno));
+	out = fopen(conf, "w");
+	ck_assert_ptr_nonnull(out);
+	while (fgets(line, sizeof(line), in)) {
+		char key[64], id[96];
+		const char *l = line, *v = NULL;
+		unsigned j;
+
+		if (sscanf(line, "[%31[a-z]]", section) == 1) {
+			fputs(line, out);
+			continue;
+		}
+		if (line[0] == ';' && sscanf(line + 1, "%63[a-z_] =", key) == 1)
+			l = line + 1; /* a setting shown commented out: on */
+		else if (sscanf(line, "%63[a-z_] =", key) != 1) {
+			fputs(line, out);
+			continue;
+		}
+		snprintf(id, sizeof(id), "%s.%s", section, key);
+		for (j = 0; j < nseen && strcmp(seen[j], id); j++)
+			;
+		if (j < nseen)
+			continue; /* an alternative to a value given above (the other backends) */
+		ck_assert_uint_lt(nseen, 64);
+		snprintf(seen[nseen++], sizeof(seen[0]), "%s", id);
+		if (!strcmp(id, "pool.name"))
+			v = name;
+		else if (!strcmp(id, "pool.dir"))
+			v = "/dev/shm";
+		else if (!strcmp(id, "pool.page_tokens"))
+			v = "16";
+		else if (!strcmp(id, "pool.kv"))
+			v = "kv,bf16,8,64,2"; /* 32 KiB pages, not 8 MiB */
+		else if (!strcmp(id, "pool.size"))
+			continue; /* pages, below, instead of a GiB */
+		else if (!strcmp(id, "pool.pages"))
+			v = "16";
+		else if (!strcmp(id, "pool.group"))
+			v = g->gr_name;
+		else if (!strcmp(id, "backend.spec"))
+			v = backend();
+		else if (!strcmp(id, "metrics.listen"))
+			v = addr;
+		else if (!strcmp(id, "log.file"))
+			v = logf;
+		if (v)
+			fprintf(out, "%s = %s\n", key, v);
+		else
+			fputs(l, out);
+		on++;
+	}
+	fclose(in);
+	ck_assert_int_eq(fclose(out), 0);
+	/* every section the daemon has, each with a setting on */
+	for (const char *const *sec =
+		     (const char *const[]){ "pool.", "service.", "backend.", "metrics.", "log.", NULL };
+	     *sec; sec++) {
+		unsigned j;
+
+		for (j = 0; j < nseen && strncmp(seen[j], *sec, strlen(*sec)); j++)
+			;
+		ck_assert_msg(j < nseen, "the example has no setting in [%.*s]", (int)strlen(*sec) - 1, *sec);
+	}
+	ck_assert_uint_ge(on, 30);
+
+	d = spawn(ARGS("--config", conf));
+	wait_serving(name, d);
+	for (int i = 0; i < 500 && !strstr(read_file(logf, buf, sizeof(buf)), "/metrics"); i++)
+		usleep(2000); /* it serves the metrics right after the pool */
+	http(port, "GET /metrics HTTP/1.0\r\n\r\n", body, sizeof(body));
+	ck_assert_has(body, "HTTP/1.1 200 OK");
+	ck_assert_has(body, "hicache_pages{pool=\"");
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	read_file(logf, buf, sizeof(buf));
+	ck_assert_has(buf, "info: created pool '");
+	ck_assert_has(buf, "info: serving the metrics of pool '");
+	ck_assert_lacks(buf, "error:");
+	ck_assert_uint_eq(pool_pages(name), 16);
+	check_and_destroy(name);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hicached");
@@ -729,6 +833,7 @@ int main(void)
 	tcase_add_test(tc, geometry_disagrees);
 	tcase_add_test(tc, sighup_reopens_log);
 	tcase_add_test(tc, metrics_http);
+	tcase_add_test(tc, example_config_every_section);
 	tcase_add_test(tc, rank_request);
 	suite_add_tcase(s, tc);
 	return hct_run(s);

@@ -271,23 +271,55 @@ static char *keep(struct hcd_conf *c, const char *value)
 	return v;
 }
 
-static const char *const sections[] = { "pool", "service", "backend", "log" };
+/* The sections are the table's: a section is known when an option names it. */
+static int section_known(const char *section)
+{
+	for (unsigned i = 0; i < NOPTS; i++)
+		if (opts[i].section && !strcmp(opts[i].section, section))
+			return 1;
+	return 0;
+}
+
+/* "[pool], [service], [backend], [metrics] or [log]", in the table's order. */
+static const char *section_list(void)
+{
+	static char buf[256];
+	const char *seen[NOPTS];
+	unsigned n = 0;
+	size_t off = 0;
+
+	if (buf[0])
+		return buf;
+	for (unsigned i = 0; i < NOPTS; i++) {
+		unsigned j;
+
+		if (!opts[i].section)
+			continue;
+		for (j = 0; j < n && strcmp(seen[j], opts[i].section); j++)
+			;
+		if (j == n)
+			seen[n++] = opts[i].section;
+	}
+	for (unsigned i = 0; i < n && off < sizeof(buf); i++)
+		off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s[%s]",
+					i == 0       ? ""
+					: i + 1 == n ? " or "
+						     : ", ",
+					seen[i]);
+	return buf;
+}
 
 static int conf_line(void *user, const char *section, const char *key, const char *value)
 {
 	struct ini_ctx *x = user;
 	struct hcd_conf *c = x->c;
-	int known = 0;
 	char keys[512];
 	size_t off = 0;
 
-	for (unsigned i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
-		known |= !strcmp(section, sections[i]);
 	if (!*section)
-		return ini_fail(x, "'%s' is outside any section: put it under [pool], [service], [backend] or [log]",
-				key);
-	if (!known)
-		return ini_fail(x, "unknown section [%s]: use [pool], [service], [backend] or [log]", section);
+		return ini_fail(x, "'%s' is outside any section: put it under %s", key, section_list());
+	if (!section_known(section))
+		return ini_fail(x, "unknown section [%s]: use %s", section, section_list());
 	for (unsigned i = 0; i < NOPTS; i++) {
 		const struct opt *o = &opts[i];
 		char *v;
