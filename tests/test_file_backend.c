@@ -683,6 +683,30 @@ START_TEST(busy_dir)
 }
 END_TEST
 
+/* hc_backend_check: what a service would meet opening the spec, with no
+ * pool: a plugin not found, an option refused, a dir in use, and a good
+ * spec, which leaves the dir free for the next open. */
+START_TEST(backend_check)
+{
+	void *be;
+	char spec[256];
+
+	snprintf(spec, sizeof(spec), "file:dir=%s", tdir);
+	ck_assert_int_eq(hc_backend_check(spec, NULL), 0);
+	be = open_be(NULL); /* the check let go of the dir */
+	ck_assert_int_eq(hc_backend_check(spec, NULL), -EBUSY);
+	ck_assert_msg(strstr(hc_last_error(), "in use"), "%s", hc_last_error());
+	B->close(be);
+	ck_assert_int_eq(hc_backend_check("nosuchbackend:x=1", NULL), -ENOENT);
+	ck_assert_msg(strstr(hc_last_error(), "backend nosuchbackend: not found"), "%s", hc_last_error());
+	ck_assert_int_eq(hc_backend_check("file:dri=/tmp", NULL), -EINVAL);
+	ck_assert_msg(strstr(hc_last_error(), "unknown option dri="), "%s", hc_last_error());
+	ck_assert_int_eq(hc_backend_check("file:dir", NULL), -EINVAL);
+	ck_assert_int_eq(hc_backend_check("", NULL), -EINVAL);
+	ck_assert_int_eq(hc_backend_check(NULL, NULL), -EINVAL);
+}
+END_TEST
+
 /* ---- options */
 
 START_TEST(bad_options)
@@ -1447,6 +1471,7 @@ static Suite *suite(void)
 	TCase *t = tcase(s, "io", 10);
 
 	tcase_add_test(t, roundtrip_aligned);
+	tcase_add_test(t, backend_check);
 	tcase_add_test(t, roundtrip_misaligned);
 	tcase_add_test(t, get_lengths);
 	tcase_add_test(t, overwrite_delete);

@@ -137,6 +137,15 @@ static const char *path_in_tmp(const char *file)
 	return path[k++ % 4];
 }
 
+/* /dev/shm/hicache.NAME */
+static const char *shm_path(const char *name)
+{
+	static char path[128];
+
+	snprintf(path, sizeof(path), "/dev/shm/hicache.%s", name);
+	return path;
+}
+
 static void write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -455,9 +464,10 @@ START_TEST(usage_errors)
 	RUN_EXPECT(2, "missing capacity: give --pages N or --size SIZE", "--pool", name, "--backend", backend(),
 		   GEOMETRY);
 	ck_assert_int_eq(access("/dev/shm/hicache.neverserved", F_OK), -1);
-	/* a plugin that is not there: a runtime failure, after the pool is made */
-	RUN_EXPECT(1, "cannot start the service: ", "--pool", name, "--backend", "nosuchplugin", GEOMETRY, "--pages",
-		   "4");
+	/* a plugin that is not there: a config error, found before the pool is made */
+	RUN_EXPECT(2, "error: --backend nosuchplugin: backend nosuchplugin: not found", "--pool", name, "--backend",
+		   "nosuchplugin", GEOMETRY, "--pages", "4");
+	ck_assert_msg(access(shm_path(name), F_OK) < 0, "%s was left behind", shm_path(name));
 	RUN_EXPECT(0, "Usage: hicached --pool NAME --backend SPEC", "--help");
 	ck_assert_has(out, "[service] batch_pages");
 	ck_assert_has(out, "--page-tokens N");
@@ -524,7 +534,7 @@ START_TEST(command_line_overrides_config)
 	ck_assert_uint_eq(pool_pages(name), 10);
 	/* the file's level and plugin, with the capacity the pool has */
 	d = spawn(ARGS("--config", conf, "--size", "200K"));
-	ck_assert_int_eq(reap(d), 1);
+	ck_assert_int_eq(reap(d), 2); /* a plugin that is not there: a config error */
 	ck_assert_has(output(d), "nosuchplugin");
 	ck_assert_lacks(output(d), "info:");
 	check_and_destroy(name);
@@ -703,10 +713,82 @@ START_TEST(metrics_http)
 	ck_assert_has(buf, "405 Method Not Allowed");
 	ck_assert_int_eq(stop(d, SIGTERM), 0);
 	ck_assert_lacks(output(d), "error:");
-	/* a bad address: the daemon says so and stops serving */
+	/* a bad address: a config error, before anything is served */
 	d = spawn(ARGS("--pool", name, "--backend", backend(), "--metrics-listen", "nohostport"));
-	ck_assert_int_eq(reap(d), 1);
+	ck_assert_int_eq(reap(d), 2);
 	ck_assert_has(output(d), "give HOST:PORT");
+	ck_assert_lacks(output(d), "serving pool");
+	check_and_destroy(name);
+}
+END_TEST
+
+/*
+ * Configuration errors are found before the pool is created or anything
+ * served: exit 2, one error line, and no pool left behind.  Before, these
+ * created the pool, exited 1 and left it (or, for port 99999, listened on
+ * what getaddrinfo made of it).
+ */
+START_TEST(config_errors_leave_nothing)
+{
+	const char *name = pool_name(), *other = pool_name();
+	char busy_l3[256], port_in_use[64], bad_port[64];
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int lfd;
+	pid_t d, holder;
+	static const struct {
+		const char *backend, *metrics, *want;
+	} cases[] = {
+		{ "nosuch:x=1", NULL, "backend nosuch: not found" },
+		{ "file:dri=", NULL, "unknown option dri=" },
+		{ "file:dir=/nonexistent-hicache-l3", NULL, "no such directory" },
+		{ NULL, "127.0.0.1:99999", "the port '99999' is not a number from 1 to 65535" },
+		{ NULL, "127.0.0.1:", "give HOST:PORT" },
+		{ NULL, "no-such-host.invalid:9464", "no-such-host.invalid:9464" },
+	};
+
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *be = cases[i].backend ? cases[i].backend : backend();
+
+		d = cases[i].metrics ? spawn(ARGS("--pool", name, "--backend", be, GEOMETRY, "--pages", "4",
+						  "--metrics-listen", cases[i].metrics))
+				     : spawn(ARGS("--pool", name, "--backend", be, GEOMETRY, "--pages", "4"));
+		ck_assert_msg(reap(d) == 2, "case %u: want exit 2:\n%s", i, output(d));
+		ck_assert_has(output(d), cases[i].want);
+		ck_assert_lacks(output(d), "created pool");
+		ck_assert_msg(access(shm_path(name), F_OK) < 0, "case %u: %s was left behind", i, shm_path(name));
+	}
+
+	/* a port another socket holds */
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(lfd, 1), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+	snprintf(port_in_use, sizeof(port_in_use), "127.0.0.1:%u", ntohs(a.sin_port));
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "4", "--metrics-listen",
+		       port_in_use));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "Address already in use");
+	ck_assert_msg(access(shm_path(name), F_OK) < 0, "%s was left behind", shm_path(name));
+	close(lfd);
+
+	/* an L3 directory another daemon has open */
+	holder = spawn(ARGS("--pool", other, "--backend", backend(), GEOMETRY, "--pages", "4"));
+	wait_serving(other, holder);
+	snprintf(busy_l3, sizeof(busy_l3), "%s", backend());
+	d = spawn(ARGS("--pool", name, "--backend", busy_l3, GEOMETRY, "--pages", "4"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "is in use by another open instance");
+	ck_assert_msg(access(shm_path(name), F_OK) < 0, "%s was left behind", shm_path(name));
+	ck_assert_int_eq(stop(holder, SIGTERM), 0);
+	check_and_destroy(other);
+
+	/* and a good port still serves */
+	snprintf(bad_port, sizeof(bad_port), "127.0.0.1:%u", free_port());
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "4", "--metrics-listen", bad_port));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
 	check_and_destroy(name);
 }
 END_TEST
@@ -833,6 +915,7 @@ int main(void)
 	tcase_add_test(tc, geometry_disagrees);
 	tcase_add_test(tc, sighup_reopens_log);
 	tcase_add_test(tc, metrics_http);
+	tcase_add_test(tc, config_errors_leave_nothing);
 	tcase_add_test(tc, example_config_every_section);
 	tcase_add_test(tc, rank_request);
 	suite_add_tcase(s, tc);

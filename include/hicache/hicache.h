@@ -666,6 +666,10 @@ struct hc_store_info {
 
 /* spec: "name[:key=value[,key=value]...]", e.g. "file:dir=/var/cache/hicache,capacity=100G". */
 HC_API int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *opts, hc_store **out);
+/* Parse spec, find and load its plugin (backend_dir after
+ * $HICACHE_BACKEND_PATH), open an instance with its options and close it:
+ * what a service would meet opening it, found before any pool exists. */
+HC_API int hc_backend_check(const char *spec, const char *backend_dir);
 HC_API int hc_store_close(hc_store *st);
 HC_API int hc_store_info(const hc_store *st, struct hc_store_info *out, size_t size);
 /* READY keyed pages (pinned for the duration): status 0 stored, or -errno.  Returns the count stored. */

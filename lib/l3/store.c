@@ -977,6 +977,24 @@ fail:
 	return r;
 }
 
+int hc_backend_check(const char *spec, const char *backend_dir)
+{
+	struct hc__plugin_spec *sp;
+	struct hc__plugin pl;
+	void *inst = NULL;
+	int r;
+
+	if (!spec)
+		return hc__err(EINVAL, "backend check: spec is NULL");
+	if (!(sp = malloc(sizeof(*sp))))
+		return hc__err(ENOMEM, "backend check: no memory");
+	if ((r = hc__plugin_spec_parse(spec, sp)) == 0 && (r = hc__plugin_load(sp->name, backend_dir, &pl)) == 0 &&
+	    (r = hc__plugin_open(&pl, sp, &inst)) == 0)
+		pl.be->close(inst); /* the plugin stays loaded, as every loaded plugin does */
+	free(sp);
+	return r;
+}
+
 /* Reap what is there without waiting, if no call is reaping: orphans get
  * settled even while no call runs.  The service calls it now and then. */
 void hc__store_poll(hc_store *st)

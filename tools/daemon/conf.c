@@ -418,6 +418,24 @@ static int bad(const char *fmt, ...)
 	return HC_CLI_EXIT_USAGE;
 }
 
+/* HOST:PORT with a port of 1..65535 in digits (getaddrinfo would take
+ * 99999, and listen on what is left of it), HOST [v6] or not. */
+static int listen_addr_ok(const char *addr)
+{
+	const char *colon = strrchr(addr, ':');
+	char *end;
+	unsigned long port;
+
+	if (!colon || colon == addr || !colon[1])
+		return hc_cli_fail(EINVAL, "--metrics-listen '%s': give HOST:PORT, e.g. 127.0.0.1:9464", addr);
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (*end || colon[1] < '0' || colon[1] > '9' || errno || port < 1 || port > 65535)
+		return hc_cli_fail(EINVAL, "--metrics-listen '%s': the port '%s' is not a number from 1 to 65535", addr,
+				   colon + 1);
+	return 0;
+}
+
 /* What is needed to run, once both sources are in. */
 static int check_conf(struct hcd_conf *c)
 {
@@ -430,6 +448,8 @@ static int check_conf(struct hcd_conf *c)
 	if (!c->svc.backend)
 		return bad(
 			"missing --backend SPEC (or 'spec' in [backend]), e.g. --backend file:dir=/var/cache/hicache");
+	if (c->metrics_listen && listen_addr_ok(c->metrics_listen) < 0)
+		return bad("%s", hc_cli_error());
 	c->svc.dir = c->geo.spec.dir;
 	if (c->svc.dir && c->svc.dir[0] != '/')
 		return bad("--dir '%s' must be an absolute path", c->svc.dir);

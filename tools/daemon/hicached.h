@@ -50,7 +50,11 @@ void hcd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void hcd_log_lib(int level, const char *msg, void *arg);
 
 /* GET /metrics on addr (HOST:PORT) from a thread of its own, reading the
- * pool read-only (metrics.c).  0, or -errno logged. */
+ * pool read-only (metrics.c).  hcd_metrics_listen binds the address
+ * alone, before anything is created (a bad or busy address is a config
+ * error); hcd_metrics_start serves on it (binding it first if need be).
+ * 0, or -errno logged. */
+int hcd_metrics_listen(const char *addr);
 int hcd_metrics_start(const char *addr, const char *pool, const char *dir);
 void hcd_metrics_stop(void);
 

@@ -12,8 +12,11 @@
  * thread starts, so only the signalfd ever sees them.
  *
  * Exit status: 0 after a clean stop, 1 when the pool or the service
- * failed, 2 for a wrong option, a bad config file, or a geometry that
- * disagrees with the existing pool.
+ * failed, 2 for a wrong option, a bad config file, a backend that does not
+ * open with its options, a metrics address that does not bind, or a
+ * geometry that disagrees with the existing pool.  Those are all found
+ * before the pool is created; a pool this run created and then could not
+ * serve is removed.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -30,8 +33,9 @@ static const char *dir_of(const struct hcd_conf *c)
 	return c->svc.dir ? c->svc.dir : "/dev/shm";
 }
 
-/* Create the pool from the geometry given; 0, or the exit status. */
-static int create_pool(struct hcd_conf *c)
+/* Create the pool from the geometry given; 0, or the exit status.
+ * *created: this run made it (and removes it if it cannot serve it). */
+static int create_pool(struct hcd_conf *c, int *created)
 {
 	int r;
 
@@ -56,12 +60,13 @@ static int create_pool(struct hcd_conf *c)
 		return HC_CLI_EXIT_FAIL;
 	}
 	hcd_log(HC_LOG_INFO, "created pool '%s' in %s", c->pool, dir_of(c));
+	*created = 1;
 	return 0;
 }
 
 /* The pool exists (created now if need be) and agrees with the geometry
  * given; 0, or the exit status. */
-static int prepare_pool(struct hcd_conf *c)
+static int prepare_pool(struct hcd_conf *c, int *created)
 {
 	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
 				     .dir = c->svc.dir,
@@ -73,7 +78,7 @@ static int prepare_pool(struct hcd_conf *c)
 
 	r = hc_pool_attach(c->pool, &ao, &p);
 	if (r == -ENOENT) {
-		if ((r = create_pool(c)) != 0)
+		if ((r = create_pool(c, created)) != 0)
 			return r;
 		r = hc_pool_attach(c->pool, &ao, &p);
 	}
@@ -94,6 +99,30 @@ static int prepare_pool(struct hcd_conf *c)
 		hc_cli_format_size(in.segment_bytes, b2, sizeof(b2)), in.page_tokens, in.tp_size, in.max_ranks);
 	hc_pool_detach(p);
 	return 0;
+}
+
+/* Is the pool, if it exists, served already?  Said before the backend is
+ * opened: a second daemon's backend would find the first one's L3 in use,
+ * which hides why.  0, or the exit status (1: not a config error). */
+static int served_already(const struct hcd_conf *c)
+{
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts),
+				     .dir = c->svc.dir,
+				     .flags = HC_ATTACH_ADMIN };
+	uint32_t pid = 0;
+	hc_pool *p;
+	int r;
+
+	if (hc_pool_attach(c->pool, &ao, &p) < 0)
+		return 0; /* none yet, or one the later steps will name */
+	r = hc_service_probe(p, &pid);
+	hc_pool_detach(p);
+	if (r != 1)
+		return 0;
+	hcd_log(HC_LOG_ERR,
+		"cannot start the service: pool '%s' is already served by pid %" PRIu32 ": one service per pool",
+		c->pool, pid);
+	return HC_CLI_EXIT_FAIL;
 }
 
 /* Serve until SIGTERM or SIGINT; SIGHUP reopens the log.  0, or -errno. */
@@ -133,7 +162,7 @@ int main(int argc, char **argv)
 	static struct hcd_conf c;
 	hc_service *svc = NULL;
 	sigset_t set;
-	int ret, r, sfd = -1;
+	int ret, r, sfd = -1, created = 0;
 
 	ret = hcd_conf_load(&c, argc, argv);
 	if (ret != HCD_GO)
@@ -160,26 +189,48 @@ int main(int argc, char **argv)
 		c.pool, dir_of(&c), c.svc.backend);
 	hcd_conf_log(&c);
 
-	if ((ret = prepare_pool(&c)) != 0)
+	if ((ret = served_already(&c)) != 0)
 		goto out_log;
+	/* Configuration errors first: a backend that will not open with its
+	 * options, an address that will not bind.  Exit 2 (the unit does not
+	 * restart on it), and nothing created yet. */
+	if (hc_backend_check(c.svc.backend, c.svc.backend_dir) < 0) {
+		hcd_log(HC_LOG_ERR, "--backend %s: %s", c.svc.backend, hc_last_error());
+		ret = HC_CLI_EXIT_USAGE;
+		goto out_log;
+	}
+	if (c.metrics_listen && hcd_metrics_listen(c.metrics_listen) < 0) {
+		ret = HC_CLI_EXIT_USAGE;
+		goto out_log;
+	}
+	if ((ret = prepare_pool(&c, &created)) != 0)
+		goto out_unmade;
 	if (c.svc.retries == 0)
 		c.svc.retries = -1; /* none, as the library says it */
 	r = hc_service_start(c.pool, &c.svc, &svc);
 	if (r < 0) {
 		hcd_log(HC_LOG_ERR, "cannot start the service: %s", hc_last_error());
 		ret = HC_CLI_EXIT_FAIL;
-		goto out_log;
+		goto out_unmade;
 	}
 	hcd_log(HC_LOG_INFO, "serving pool '%s' with backend %s", c.pool, c.svc.backend);
 	if (c.metrics_listen && hcd_metrics_start(c.metrics_listen, c.pool, c.svc.dir) < 0) {
 		hc_service_stop(svc);
 		ret = HC_CLI_EXIT_FAIL;
-		goto out_log;
+		goto out_unmade;
 	}
 	ret = wait_signals(sfd) < 0 ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
 	hcd_metrics_stop();
 	hc_service_stop(svc);
 	hcd_log(HC_LOG_INFO, "stopped serving pool '%s'", c.pool);
+	goto out_log;
+out_unmade:
+	hcd_metrics_stop();
+	/* A pool this run made and never served is not left behind. */
+	if (created && (r = hc_pool_destroy(c.pool, c.svc.dir, 0)) < 0)
+		hcd_log(HC_LOG_WARN, "cannot remove pool '%s', made by this run: %s", c.pool, hc_last_error());
+	else if (created)
+		hcd_log(HC_LOG_INFO, "removed pool '%s', made by this run", c.pool);
 out_log:
 	hc_set_log(NULL, NULL);
 	hcd_log_close();

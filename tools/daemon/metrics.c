@@ -184,17 +184,25 @@ static void *metrics_main(void *arg)
 	return NULL;
 }
 
+int hcd_metrics_listen(const char *addr)
+{
+	int fd = listen_on(addr);
+
+	if (fd < 0)
+		return fd;
+	M.fd = fd;
+	return 0;
+}
+
 int hcd_metrics_start(const char *addr, const char *pool, const char *dir)
 {
 	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = HC_ATTACH_READONLY };
 	int r;
 
+	if (M.fd < 0 && (r = hcd_metrics_listen(addr)) < 0)
+		return r;
 	if ((r = hc_pool_attach(pool, &ao, &M.p)) < 0) {
 		hcd_log(HC_LOG_ERR, "/metrics: %s", hc_last_error());
-		return r;
-	}
-	if ((M.fd = listen_on(addr)) < 0) {
-		r = M.fd;
 		goto fail;
 	}
 	if (pipe2(M.stop, O_CLOEXEC) < 0) {
