@@ -141,6 +141,20 @@ int hc__geom_envelope(struct hc__geom *g)
 	if (g->ncomp == 0 || g->ncomp > HC_MAX_COMPONENTS)
 		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, g->ncomp);
 	if (g->head_groups == 0) {
+		/* An engine splits a sharded KV component's heads over its ranks, or
+		 * each rank holds a share of one head: TP and the head count must
+		 * divide one another, or no rank's share is whole (and a group
+		 * count picked below would quietly be 1). */
+		for (unsigned i = 0; i < g->ncomp; i++) {
+			const struct hc_component_info *c = &g->comps[i];
+
+			if (c->sharding == HC_SHARDED && c->kind == HC_COMP_KV && c->kv_heads &&
+			    c->kv_heads % g->tp_size && g->tp_size % c->kv_heads)
+				return hc__err(
+					EINVAL,
+					"component '%s': %u KV heads do not split over TP %u (neither divides the other): give a TP size that divides %u or is a multiple of it, or mark the component replicated",
+					c->name, c->kv_heads, g->tp_size, c->kv_heads);
+		}
 		/* The largest group count that every sharded component and the TP size accept. */
 		for (uint32_t cand = g->tp_size < HC_MAX_HEAD_GROUPS ? g->tp_size : HC_MAX_HEAD_GROUPS; cand >= 1;
 		     cand--) {

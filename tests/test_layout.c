@@ -172,9 +172,15 @@ START_TEST(default_head_groups)
 	ck_assert_ok(hc__geom_envelope(&g));
 	ck_assert_uint_eq(g.head_groups, 16);
 
-	/* 3 heads at TP 2: one group (every rank reads all heads) */
+	/* 3 heads at TP 2: no rank's share is whole, so no count is picked
+	 * (it was 1 once, and the engine failed at run time) */
 	s.spec.tp_size = 2;
 	s.comps[0].kv_heads = 3;
+	g = geom_of(&s);
+	ck_assert_err(hc__geom_envelope(&g), EINVAL);
+	ck_assert_msg_has("3 KV heads do not split over TP 2");
+	/* given explicitly, one group is the caller's choice (every rank reads all heads) */
+	s.spec.head_groups = 1;
 	g = geom_of(&s);
 	ck_assert_ok(hc__geom_envelope(&g));
 	ck_assert_uint_eq(g.head_groups, 1);

@@ -484,6 +484,12 @@ START_TEST(library_refusal)
 	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "2", "--kv", "kv,bf16,4,256,2",
 		       "--size", "100");
 	ck_assert_err_has("holds no page");
+	/* 8 KV heads over TP 3: no rank's share is whole; it once made 1 head group */
+	ck_assert_tool(1, "create", name, "--model", "m", "--page-tokens", "16", "--tp", "3", "--kv", "kv,bf16,8,64,2",
+		       "--pages", "4");
+	ck_assert_err_has(
+		"component 'kv': 8 KV heads do not split over TP 3 (neither divides the other): give a TP size "
+		"that divides 8 or is a multiple of it");
 	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
 }
 END_TEST
