@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -687,6 +691,219 @@ START_TEST(paced)
 }
 END_TEST
 
+/* A paced replay (about 6 s) in the background, its stdout and stderr in
+ * memfds; *pid is the driver's. */
+static void replay_bg(pid_t *pid, int *ofd, int *efd)
+{
+	const char *b = getenv("HC_BUILDDIR");
+	char path[1024], libs[1024];
+
+	/* the binary itself, not libtool's wrapper: the driver is then our
+	 * child, and dies with this test if the test dies */
+	snprintf(path, sizeof(path), "%s/tools/.libs/hicache-bench", b && *b ? b : ".");
+	snprintf(libs, sizeof(libs), "%s/lib/.libs", b && *b ? b : ".");
+	if (access(path, X_OK) < 0)
+		snprintf(path, sizeof(path), "%s", hct_tool("hicache-bench"));
+
+	*ofd = memfd_create("replay-out", MFD_CLOEXEC);
+	*efd = memfd_create("replay-err", MFD_CLOEXEC);
+	ck_assert_int_ge(*ofd, 0);
+	ck_assert_int_ge(*efd, 0);
+	*pid = fork();
+	ck_assert_int_ge(*pid, 0);
+	if (*pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		setenv("LD_LIBRARY_PATH", libs, 1);
+		dup2(*ofd, 1);
+		dup2(*efd, 2);
+		execl(path, "hicache-bench", "replay", "--trace", slice(), "--speedup", "10", "--kv", "kv,bf16,2,16,1",
+		      "--page-tokens", "128", "--pool-pages", "700", "--tp", "2", "--dir", hct_l3_dir, "--no-progress",
+		      (char *)NULL);
+		_exit(127);
+	}
+}
+
+static const char *fd_text(int fd, char *buf, size_t len)
+{
+	ssize_t n = pread(fd, buf, len - 1, 0);
+
+	buf[n > 0 ? n : 0] = 0;
+	return buf;
+}
+
+/* pid's children (up to n), from /proc; how many. */
+static unsigned children(pid_t pid, pid_t *kids, unsigned n)
+{
+	char path[64], buf[256], *p = buf, *end;
+	unsigned k = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	for (long c; k < n && (c = strtol(p, &end, 10)) > 0; p = end)
+		kids[k++] = (pid_t)c;
+	return k;
+}
+
+/* The replay's driver under pid (the build's libtool wrapper may run it as
+ * a child): the process with the two ranks; in *rank, the first of them,
+ * once the run is under way. */
+static pid_t driver_of(pid_t pid, pid_t *rank, int efd)
+{
+	pid_t kids[4];
+
+	for (int i = 0; i < 2000; i++) {
+		unsigned k = children(pid, kids, 4);
+
+		if (k >= 2) {
+			*rank = kids[0];
+			usleep(800000); /* a few requests in */
+			return pid;
+		}
+		if (k == 1)
+			pid = kids[0]; /* the wrapper's child, the driver: look there */
+		usleep(5000);
+	}
+	ck_abort_msg("no replay with two ranks under pid %d:\n%s", (int)pid, fd_text(efd, err, sizeof(err)));
+	return 0;
+}
+
+static int wait_exit(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A rank SIGKILLed mid-run: the driver names it, stops the others, exits 1
+ * and cleans up.  It used to exit 1 saying nothing. */
+START_TEST(rank_killed)
+{
+	pid_t d, rank;
+	int ofd, efd;
+
+	replay_bg(&d, &ofd, &efd);
+	driver_of(d, &rank, efd);
+	ck_assert_int_eq(kill(rank, SIGKILL), 0);
+	ck_assert_int_eq(wait_exit(d), 1);
+	fd_text(efd, err, sizeof(err));
+	ck_assert_msg(strstr(err, "engine 0 rank 0 (pid ") && strstr(err, "was killed by Killed"), "%s", err);
+	ck_assert_msg(strstr(err, "stopping the other ranks"), "%s", err);
+	ck_assert_int_eq(leftovers(), 0);
+	close(ofd);
+	close(efd);
+}
+END_TEST
+
+/* SIGINT to the driver: it says so, the ranks stop, the report covers what
+ * was served, and what stopping did to work in flight is no rank's error
+ * (it used to be reported as a commit error). */
+START_TEST(interrupted)
+{
+	pid_t d, rank;
+	int ofd, efd;
+
+	replay_bg(&d, &ofd, &efd);
+	ck_assert_int_eq(kill(driver_of(d, &rank, efd), SIGINT), 0);
+	ck_assert_int_eq(wait_exit(d), 1);
+	fd_text(efd, err, sizeof(err));
+	fd_text(ofd, out, sizeof(out));
+	ck_assert_msg(strstr(err, "interrupted: stopping the ranks after "), "%s", err);
+	ck_assert_msg(strstr(err, "the figures above are of the requests served before it"), "%s", err);
+	ck_assert_msg(!strstr(err, ": engine 0 rank"), "a rank's error after the stop:\n%s", err);
+	ck_assert_msg(strstr(out, "requests:"), "no report:\n%s", out);
+	ck_assert_int_eq(leftovers(), 0);
+	close(ofd);
+	close(efd);
+}
+END_TEST
+
+/* A pid no process has: a child's, reaped. */
+static pid_t dead_pid(void)
+{
+	pid_t p = fork();
+
+	ck_assert_int_ge(p, 0);
+	if (p == 0)
+		_exit(0);
+	ck_assert_int_eq(waitpid(p, NULL, 0), p);
+	return p;
+}
+
+static int exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* What replays that died left (a pool, an shm store, an L3 directory, all
+ * named after their pid) goes with the next replay; a live pid's stays. */
+START_TEST(leftovers_swept)
+{
+	pid_t dead = dead_pid();
+	char pool[64], live[64], dir[256], file[300], store[128];
+	struct hct_spec sp;
+	FILE *f;
+
+	snprintf(pool, sizeof(pool), "hcreplay-%d", (int)dead);
+	snprintf(live, sizeof(live), "hcreplay-%d", (int)getpid());
+	hct_spec_init(&sp, pool, 8);
+	ck_assert_int_eq(hc_pool_create(&sp.spec), 0);
+	hct_spec_init(&sp, live, 8);
+	ck_assert_int_eq(hc_pool_create(&sp.spec), 0);
+	snprintf(dir, sizeof(dir), "%s/hicache-replay-%d-Ab12Cd", hct_l3_dir, (int)dead);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(file, sizeof(file), "%s/object", dir);
+	ck_assert_ptr_nonnull(f = fopen(file, "w"));
+	fclose(f);
+	snprintf(store, sizeof(store), "/dev/shm/hicache-l3.hcreplay-%d", (int)dead);
+	ck_assert_ptr_nonnull(f = fopen(store, "w"));
+	fclose(f);
+
+	ck_assert_replay(0, "--trace", slice(), "--requests", "10", "--kv", "kv,bf16,2,16,1", "--page-tokens", "128",
+			 "--pool-pages", "700", "--tp", "1", "--dir", hct_l3_dir);
+	ck_assert_msg(strstr(err, "removed pool hcreplay-") && strstr(err, "left by replay pid"), "%s", err);
+	snprintf(file, sizeof(file), "/dev/shm/hicache.%s", pool);
+	ck_assert_msg(!exists(file), "%s stayed:\n%s", file, err);
+	ck_assert_msg(!exists(dir), "%s stayed:\n%s", dir, err);
+	ck_assert_msg(!exists(store), "%s stayed:\n%s", store, err);
+	snprintf(file, sizeof(file), "/dev/shm/hicache.%s", live);
+	ck_assert_msg(exists(file), "a live pid's pool went:\n%s", err);
+	ck_assert_int_eq(hc_pool_destroy(live, NULL, 0), 0);
+}
+END_TEST
+
+/* A driver SIGKILLed mid-run: its ranks die with it, and what it left is
+ * the next replay's to remove. */
+START_TEST(driver_killed)
+{
+	pid_t d, rank, drv;
+	int ofd, efd;
+	char pool[128];
+
+	replay_bg(&d, &ofd, &efd);
+	drv = driver_of(d, &rank, efd);
+	ck_assert_int_eq(kill(drv, SIGKILL), 0);
+	wait_exit(d);
+	for (int i = 0; i < 400 && kill(rank, 0) == 0; i++)
+		usleep(5000);
+	ck_assert_msg(kill(rank, 0) < 0 && errno == ESRCH, "rank %d outlived its driver", (int)rank);
+	snprintf(pool, sizeof(pool), "/dev/shm/hicache.hcreplay-%d", (int)drv);
+	ck_assert_msg(exists(pool), "a SIGKILLed driver's pool should be left for the sweep");
+	ck_assert_int_eq(leftovers(), 1);
+	ck_assert_replay(0, "--trace", slice(), "--requests", "5", "--kv", "kv,bf16,2,16,1", "--page-tokens", "128",
+			 "--pool-pages", "700", "--tp", "1", "--dir", hct_l3_dir);
+	ck_assert_msg(!exists(pool), "%s stayed:\n%s", pool, err);
+	ck_assert_int_eq(leftovers(), 0);
+	close(ofd);
+	close(efd);
+}
+END_TEST
+
 START_TEST(bad_options)
 {
 	ck_assert_replay(2, "--page-tokens", "100");
@@ -707,6 +924,8 @@ START_TEST(bad_options)
 	ck_assert_msg(strstr(err, "missing.jsonl"), "%s", err);
 	ck_assert_replay(0, "--help");
 	ck_assert_msg(strstr(out, "--reference"), "%s", out);
+	ck_assert_replay(0, "--version");
+	ck_assert_msg(!strncmp(out, "hicache-bench replay (hicache) " HICACHE_VERSION_STRING "\n", 40), "%s", out);
 }
 END_TEST
 
@@ -737,6 +956,10 @@ int main(void)
 	tcase_add_test(tr, existing_pool_twice);
 	tcase_add_test(tr, paced);
 	tcase_add_test(tr, bad_options);
+	tcase_add_test(tr, rank_killed);
+	tcase_add_test(tr, interrupted);
+	tcase_add_test(tr, leftovers_swept);
+	tcase_add_test(tr, driver_killed);
 	suite_add_tcase(s, tr);
 	return hct_run(s);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -106,6 +107,7 @@ enum {
 	O_NO_PROGRESS,
 	O_KEEP,
 	O_HELP,
+	O_VERSION,
 	O_KV,
 	O_STATE,
 	O_POOL
@@ -145,6 +147,7 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
 		{ "keep", no_argument, NULL, O_KEEP },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	static const char *const evicts[] = { "clock", "lru" };
@@ -281,6 +284,9 @@ static int parse(int argc, char **argv, struct hc_rp_opts *o)
 			break;
 		case O_HELP:
 			usage(stdout);
+			exit(0);
+		case O_VERSION:
+			printf(PROG " (hicache) %s\n", hc_version());
 			exit(0);
 		default:
 			return hc_cli_fail(EINVAL, "unknown option (see --help)");
@@ -472,12 +478,15 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 }
 
 /* Wait for every rank; a failed one stops the others.  Samples the
- * timeline meanwhile.  Returns how many failed. */
-static unsigned wait_ranks(pid_t *pids, unsigned n, struct hc_rp_shared *sh, hc_pool *admin, size_t total, int progress,
-			   struct hc_rp_result *res)
+ * timeline meanwhile.  Returns how many failed.  A rank that died (a
+ * signal) or exited without its own message is said here: nothing else
+ * would say it. */
+static unsigned wait_ranks(pid_t *pids, unsigned n, unsigned tp, struct hc_rp_shared *sh, hc_pool *admin, size_t total,
+			   int progress, struct hc_rp_result *res)
 {
 	unsigned left = n, failed = 0;
 	double t0 = hc_rp_now(), next = t0;
+	int said_stop = 0;
 
 	while (left) {
 		int st;
@@ -487,15 +496,29 @@ static unsigned wait_ranks(pid_t *pids, unsigned n, struct hc_rp_shared *sh, hc_
 				if (pids[i] == pid) {
 					pids[i] = 0;
 					left--;
-					if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-						failed++;
-						atomic_store(&sh->go, -1);
-					}
+					if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+						continue;
+					failed++;
+					atomic_store(&sh->go, -1);
+					if (WIFSIGNALED(st))
+						fprintf(stderr,
+							PROG ": engine %u rank %u (pid %d) was killed by %s%s\n",
+							i / tp, i % tp, (int)pid, strsignal(WTERMSIG(st)),
+							left ? "; stopping the other ranks" : "");
+					else if (!sh->st[i].err)
+						fprintf(stderr,
+							PROG ": engine %u rank %u (pid %d) exited with status %d%s\n",
+							i / tp, i % tp, (int)pid, WEXITSTATUS(st),
+							left ? "; stopping the other ranks" : "");
 				}
 			continue;
 		}
-		if (interrupted)
+		if (interrupted && !said_stop) {
+			said_stop = 1;
 			atomic_store(&sh->go, -1);
+			fprintf(stderr, PROG ": interrupted: stopping the ranks after %" PRIu64 " of %zu requests\n",
+				(uint64_t)atomic_load(&sh->served), total);
+		}
 		if (hc_rp_now() >= next) {
 			hc_rp_sample(res, sh, admin, hc_rp_now() - t0);
 			if (progress)
@@ -531,7 +554,7 @@ int hc_rp_main(int argc, char **argv)
 	struct plan pl;
 	struct sigaction sa = { .sa_handler = on_signal };
 	char pool[HC_NAME_MAX + 1], l3dir[4096] = "", spec[4600] = "";
-	pid_t pids[HC_RP_MAX_RANKS] = { 0 };
+	pid_t pids[HC_RP_MAX_RANKS] = { 0 }, driver;
 	hc_service *svc = NULL;
 	hc_pool *admin = NULL;
 	unsigned nranks, failed = 0;
@@ -579,6 +602,7 @@ int hc_rp_main(int argc, char **argv)
 		hc_rp_workload_free(&w);
 		return HC_CLI_EXIT_USAGE;
 	}
+	hc_rp_sweep(o.backend && !strcmp(o.backend, "file") ? o.dir : NULL, stderr);
 	snprintf(pool, sizeof(pool), "hcreplay-%d", (int)getpid());
 	{
 		struct hc_pool_spec ps = { .size = sizeof(struct hc_pool_spec),
@@ -616,7 +640,8 @@ made:
 			snprintf(spec, sizeof(spec), "hicached (pid %u)", pid); /* the L3 is the running service's */
 	} else if (strcmp(o.backend, "none")) {
 		if (!strcmp(o.backend, "file")) {
-			snprintf(l3dir, sizeof(l3dir), "%s/hicache-replay-XXXXXX", o.dir);
+			/* named after our pid: the next replay removes it if we die (leftovers.c) */
+			snprintf(l3dir, sizeof(l3dir), "%s/hicache-replay-%d-XXXXXX", o.dir, (int)getpid());
 			if (!mkdtemp(l3dir)) {
 				fprintf(stderr, PROG ": --dir %s: cannot make a directory there: %s\n", o.dir,
 					strerror(errno));
@@ -653,9 +678,14 @@ made:
 	/* Ranks first, then the service's threads: a fork copies no thread. */
 	fflush(NULL);
 	nranks = o.tp * o.engines;
+	driver = getpid();
 	for (unsigned i = 0; i < nranks; i++) {
 		pid_t pid = fork();
 		if (pid == 0) {
+			/* a rank never outlives its driver: a killed driver's
+			 * ranks would wait on it for ever */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != driver)
+				_exit(1);
 			signal(SIGINT, SIG_IGN); /* the driver stops us */
 			_exit(hc_rp_serve(&cx, i / o.tp, i % o.tp) < 0 ? 1 : 0);
 		}
@@ -694,7 +724,7 @@ made:
 	snprintf(res.l3, sizeof(res.l3), "%s", cx.l3 ? (l3dir[0] ? l3dir : spec) : "none");
 	if (!failed)
 		atomic_store(&sh->go, 1);
-	failed += wait_ranks(pids, nranks, sh, admin, w.n, o.progress, &res);
+	failed += wait_ranks(pids, nranks, o.tp, sh, admin, w.n, o.progress, &res);
 	if (svc && hc_service_stop(svc) < 0)
 		fprintf(stderr, PROG ": service stop: %s\n", hc_last_error());
 	svc = NULL;
@@ -729,9 +759,11 @@ made:
 		failed++;
 	}
 	for (unsigned i = 0; i < nranks; i++)
-		if (sh->st[i].err)
+		if (sh->st[i].err && sh->st[i].err != -ECANCELED) /* not one stopped with the run */
 			fprintf(stderr, PROG ": engine %u rank %u: %s\n", sh->st[i].engine, sh->st[i].tp_rank,
 				sh->st[i].msg);
+	if (interrupted)
+		fprintf(stderr, PROG ": interrupted: the figures above are of the requests served before it\n");
 	ret = failed || interrupted || hc_rp_result_bad(&res) ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
 out:
 	hc_rp_result_free(&res);

@@ -99,5 +99,8 @@ int hc_rp_serve(const struct hc_rp_ctx *cx, unsigned engine, unsigned tp_rank);
 
 /* replay.c: hicache-bench replay [options] (argv[0] is "replay"). */
 int hc_rp_main(int argc, char **argv);
+/* leftovers.c: remove what replays that died left (pools, shm stores, L3
+ * directories under dir, named after their PIDs), each said on say; how many. */
+unsigned hc_rp_sweep(const char *dir, FILE *say);
 
 #endif /* HC_TOOLS_REPLAY_REPLAY_H */

@@ -56,7 +56,7 @@ static void add_rank(struct totals *t, const struct hc_rp_rank_stats *s)
 	t->bad += s->bad_bytes;
 	t->load_ns += s->load_ns;
 	t->store_ns += s->store_ns;
-	t->failed |= s->err != 0;
+	t->failed |= s->err != 0 && s->err != -ECANCELED; /* a rank stopped with the run is no failure of its own */
 }
 
 static void totals(const struct hc_rp_result *r, struct totals *t)

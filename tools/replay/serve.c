@@ -70,12 +70,19 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Record the first failure in the rank's row: its -errno. */
+/* Record the first failure in the rank's row: its -errno.  One met after
+ * the run was given up (another rank failed, or the driver was
+ * interrupted) is what stopping does to work in flight, not a cause:
+ * -ECANCELED, which the driver does not report as an error. */
 static int failf(struct rank *r, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int failf(struct rank *r, int err, const char *fmt, ...)
 {
 	va_list ap;
 
+	if (!r->st->err && atomic_load(&r->cx->sh->go) < 0) {
+		r->st->err = -ECANCELED;
+		snprintf(r->st->msg, sizeof(r->st->msg), "stopped with the run");
+	}
 	if (!r->st->err) {
 		r->st->err = err < 0 ? err : -EIO;
 		va_start(ap, fmt);
@@ -518,6 +525,8 @@ int hc_rp_serve(const struct hc_rp_ctx *cx, unsigned engine, unsigned tp_rank)
 	}
 	r.st->seconds = (double)(now_ns() - t0) / 1e9;
 out:
+	if (e == -ECANCELED && atomic_load(&cx->sh->go) < 0)
+		e = 0; /* stopped with the run: another rank's failure, or the driver's stop, says why */
 	if (e < 0)
 		atomic_store(&cx->sh->go, -1); /* the others stop too */
 	/* The builder of a reservation ticket owns its pages until the other
