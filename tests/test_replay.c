@@ -626,6 +626,11 @@ START_TEST(existing_pool)
 	ck_assert_msg(strstr(out, "L3 none"), "%s", out);
 	j = json_object_from_file(in_dir("i.json"));
 	ck_assert_int_gt(jget(j, "tokens.l2"), 0);
+	/* this run's figures, not the pool's lifetime: no service, so nothing went to
+	 * L3 or came back (it reported the first run's bytes once) */
+	ck_assert_int_eq(jget(j, "bytes.backup"), 0);
+	ck_assert_int_eq(jget(j, "bytes.prefetch"), 0);
+	ck_assert_int_eq(jget(j, "outcomes.l3_done"), 0);
 	json_object_put(j);
 	ck_assert_replay(2, "--pool", name, "--page-tokens", "128");
 	ck_assert_msg(strstr(err, "made already: drop --page-tokens"), "%s", err);

@@ -722,6 +722,9 @@ made:
 		res.pool_pages = pi.npages;
 	}
 	snprintf(res.l3, sizeof(res.l3), "%s", cx.l3 ? (l3dir[0] ? l3dir : spec) : "none");
+	/* The pool's figures so far: with --pool it has a past, and the report
+	 * is of this run alone. */
+	hc_pool_stats(admin, &res.base, sizeof(res.base));
 	if (!failed)
 		atomic_store(&sh->go, 1);
 	failed += wait_ranks(pids, nranks, o.tp, sh, admin, w.n, o.progress, &res);
@@ -729,6 +732,7 @@ made:
 		fprintf(stderr, PROG ": service stop: %s\n", hc_last_error());
 	svc = NULL;
 	hc_pool_stats(admin, &res.st, sizeof(res.st));
+	hc_rp_stats_since(&res.st, &res.base);
 	{
 		struct hc_pool_info pi;
 		hc_pool_info(admin, &pi, sizeof(pi));

@@ -92,9 +92,33 @@ void hc_rp_sample(struct hc_rp_result *res, const struct hc_rp_shared *sh, hc_po
 				    .load_bytes = tt.load,
 				    .store_bytes = tt.store };
 	if (hc_pool_stats(admin, &st, sizeof(st)) == 0) {
+		hc_rp_stats_since(&st, &res->base);
 		s->l3_read = st.counter[HC_CTR_l3_prefetch_bytes];
 		s->l3_write = st.counter[HC_CTR_l3_backup_bytes];
 	}
+}
+
+static uint64_t less(uint64_t now, uint64_t base)
+{
+	return now > base ? now - base : 0; /* a counter never runs back; if one did, none is right */
+}
+
+static void hist_since(struct hc_hist *now, const struct hc_hist *base)
+{
+	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++)
+		now->bucket[b] = less(now->bucket[b], base->bucket[b]);
+	now->count = less(now->count, base->count);
+	now->sum = less(now->sum, base->sum);
+}
+
+void hc_rp_stats_since(struct hc_stats *now, const struct hc_stats *base)
+{
+	for (unsigned i = 0; i < HC_CTR_MAX; i++)
+		now->counter[i] = less(now->counter[i], base->counter[i]);
+	for (unsigned i = 0; i < HC_HIST_MAX; i++)
+		hist_since(&now->hist[i], &base->hist[i]);
+	for (unsigned i = 0; i < HC_TIER_MAX; i++)
+		hist_since(&now->tokens[i], &base->tokens[i]);
 }
 
 void hc_rp_progress(FILE *f, uint64_t done, uint64_t total, double elapsed)

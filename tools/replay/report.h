@@ -31,7 +31,8 @@ struct hc_rp_result {
 	double seconds;
 	struct hc_rp_rank_stats ranks[HC_RP_MAX_RANKS];
 	unsigned nranks;
-	struct hc_stats st; /* the pool's counters at the end */
+	struct hc_stats base; /* the pool's counters when the run started (--pool: its past) */
+	struct hc_stats st;   /* this run's: counters and histograms less base, gauges at the end */
 	int have_ref;
 	struct hc_rp_refsim ref;
 	struct hc_rp_sample *samples;
@@ -39,6 +40,9 @@ struct hc_rp_result {
 };
 
 double hc_rp_now(void);
+/* now's counters and histograms less base's: what a run did in a pool
+ * that has a past (gauges, such as pages by state, are left as they are). */
+void hc_rp_stats_since(struct hc_stats *now, const struct hc_stats *base);
 /* A point of the timeline, from the ranks' rows and the pool's counters. */
 void hc_rp_sample(struct hc_rp_result *res, const struct hc_rp_shared *sh, hc_pool *admin, double t);
 /* The progress bar (on a terminal): elapsed < 0 ends it. */
