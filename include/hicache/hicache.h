@@ -524,7 +524,11 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(stage_expired, "buffer_only: grants and prefetches released for their rank (dead, or past stage_hold_ms)")   \
 	X(l3_prefetch_helped, "parts of long prefetches read by an idle worker helping the one that runs it")          \
 	X(l3_forgotten, "pages marked in L3 whose object L3 said it no longer had: dirty again")                       \
-	X(l3_backup_puts, "backend put calls made by backups (small backups queued together share one)")
+	X(l3_backup_puts, "backend put calls made by backups (small backups queued together share one)")               \
+	X(l3_backup_fail_nospace, "page writes to L3 that failed for want of space (ENOSPC, EDQUOT, EFBIG)")           \
+	X(l3_backup_fail_access, "page writes to L3 refused access (EACCES, EPERM, EROFS)")                            \
+	X(l3_backup_fail_io, "page writes to L3 that failed with an I/O error (EIO)")                                  \
+	X(l3_backup_fail_other, "page writes to L3 that failed otherwise (the log names the error)")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,

@@ -6,6 +6,7 @@
  * hc__xfer_backups; nothing here touches the job queue.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,6 +72,63 @@ static void bk_pin(hc_service *s, const struct job *j, struct bstate *st, struct
 	st->k1 = b->k;
 }
 
+/* A failed L3 write's cause: its counter, and its slot in s->fail. */
+static unsigned fail_cause(int err, enum hc_counter *c)
+{
+	switch (-err) {
+	case ENOSPC:
+	case EDQUOT:
+	case EFBIG:
+		*c = HC_CTR_l3_backup_fail_nospace;
+		return 0;
+	case EACCES:
+	case EPERM:
+	case EROFS:
+		*c = HC_CTR_l3_backup_fail_access;
+		return 1;
+	case EIO:
+		*c = HC_CTR_l3_backup_fail_io;
+		return 2;
+	default:
+		*c = HC_CTR_l3_backup_fail_other;
+		return 3;
+	}
+}
+
+#define FAIL_LOG_NS (UINT64_C(10) * 1000000000u)
+
+void hc__svc_put_failed(hc_service *s, int err)
+{
+	static const char *const what[] = { "no space", "access refused", "an I/O error", "an error" };
+	enum hc_counter c;
+	unsigned k = fail_cause(err, &c);
+	uint64_t now = hc__mono_ns(), since = 0;
+	int say = 0, first;
+
+	hc__svc_count(s, c, 1);
+	pthread_mutex_lock(&s->fail_mu);
+	s->fail[k].since++;
+	first = s->fail[k].last_ns == 0;
+	if (first || now - s->fail[k].last_ns >= FAIL_LOG_NS || s->fail[k].last_err != err) {
+		say = 1;
+		since = s->fail[k].since;
+		s->fail[k].since = 0;
+		s->fail[k].last_ns = now;
+		s->fail[k].last_err = err;
+	}
+	pthread_mutex_unlock(&s->fail_mu);
+	if (!say)
+		return;
+	if (first)
+		hc__log(HC_LOG_ERR,
+			"pool '%s': writing a page to L3 (%s) failed with %s: %s; counted in l3_backup_fail_%s, and said again at most every 10 s",
+			s->name, s->backend, what[k], strerror(-err), hc_counter_name(c) + strlen("l3_backup_fail_"));
+	else
+		hc__log(HC_LOG_ERR,
+			"pool '%s': %" PRIu64 " page writes to L3 (%s) failed with %s since the last report (now %s)",
+			s->name, since, s->backend, what[k], strerror(-err));
+}
+
 /* After the put: mark what is in L3, take back what was written past a
  * failure, and let the pins go. */
 static void bk_settle(hc_service *s, const struct job *j, struct bstate *st, const struct bput *b)
@@ -90,6 +148,7 @@ static void bk_settle(hc_service *s, const struct job *j, struct bstate *st, con
 			hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
 		} else if (b->status[i] != 0) {
 			hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
+			hc__svc_put_failed(s, b->status[i]);
 		} else {
 			/* Stored after the failure: a suffix nobody can reach
 			 * is waste in L3, so it goes again. */

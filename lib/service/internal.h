@@ -95,6 +95,13 @@ struct hc_service {
 	pthread_cond_t idle; /* a job finished */
 	int started, result;
 	char err[512];
+	/* backup.c: the last log line of each cause of failed L3 writes, and
+	 * the failures since it (under fail_mu) */
+	pthread_mutex_t fail_mu;
+	struct {
+		uint64_t last_ns, since;
+		int last_err;
+	} fail[4];
 	uint64_t gen;
 	struct slot_view v[HC_MAX_RANKS];
 	uint8_t *args; /* the dispatcher's: one request's arguments, copied out */
@@ -209,5 +216,8 @@ void hc__stage_pump(hc_service *s, int *wait_ms);
 void hc__svc_latency(hc_service *s, const struct waiter *w);
 /* Atomic add to a service counter: workers race on the service's row. */
 void hc__svc_count(hc_service *s, enum hc_counter c, uint64_t n);
+/* A page's write to L3 failed with err (backup.c): counted by cause, and
+ * logged with the backend's spec, each cause at most every 10 s. */
+void hc__svc_put_failed(hc_service *s, int err);
 
 #endif /* HC_LIB_SVC_H */

@@ -450,6 +450,7 @@ static void service_free(hc_service *s)
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->cq_mu);
+	pthread_mutex_destroy(&s->fail_mu);
 	free(s->args);
 	free(s->dir);
 	free(s->backend);
@@ -504,6 +505,7 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 	s->backend_dir = opts->backend_dir ? strdup(opts->backend_dir) : NULL;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->cq_mu, NULL);
+	pthread_mutex_init(&s->fail_mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	if (!s->backend || (opts->dir && !s->dir) || (opts->backend_dir && !s->backend_dir)) {
 		service_free(s);

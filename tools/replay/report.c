@@ -267,6 +267,18 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 		", failed %" PRIu64 ", timed out %" PRIu64 "; evictions: %" PRIu64 "\n",
 		t.prefetches, t.prefetch_fails, r->st.counter[HC_CTR_req_done], r->st.counter[HC_CTR_req_partial],
 		r->st.counter[HC_CTR_req_failed], r->st.counter[HC_CTR_req_timedout], r->st.counter[HC_CTR_evictions]);
+	{
+		const uint64_t *ctr = r->st.counter;
+		uint64_t all = ctr[HC_CTR_l3_backup_fail_nospace] + ctr[HC_CTR_l3_backup_fail_access] +
+			       ctr[HC_CTR_l3_backup_fail_io] + ctr[HC_CTR_l3_backup_fail_other];
+
+		if (all)
+			fprintf(f,
+				"L3 page writes failed: %" PRIu64 " (no space %" PRIu64 ", access refused %" PRIu64
+				", I/O error %" PRIu64 ", other %" PRIu64 "; the log names each)\n",
+				all, ctr[HC_CTR_l3_backup_fail_nospace], ctr[HC_CTR_l3_backup_fail_access],
+				ctr[HC_CTR_l3_backup_fail_io], ctr[HC_CTR_l3_backup_fail_other]);
+	}
 	if (r->have_ref)
 		fprintf(f,
 			"reference: L2 hit %" PRIu64 " of %" PRIu64 " pages (%s); simulated %" PRIu64 " of %" PRIu64
@@ -393,6 +405,10 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 	put_u64(x, "l3_failed", r->st.counter[HC_CTR_req_failed]);
 	put_u64(x, "l3_timed_out", r->st.counter[HC_CTR_req_timedout]);
 	put_u64(x, "evictions", r->st.counter[HC_CTR_evictions]);
+	put_u64(x, "l3_write_fail_nospace", r->st.counter[HC_CTR_l3_backup_fail_nospace]);
+	put_u64(x, "l3_write_fail_access", r->st.counter[HC_CTR_l3_backup_fail_access]);
+	put_u64(x, "l3_write_fail_io", r->st.counter[HC_CTR_l3_backup_fail_io]);
+	put_u64(x, "l3_write_fail_other", r->st.counter[HC_CTR_l3_backup_fail_other]);
 	json_object_object_add(root, "outcomes", x);
 	if (r->have_ref) {
 		x = json_object_new_object();
