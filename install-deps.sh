@@ -4,7 +4,7 @@
 set -e
 PKGS="build-essential autoconf automake libtool pkg-config check libsubunit-dev
       libssl-dev libnuma-dev libjson-c-dev libck-dev python3
-      liburing-dev libxxhash-dev libinih-dev fio
+      liburing-dev libxxhash-dev libinih-dev libsystemd-dev fio
       libmemcached-dev memcached sasl2-bin libucx-dev ucx-utils iproute2 clang
       abigail-tools clang-format python3-torch"
 missing=""

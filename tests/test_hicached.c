@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -896,6 +898,59 @@ START_TEST(example_config_every_section)
 }
 END_TEST
 
+/* The next datagram on fd, within WAIT_MS, in buf. */
+static const char *notify_next(int fd, char *buf, size_t len)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	ssize_t n;
+
+	ck_assert_msg(poll(&pf, 1, WAIT_MS) == 1, "no sd_notify message within %d ms", WAIT_MS);
+	n = recv(fd, buf, len - 1, 0);
+	ck_assert_int_gt(n, 0);
+	buf[n] = 0;
+	return buf;
+}
+
+/* Under systemd (Type=notify): STATUS lines while it starts, READY=1 once
+ * it serves, RELOADING then READY around SIGHUP, STOPPING on SIGTERM, all
+ * by sd_notify on $NOTIFY_SOCKET, as systemd reads them. */
+START_TEST(systemd_notify)
+{
+	const char *name = pool_name(), *sock = path_in_tmp("notify.sock");
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char msg[1024], want[256];
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	pid_t d;
+
+	ck_assert_int_ge(fd, 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", sock, 1), 0);
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8"));
+	unsetenv("NOTIFY_SOCKET");
+	snprintf(want, sizeof(want), "STATUS=checking the configuration of pool '%s'", name);
+	ck_assert_str_eq(notify_next(fd, msg, sizeof(msg)), want);
+	notify_next(fd, msg, sizeof(msg));
+	ck_assert_has(msg, "STATUS=creating and populating pool '");
+	ck_assert_has(msg, "\nEXTEND_TIMEOUT_USEC=900000000");
+	ck_assert_has(notify_next(fd, msg, sizeof(msg)), "STATUS=opening backend file:dir=");
+	notify_next(fd, msg, sizeof(msg));
+	snprintf(want, sizeof(want), "READY=1\nSTATUS=serving pool '%s' with backend %s", name, backend());
+	ck_assert_str_eq(msg, want);
+	wait_serving(name, d); /* READY came once it served */
+	ck_assert_int_eq(kill(d, SIGHUP), 0);
+	ck_assert_str_eq(notify_next(fd, msg, sizeof(msg)), "RELOADING=1");
+	ck_assert_str_eq(notify_next(fd, msg, sizeof(msg)), "READY=1");
+	ck_assert_int_eq(kill(d, SIGTERM), 0);
+	ck_assert_str_eq(notify_next(fd, msg, sizeof(msg)),
+			 "STOPPING=1\nSTATUS=SIGTERM: finishing the requests in flight");
+	ck_assert_int_eq(reap(d), 0);
+	close(fd);
+	unlink(sock);
+	check_and_destroy(name);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hicached");
@@ -917,6 +972,7 @@ int main(void)
 	tcase_add_test(tc, metrics_http);
 	tcase_add_test(tc, config_errors_leave_nothing);
 	tcase_add_test(tc, example_config_every_section);
+	tcase_add_test(tc, systemd_notify);
 	tcase_add_test(tc, rank_request);
 	suite_add_tcase(s, tc);
 	return hct_run(s);

@@ -26,12 +26,17 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "hicached.h"
 
 static const char *dir_of(const struct hcd_conf *c)
 {
 	return c->svc.dir ? c->svc.dir : "/dev/shm";
 }
+
+/* How long systemd waits for a pool to be created and populated. */
+#define CREATE_TIMEOUT_US (UINT64_C(15) * 60 * 1000000)
 
 /* Create the pool from the geometry given; 0, or the exit status.
  * *created: this run made it (and removes it if it cannot serve it). */
@@ -52,6 +57,10 @@ static int create_pool(struct hcd_conf *c, int *created)
 		return HC_CLI_EXIT_USAGE;
 	}
 	c->geo.spec.name = c->pool;
+	/* A large pool takes a while to populate: say so, and give the start
+	 * the time (systemd's default start timeout is 90 s). */
+	sd_notifyf(0, "STATUS=creating and populating pool '%s' in %s\nEXTEND_TIMEOUT_USEC=%llu", c->pool, dir_of(c),
+		   (unsigned long long)CREATE_TIMEOUT_US);
 	r = hc_pool_create(&c->geo.spec);
 	if (r == -EEXIST)
 		return 0; /* another process made it just now: check it like any other */
@@ -141,7 +150,10 @@ static int wait_signals(int sfd)
 			return -EIO;
 		}
 		if (si.ssi_signo == SIGHUP) {
-			int r = hcd_log_reopen();
+			int r;
+
+			sd_notify(0, "RELOADING=1");
+			r = hcd_log_reopen();
 
 			if (r < 0)
 				hcd_log(HC_LOG_ERR,
@@ -149,8 +161,11 @@ static int wait_signals(int sfd)
 					strerror(-r));
 			else
 				hcd_log(HC_LOG_INFO, "SIGHUP: log file reopened");
+			sd_notify(0, "READY=1");
 			continue;
 		}
+		sd_notifyf(0, "STOPPING=1\nSTATUS=%s: finishing the requests in flight",
+			   si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
 		hcd_log(HC_LOG_INFO, "%s from pid %u: finishing the requests in flight, then stopping",
 			si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT", si.ssi_pid);
 		return 0;
@@ -189,6 +204,7 @@ int main(int argc, char **argv)
 		c.pool, dir_of(&c), c.svc.backend);
 	hcd_conf_log(&c);
 
+	sd_notifyf(0, "STATUS=checking the configuration of pool '%s'", c.pool);
 	if ((ret = served_already(&c)) != 0)
 		goto out_log;
 	/* Configuration errors first: a backend that will not open with its
@@ -205,6 +221,7 @@ int main(int argc, char **argv)
 	}
 	if ((ret = prepare_pool(&c, &created)) != 0)
 		goto out_unmade;
+	sd_notifyf(0, "STATUS=opening backend %s for pool '%s'", c.svc.backend, c.pool);
 	if (c.svc.retries == 0)
 		c.svc.retries = -1; /* none, as the library says it */
 	r = hc_service_start(c.pool, &c.svc, &svc);
@@ -219,6 +236,9 @@ int main(int argc, char **argv)
 		ret = HC_CLI_EXIT_FAIL;
 		goto out_unmade;
 	}
+	/* Ready once the pool is attached, the backend open and /metrics up. */
+	sd_notifyf(0, "READY=1\nSTATUS=serving pool '%s' with backend %s%s%s", c.pool, c.svc.backend,
+		   c.metrics_listen ? ", metrics at " : "", c.metrics_listen ? c.metrics_listen : "");
 	ret = wait_signals(sfd) < 0 ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
 	hcd_metrics_stop();
 	hc_service_stop(svc);
