@@ -6,7 +6,7 @@ PKGS="build-essential autoconf automake libtool pkg-config check libsubunit-dev
       libssl-dev libnuma-dev libjson-c-dev libck-dev python3
       liburing-dev libxxhash-dev libinih-dev libsystemd-dev fio
       libmemcached-dev memcached sasl2-bin libucx-dev ucx-utils iproute2 clang
-      abigail-tools clang-format python3-torch"
+      abigail-tools clang-format python3-torch systemd"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
