@@ -28,6 +28,11 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return remove(path);
 }
 
+int hc_rp_rm_tree(const char *path)
+{
+	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* The PID in name after prefix (and before '-' or the end), if it is a
  * dead process's: 1 and *pid, else 0. */
 static int dead_pid(const char *name, const char *prefix, long *pid)
@@ -80,7 +85,7 @@ unsigned hc_rp_sweep(const char *dir, FILE *say)
 		while ((e = readdir(d)))
 			if (e->d_type == DT_DIR && dead_pid(e->d_name, "hicache-replay-", &pid)) {
 				snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-				if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0) {
+				if (hc_rp_rm_tree(path) == 0) {
 					fprintf(say, "hicache-bench replay: removed %s, left by replay pid %ld, gone\n",
 						path, pid);
 					gone++;

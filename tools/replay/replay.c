@@ -8,7 +8,6 @@
  * when a rank fails or Ctrl-C stops the run.
  */
 #include <errno.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -471,12 +470,6 @@ static const char *build_tree_plugins(const char *spec, char *buf, size_t len)
 	return NULL;
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st, (void)flag, (void)ftw;
-	return remove(path);
-}
-
 /* Wait for every rank; a failed one stops the others.  Samples the
  * timeline meanwhile.  Returns how many failed.  A rank that died (a
  * signal) or exited without its own message is said here: nothing else
@@ -778,7 +771,7 @@ out:
 	if (created && o.keep)
 		fprintf(stderr, PROG ": kept pool %s%s%s\n", pool, l3dir[0] ? " and " : "", l3dir);
 	if (l3dir[0] && !o.keep)
-		nftw(l3dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+		hc_rp_rm_tree(l3dir);
 	if (sh != MAP_FAILED)
 		munmap(sh, sizeof(*sh));
 	hc_rp_workload_free(&w);

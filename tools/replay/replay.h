@@ -102,5 +102,7 @@ int hc_rp_main(int argc, char **argv);
 /* leftovers.c: remove what replays that died left (pools, shm stores, L3
  * directories under dir, named after their PIDs), each said on say; how many. */
 unsigned hc_rp_sweep(const char *dir, FILE *say);
+/* leftovers.c: remove the directory tree at path (nftw's result). */
+int hc_rp_rm_tree(const char *path);
 
 #endif /* HC_TOOLS_REPLAY_REPLAY_H */
