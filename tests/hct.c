@@ -576,6 +576,12 @@ void hct_l3_teardown(void)
 	hct_l3_dir[0] = '\0';
 }
 
+/* Service children still running: a hung rank shows where they are too. */
+#define HCT_MAX_SVC 8
+static pid_t svc_kids[HCT_MAX_SVC];
+
+static void dump_stack(int sig);
+
 pid_t hct_service_child(const char *name, const struct hc_service_opts *o)
 {
 	int *ready = hct_shared(sizeof(int));
@@ -591,6 +597,7 @@ pid_t hct_service_child(const char *name, const struct hc_service_opts *o)
 		hc_service *s;
 		int sig;
 		sigprocmask(SIG_BLOCK, &term, NULL);
+		signal(SIGUSR2, dump_stack);
 		if (hc_service_start(name, o, &s) < 0) {
 			fprintf(stderr, "hct: service child: %s\n", hc_last_error());
 			_exit(1);
@@ -605,6 +612,11 @@ pid_t hct_service_child(const char *name, const struct hc_service_opts *o)
 		usleep(1000);
 	}
 	munmap(ready, sizeof(int));
+	for (unsigned i = 0; i < HCT_MAX_SVC; i++)
+		if (!svc_kids[i] || kill(svc_kids[i], 0) < 0) {
+			svc_kids[i] = pid;
+			break;
+		}
 	return pid;
 }
 
@@ -706,6 +718,11 @@ int hct_wait_child(pid_t pid)
 		if (ms >= HCT_CHILD_MAX_MS) {
 			fprintf(stderr, "hct: child %d still runs after %d ms; where it and we are:\n", (int)pid, ms);
 			dump_task_files(pid);
+			for (unsigned i = 0; i < HCT_MAX_SVC; i++)
+				if (svc_kids[i] && waitpid(svc_kids[i], &st, WNOHANG) == 0) {
+					fprintf(stderr, "hct: and service child %d:\n", (int)svc_kids[i]);
+					dump_task_files(svc_kids[i]);
+				}
 			dump_task_files(getpid());
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);

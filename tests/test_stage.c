@@ -9,6 +9,7 @@
  * many ranks at once on a pool far smaller than their data, reading back
  * every byte.  Bad requests get clear errors.
  */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -498,6 +499,23 @@ struct pressure {
 	_Atomic int bad, done;
 };
 
+/* A prefetch that never ends: the arbiter's state, then a failure. */
+static void stuck(hc_pool *p, unsigned me, unsigned r, unsigned n)
+{
+	struct hc_service_info si = info(p);
+	struct hc_stats st;
+
+	ck_assert_ok(hc_pool_stats(p, &st, sizeof(st)));
+	ck_abort_msg(
+		"rank %u round %u: a prefetch of %u keys not done after 15 s: live %d, R %u, W %u, parked reads %u, "
+		"writes %u, jobs queued %u, running %u; pages free %" PRIu64 " reserved %" PRIu64 " ready %" PRIu64
+		"; released %" PRIu64 ", expired %" PRIu64 ", parked-read events %" PRIu64,
+		me, r, n, si.live, si.stage_read, si.stage_write, si.parked_reads, si.parked_writes, si.jobs_queued,
+		si.jobs_running, st.pages[HC_PAGE_FREE], st.pages[HC_PAGE_RESERVED], st.pages[HC_PAGE_READY],
+		st.counter[HC_CTR_stage_released], st.counter[HC_CTR_stage_expired],
+		st.counter[HC_CTR_stage_parked_reads]);
+}
+
 static void pressure_rank(hc_pool *p, void *arg)
 {
 	struct pressure *ps = arg;
@@ -526,6 +544,8 @@ static void pressure_rank(hc_pool *p, void *arg)
 		ck_assert_ok(hc_req_free(g));
 		/* read back everything written so far; check every byte */
 		ck_assert_ok(hc_req_prefetch(p, &pr, &rq));
+		if (hc_req_wait(rq, 15000) == -ETIMEDOUT) /* say what the arbiter holds, not just hang */
+			stuck(p, me, r, pr.nkeys);
 		h = hc_req_prefetch_take(rq, rd, NULL);
 		ck_assert_msg(h == (int)pr.nkeys, "rank %u round %u: hit %d of %u: %s", me, r, h, pr.nkeys,
 			      hc_last_error());
