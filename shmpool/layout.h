@@ -41,7 +41,7 @@
 #include "ring.h"
 
 #define HC_SEG_MAGIC     UINT64_C(0x0145484341434948) /* "HICACHE\1" little-endian */
-#define HC_LAYOUT_MAJOR  7                            /* 7: the free map and the LRU list */
+#define HC_LAYOUT_MAJOR  8                            /* 8: histograms to 67 s, with their max */
 #define HC_LAYOUT_MINOR  0
 #define HC_LAYOUT_ID     "page-unified-v1"
 #define HC_SEG_HDR_BYTES 4096
@@ -287,13 +287,13 @@ static_assert(sizeof(struct hc_seg_ctl) % 64 == 0, "control block is whole cache
  * pool's figures are the sum of every row. */
 #define HC_STATS_ROW_WORDS 256u
 /* A row: the counters from word 0, then from word HC_STATS_HIST_WORD each
- * histogram's buckets and its sum of microseconds. */
+ * histogram's buckets, its sum of microseconds and its max. */
 #define HC_STATS_HIST_WORD  64u
-#define HC_STATS_HIST_WORDS (HC_HIST_BUCKETS + 1u)
+#define HC_STATS_HIST_WORDS (HC_HIST_BUCKETS + 2u)
 static_assert(HC_CTR__COUNT <= HC_STATS_HIST_WORD, "a row holds every counter: new counters keep the layout");
 /* Then from word HC_STATS_TOKENS_WORD the histograms of tokens per request
  * by tier (enum hc_tier), in the same shape. */
-#define HC_STATS_TOKENS_WORD 128u
+#define HC_STATS_TOKENS_WORD 160u
 static_assert(HC_STATS_TOKENS_WORD + HC_TIER__COUNT * HC_STATS_HIST_WORDS <= HC_STATS_ROW_WORDS,
 	      "a row holds every token histogram");
 static_assert(HC_STATS_HIST_WORD + HC_HIST__COUNT * HC_STATS_HIST_WORDS <= HC_STATS_TOKENS_WORD,

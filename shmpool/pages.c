@@ -381,7 +381,7 @@ alloc_more(struct hc_pool *p, unsigned n, unsigned got, uint32_t presence, int a
 	}
 	hc__alloc_undo(p, out, got);
 	hc__quota_give(p, n - got);
-	hc__count(p, HC_CTR_alloc_fails, 1);
+	hc__count(p, HC_CTR_alloc_failed, 1);
 	if (atomic_load_explicit(&p->ctl->service.write_policy, memory_order_relaxed) == HC_WRITE_BACK + 1) {
 		hc__dirty_note(p, 1); /* the writer makes room: wake it now */
 		return hc__err(

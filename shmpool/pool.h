@@ -508,6 +508,8 @@ static inline void hc__hist_at(_Atomic uint64_t *row, unsigned at, uint64_t v)
 {
 	hc__row_bump(row, at + hc__hist_bucket(v), 1);
 	hc__row_bump(row, at + HC_HIST_BUCKETS, v);
+	if (row && v > atomic_load_explicit(&row[at + HC_HIST_BUCKETS + 1], memory_order_relaxed))
+		atomic_store_explicit(&row[at + HC_HIST_BUCKETS + 1], v, memory_order_relaxed);
 }
 
 static inline void hc__hist(struct hc_pool *p, unsigned at, uint64_t v)

@@ -106,7 +106,7 @@ static void service_gauges(const struct hc_pool *p, struct hc_stats *out)
 	out->stage_parked_writes = atomic_load_explicit(&sv->parked_writes, memory_order_relaxed);
 }
 
-/* Add a row's histogram (its buckets, then its sum) to h. */
+/* Add a row's histogram (its buckets, its sum, its max) to h. */
 static void hist_add(struct hc_hist *h, const _Atomic uint64_t *w)
 {
 	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
@@ -115,6 +115,8 @@ static void hist_add(struct hc_hist *h, const _Atomic uint64_t *w)
 		h->count += v;
 	}
 	h->sum += atomic_load_explicit(&w[HC_HIST_BUCKETS], memory_order_relaxed);
+	uint64_t m = atomic_load_explicit(&w[HC_HIST_BUCKETS + 1], memory_order_relaxed);
+	h->max = m > h->max ? m : h->max;
 }
 
 static_assert(HC_CTR__COUNT <= HC_CTR_MAX && HC_HIST__COUNT <= HC_HIST_MAX && HC_TIER__COUNT <= HC_TIER_MAX &&

@@ -63,7 +63,7 @@ int main(void)
 	M(hc_ticket, size), M(hc_ticket, index), M(hc_ticket, gen), M(hc_ticket, kind), M(hc_ticket, n);
 	M(hc_ticket, held), M(hc_ticket, first), M(hc_ticket, released), M(hc_ticket, pages);
 	S(hc_hist);
-	M(hc_hist, bucket), M(hc_hist, count), M(hc_hist, sum);
+	M(hc_hist, bucket), M(hc_hist, count), M(hc_hist, sum), M(hc_hist, max);
 	S(hc_stats);
 	M(hc_stats, pages), M(hc_stats, keyed), M(hc_stats, pinned_pages), M(hc_stats, pin_count);
 	M(hc_stats, locked_pages), M(hc_stats, lock_count), M(hc_stats, ticket_pages), M(hc_stats, live_ranks);

@@ -290,7 +290,7 @@ START_TEST(all_or_nothing_when_pinned)
 	ck_assert_msg_has("evictable");
 	st = hct_stats(p);
 	ck_assert_uint_eq(st.pages[HC_PAGE_RESERVED], 0);
-	ck_assert_uint_eq(hct_counter(p, HC_CTR_alloc_fails), 1);
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_alloc_failed), 1);
 	ck_assert_int_eq(hc_page_alloc(p, 2, 1, out), 2); /* the two unpinned ones */
 	ck_assert_int_eq(hct_hit(p, k, 8), 6);
 	ck_assert_int_eq(hc_page_abort(p, out, 2), 2);

@@ -700,8 +700,8 @@ START_TEST(metrics_http)
 	ck_assert_has(buf, "text/plain; version=0.0.4");
 	ck_assert_has(buf, "# TYPE hicache_pages gauge");
 	ck_assert_has(buf, "hicache_pages{pool=\"");
-	ck_assert_has(buf, "hicache_svc_requests_total{pool=\"");
-	ck_assert_lacks(buf, "hicache_svc_requests_total{pool=\"x\"} 0\n");
+	ck_assert_has(buf, "hicache_service_requests_total{pool=\"");
+	ck_assert_lacks(buf, "hicache_service_requests_total{pool=\"x\"} 0\n");
 	ck_assert_has(buf, "hicache_service_up{pool=\"");
 	{
 		/* the service counted our request: its counter is not 0 */

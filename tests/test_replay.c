@@ -933,7 +933,7 @@ START_TEST(l3_full_said)
 	for (cause = err; (cause = strstr(cause, "failed with no space: No space left on device")); cause++)
 		said++;
 	ck_assert_msg(said == 1, "said %u times, not once:\n%s", said, err);
-	ck_assert_msg(strstr(err, "counted in l3_backup_fail_nospace") &&
+	ck_assert_msg(strstr(err, "counted in l3_backup_failed_nospace") &&
 			      strstr(err, "writing a page to L3 (file:dir="),
 		      "%s", err);
 	j = json_object_from_file(in_dir("full.json"));

@@ -568,11 +568,11 @@ START_TEST(rank_killed_midflight)
 	hct_counters(p, c0);
 	e.pid[VICTIM] = hct_spawn(e.name, victim, &e.ra[VICTIM]);
 	ck_assert_msg(wait_for(&b->step[VICTIM], 1), "victim: %s", b->why[VICTIM]);
-	for (int i = 0; i < 5000 && hct_counter(p, HC_CTR_svc_requests) < c0[HC_CTR_svc_requests] + 2; i++)
+	for (int i = 0; i < 5000 && hct_counter(p, HC_CTR_service_requests) < c0[HC_CTR_service_requests] + 2; i++)
 		usleep(1000);
 	hct_counters(p, c1);
 	s1 = hct_stats(p);
-	ck_assert_uint_eq(c1[HC_CTR_svc_requests], c0[HC_CTR_svc_requests] + 2);
+	ck_assert_uint_eq(c1[HC_CTR_service_requests], c0[HC_CTR_service_requests] + 2);
 	ck_assert_uint_eq(c1[HC_CTR_l3_prefetch_pages], c0[HC_CTR_l3_prefetch_pages]); /* in flight */
 	ck_assert_uint_ge(s1.pin_count, NV);
 	ck_assert_uint_ge(s1.pages[HC_PAGE_RESERVED], NW);

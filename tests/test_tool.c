@@ -746,7 +746,7 @@ START_TEST(stat_formats)
 	ck_assert_int_eq(jint(o, "keyed_pages"), 4);
 	ck_assert_int_eq(jint(o, "live_ranks"), 1);
 	ck_assert_int_eq(jint(o, "engines"), 0);
-	ck_assert_int_eq(jint(o, "pin_count"), 0);
+	ck_assert_int_eq(jint(o, "pins_held"), 0);
 	ck_assert_double_eq_tol(json_object_get_double(jget(o, "hit_ratio", json_type_double)), 20.0 / 22.0, 1e-9);
 	json_object_put(o);
 

@@ -479,7 +479,7 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(pins, "pins taken")                                                                                          \
 	X(locks, "host locks taken")                                                                                   \
 	X(allocs, "pages allocated")                                                                                   \
-	X(alloc_fails, "allocations that failed for want of pages")                                                    \
+	X(alloc_failed, "allocations that failed for want of pages")                                                   \
 	X(reserves, "pages reserved by key")                                                                           \
 	X(reserve_skips, "keys skipped by reservations (already READY or reserved)")                                   \
 	X(evictions, "pages evicted")                                                                                  \
@@ -490,11 +490,11 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(recoveries, "dead rank slots recovered")                                                                     \
 	X(quarantines, "pages put in quarantine")                                                                      \
 	X(index_rebuilds, "index stripes rebuilt after a writer died")                                                 \
-	X(svc_requests, "requests the service took off the rings")                                                     \
-	X(svc_stale, "requests or completions of rank slots whose owner had gone")                                     \
-	X(svc_bad, "requests refused as malformed or for want of memory")                                              \
-	X(svc_cq_dropped, "completions dropped on a full completion ring")                                             \
-	X(svc_cancelled, "requests cancelled by their rank (hc_req_cancel)")                                           \
+	X(service_requests, "requests the service took off the rings")                                                 \
+	X(service_stale, "requests or completions of rank slots whose owner had gone")                                 \
+	X(service_bad, "requests refused as malformed or for want of memory")                                          \
+	X(service_cq_dropped, "completions dropped on a full completion ring")                                         \
+	X(service_cancelled, "requests cancelled by their rank (hc_req_cancel)")                                       \
 	X(req_done, "backups and prefetches done whole, and existence queries answered")                               \
 	X(req_partial, "backups and prefetches that did only a prefix of their pages")                                 \
 	X(req_timedout, "requests failed by a backend deadline")                                                       \
@@ -504,7 +504,7 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_backup_pages, "pages written to L3")                                                                      \
 	X(l3_backup_bytes, "envelope bytes written to L3")                                                             \
 	X(l3_backup_skips, "pages not written: in L3 already, or evicted since the write policy picked them")          \
-	X(l3_backup_fails, "backups cut short by a failed write, and write-policy pages that failed")                  \
+	X(l3_backup_failed, "backups cut short by a failed write, and write-policy pages that failed")                 \
 	X(l3_writer_pages, "pages the write policy sent to L3 on its own")                                             \
 	X(l3_prefetch_reqs, "prefetch requests")                                                                       \
 	X(l3_prefetch_merged, "prefetch requests merged into one of the same ticket")                                  \
@@ -512,7 +512,7 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_prefetch_shared, "prefetch keys left to another prefetch reading them")                                   \
 	X(l3_prefetch_pages, "pages read from L3 and made READY")                                                      \
 	X(l3_prefetch_bytes, "envelope bytes read from L3")                                                            \
-	X(l3_prefetch_fails, "prefetches cut short by a failed or missing read")                                       \
+	X(l3_prefetch_failed, "prefetches cut short by a failed or missing read")                                      \
 	X(l3_prefetch_corrupt, "prefetches cut short by an object that failed its checks")                             \
 	X(l3_prefetch_nospace, "prefetches that could not reserve their pages")                                        \
 	X(stage_grants, "buffer_only: write grants given")                                                             \
@@ -525,10 +525,10 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_prefetch_helped, "parts of long prefetches read by an idle worker helping the one that runs it")          \
 	X(l3_forgotten, "pages marked in L3 whose object L3 said it no longer had: dirty again")                       \
 	X(l3_backup_puts, "backend put calls made by backups (small backups queued together share one)")               \
-	X(l3_backup_fail_nospace, "page writes to L3 that failed for want of space (ENOSPC, EDQUOT, EFBIG)")           \
-	X(l3_backup_fail_access, "page writes to L3 refused access (EACCES, EPERM, EROFS)")                            \
-	X(l3_backup_fail_io, "page writes to L3 that failed with an I/O error (EIO)")                                  \
-	X(l3_backup_fail_other, "page writes to L3 that failed otherwise (the log names the error)")
+	X(l3_backup_failed_nospace, "page writes to L3 that failed for want of space (ENOSPC, EDQUOT, EFBIG)")         \
+	X(l3_backup_failed_access, "page writes to L3 refused access (EACCES, EPERM, EROFS)")                          \
+	X(l3_backup_failed_io, "page writes to L3 that failed with an I/O error (EIO)")                                \
+	X(l3_backup_failed_other, "page writes to L3 that failed otherwise (the log names the error)")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,
@@ -555,9 +555,10 @@ enum hc_hist_kind {
 };
 #define HC_HIST_MAX 8 /* room for histograms in hc_stats */
 
-/* Bucket i counts latencies below hc_hist_bound_us(i) (16 us << i) and at or
- * above the bound before it; the last one, everything slower. */
-#define HC_HIST_BUCKETS 16
+/* Bucket i counts latencies below hc_hist_bound_us(i) (16 us << i, up to
+ * 2^26 us, 67 s) and at or above the bound before it; the last one,
+ * everything slower.  max bounds what the last bucket holds. */
+#define HC_HIST_BUCKETS 24
 struct hc_hist {
 	uint64_t bucket[HC_HIST_BUCKETS];
 	uint64_t count;
@@ -565,6 +566,7 @@ struct hc_hist {
 		uint64_t sum_us; /* latency histograms: microseconds, summed */
 		uint64_t sum;    /* token histograms: tokens, summed */
 	};
+	uint64_t max; /* the largest value counted, in the unit of sum */
 };
 
 /* Tokens per request by the tier that served them, X(name, help); the

@@ -79,18 +79,18 @@ static unsigned fail_cause(int err, enum hc_counter *c)
 	case ENOSPC:
 	case EDQUOT:
 	case EFBIG:
-		*c = HC_CTR_l3_backup_fail_nospace;
+		*c = HC_CTR_l3_backup_failed_nospace;
 		return 0;
 	case EACCES:
 	case EPERM:
 	case EROFS:
-		*c = HC_CTR_l3_backup_fail_access;
+		*c = HC_CTR_l3_backup_failed_access;
 		return 1;
 	case EIO:
-		*c = HC_CTR_l3_backup_fail_io;
+		*c = HC_CTR_l3_backup_failed_io;
 		return 2;
 	default:
-		*c = HC_CTR_l3_backup_fail_other;
+		*c = HC_CTR_l3_backup_failed_other;
 		return 3;
 	}
 }
@@ -121,8 +121,8 @@ void hc__svc_put_failed(hc_service *s, int err)
 		return;
 	if (first)
 		hc__log(HC_LOG_ERR,
-			"pool '%s': writing a page to L3 (%s) failed with %s: %s; counted in l3_backup_fail_%s, and said again at most every 10 s",
-			s->name, s->backend, what[k], strerror(-err), hc_counter_name(c) + strlen("l3_backup_fail_"));
+			"pool '%s': writing a page to L3 (%s) failed with %s: %s; counted in %s, and said again at most every 10 s",
+			s->name, s->backend, what[k], strerror(-err), hc_counter_name(c));
 	else
 		hc__log(HC_LOG_ERR,
 			"pool '%s': %" PRIu64 " page writes to L3 (%s) failed with %s since the last report (now %s)",
@@ -147,7 +147,7 @@ static void bk_settle(hc_service *s, const struct job *j, struct bstate *st, con
 			hc__svc_count(s, HC_CTR_l3_backup_pages, 1);
 			hc__svc_count(s, HC_CTR_l3_backup_bytes, p->g.envelope_bytes);
 		} else if (b->status[i] != 0) {
-			hc__svc_count(s, HC_CTR_l3_backup_fails, 1); /* lenient: this page only */
+			hc__svc_count(s, HC_CTR_l3_backup_failed, 1); /* lenient: this page only */
 			hc__svc_put_failed(s, b->status[i]);
 		} else {
 			/* Stored after the failure: a suffix nobody can reach
@@ -171,7 +171,7 @@ static void bk_end(hc_service *s, struct job *j, const struct bstate *st)
 	const hc_page_t *pages = j->items;
 
 	if (st->bad >= 0) {
-		hc__svc_count(s, HC_CTR_l3_backup_fails, 1);
+		hc__svc_count(s, HC_CTR_l3_backup_failed, 1);
 		j->where = (uint32_t)(st->err < 0 ? -st->err : EIO);
 		j->result = (int)st->bad;
 	} else if (st->done == j->n) {

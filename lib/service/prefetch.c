@@ -163,8 +163,9 @@ static void pf_settle(hc_service *s, struct pf_help *h, uint32_t x, int read)
 		h->failed = 1;
 		h->j->where = h->at[x];
 		if (read)
-			hc__svc_count(
-				s, h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_fails, 1);
+			hc__svc_count(s,
+				      h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_failed,
+				      1);
 	}
 	if (!read || h->status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */
 		hc_page_abort(p, &pg, 1);

@@ -71,10 +71,10 @@ static void post(hc_service *s, unsigned slot, uint32_t epoch, uint64_t user_dat
 
 	pthread_mutex_lock(&s->cq_mu);
 	if (!v->ok || v->epoch != epoch) {
-		hc__svc_count(s, HC_CTR_svc_stale, 1); /* its owner is gone: nobody waits */
+		hc__svc_count(s, HC_CTR_service_stale, 1); /* its owner is gone: nobody waits */
 	} else if (hc__ring_room(&v->cq, 1) != 1) {
 		hc__ring_drop(&v->cq); /* full or damaged: the rank is gone or not reading */
-		hc__svc_count(s, HC_CTR_svc_cq_dropped, 1);
+		hc__svc_count(s, HC_CTR_service_cq_dropped, 1);
 	} else {
 		memcpy(hc__ring_slot(&v->cq, 0), &c, sizeof(c));
 		hc__ring_post(&v->cq, 1);
@@ -224,9 +224,9 @@ static int serve_slot(hc_service *s, unsigned slot)
 				continue;
 			}
 			if (e.op == HC__OP_STAGE)
-				hc__svc_count(s, HC_CTR_svc_requests, 1);
+				hc__svc_count(s, HC_CTR_service_requests, 1);
 			if ((r = hc__stage_request(s, &e, &w)) < 0 && e.op == HC__OP_STAGE) {
-				hc__svc_count(s, r == -EINVAL ? HC_CTR_svc_bad : HC_CTR_req_failed, 1);
+				hc__svc_count(s, r == -EINVAL ? HC_CTR_service_bad : HC_CTR_req_failed, 1);
 				post(s, slot, epoch, e.user_data, r, 0);
 			}
 			continue;
@@ -239,9 +239,9 @@ static int serve_slot(hc_service *s, unsigned slot)
 			size = -ESTALE;
 		hc__ring_release(&v->sq, 1);
 		done++;
-		hc__svc_count(s, HC_CTR_svc_requests, 1);
+		hc__svc_count(s, HC_CTR_service_requests, 1);
 		if (size == -ESTALE) {
-			hc__svc_count(s, HC_CTR_svc_stale, 1);
+			hc__svc_count(s, HC_CTR_service_stale, 1);
 			continue; /* a dead owner's: nobody waits for it */
 		}
 		w.user_data = e.user_data;
@@ -254,7 +254,7 @@ static int serve_slot(hc_service *s, unsigned slot)
 		}
 		r = size < 0 ? size : hc__xfer_submit(s, &e, s->args, &w);
 		if (r < 0) {
-			hc__svc_count(s, HC_CTR_svc_bad, 1);
+			hc__svc_count(s, HC_CTR_service_bad, 1);
 			post(s, slot, epoch, e.user_data, r, 0);
 		}
 	}

@@ -370,7 +370,7 @@ int hc__stage_cancel(hc_service *s, const struct waiter *w)
 	if ((g = unpark_grant(st, w))) {
 		hc__svc_post(s, &g->w, -ECANCELED, 0);
 		free(g);
-		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+		hc__svc_count(s, HC_CTR_service_cancelled, 1);
 		gauges(s);
 		return 1;
 	}
@@ -382,7 +382,7 @@ int hc__stage_cancel(hc_service *s, const struct waiter *w)
 					continue;
 				*x = gone->next;
 				hc__svc_post(s, gone, -ECANCELED, 0);
-				hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+				hc__svc_count(s, HC_CTR_service_cancelled, 1);
 				free(gone);
 				if (!j->waiters) { /* nobody waits for it any more: it never runs */
 					unpark(st, j);

@@ -40,9 +40,13 @@ struct keymap {
 static void svc_hist(hc_service *s, unsigned at, uint64_t v)
 {
 	_Atomic uint64_t *h = &s->p->stats[(size_t)s->p->slot * HC_STATS_ROW_WORDS + at];
+	uint64_t max = atomic_load_explicit(&h[HC_HIST_BUCKETS + 1], memory_order_relaxed);
 
 	atomic_fetch_add_explicit(&h[hc__hist_bucket(v)], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&h[HC_HIST_BUCKETS], v, memory_order_relaxed);
+	while (v > max && !atomic_compare_exchange_weak_explicit(&h[HC_HIST_BUCKETS + 1], &max, v, memory_order_relaxed,
+								 memory_order_relaxed))
+		; /* another worker's larger max stops it */
 }
 
 /* A write-policy backup, from its queueing to its end, into the backup
@@ -237,7 +241,7 @@ static void job_finish(hc_service *s, struct job *j)
 		j->result = ready_prefix(s, j);
 	if (atomic_load_explicit(&j->cancel, memory_order_relaxed)) {
 		j->result = -ECANCELED;
-		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+		hc__svc_count(s, HC_CTR_service_cancelled, 1);
 	}
 	if (j->internal) {
 		hc__writer_done(s, j);
@@ -631,7 +635,7 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 		*wp = gone->next;
 		pthread_mutex_unlock(&s->mu);
 		hc__svc_post(s, gone, -ECANCELED, 0);
-		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+		hc__svc_count(s, HC_CTR_service_cancelled, 1);
 		free(gone);
 		return;
 	}
@@ -647,7 +651,7 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 				s->qtail = q;
 		}
 		j->result = -ECANCELED;
-		hc__svc_count(s, HC_CTR_svc_cancelled, 1);
+		hc__svc_count(s, HC_CTR_service_cancelled, 1);
 		hc__svc_complete(s, j);
 		job_free(s, j);
 	}

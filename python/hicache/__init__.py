@@ -433,7 +433,8 @@ class Pool:
                 nm = fn(i)
                 if nm is None:
                     break
-                d[key][nm.decode()] = {"buckets": list(arr[i].bucket), "count": arr[i].count, "sum": arr[i].sum}
+                d[key][nm.decode()] = {"buckets": list(arr[i].bucket), "count": arr[i].count, "sum": arr[i].sum,
+                                    "max": arr[i].max}
         return d
 
     def service_live(self):

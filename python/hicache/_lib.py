@@ -17,7 +17,7 @@ c_char_p, c_void_p, c_size_t = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t
 KEY_BYTES = 32
 Key = c_u8 * KEY_BYTES
 NAME_MAX, MODEL_ID_MAX, COMP_NAME_MAX = 64, 127, 31
-HIST_BUCKETS, CTR_MAX, HIST_MAX, TIER_MAX, PAGE_STATES_MAX = 16, 128, 8, 4, 8
+HIST_BUCKETS, CTR_MAX, HIST_MAX, TIER_MAX, PAGE_STATES_MAX = 24, 128, 8, 4, 8
 PAGE_NONE = 2**64 - 1
 
 
@@ -95,7 +95,7 @@ class Ticket(_Versioned):
 
 
 class Hist(ctypes.Structure):
-    _fields_ = [("bucket", c_u64 * HIST_BUCKETS), ("count", c_u64), ("sum", c_u64)]
+    _fields_ = [("bucket", c_u64 * HIST_BUCKETS), ("count", c_u64), ("sum", c_u64), ("max", c_u64)]
 
 
 class Stats(ctypes.Structure):
@@ -155,7 +155,7 @@ def _find():
             return path
         return _config.SONAME
     except ImportError:
-        return "libhicache.so.1"
+        return "libhicache.so.2"
 
 
 def load():

@@ -15,9 +15,9 @@
 #define STAT_GAUGES(X)                                                                                                 \
 	X(keyed_pages, keyed, "pages in the key index")                                                                \
 	X(pinned_pages, pinned_pages, "pages pinned by at least one rank")                                             \
-	X(pin_count, pin_count, "pins held, summed over pages")                                                        \
+	X(pins_held, pin_count, "pins held, summed over pages")                                                        \
 	X(locked_pages, locked_pages, "pages host-locked by at least one rank")                                        \
-	X(lock_count, lock_count, "host locks held, summed over pages")                                                \
+	X(locks_held, lock_count, "host locks held, summed over pages")                                                \
 	X(ticket_pages, ticket_pages, "pages held by at least one ticket")                                             \
 	X(live_ranks, live_ranks, "rank slots marked live")                                                            \
 	X(engines, engines, "engines with a live rank")                                                                \
@@ -69,8 +69,11 @@ uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q)
 
 	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
 		seen += h->bucket[b];
-		if (h->count && seen >= want)
-			return hc_hist_bound_us(b);
+		if (h->count && seen >= want) {
+			uint64_t bound = hc_hist_bound_us(b);
+			/* the last bucket has no bound: the largest value is one */
+			return bound == UINT64_MAX || h->max < bound ? h->max : bound;
+		}
 	}
 	return 0;
 }

@@ -74,10 +74,8 @@ static void stat_text(const struct hc_pool_info *in, const struct hc_stats *st, 
 		const struct hc_hist *x = &st->hist[h];
 		uint64_t p50 = hc_cli_hist_quantile_us(x, 0.5), p99 = hc_cli_hist_quantile_us(x, 0.99);
 		char b50[24], b99[24];
-		snprintf(b50, sizeof(b50), p50 == UINT64_MAX ? ">%" PRIu64 : "<%" PRIu64,
-			 p50 == UINT64_MAX ? hc_hist_bound_us(HC_HIST_BUCKETS - 2) : p50);
-		snprintf(b99, sizeof(b99), p99 == UINT64_MAX ? ">%" PRIu64 : "<%" PRIu64,
-			 p99 == UINT64_MAX ? hc_hist_bound_us(HC_HIST_BUCKETS - 2) : p99);
+		snprintf(b50, sizeof(b50), "<=%" PRIu64, p50);
+		snprintf(b99, sizeof(b99), "<=%" PRIu64, p99);
 		printf("  %-10s %8" PRIu64 " requests, mean %8.1f, p50 %9s, p99 %9s\n", hc_hist_name(h), x->count,
 		       x->count ? (double)x->sum_us / (double)x->count : 0.0, x->count ? b50 : "-",
 		       x->count ? b99 : "-");
@@ -97,6 +95,7 @@ static struct json_object *hist_json(const struct hc_hist *h, const char *sum, c
 
 	hcp_jadd_u64(k, "count", h->count);
 	hcp_jadd_u64(k, sum, h->sum);
+	hcp_jadd_u64(k, "max", h->max);
 	for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
 		struct json_object *e = json_object_new_object();
 		uint64_t bound = hc_hist_bound_us(i);

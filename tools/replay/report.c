@@ -166,24 +166,24 @@ static unsigned quantile(const struct hc_hist *h, double share)
 	return HC_HIST_BUCKETS - 1;
 }
 
-/* "<= 1024 us", or "> 262144 us" for the last bucket, which has no bound. */
+/* The bound of the bucket share falls in; in the last, which has no bound,
+ * the largest value seen (an upper bound too). */
+static uint64_t quantile_le(const struct hc_hist *h, double share)
+{
+	uint64_t bound = hc_hist_bound_us(quantile(h, share));
+
+	return bound == UINT64_MAX || h->max < bound ? h->max : bound;
+}
+
 static const char *quantile_text(char *b, size_t n, const struct hc_hist *h, double share)
 {
-	unsigned i = quantile(h, share);
-
-	if (i == HC_HIST_BUCKETS - 1)
-		snprintf(b, n, "> %" PRIu64 " us", hc_hist_bound_us(i - 1));
-	else
-		snprintf(b, n, "%" PRIu64 " us", hc_hist_bound_us(i));
+	snprintf(b, n, "%" PRIu64 " us", quantile_le(h, share));
 	return b;
 }
 
-/* JSON: the bound, or null past the last one. */
 static json_object *quantile_json(const struct hc_hist *h, double share)
 {
-	unsigned i = quantile(h, share);
-
-	return i == HC_HIST_BUCKETS - 1 ? NULL : json_object_new_int64((int64_t)hc_hist_bound_us(i));
+	return json_object_new_int64((int64_t)quantile_le(h, share));
 }
 
 static double gbps(uint64_t bytes, double s)
@@ -269,15 +269,15 @@ void hc_rp_report_text(FILE *f, const struct hc_rp_result *r)
 		r->st.counter[HC_CTR_req_failed], r->st.counter[HC_CTR_req_timedout], r->st.counter[HC_CTR_evictions]);
 	{
 		const uint64_t *ctr = r->st.counter;
-		uint64_t all = ctr[HC_CTR_l3_backup_fail_nospace] + ctr[HC_CTR_l3_backup_fail_access] +
-			       ctr[HC_CTR_l3_backup_fail_io] + ctr[HC_CTR_l3_backup_fail_other];
+		uint64_t all = ctr[HC_CTR_l3_backup_failed_nospace] + ctr[HC_CTR_l3_backup_failed_access] +
+			       ctr[HC_CTR_l3_backup_failed_io] + ctr[HC_CTR_l3_backup_failed_other];
 
 		if (all)
 			fprintf(f,
 				"L3 page writes failed: %" PRIu64 " (no space %" PRIu64 ", access refused %" PRIu64
 				", I/O error %" PRIu64 ", other %" PRIu64 "; the log names each)\n",
-				all, ctr[HC_CTR_l3_backup_fail_nospace], ctr[HC_CTR_l3_backup_fail_access],
-				ctr[HC_CTR_l3_backup_fail_io], ctr[HC_CTR_l3_backup_fail_other]);
+				all, ctr[HC_CTR_l3_backup_failed_nospace], ctr[HC_CTR_l3_backup_failed_access],
+				ctr[HC_CTR_l3_backup_failed_io], ctr[HC_CTR_l3_backup_failed_other]);
 	}
 	if (r->have_ref)
 		fprintf(f,
@@ -405,10 +405,10 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 	put_u64(x, "l3_failed", r->st.counter[HC_CTR_req_failed]);
 	put_u64(x, "l3_timed_out", r->st.counter[HC_CTR_req_timedout]);
 	put_u64(x, "evictions", r->st.counter[HC_CTR_evictions]);
-	put_u64(x, "l3_write_fail_nospace", r->st.counter[HC_CTR_l3_backup_fail_nospace]);
-	put_u64(x, "l3_write_fail_access", r->st.counter[HC_CTR_l3_backup_fail_access]);
-	put_u64(x, "l3_write_fail_io", r->st.counter[HC_CTR_l3_backup_fail_io]);
-	put_u64(x, "l3_write_fail_other", r->st.counter[HC_CTR_l3_backup_fail_other]);
+	put_u64(x, "l3_write_fail_nospace", r->st.counter[HC_CTR_l3_backup_failed_nospace]);
+	put_u64(x, "l3_write_fail_access", r->st.counter[HC_CTR_l3_backup_failed_access]);
+	put_u64(x, "l3_write_fail_io", r->st.counter[HC_CTR_l3_backup_failed_io]);
+	put_u64(x, "l3_write_fail_other", r->st.counter[HC_CTR_l3_backup_failed_other]);
 	json_object_object_add(root, "outcomes", x);
 	if (r->have_ref) {
 		x = json_object_new_object();
