@@ -1068,7 +1068,7 @@ START_TEST(metrics)
 	ck_assert_msg(strncmp(buf, "HTTP/1.1 200 OK\r\n", 17) == 0, "%s", buf);
 	ck_assert_ptr_nonnull(strstr(buf, "# HELP hicache_memd_objects committed objects\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "# TYPE hicache_memd_objects gauge\nhicache_memd_objects 1\n"));
-	ck_assert_ptr_nonnull(strstr(buf, "# TYPE hicache_memd_commits counter\nhicache_memd_commits 1\n"));
+	ck_assert_ptr_nonnull(strstr(buf, "# TYPE hicache_memd_commits_total counter\nhicache_memd_commits_total 1\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "\nhicache_memd_object_bytes 5000\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "\nhicache_memd_region_bytes 262144\n"));
 	ck_assert_ptr_nonnull(strstr(buf, "\nhicache_memd_clients 1\n"));

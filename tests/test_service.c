@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,6 +141,63 @@ START_TEST(exists_and_backup)
 		int v = 0;
 		ck_assert_int_eq(hc_pool_check(p, HC_CHECK_QUIESCENT, hct_print_violation, &v), 0);
 	}
+	hc_pool_detach(p);
+	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
+/* hc_service_l3_stats: the attached backend's name and figures, which
+ * follow its writes; nothing once it is detached; bad arguments named. */
+struct figures {
+	uint64_t objects, bytes;
+	unsigned seen;
+};
+
+static void take_figure(void *arg, const char *name, uint64_t value)
+{
+	struct figures *f = arg;
+
+	f->seen++;
+	if (!strcmp(name, "objects"))
+		f->objects = value;
+	else if (!strcmp(name, "bytes"))
+		f->bytes = value;
+}
+
+START_TEST(l3_stats_of_the_attached_backend)
+{
+	const char *name = hct_name();
+	hc_pool *p = hct_create_attach(name, 8, 100, 4);
+	hc_service *s = hct_service_start(name, &(struct hc_service_opts){ .size = sizeof(struct hc_service_opts),
+									   .backend = "mem",
+									   .write_policy = HC_WRITE_NONE });
+	struct hc_store_info si;
+	struct figures f = { 0 };
+	hc_key_t k[3];
+	hc_page_t pg[3];
+	hc_req *rq;
+
+	ck_assert_ok(hc_service_l3_stats(s, &si, sizeof(si), take_figure, &f));
+	ck_assert_str_eq(si.name, "mem");
+	ck_assert_uint_gt(f.seen, 3);
+	ck_assert_uint_eq(f.objects, 0);
+	hct_keys(k, 3, 7);
+	hct_store_by_key(p, k, 3, 0, pg);
+	ck_assert_ok(hc_req_backup(p, pg, 3, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), 3);
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_ok(hc_service_l3_stats(s, NULL, 0, take_figure, &f));
+	ck_assert_uint_eq(f.objects, 3);
+	ck_assert_uint_gt(f.bytes, 0);
+	ck_assert_ok(hc_service_l3_stats(s, &si, sizeof(si), NULL, NULL)); /* the name alone */
+	/* detached: no L3 to read */
+	ck_assert_ok(hc_req_backend(p, "", &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), 0);
+	ck_assert_ok(hc_req_free(rq));
+	ck_assert_err(hc_service_l3_stats(s, &si, sizeof(si), take_figure, &f), ENOENT);
+	ck_assert_msg_has("no backend attached");
+	ck_assert_err(hc_service_l3_stats(NULL, &si, sizeof(si), take_figure, &f), EINVAL);
+	ck_assert_ok(hc_service_stop(s));
 	hc_pool_detach(p);
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
@@ -279,6 +337,7 @@ int main(void)
 	tcase_add_test(tc, no_service);
 	tcase_add_test(tc, exists_and_backup);
 	tcase_add_test(tc, one_service_per_pool);
+	tcase_add_test(tc, l3_stats_of_the_attached_backend);
 	tcase_add_test(tc, service_death);
 	tcase_add_test(tc, dead_ranks_requests_dropped);
 	suite_add_tcase(s, tc);

@@ -849,8 +849,8 @@ START_TEST(stat_formats)
 		}
 		free(buf);
 		ck_assert_uint_eq(nh, nt);
-		ck_assert_uint_eq(nt, 1 + HC_CLI_NGAUGES + HC_CTR__COUNT + 2);
-		ck_assert_uint_eq(samples, 5 + HC_CLI_NGAUGES + HC_CTR__COUNT +
+		ck_assert_uint_eq(nt, 5 + HC_CLI_NGAUGES + HC_CTR__COUNT + 2);
+		ck_assert_uint_eq(samples, 3 + 2 * HC_PAGE__COUNT + HC_CLI_NGAUGES + HC_CTR__COUNT +
 						   (HC_HIST__COUNT + HC_TIER__COUNT) * (HC_HIST_BUCKETS + 2));
 	}
 	snprintf(want, sizeof(want), "\nhicache_hits_total{pool=\"%s\"} 20\n", name);

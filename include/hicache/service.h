@@ -169,6 +169,14 @@ struct hc_service_info {
 };
 HC_API int hc_service_info(hc_pool *pool, struct hc_service_info *out, size_t size);
 
+/* The L3 a running service has attached: info as hc_store_info fills it
+ * (if info), then each of hc_store_stats's figures through emit (if
+ * emit), with the backend held open meanwhile.  -ENOENT: none attached
+ * now (hicache-pool backend detach).  Not concurrently with
+ * hc_service_stop. */
+HC_API int hc_service_l3_stats(hc_service *svc, struct hc_store_info *info, size_t size,
+			       void (*emit)(void *arg, const char *name, uint64_t value), void *arg);
+
 #ifdef __cplusplus
 }
 #endif

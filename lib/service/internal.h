@@ -98,6 +98,9 @@ struct hc_service {
 	/* backup.c: the last log line of each cause of failed L3 writes, and
 	 * the failures since it (under fail_mu) */
 	pthread_mutex_t fail_mu;
+	/* st's life, against hc_service_l3_stats from other threads: held
+	 * where st is opened into place or closed */
+	pthread_mutex_t st_mu;
 	struct {
 		uint64_t last_ns, since;
 		int last_err;

@@ -163,11 +163,15 @@ static int backend_change(hc_service *s, const char *spec, unsigned slot)
 			r = hc__err(EALREADY, "service: no backend is attached");
 			goto out;
 		}
-		if ((r = hc_store_close(s->st)) < 0)
+		pthread_mutex_lock(&s->st_mu);
+		if ((r = hc_store_close(s->st)) < 0) {
+			pthread_mutex_unlock(&s->st_mu);
 			goto out; /* the backend still holds ops given up on: it stays */
+		}
 		pthread_mutex_lock(&s->mu);
 		s->st = NULL;
 		pthread_mutex_unlock(&s->mu);
+		pthread_mutex_unlock(&s->st_mu);
 		hc__log(HC_LOG_INFO, "service: pool '%s': backend %s detached (rank slot %u asked)", s->name,
 			s->backend, slot);
 		return 0;
@@ -186,9 +190,11 @@ static int backend_change(hc_service *s, const char *spec, unsigned slot)
 	}
 	free(s->backend);
 	s->backend = copy;
+	pthread_mutex_lock(&s->st_mu);
 	pthread_mutex_lock(&s->mu);
 	s->st = st; /* the workers see it under mu, with their next job */
 	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&s->st_mu);
 	hc__log(HC_LOG_INFO, "service: pool '%s': backend %s attached (rank slot %u asked)", s->name, spec, slot);
 	return 0;
 out:
@@ -437,8 +443,10 @@ static void *service_main(void *arg)
 	pthread_mutex_lock(&s->mu);
 	s->closing = 1; /* hc_service_stop rings the bell only before this */
 	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&s->st_mu);
 	hc_store_close(s->st);
 	s->st = NULL;
+	pthread_mutex_unlock(&s->st_mu);
 	drop_lock(s);
 	hc_pool_detach(s->p);
 	s->p = NULL;
@@ -451,6 +459,7 @@ static void service_free(hc_service *s)
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->cq_mu);
 	pthread_mutex_destroy(&s->fail_mu);
+	pthread_mutex_destroy(&s->st_mu);
 	free(s->args);
 	free(s->dir);
 	free(s->backend);
@@ -506,6 +515,7 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->cq_mu, NULL);
 	pthread_mutex_init(&s->fail_mu, NULL);
+	pthread_mutex_init(&s->st_mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	if (!s->backend || (opts->dir && !s->dir) || (opts->backend_dir && !s->backend_dir)) {
 		service_free(s);
@@ -528,6 +538,24 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 	}
 	*out = s;
 	return 0;
+}
+
+int hc_service_l3_stats(hc_service *s, struct hc_store_info *info, size_t size,
+			void (*emit)(void *arg, const char *name, uint64_t value), void *arg)
+{
+	int r = 0;
+
+	if (!s)
+		return hc__err(EINVAL, "service L3 stats: the service is NULL");
+	pthread_mutex_lock(&s->st_mu);
+	if (!s->st)
+		r = hc__err(ENOENT, "service L3 stats: pool '%s' has no backend attached now", s->name);
+	if (r == 0 && info)
+		r = hc_store_info(s->st, info, size);
+	if (r >= 0 && emit)
+		r = hc_store_stats(s->st, emit, arg);
+	pthread_mutex_unlock(&s->st_mu);
+	return r < 0 ? r : 0;
 }
 
 int hc_service_stop(hc_service *s)

@@ -106,6 +106,21 @@ void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_s
 	char name[64];
 
 	hc_cli_metrics(st, g, c);
+	hc_cli_prom_family(f, "build_info", "gauge", "1, labelled with the version of the library that read the pool");
+	fprintf(f, "hicache_build_info{pool=\"%s\",version=\"%s\"} 1\n", in->name, hc_version());
+	hc_cli_prom_family(f, "pool_created_time_seconds", "gauge",
+			   "when the pool was created, in seconds since the epoch");
+	fprintf(f, "hicache_pool_created_time_seconds{pool=\"%s\"} %.3f\n", in->name,
+		(double)in->created_unix_ns / 1e9);
+	hc_cli_prom_family(f, "pool_capacity_bytes", "gauge",
+			   "the bytes of the pool's envelopes: pages times envelope size");
+	fprintf(f, "hicache_pool_capacity_bytes{pool=\"%s\"} %" PRIu64 "\n", in->name,
+		(uint64_t)in->npages * in->envelope_bytes);
+	hc_cli_prom_family(f, "pool_bytes", "gauge",
+			   "the bytes of the pool's envelopes by page state; they sum to the capacity");
+	for (int s = 0; s < HC_PAGE__COUNT; s++)
+		fprintf(f, "hicache_pool_bytes{pool=\"%s\",state=\"%s\"} %" PRIu64 "\n", in->name, hc_cli_state_keys[s],
+			st->pages[s] * in->envelope_bytes);
 	hc_cli_prom_family(f, "pages", "gauge", "pages by state");
 	for (int s = 0; s < HC_PAGE__COUNT; s++)
 		fprintf(f, "hicache_pages{pool=\"%s\",state=\"%s\"} %" PRIu64 "\n", in->name, hc_cli_state_keys[s],

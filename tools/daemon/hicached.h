@@ -50,12 +50,12 @@ void hcd_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void hcd_log_lib(int level, const char *msg, void *arg);
 
 /* GET /metrics on addr (HOST:PORT) from a thread of its own, reading the
- * pool read-only (metrics.c).  hcd_metrics_listen binds the address
+ * pool read-only, and svc's L3 figures (metrics.c); stop it before svc.  hcd_metrics_listen binds the address
  * alone, before anything is created (a bad or busy address is a config
  * error); hcd_metrics_start serves on it (binding it first if need be).
  * 0, or -errno logged. */
 int hcd_metrics_listen(const char *addr);
-int hcd_metrics_start(const char *addr, const char *pool, const char *dir);
+int hcd_metrics_start(const char *addr, const char *pool, const char *dir, hc_service *svc);
 void hcd_metrics_stop(void);
 
 #endif /* HC_TOOLS_HICACHED_H */

@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 		goto out_unmade;
 	}
 	hcd_log(HC_LOG_INFO, "serving pool '%s' with backend %s", c.pool, c.svc.backend);
-	if (c.metrics_listen && hcd_metrics_start(c.metrics_listen, c.pool, c.svc.dir) < 0) {
+	if (c.metrics_listen && hcd_metrics_start(c.metrics_listen, c.pool, c.svc.dir, svc) < 0) {
 		hc_service_stop(svc);
 		ret = HC_CLI_EXIT_FAIL;
 		goto out_unmade;

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hicached.h"
@@ -29,7 +31,9 @@ static struct {
 	int fd;      /* the listening socket */
 	int stop[2]; /* a pipe: written to stop the thread */
 	pthread_t thr;
-	hc_pool *p; /* read-only */
+	hc_pool *p;      /* read-only */
+	hc_service *svc; /* its L3's figures */
+	double started;  /* this hicached's start, seconds since the epoch */
 	int running;
 } M = { .fd = -1, .stop = { -1, -1 } };
 
@@ -93,6 +97,49 @@ static void respond(int fd, const char *status, const char *body, size_t len)
 	send_all(fd, body, len);
 }
 
+/* The L3's figures a scrape shows, of hc_store_stats's (every backend
+ * gives the first three; those that evict, evictions). */
+struct l3 {
+	uint64_t v[4];
+	unsigned have;
+};
+static const char *const l3_names[] = { "objects", "bytes", "capacity_bytes", "evictions" };
+
+static void l3_take(void *arg, const char *name, uint64_t value)
+{
+	struct l3 *l = arg;
+
+	for (unsigned i = 0; i < 4; i++)
+		if (!strcmp(name, l3_names[i])) {
+			l->v[i] = value;
+			l->have |= 1u << i;
+		}
+}
+
+static void l3_metrics(FILE *f, const char *pool)
+{
+	static const char *const family[] = { "l3_objects", "l3_bytes", "l3_capacity_bytes", "l3_evictions_total" };
+	static const char *const help[] = {
+		"objects in the L3 the service writes to, as its backend counts them",
+		"bytes of those objects",
+		"the bytes the L3 may hold (0: no limit the backend knows of)",
+		"objects the L3 evicted to make room",
+	};
+	struct hc_store_info si;
+	struct l3 l = { { 0 }, 0 };
+
+	if (hc_service_l3_stats(M.svc, &si, sizeof(si), l3_take, &l) < 0)
+		return; /* detached, or the backend cannot say: no L3 samples */
+	hc_cli_prom_family(f, "l3_info", "gauge", "1, labelled with the backend the service writes to");
+	fprintf(f, "hicache_l3_info{pool=\"%s\",backend=\"%s\"} 1\n", pool, si.name);
+	for (unsigned i = 0; i < 4; i++)
+		if (l.have & 1u << i) {
+			hc_cli_prom_family(f, family[i], i == 3 ? "counter" : "gauge", help[i]);
+			fprintf(f, "hicache_%s{pool=\"%s\",backend=\"%s\"} %" PRIu64 "\n", family[i], pool, si.name,
+				l.v[i]);
+		}
+}
+
 /* The body of one scrape, malloc'd; NULL on failure. */
 static char *scrape(size_t *len)
 {
@@ -111,6 +158,10 @@ static char *scrape(size_t *len)
 	hc_cli_prometheus(f, &in, &st);
 	hc_cli_prom_family(f, "service_up", "gauge", "1 while this hicached serves the pool");
 	fprintf(f, "hicache_service_up{pool=\"%s\"} 1\n", in.name);
+	hc_cli_prom_family(f, "service_start_time_seconds", "gauge",
+			   "when this hicached started, in seconds since the epoch");
+	fprintf(f, "hicache_service_start_time_seconds{pool=\"%s\"} %.3f\n", in.name, M.started);
+	l3_metrics(f, in.name);
 	if (fclose(f) != 0) {
 		free(buf);
 		return NULL;
@@ -184,17 +235,28 @@ static void *metrics_main(void *arg)
 	return NULL;
 }
 
+/* Seconds since the epoch, now. */
+static double wall_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 int hcd_metrics_listen(const char *addr)
 {
 	int fd = listen_on(addr);
 
+	if (!M.started)
+		M.started = wall_now(); /* at the start: it binds before anything is made */
 	if (fd < 0)
 		return fd;
 	M.fd = fd;
 	return 0;
 }
 
-int hcd_metrics_start(const char *addr, const char *pool, const char *dir)
+int hcd_metrics_start(const char *addr, const char *pool, const char *dir, hc_service *svc)
 {
 	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = HC_ATTACH_READONLY };
 	int r;
@@ -215,6 +277,7 @@ int hcd_metrics_start(const char *addr, const char *pool, const char *dir)
 		r = -r;
 		goto fail;
 	}
+	M.svc = svc;
 	M.running = 1;
 	hcd_log(HC_LOG_INFO, "serving the metrics of pool '%s' at http://%s/metrics", pool, addr);
 	return 0;

@@ -15,7 +15,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <hicache/version.h>
 
 #include "memd.h"
 
@@ -41,7 +44,8 @@ struct memd_metrics {
 	const struct memd_dir *d;
 	struct memd_list scrapes;
 	unsigned n;
-	int spare_fd; /* given back to take (and close) a scrape when no fd is left */
+	int spare_fd;   /* given back to take (and close) a scrape when no fd is left */
+	double started; /* seconds since the epoch */
 };
 
 int memd_metrics_open(struct memd_metrics **mp, int epfd, const struct memd_addr *a, const struct memd_dir *d,
@@ -49,6 +53,7 @@ int memd_metrics_open(struct memd_metrics **mp, int epfd, const struct memd_addr
 {
 	struct memd_metrics *m = calloc(1, sizeof(*m));
 	struct epoll_event e = { .events = EPOLLIN };
+	struct timespec now;
 	int r;
 
 	if (!m) {
@@ -59,6 +64,8 @@ int memd_metrics_open(struct memd_metrics **mp, int epfd, const struct memd_addr
 	m->epfd = epfd;
 	m->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	m->d = d;
+	clock_gettime(CLOCK_REALTIME, &now);
+	m->started = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
 	if ((m->fd = memd_listen(a, bound, boundlen)) < 0) {
 		r = m->fd;
 		free(m);
@@ -104,13 +111,21 @@ static bool respond(struct memd_metrics *m, struct scrape *s)
 		status = "404 Not Found";
 		fputs("not found: the metrics are at /metrics\n", f);
 	} else {
+		fprintf(f,
+			"# HELP hicache_memd_build_info 1, labelled with this server's version\n"
+			"# TYPE hicache_memd_build_info gauge\nhicache_memd_build_info{version=\"%s\"} 1\n"
+			"# HELP hicache_memd_start_time_seconds when this server started, in seconds since the epoch\n"
+			"# TYPE hicache_memd_start_time_seconds gauge\nhicache_memd_start_time_seconds %.3f\n",
+			HICACHE_VERSION_STRING, m->started);
 		for (unsigned i = 0; i < MEMD_ST__COUNT; i++) {
 			const struct memd_stat_desc *sd = &memd_stat_desc[i];
+			const char *total = sd->kind == MEMD_COUNTER ? "_total" : ""; /* a counter's name says so */
 
 			fprintf(f,
-				"# HELP hicache_memd_%s %s\n# TYPE hicache_memd_%s %s\nhicache_memd_%s %" PRIu64 "\n",
-				sd->name, sd->help, sd->name, sd->kind == MEMD_COUNTER ? "counter" : "gauge", sd->name,
-				m->d->st[i]);
+				"# HELP hicache_memd_%s%s %s\n# TYPE hicache_memd_%s%s %s\nhicache_memd_%s%s %" PRIu64
+				"\n",
+				sd->name, total, sd->help, sd->name, total,
+				sd->kind == MEMD_COUNTER ? "counter" : "gauge", sd->name, total, m->d->st[i]);
 		}
 	}
 	if (fclose(f) != 0) {
