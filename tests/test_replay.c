@@ -7,7 +7,8 @@
  * sharing prefixes), and the reference simulation of L2, by hand and
  * against a second, naive LRU.  Then hicache-bench replay itself: the
  * reference check against the simulation, every backend, hybrid models'
- * hit policies, the reports, and bad options.
+ * hit policies, the reports (the JSON against the shape its man page
+ * documents), and bad options.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +32,7 @@
 #include "../tools/cli/cli.h"
 #include "../tools/replay/workload.h"
 #include "hct.h"
+#include "hctjson.h"
 #include "mcd.h"
 
 /* A trace file of these lines in the test's directory: its path. */
@@ -582,6 +584,30 @@ START_TEST(outputs)
 }
 END_TEST
 
+/* The --json report against the shape hicache-bench-replay(1) documents:
+ * with --reference (its member shows) and no L3, whose latency quantiles
+ * are null, and with the file backend, whose are bounds. */
+START_TEST(json_documented)
+{
+	json_object *j;
+
+	ck_assert_replay(0, "--reference", "--sessions", "8", "--kv", "kv,bf16,2,16,1", "--tp", "1", "--json",
+			 in_dir("s.json"));
+	j = json_object_from_file(in_dir("s.json"));
+	ck_assert_ptr_nonnull(j);
+	hct_json_documented(j, "man/hicache-bench-replay.1", "hicache.replay/1");
+	ck_assert_ptr_nonnull(json_object_object_get(j, "reference"));
+	json_object_put(j);
+	ck_assert_replay(0, "--sessions", "8", "--kv", "kv,bf16,2,16,1", "--backend", "file", "--dir", hct_l3_dir,
+			 "--json", in_dir("t.json"));
+	j = json_object_from_file(in_dir("t.json"));
+	ck_assert_ptr_nonnull(j);
+	hct_json_documented(j, "man/hicache-bench-replay.1", "hicache.replay/1");
+	ck_assert_int_gt(jget(j, "latency_us.prefetch.count"), 0);
+	json_object_put(j);
+}
+END_TEST
+
 /* --pool: a pool made beforehand and served by a service of its own (here
  * in a child process, as hicached would be): the replay takes the model
  * from the pool, leaves it there, and leaves nothing held in it. */
@@ -992,6 +1018,7 @@ int main(void)
 	tcase_add_test(tr, backends);
 	tcase_add_test(tr, hybrids);
 	tcase_add_test(tr, outputs);
+	tcase_add_test(tr, json_documented);
 	tcase_add_test(tr, existing_pool);
 	tcase_add_test(tr, existing_pool_twice);
 	tcase_add_test(tr, paced);

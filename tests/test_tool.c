@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_tool.c - hicache-pool, run as a program: every verb end to end, its
- * JSON checked against the library's own view, exit status 2 and a message
- * naming the bad thing for each kind of command-line error, and exit 1 for
- * failures.  The parsers in tools/cli/cli.c are also tested directly.
+ * JSON checked against the library's own view and against the shapes that
+ * hicache-pool(8) documents, exit status 2 and a message naming the bad
+ * thing for each kind of command-line error, and exit 1 for failures.  The
+ * parsers in tools/cli/cli.c are also tested directly.
  */
 #include <ctype.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <hicache/service.h>
 
 #include "hct.h"
+#include "hctjson.h"
 
 /* The parsers are not in any library; compile them in to test them directly. */
 #include "../tools/cli/cli.h"
@@ -1435,6 +1437,183 @@ START_TEST(ls_engines)
 }
 END_TEST
 
+/* ---- JSON: every output of the shape hicache-pool(8) documents */
+
+#define POOL_PAGE "man/hicache-pool.8"
+
+/* r.out is one JSON object of the shape 'schema' of hicache-pool(8). */
+static void ck_assert_documented(const char *schema)
+{
+	json_object *o = jparse(r.out);
+
+	hct_json_documented(o, POOL_PAGE, schema);
+	json_object_put(o);
+}
+
+/*
+ * Each verb's --json on one small pool in a directory of its own, made so
+ * that every array has elements and every optional member shows: a rank in
+ * an engine that pins a page, keys, a violation for check and repair to
+ * find, and beside the pool, for ls, a leftover of a create and a file that
+ * is no pool.
+ */
+START_TEST(json_documented)
+{
+	const char *name = hct_name(), *dir;
+	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .flags = HC_ATTACH_NO_POPULATE };
+	struct hc_engine_spec es = { .size = sizeof(struct hc_engine_spec),
+				     .engine_id = 3,
+				     .tp_size = 2,
+				     .quota_pages = 8 };
+	struct hc_lookup_req rq = { .size = sizeof(struct hc_lookup_req), .nkeys = 1, .flags = HC_LOOKUP_PIN };
+	uint32_t free_id = 15;
+	char path[512];
+	hc_key_t keys[3];
+	hc_page_t pg;
+	hc_pool *p;
+	int fd;
+
+	hct_l3_setup(); /* the directory goes at the end, or when the test fails */
+	dir = hct_l3_dir;
+	ck_assert_tool(0, "create", name, "--dir", dir, "--model", "test/json", "--page-tokens", "16", "--tp", "2",
+		       "--kv", "kv,bf16,4,256,2", "--state", "st,f32,1K,2,replicated", "--pages", "16");
+	ao.dir = dir;
+	ck_assert_ok(hc_pool_attach(name, &ao, &p));
+	ck_assert_ok(hc_engine_join(p, &es));
+	ck_assert_tool(0, "stat", name, "--dir", dir, "--json"); /* no lookup yet: hit_ratio is null */
+	ck_assert_documented("hicache.pool-stat/1");
+
+	hct_keys(keys, 3, 61);
+	ck_assert_int_eq(hct_store(p, keys, 3, 0), 3);
+	ck_assert_int_eq(hct_hit(p, keys, 3), 3);
+	rq.keys = keys;
+	ck_assert_int_eq(hc_lookup(p, &rq, &pg), 1);
+	ck_assert_tool(0, "stat", name, "--dir", dir, "--json");
+	ck_assert_documented("hicache.pool-stat/1");
+	ck_assert_tool(0, "info", name, "--dir", dir, "--json");
+	ck_assert_documented("hicache.pool-info/1");
+	ck_assert_tool(0, "keys", name, "--dir", dir, "--json");
+	ck_assert_documented("hicache.pool-keys/1");
+
+	ck_assert_int_eq(hc_page_state(p, free_id, NULL, NULL, NULL), HC_PAGE_FREE);
+	atomic_store(&p->pages[free_id].flags, HC_PF_KEYED);
+	ck_assert_tool(1, "check", name, "--dir", dir, "--json");
+	ck_assert_documented("hicache.pool-check/1");
+	ck_assert_tool(0, "repair", name, "--dir", dir, "--json");
+	ck_assert_documented("hicache.pool-repair/1");
+	ck_assert_out_has("fixed: ");
+
+	snprintf(path, sizeof(path), "%s/.hicache.half.creating.4242", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/hicache.junk", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "not a pool", 10), 10);
+	close(fd);
+	ck_assert_tool(0, "ls", "--dir", dir, "--json");
+	ck_assert_documented("hicache.pool-ls/1");
+	ck_assert_out_has("\"incomplete\"");
+	ck_assert_out_has("\"error\"");
+	ck_assert_out_has("\"engines\"");
+
+	ck_assert_ok(hc_page_unpin(p, pg));
+	hc_pool_detach(p);
+	ck_assert_tool(0, "destroy", name, "--dir", dir);
+	hct_l3_teardown();
+}
+END_TEST
+
+/* A JSON object of the shape of check --json; what each test changes in it. */
+static json_object *check_json(void)
+{
+	return jparse("{\"schema\": \"hicache.pool-check/1\", \"name\": \"p\", \"path\": \"/dev/shm/hicache.p\","
+		      " \"quiescent\": false, \"ok\": false, \"count\": 1, \"violations\": [\"page 3: bad\"]}");
+}
+
+/* The check finds what is wrong, on either side: the output or the page. */
+START_TEST(json_check_has_teeth)
+{
+	static const struct {
+		const char *member, *value; /* set (NULL: removed) in check_json() */
+		const char *why;
+	} wrong[] = {
+		{ "schema", "\"hicache.pool-check/2\"", "schema is \"hicache.pool-check/2\"" },
+		{ "extra", "1", "extra is not documented" },
+		{ "count", NULL, "count is documented but missing" },
+		{ "count", "\"1\"", "count is string, documented as integer" },
+		{ "hit_ratio", "0.5", "hit_ratio is not documented" },
+		{ "violations", "[3]", "violations[0] is int, documented as string" },
+		{ "violations", "{}", "violations is object, documented as array" },
+	};
+	static const struct {
+		const char *man, *why;
+	} bad_pages[] = {
+		{ ".SS other\n", "no section '.SS x/1'" },
+		{ ".SS x/1\n.PP\n", "x/1 lists no member" },
+		{ ".SS x/1\n.TP\n.B schema\n", "tag is not '.BR PATH" },
+		{ ".SS x/1\n.TP\n.BR schema \" strin\"\n", "'strin' is no JSON type" },
+		{ ".SS x/1\n.TP\n.BR schema \" string or\"\n", "'or' with nothing after it" },
+		{ ".SS x/1\n.TP\n.BR schema string\n", "the type is not given as" },
+		{ ".SS x/1\n.TP\n.BR schema \" integer\"\n", "no entry 'schema' of type string" },
+		{ ".SS x/1\n.TP\n.BR schema \" string\"\n.TP\n.BR a.b \" integer\"\n", "a.b, but no a object" },
+		{ ".SS x/1\n.TP\n.BR schema \" string\"\n.TP\n.BR a[] \" integer\"\n", "a[], but no a array" },
+		{ ".SS x/1\n.TP\n.BR schema \" string\"\n.TP\n.BR schema \" string\"\n", "schema is listed twice" },
+	};
+	struct hct_jschema *s = malloc(sizeof(*s));
+	char why[512];
+	json_object *o;
+
+	ck_assert_ptr_nonnull(s);
+	ck_assert_msg(hct_jschema_load(POOL_PAGE, "hicache.pool-check/1", s, why, sizeof(why)) == 0, "%s", why);
+	o = check_json();
+	ck_assert_msg(hct_jschema_check(s, o, why, sizeof(why)) == 0, "%s", why);
+	json_object_put(o);
+	for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+		o = check_json();
+		if (wrong[i].value)
+			json_object_object_add(o, wrong[i].member, jparse(wrong[i].value));
+		else
+			json_object_object_del(o, wrong[i].member);
+		ck_assert_int_eq(hct_jschema_check(s, o, why, sizeof(why)), -1);
+		ck_assert_msg(strstr(why, wrong[i].why), "%s: '%s', want '%s'", wrong[i].member, why, wrong[i].why);
+		json_object_put(o);
+	}
+
+	/* a member the page stops listing, as if removed from it */
+	for (unsigned i = 0; i < s->n; i++)
+		if (!strcmp(s->f[i].path, "count"))
+			s->f[i] = s->f[--s->n];
+	o = check_json();
+	ck_assert_int_eq(hct_jschema_check(s, o, why, sizeof(why)), -1);
+	ck_assert_msg(strstr(why, "count is not documented"), "%s", why);
+	json_object_put(o);
+
+	/* an optional member may be absent; a "number" may be whole */
+	ck_assert_int_eq(hct_jschema_parse(".SS x/1\n.TP\n.BR schema \" string\"\n.TP\n.BR a \" number, s, optional\"\n"
+					   ".TP\n.BR b \" integer or null, us\"\n.SS y/1\n.TP\n.BR c \" string\"\n",
+					   "x/1", s, why, sizeof(why)),
+			 0);
+	ck_assert_uint_eq(s->n, 3);
+	o = jparse("{\"schema\": \"x/1\", \"b\": null}");
+	ck_assert_msg(hct_jschema_check(s, o, why, sizeof(why)) == 0, "%s", why);
+	json_object_object_add(o, "a", json_object_new_int(2));
+	json_object_object_add(o, "b", json_object_new_int(2));
+	ck_assert_msg(hct_jschema_check(s, o, why, sizeof(why)) == 0, "%s", why);
+	json_object_object_add(o, "c", json_object_new_string("y/1's"));
+	ck_assert_int_eq(hct_jschema_check(s, o, why, sizeof(why)), -1);
+	json_object_put(o);
+
+	for (size_t i = 0; i < sizeof(bad_pages) / sizeof(bad_pages[0]); i++) {
+		ck_assert_int_eq(hct_jschema_parse(bad_pages[i].man, "x/1", s, why, sizeof(why)), -1);
+		ck_assert_msg(strstr(why, bad_pages[i].why), "%s: '%s', want '%s'", bad_pages[i].man, why,
+			      bad_pages[i].why);
+	}
+	free(s);
+}
+END_TEST
+
 /* ---- the parsers themselves */
 
 START_TEST(parse_numbers)
@@ -1592,11 +1771,13 @@ int main(void)
 	tcase_add_test(ta, top_samples);
 	tcase_add_test(ta, ls_engines);
 	tcase_add_test(ta, admin_usage_errors);
+	tcase_add_test(ta, json_documented);
 	suite_add_tcase(s, ta);
 	tcase_set_timeout(tp, 10);
 	tcase_add_test(tp, parse_numbers);
 	tcase_add_test(tp, parse_specs);
 	tcase_add_test(tp, format_sizes);
+	tcase_add_test(tp, json_check_has_teeth);
 	suite_add_tcase(s, tp);
 	return hct_run(s);
 }

@@ -64,7 +64,7 @@ int hcp_cmd_check(int argc, char **argv)
 		goto out;
 	}
 	if (va.json) {
-		struct json_object *o = json_object_new_object();
+		struct json_object *o = hcp_json_new("hicache.pool-check/1");
 
 		hcp_jadd_str(o, "name", in.name);
 		hcp_jadd_str(o, "path", in.path);

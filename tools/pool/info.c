@@ -82,7 +82,7 @@ static struct json_object *service_json(const struct hc_service_info *sv)
 static struct json_object *info_json(const struct hc_pool_info *in, const struct hc_component_info *ci,
 				     const uint64_t counts[HC_PAGE__COUNT], const struct hc_rank_info *ri, unsigned nri)
 {
-	struct json_object *o = json_object_new_object(), *a, *x;
+	struct json_object *o = hcp_json_new("hicache.pool-info/1"), *a, *x;
 	char hex[65], when[64];
 
 	hcp_jadd_str(o, "name", in->name);

@@ -32,7 +32,7 @@ static int keys_cmp(const void *a, const void *b)
 static struct json_object *keys_json(const struct hc_pool_info *in, const char *prefix, const struct hc_page_info *pi,
 				     uint32_t shown, uint32_t matching)
 {
-	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x;
+	struct json_object *o = hcp_json_new("hicache.pool-keys/1"), *a = json_object_new_array(), *x;
 	char hex[2 * HC_KEY_BYTES + 1];
 
 	hcp_jadd_str(o, "name", in->name);

@@ -153,7 +153,7 @@ static void ls_text(const struct ls_entry *es, size_t n, const char *dir)
 
 static struct json_object *ls_json(const struct ls_entry *es, size_t n, const char *dir)
 {
-	struct json_object *o = json_object_new_object(), *a = json_object_new_array(), *x, *a2;
+	struct json_object *o = hcp_json_new("hicache.pool-ls/1"), *a = json_object_new_array(), *x, *a2;
 	char hex[65];
 
 	hcp_jadd_str(o, "dir", dir);

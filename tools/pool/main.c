@@ -161,6 +161,17 @@ int hcp_parse_args(int argc, char **argv, const struct option *opts, const char 
 	return HCP_GO;
 }
 
+/* "schema" first: a script checks it before it reads the rest, and a change
+ * that would break one bumps the number (hicache-pool(8), JSON OUTPUT). */
+struct json_object *hcp_json_new(const char *schema)
+{
+	struct json_object *o = json_object_new_object();
+
+	if (o)
+		hcp_jadd_str(o, "schema", schema);
+	return o;
+}
+
 int hcp_print_json(struct json_object *o)
 {
 	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);

@@ -95,7 +95,9 @@ struct hcp_args {
 int hcp_parse_args(int argc, char **argv, const struct option *opts, const char *usage, struct hcp_args *va,
 		   const char **name, const char **extra);
 
-/* JSON: o printed pretty (0, or the exit status of a failure), members added. */
+/* JSON: a verb's object, its "schema" member set ("hicache.pool-VERB/N");
+ * o printed pretty (0, or the exit status of a failure); members added. */
+struct json_object *hcp_json_new(const char *schema);
 int hcp_print_json(struct json_object *o);
 void hcp_jadd_u64(struct json_object *o, const char *k, uint64_t v);
 void hcp_jadd_str(struct json_object *o, const char *k, const char *v);

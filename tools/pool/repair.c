@@ -91,7 +91,7 @@ int hcp_cmd_repair(int argc, char **argv)
 #undef X
 	/* Print the report even on failure: what was undone stays undone. */
 	if (va.json) {
-		struct json_object *o = json_object_new_object(), *fix = json_object_new_object();
+		struct json_object *o = hcp_json_new("hicache.pool-repair/1"), *fix = json_object_new_object();
 
 		hcp_jadd_str(o, "name", in.name);
 		hcp_jadd_str(o, "path", in.path);

@@ -110,7 +110,7 @@ static struct json_object *hist_json(const struct hc_hist *h, const char *sum, c
 static struct json_object *stat_json(const struct hc_pool_info *in, const struct hc_stats *st,
 				     const struct hc_cli_metric *g, const struct hc_cli_metric *c)
 {
-	struct json_object *o = json_object_new_object(), *x = json_object_new_object();
+	struct json_object *o = hcp_json_new("hicache.pool-stat/1"), *x = json_object_new_object();
 	double hr = hit_ratio(st);
 
 	hcp_jadd_str(o, "name", in->name);

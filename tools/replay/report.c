@@ -330,6 +330,9 @@ int hc_rp_report_json(const char *path, const struct hc_rp_result *r)
 	if (!root)
 		return hc_cli_fail(ENOMEM, "no memory");
 	totals(r, &t);
+	/* first, so a script checks it before it reads the rest; a change that
+	 * would break one bumps the number (hicache-bench-replay(1), JSON OUTPUT) */
+	put_str(root, "schema", "hicache.replay/1");
 	x = json_object_new_object();
 	put_str(x, "source", o->trace ? o->trace : "built-in");
 	put_u64(x, "requests", r->requests);
