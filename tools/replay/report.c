@@ -181,9 +181,10 @@ static const char *quantile_text(char *b, size_t n, const struct hc_hist *h, dou
 	return b;
 }
 
+/* JSON: null only when nothing was counted. */
 static json_object *quantile_json(const struct hc_hist *h, double share)
 {
-	return json_object_new_int64((int64_t)quantile_le(h, share));
+	return h->count ? json_object_new_int64((int64_t)quantile_le(h, share)) : NULL;
 }
 
 static double gbps(uint64_t bytes, double s)
