@@ -13,6 +13,10 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
 	echo "units.sh: systemd-analyze is missing: apt-get install systemd (./install-deps.sh does)" >&2
 	exit 1
 fi
+for unit in tools/daemon/hicached@.service tools/memd/hicache-memd.service; do
+	grep -qx "User=hicache" "$unit" ||
+		{ echo "units.sh: $unit does not run as hicache (hicache.sysusers)" >&2; exit 1; }
+done
 grep -qx 'Type=notify' tools/daemon/hicached@.service ||
 	{ echo "units.sh: tools/daemon/hicached@.service is not Type=notify" >&2; exit 1; }
 for unit in tools/daemon/hicached@.service tools/memd/hicache-memd.service; do
