@@ -86,10 +86,34 @@ static double gib(uint64_t b)
 	return (double)b / (double)(UINT64_C(1) << 30);
 }
 
-/* Populate this process's page tables for [addr, addr+len). */
-static int populate(void *addr, size_t len, const char *what)
+/* Who hears how a long step goes (hc_progress_fn), and how often. */
+#define PROGRESS_STEP (UINT64_C(1) << 30)
+struct progress {
+	hc_progress_fn fn;
+	void *arg;
+};
+
+static void tell(const struct progress *pr, const char *phase, uint64_t done, uint64_t total)
 {
-	if (madvise(addr, len, MADV_POPULATE_WRITE) == 0)
+	if (pr && pr->fn)
+		pr->fn(pr->arg, phase, done, total);
+}
+
+/* Populate this process's page tables for [addr, addr+len), a GiB at a
+ * time so that pr hears of it. */
+static int populate(void *addr, size_t len, const char *what, const struct progress *pr)
+{
+	size_t off = 0;
+
+	tell(pr, "populate", 0, len);
+	while (off < len) {
+		size_t n = len - off < PROGRESS_STEP ? len - off : PROGRESS_STEP;
+		if (madvise((uint8_t *)addr + off, n, MADV_POPULATE_WRITE) < 0)
+			break;
+		off += n;
+		tell(pr, "populate", off, len);
+	}
+	if (off == len)
 		return 0;
 	if (errno == EINVAL) {
 		/* Kernels before 5.14: say so, then fault every page in by reading
@@ -98,9 +122,10 @@ static int populate(void *addr, size_t len, const char *what)
 			what);
 		long pg = sysconf(_SC_PAGESIZE);
 		uint8_t sum = 0;
-		for (size_t off = 0; off < len; off += (size_t)pg)
+		for (; off < len; off += (size_t)pg)
 			sum ^= ((volatile uint8_t *)addr)[off];
 		(void)sum;
+		tell(pr, "populate", len, len);
 		return 0;
 	}
 	if (errno == EFAULT || errno == ENOMEM)
@@ -109,6 +134,21 @@ static int populate(void *addr, size_t len, const char *what)
 			"%s: populating %.2f GiB failed (%s): the backing file system ran out of memory; lower the capacity or raise the tmpfs size",
 			what, gib(len), strerror(errno));
 	return hc__err(errno, "%s: MADV_POPULATE_WRITE failed: %s", what, strerror(errno));
+}
+
+/* posix_fallocate of [0, len), a GiB at a time for pr: 0 or an errno. */
+static int allocate(int fd, uint64_t len, const struct progress *pr)
+{
+	tell(pr, "allocate", 0, len);
+	for (uint64_t off = 0; off < len;) {
+		uint64_t n = len - off < PROGRESS_STEP ? len - off : PROGRESS_STEP;
+		int err = posix_fallocate(fd, (off_t)off, (off_t)n);
+		if (err)
+			return err;
+		off += n;
+		tell(pr, "allocate", off, len);
+	}
+	return 0;
 }
 
 static int apply_numa(void *addr, size_t len, const struct hc_pool_spec *s)
@@ -355,11 +395,13 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	uint32_t qms;
 	int fd = -1, ret, err;
 	uint64_t avail, phys, backed;
+	struct progress pr;
 
 	if (!spec)
 		return hc__err(EINVAL, "pool spec is NULL");
 	if ((ret = spec_in(spec, s, comps)) < 0)
 		return ret;
+	pr = (struct progress){ s->progress, s->progress_arg };
 	if ((ret = hc__pt_env()) < 0)
 		return ret;
 	if ((ret = pool_path(s->dir, s->name, path, sizeof(path))) < 0)
@@ -448,14 +490,14 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	/* The policy must be in place before the first page is allocated. */
 	if ((ret = apply_numa(base, g.segment_bytes, s)) < 0)
 		goto fail_unmap;
-	err = posix_fallocate(fd, 0, (off_t)backed);
+	err = allocate(fd, backed, &pr);
 	if (err) {
 		ret = hc__err(err, "cannot allocate %.2f GiB for pool '%s' in %s: %s%s", gib(g.segment_bytes), s->name,
 			      s->dir ? s->dir : HC_DEFAULT_DIR, strerror(err),
 			      err == ENOSPC ? "; lower the capacity or enlarge the tmpfs (Docker: --shm-size)" : "");
 		goto fail_unmap;
 	}
-	if (!(s->flags & HC_CREATE_NO_POPULATE) && (ret = populate(base, backed, s->name)) < 0)
+	if (!(s->flags & HC_CREATE_NO_POPULATE) && (ret = populate(base, backed, s->name, &pr)) < 0)
 		goto fail_unmap;
 	hc__fingerprint(s->model_id, &g, fp);
 	write_meta(base, s, &g, fp, qms);
@@ -767,7 +809,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 
 	/* Each process has its own page tables: populate them now, not by faults. */
 	if (!(flags & (HC_ATTACH_ADMIN | HC_ATTACH_NO_POPULATE)) &&
-	    (ret = populate(p->base, (h.flags & HC_SEG_F_SPARSE) ? p->g.toc[HC_REG_ENV].off : p->map_bytes, name)) < 0)
+	    (ret = populate(p->base, (h.flags & HC_SEG_F_SPARSE) ? p->g.toc[HC_REG_ENV].off : p->map_bytes, name,
+			    &(struct progress){ o ? o->progress : NULL, o ? o->progress_arg : NULL })) < 0)
 		goto fail_unmap;
 	if (!(flags & HC_ATTACH_ADMIN)) {
 		if ((ret = hc__rank_claim(p)) < 0)

@@ -933,6 +933,15 @@ START_TEST(systemd_notify)
 	notify_next(fd, msg, sizeof(msg));
 	ck_assert_has(msg, "STATUS=creating and populating pool '");
 	ck_assert_has(msg, "\nEXTEND_TIMEOUT_USEC=900000000");
+	/* how the creation goes: allocating, then populating, each 0 to all */
+	snprintf(want, sizeof(want), "STATUS=creating pool '%s': allocating 0 B of ", name);
+	ck_assert_has(notify_next(fd, msg, sizeof(msg)), want);
+	snprintf(want, sizeof(want), "STATUS=creating pool '%s': allocating ", name);
+	ck_assert_has(notify_next(fd, msg, sizeof(msg)), want);
+	snprintf(want, sizeof(want), "STATUS=creating pool '%s': populating 0 B of ", name);
+	ck_assert_has(notify_next(fd, msg, sizeof(msg)), want);
+	snprintf(want, sizeof(want), "STATUS=creating pool '%s': populating ", name);
+	ck_assert_has(notify_next(fd, msg, sizeof(msg)), want);
 	ck_assert_has(notify_next(fd, msg, sizeof(msg)), "STATUS=opening backend file:dir=");
 	notify_next(fd, msg, sizeof(msg));
 	snprintf(want, sizeof(want), "READY=1\nSTATUS=serving pool '%s' with backend %s", name, backend());

@@ -41,7 +41,7 @@ START_TEST(create_attach_destroy)
 	ck_assert_uint_eq(info.quarantine_ms, 2000);
 	ck_assert_int_eq(info.self_slot, 0);
 	ck_assert_uint_eq(info.creator_pid, (uint32_t)getpid());
-	ck_assert_uint_eq(info.layout_major, 7);
+	ck_assert_uint_eq(info.layout_major, 8);
 	/* the request path's defaults: 64 requests, 128 completions, 64 KiB of arguments */
 	ck_assert_uint_eq(info.host_mode, HC_HOST_CACHE);
 	ck_assert_uint_eq(info.sq_entries, 64);
@@ -62,15 +62,62 @@ START_TEST(create_attach_destroy)
 }
 END_TEST
 
+/* What a progress callback heard: phases in order, each from 0 to its
+ * total, never backwards. */
+struct heard {
+	char phase[4][16];
+	uint64_t total[4], last[4];
+	unsigned n, calls, bad;
+};
+
+static void hear(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct heard *h = arg;
+
+	h->calls++;
+	if (!h->n || strcmp(h->phase[h->n - 1], phase)) { /* a new phase starts at 0 */
+		if (h->n == 4 || done != 0)
+			h->bad++;
+		else
+			snprintf(h->phase[h->n++], sizeof(h->phase[0]), "%s", phase);
+		h->total[h->n - 1] = total;
+	} else if (done < h->last[h->n - 1] || total != h->total[h->n - 1] || done > total) {
+		h->bad++;
+	}
+	h->last[h->n - 1] = done;
+}
+
 START_TEST(populated_attach)
 {
 	const char *name = hct_name();
 	struct hct_spec s;
+	struct heard made = { 0 }, attached = { 0 };
 	hc_pool *p;
 
 	hct_spec_init(&s, name, 8);
 	s.spec.flags = 0; /* the real path: fallocate + MADV_POPULATE_WRITE */
+	s.spec.progress = hear;
+	s.spec.progress_arg = &made;
 	ck_assert_ok(hc_pool_create(&s.spec));
+	/* allocated, then populated, each told from 0 to the whole */
+	ck_assert_uint_eq(made.bad, 0);
+	ck_assert_uint_eq(made.n, 2);
+	ck_assert_str_eq(made.phase[0], "allocate");
+	ck_assert_str_eq(made.phase[1], "populate");
+	ck_assert_uint_gt(made.total[0], 0);
+	ck_assert_uint_eq(made.last[0], made.total[0]);
+	ck_assert_uint_eq(made.last[1], made.total[1]);
+	ck_assert_ok(hc_pool_attach(name,
+				    &(struct hc_attach_opts){ .size = sizeof(struct hc_attach_opts),
+							      .progress = hear,
+							      .progress_arg = &attached },
+				    &p));
+	ck_assert_uint_eq(attached.bad, 0);
+	ck_assert_uint_eq(attached.n, 1);
+	ck_assert_str_eq(attached.phase[0], "populate");
+	ck_assert_uint_eq(attached.last[0], attached.total[0]);
+	ck_assert_uint_ge(attached.calls, 2);
+	ck_assert_ok(hc_pool_detach(p));
 	ck_assert_ok(hc_pool_attach(name, NULL, &p));
 	/* the envelopes are zero and writable */
 	uint8_t *e = hc_page_envelope(p, HC_PAGE_MAKE(7, 0));

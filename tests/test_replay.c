@@ -934,6 +934,43 @@ START_TEST(driver_killed)
 }
 END_TEST
 
+/* Without a terminal, every long step says how it goes, a line every
+ * HICACHE_PROGRESS_SECONDS: the pool's allocation and population, the
+ * requests, the ranks' exits, and the teardown; --no-progress, nothing. */
+START_TEST(progress_lines)
+{
+	static const char *const phases[] = {
+		"allocating the pool", "populating the page tables", "serving",
+		"ranks exiting",       "removing the pool",          "removing the L3's files"
+	};
+	const char *args[] = { "replay", "--trace", slice(),          "--requests",   "20",  "--page-tokens",
+			       "128",    "--kv",    "kv,bf16,2,16,1", "--pool-pages", "700", "--backend",
+			       "file",   "--dir",   hct_l3_dir,       NULL,           NULL };
+	const char *at = err;
+
+	setenv("HICACHE_PROGRESS_SECONDS", "0", 1);
+	ck_assert_int_eq(hct_tool_run("hicache-bench", args, out, sizeof(out), err, sizeof(err)), 0);
+	for (unsigned i = 0; i < sizeof(phases) / sizeof(phases[0]); i++) {
+		char want[96];
+		const char *first;
+		snprintf(want, sizeof(want), "hicache-bench replay: %s ", phases[i]);
+		first = strstr(at, want);
+		ck_assert_msg(first, "no '%s' line after the phases before it:\n%.4000s", phases[i], err);
+		for (at = first; strstr(at + 1, want); at = strstr(at + 1, want))
+			; /* its last line */
+		ck_assert_msg(strstr(at, "(100%)") && strstr(at, "(100%)") < strchr(at, '\n'),
+			      "'%s' does not end at 100%%:\n%.4000s", phases[i], err);
+	}
+	args[15] = "--no-progress";
+	ck_assert_int_eq(hct_tool_run("hicache-bench", args, out, sizeof(out), err, sizeof(err)), 0);
+	ck_assert_msg(!strstr(err, "hicache-bench replay: serving"), "--no-progress said:\n%.4000s", err);
+	unsetenv("HICACHE_PROGRESS_SECONDS");
+	args[15] = NULL;
+	ck_assert_int_eq(hct_tool_run("hicache-bench", args, out, sizeof(out), err, sizeof(err)), 0);
+	ck_assert_msg(!strstr(err, "hicache-bench replay: "), "a short run said (every 10 s):\n%.4000s", err);
+}
+END_TEST
+
 /* An L3 that fills up: every failed page write is counted by its cause,
  * the report prints them, and the log says it once (they used to go
  * unsaid: 102 K failures, no line). */
@@ -1028,6 +1065,7 @@ int main(void)
 	tcase_add_test(tr, leftovers_swept);
 	tcase_add_test(tr, driver_killed);
 	tcase_add_test(tr, l3_full_said);
+	tcase_add_test(tr, progress_lines);
 	suite_add_tcase(s, tr);
 	return hct_run(s);
 }

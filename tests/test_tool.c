@@ -472,6 +472,34 @@ START_TEST(create_existing)
 }
 END_TEST
 
+/* create says how the allocation and the population go: without a
+ * terminal a line every HICACHE_PROGRESS_SECONDS (10: nothing for a small
+ * pool), each phase's last at 100%; a bad value is the default. */
+START_TEST(create_progress)
+{
+	const char *name = hct_name();
+	char *a, *p;
+
+	setenv("HICACHE_PROGRESS_SECONDS", "0", 1);
+	create_tiny(name, "4");
+	a = strstr(r.err, "hicache-pool create: allocating the pool 0 B of ");
+	p = strstr(r.err, "hicache-pool create: populating the page tables 0 B of ");
+	ck_assert_msg(a && p && a < p, "stderr: %s", r.err);
+	ck_assert_msg(strstr(a, "(100%)") && strstr(a, "(100%)") < p, "allocation never ends: %s", r.err);
+	ck_assert_msg(strstr(p, "(100%)"), "population never ends: %s", r.err);
+	ck_assert_out_has("created pool");
+	ck_assert_tool(0, "destroy", name);
+	setenv("HICACHE_PROGRESS_SECONDS", "-3", 1); /* not a number of seconds: 10 */
+	create_tiny(name, "4");
+	ck_assert_str_eq(r.err, "");
+	ck_assert_tool(0, "destroy", name);
+	unsetenv("HICACHE_PROGRESS_SECONDS");
+	create_tiny(name, "4");
+	ck_assert_str_eq(r.err, "");
+	ck_assert_tool(0, "destroy", name);
+}
+END_TEST
+
 /* The library refuses a shape the parser cannot judge: exit 1, its message. */
 START_TEST(library_refusal)
 {
@@ -1755,6 +1783,7 @@ int main(void)
 	tcase_add_test(tc, destroy_missing);
 	tcase_add_test(tc, not_a_pool);
 	tcase_add_test(tc, create_existing);
+	tcase_add_test(tc, create_progress);
 	tcase_add_test(tc, library_refusal);
 	tcase_add_test(tc, create_options);
 	tcase_add_test(tc, ls_dir_incomplete);

@@ -151,6 +151,12 @@ enum hc_numa_mode {
 	HC_NUMA_INTERLEAVE = 2, /* interleave across numa_nodes (NULL: all) */
 };
 
+/* The progress of a long step of hc_pool_create or hc_pool_attach, on the
+ * caller's thread: phase "allocate" (the pool's memory, at create) or
+ * "populate" (this process's page tables), done of total bytes; first
+ * with done 0, last with done == total, and after every GiB between. */
+typedef void (*hc_progress_fn)(void *arg, const char *phase, uint64_t done, uint64_t total);
+
 struct hc_pool_spec {
 	uint32_t size;    /* sizeof(struct hc_pool_spec) */
 	const char *name; /* pool name; backing /dev/shm/hicache.<name> */
@@ -176,9 +182,11 @@ struct hc_pool_spec {
 	uint32_t max_tickets;       /* open tickets at once; a multiple of 64; 0: 64 */
 	uint32_t ticket_keys;       /* most keys one ticket names; 0: 1024 */
 	enum hc_host_mode host_mode;
-	uint32_t ring_entries; /* each rank's request ring, a power of two in 8..4096; 0: 64
-				* (its completion ring has twice as many) */
-	uint64_t arg_bytes;    /* each rank's argument area for key lists, a multiple of 4096; 0: 64 KiB */
+	uint32_t ring_entries;   /* each rank's request ring, a power of two in 8..4096; 0: 64
+				  * (its completion ring has twice as many) */
+	uint64_t arg_bytes;      /* each rank's argument area for key lists, a multiple of 4096; 0: 64 KiB */
+	hc_progress_fn progress; /* NULL, or told how the allocation and population go */
+	void *progress_arg;
 };
 
 #define HC_CREATE_NO_POPULATE 0x1u /* skip MADV_POPULATE_WRITE (tests only) */
@@ -203,9 +211,11 @@ typedef uint64_t hc_page_t;
 #define HC_ATTACH_NO_POPULATE 0x8u /* skip MADV_POPULATE_WRITE (tests only) */
 
 struct hc_attach_opts {
-	uint32_t size;   /* sizeof(struct hc_attach_opts) */
-	const char *dir; /* NULL: /dev/shm */
-	unsigned flags;  /* HC_ATTACH_* */
+	uint32_t size;           /* sizeof(struct hc_attach_opts) */
+	const char *dir;         /* NULL: /dev/shm */
+	unsigned flags;          /* HC_ATTACH_* */
+	hc_progress_fn progress; /* NULL, or told how the population goes */
+	void *progress_arg;
 };
 
 /* What recovery found and undid (hc_pool_recover, hicache-pool repair).

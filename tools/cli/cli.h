@@ -162,4 +162,26 @@ uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q);
 /* The Prometheus text exposition (format 0.0.4) of a pool's stats. */
 void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st);
 
+/* ---- progress.c: how a long step goes, on stderr */
+/* Seconds on the monotonic clock. */
+double hc_cli_now(void);
+struct hc_cli_progress {
+	FILE *f;
+	const char *who; /* the line's prefix: "hicache-pool create" */
+	int on, tty;     /* shown at all; as a bar redrawn in place */
+	double every;    /* without a terminal: seconds between lines */
+	double t0, shown;
+	char phase[48];
+	int said, drawn;
+};
+/* mode: 1 a bar, 0 nothing, -1 a bar on a terminal, else lines. */
+void hc_cli_progress_init(struct hc_cli_progress *p, FILE *f, const char *who, int mode);
+/* done of total (unit "bytes", shown as sizes, or a count's noun). */
+void hc_cli_progress_show(struct hc_cli_progress *p, const char *phase, uint64_t done, uint64_t total,
+			  const char *unit);
+/* Take the bar off the line, before other output. */
+void hc_cli_progress_clear(struct hc_cli_progress *p);
+/* An hc_progress_fn: arg is a struct hc_cli_progress. */
+void hc_cli_progress_pool(void *arg, const char *phase, uint64_t done, uint64_t total);
+
 #endif /* HC_TOOLS_CLI_H */

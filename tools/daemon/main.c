@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <systemd/sd-daemon.h>
@@ -38,10 +39,38 @@ static const char *dir_of(const struct hcd_conf *c)
 /* How long systemd waits for a pool to be created and populated. */
 #define CREATE_TIMEOUT_US (UINT64_C(15) * 60 * 1000000)
 
+/* How creating a pool goes: systemd's STATUS at every step (a GiB), and
+ * the log every PROGRESS_LOG_S, and at the end once it said something. */
+#define PROGRESS_LOG_S 10
+struct create_progress {
+	const char *pool;
+	time_t t0, logged;
+	int said;
+};
+
+static void create_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct create_progress *cp = arg;
+	const char *what = strcmp(phase, "allocate") ? "populating" : "allocating";
+	time_t now = time(NULL);
+	char b1[32], b2[32];
+
+	hc_cli_format_size(done, b1, sizeof(b1));
+	hc_cli_format_size(total, b2, sizeof(b2));
+	sd_notifyf(0, "STATUS=creating pool '%s': %s %s of %s", cp->pool, what, b1, b2);
+	if (done < total ? now - cp->logged < PROGRESS_LOG_S : !cp->said)
+		return;
+	hcd_log(HC_LOG_INFO, "creating pool '%s': %s %s of %s (%.0f%%), %lld s", cp->pool, what, b1, b2,
+		total ? 100.0 * (double)done / (double)total : 100.0, (long long)(now - cp->t0));
+	cp->logged = now;
+	cp->said = done < total;
+}
+
 /* Create the pool from the geometry given; 0, or the exit status.
  * *created: this run made it (and removes it if it cannot serve it). */
 static int create_pool(struct hcd_conf *c, int *created)
 {
+	struct create_progress cp;
 	int r;
 
 	if (!hc_cli_pool_has_geometry(&c->geo)) {
@@ -61,6 +90,9 @@ static int create_pool(struct hcd_conf *c, int *created)
 	 * the time (systemd's default start timeout is 90 s). */
 	sd_notifyf(0, "STATUS=creating and populating pool '%s' in %s\nEXTEND_TIMEOUT_USEC=%llu", c->pool, dir_of(c),
 		   (unsigned long long)CREATE_TIMEOUT_US);
+	cp = (struct create_progress){ c->pool, time(NULL), time(NULL), 0 };
+	c->geo.spec.progress = create_progress;
+	c->geo.spec.progress_arg = &cp;
 	r = hc_pool_create(&c->geo.spec);
 	if (r == -EEXIST)
 		return 0; /* another process made it just now: check it like any other */

@@ -59,6 +59,7 @@ int hcp_cmd_create(int argc, char **argv)
 	static struct hc_cli_pool cp;
 	struct hc_pool_spec spec;
 	struct hc_pool_info info;
+	struct hc_cli_progress pg;
 	char hex[65], b1[32], b2[32], what[32];
 	hc_pool *p = NULL;
 	int c, ret;
@@ -85,9 +86,15 @@ int hcp_cmd_create(int argc, char **argv)
 	if (hc_cli_pool_finish(&cp) < 0)
 		return hcp_usage_error("%s", hc_cli_error());
 	spec = cp.spec;
+	/* a bar on a terminal, else a line every 10 s of a long step */
+	hc_cli_progress_init(&pg, stderr, "hicache-pool create", -1);
+	spec.progress = hc_cli_progress_pool;
+	spec.progress_arg = &pg;
 
-	if (hc_pool_create(&spec) < 0)
+	if (hc_pool_create(&spec) < 0) {
+		hc_cli_progress_clear(&pg);
 		return hcp_failure("%s", hcp_lib_error());
+	}
 	/* Read the pool back: the summary shows what the library made of the spec. */
 	if (hcp_attach(spec.name, spec.dir, HC_ATTACH_READONLY, &p) < 0 || hc_pool_info(p, &info, sizeof(info)) < 0) {
 		ret = hcp_failure("pool '%s' was created, but reading it back failed: %s", spec.name, hc_last_error());

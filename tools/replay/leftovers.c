@@ -22,15 +22,38 @@
 
 #define SHM_DIR "/dev/shm"
 
+/* nftw's callbacks take no argument: the one removal shown, if any. */
+static struct {
+	struct hc_cli_progress *pg;
+	uint64_t done, total;
+} rm;
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)st, (void)flag, (void)ftw;
+	if (rm.pg && (++rm.done % 256 == 0 || rm.done == rm.total)) /* a step, not a line, per file */
+		hc_cli_progress_show(rm.pg, "removing the L3's files", rm.done, rm.total, "files");
 	return remove(path);
 }
 
-int hc_rp_rm_tree(const char *path)
+static int count_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-	return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	(void)path, (void)st, (void)flag, (void)ftw;
+	rm.total++;
+	return 0;
+}
+
+int hc_rp_rm_tree(const char *path, struct hc_cli_progress *pg)
+{
+	int r;
+
+	rm.pg = NULL;
+	rm.done = rm.total = 0;
+	if (pg && nftw(path, count_one, 16, FTW_PHYS) == 0)
+		rm.pg = pg;
+	r = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	rm.pg = NULL;
+	return r;
 }
 
 /* The PID in name after prefix (and before '-' or the end), if it is a
@@ -85,7 +108,7 @@ unsigned hc_rp_sweep(const char *dir, FILE *say)
 		while ((e = readdir(d)))
 			if (e->d_type == DT_DIR && dead_pid(e->d_name, "hicache-replay-", &pid)) {
 				snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-				if (hc_rp_rm_tree(path) == 0) {
+				if (hc_rp_rm_tree(path, NULL) == 0) {
 					fprintf(say, "hicache-bench replay: removed %s, left by replay pid %ld, gone\n",
 						path, pid);
 					gone++;

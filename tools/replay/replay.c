@@ -475,11 +475,11 @@ static const char *build_tree_plugins(const char *spec, char *buf, size_t len)
  * signal) or exited without its own message is said here: nothing else
  * would say it. */
 static unsigned wait_ranks(pid_t *pids, unsigned n, unsigned tp, struct hc_rp_shared *sh, hc_pool *admin, size_t total,
-			   int progress, struct hc_rp_result *res)
+			   struct hc_cli_progress *pg, struct hc_rp_result *res)
 {
 	unsigned left = n, failed = 0;
-	double t0 = hc_rp_now(), next = t0;
-	int said_stop = 0;
+	double t0 = hc_cli_now(), next = t0;
+	int said_stop = 0, exiting = 0;
 
 	while (left) {
 		int st;
@@ -512,18 +512,29 @@ static unsigned wait_ranks(pid_t *pids, unsigned n, unsigned tp, struct hc_rp_sh
 			fprintf(stderr, PROG ": interrupted: stopping the ranks after %" PRIu64 " of %zu requests\n",
 				(uint64_t)atomic_load(&sh->served), total);
 		}
-		if (hc_rp_now() >= next) {
-			hc_rp_sample(res, sh, admin, hc_rp_now() - t0);
-			if (progress)
-				hc_rp_progress(stderr, atomic_load(&sh->served), total, hc_rp_now() - t0);
+		if (hc_cli_now() >= next) {
+			uint64_t served = atomic_load(&sh->served);
+			hc_rp_sample(res, sh, admin, hc_cli_now() - t0);
+			/* the requests, then the ranks' exits (their unmapping
+			 * takes a while with a large pool) */
+			if (!exiting && (served >= total || left < n)) {
+				hc_cli_progress_show(pg, "serving", served, total, "requests"); /* its end */
+				exiting = 1;
+			}
+			if (exiting)
+				hc_cli_progress_show(pg, "ranks exiting", n - left, n, "ranks");
+			else
+				hc_cli_progress_show(pg, "serving", served, total, "requests");
 			next += 0.25;
 		}
 		usleep(2000);
 	}
-	hc_rp_sample(res, sh, admin, hc_rp_now() - t0);
-	if (progress)
-		hc_rp_progress(stderr, atomic_load(&sh->served), total, -1);
-	res->seconds = hc_rp_now() - t0;
+	hc_rp_sample(res, sh, admin, hc_cli_now() - t0);
+	if (!exiting) /* the serving phase's end, then the exits' */
+		hc_cli_progress_show(pg, "serving", atomic_load(&sh->served), total, "requests");
+	hc_cli_progress_show(pg, "ranks exiting", n, n, "ranks");
+	hc_cli_progress_clear(pg);
+	res->seconds = hc_cli_now() - t0;
 	return failed;
 }
 
@@ -546,6 +557,7 @@ int hc_rp_main(int argc, char **argv)
 	struct hc_rp_ctx cx;
 	struct plan pl;
 	struct sigaction sa = { .sa_handler = on_signal };
+	struct hc_cli_progress pg;
 	char pool[HC_NAME_MAX + 1], l3dir[4096] = "", spec[4600] = "";
 	pid_t pids[HC_RP_MAX_RANKS] = { 0 }, driver;
 	hc_service *svc = NULL;
@@ -557,8 +569,8 @@ int hc_rp_main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s\n", hc_cli_error());
 		return HC_CLI_EXIT_USAGE;
 	}
-	if (o.progress < 0)
-		o.progress = isatty(STDERR_FILENO);
+	/* a bar on a terminal, else a line every 10 s of a long step */
+	hc_cli_progress_init(&pg, stderr, PROG, o.progress);
 	if (o.pool) {
 		if ((r = use_pool(&o, &m, &admin)) < 0) {
 			fprintf(stderr, PROG ": %s\n", hc_cli_error());
@@ -614,6 +626,8 @@ int hc_rp_main(int argc, char **argv)
 					   .arg_bytes = ((uint64_t)pl.max_pages * HC_KEY_BYTES + 8191) / 4096 * 4096 };
 		if (ps.arg_bytes < 65536)
 			ps.arg_bytes = 65536;
+		ps.progress = hc_cli_progress_pool;
+		ps.progress_arg = &pg;
 		if ((r = hc_pool_create(&ps)) < 0) {
 			fprintf(stderr, PROG ": pool: %s\n", hc_last_error());
 			goto out;
@@ -720,7 +734,7 @@ made:
 	hc_pool_stats(admin, &res.base, sizeof(res.base));
 	if (!failed)
 		atomic_store(&sh->go, 1);
-	failed += wait_ranks(pids, nranks, o.tp, sh, admin, w.n, o.progress, &res);
+	failed += wait_ranks(pids, nranks, o.tp, sh, admin, w.n, &pg, &res);
 	if (svc && hc_service_stop(svc) < 0)
 		fprintf(stderr, PROG ": service stop: %s\n", hc_last_error());
 	svc = NULL;
@@ -766,12 +780,18 @@ out:
 	hc_rp_result_free(&res);
 	if (admin)
 		hc_pool_detach(admin);
-	if (created && !o.keep && hc_pool_destroy(pool, NULL, HC_DESTROY_FORCE) < 0)
-		fprintf(stderr, PROG ": pool %s: %s\n", pool, hc_last_error());
+	if (created && !o.keep) {
+		/* the memory goes back as the pool goes: a while for a large one */
+		hc_cli_progress_show(&pg, "removing the pool", 0, 1, "pools");
+		if (hc_pool_destroy(pool, NULL, HC_DESTROY_FORCE) < 0)
+			fprintf(stderr, PROG ": pool %s: %s\n", pool, hc_last_error());
+		hc_cli_progress_show(&pg, "removing the pool", 1, 1, "pools");
+	}
 	if (created && o.keep)
 		fprintf(stderr, PROG ": kept pool %s%s%s\n", pool, l3dir[0] ? " and " : "", l3dir);
 	if (l3dir[0] && !o.keep)
-		hc_rp_rm_tree(l3dir);
+		hc_rp_rm_tree(l3dir, &pg);
+	hc_cli_progress_clear(&pg);
 	if (sh != MAP_FAILED)
 		munmap(sh, sizeof(*sh));
 	hc_rp_workload_free(&w);

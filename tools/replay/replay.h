@@ -21,6 +21,7 @@
 
 #include <hicache/service.h>
 
+#include "../cli/cli.h"
 #include "model.h"
 #include "workload.h"
 
@@ -103,6 +104,6 @@ int hc_rp_main(int argc, char **argv);
  * directories under dir, named after their PIDs), each said on say; how many. */
 unsigned hc_rp_sweep(const char *dir, FILE *say);
 /* leftovers.c: remove the directory tree at path (nftw's result). */
-int hc_rp_rm_tree(const char *path);
+int hc_rp_rm_tree(const char *path, struct hc_cli_progress *pg);
 
 #endif /* HC_TOOLS_REPLAY_REPLAY_H */

@@ -19,14 +19,6 @@
 #include "../cli/cli.h"
 #include "report.h"
 
-double hc_rp_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 struct totals {
 	uint64_t requests, tok_total, tok_l1, tok_l2, tok_l3, pages, pages_l1, pages_l2, pages_l3, stored, nospace;
 	uint64_t prefetches, prefetch_fails, load, store, checked, bad, load_ns, store_ns;
@@ -119,27 +111,6 @@ void hc_rp_stats_since(struct hc_stats *now, const struct hc_stats *base)
 		hist_since(&now->hist[i], &base->hist[i]);
 	for (unsigned i = 0; i < HC_TIER_MAX; i++)
 		hist_since(&now->tokens[i], &base->tokens[i]);
-}
-
-void hc_rp_progress(FILE *f, uint64_t done, uint64_t total, double elapsed)
-{
-	char bar[41];
-	unsigned fill = total ? (unsigned)(40 * done / total) : 40;
-	double rate = elapsed > 0 ? (double)done / elapsed : 0;
-
-	if (elapsed < 0) {
-		fprintf(f, "\r%*s\r", 100, "");
-		fflush(f);
-		return;
-	}
-	memset(bar, '#', fill);
-	memset(bar + fill, '.', 40 - fill);
-	bar[40] = '\0';
-	fprintf(f, "\r[%s] %" PRIu64 "/%" PRIu64 " requests  %.1f/s  ETA %s", bar, done, total, rate,
-		rate > 0 ? "" : "?");
-	if (rate > 0)
-		fprintf(f, "%.0f s ", (double)(total - done) / rate);
-	fflush(f);
 }
 
 static const char *pct(char *b, size_t n, uint64_t part, uint64_t whole)

@@ -39,14 +39,11 @@ struct hc_rp_result {
 	size_t nsamples, cap_samples;
 };
 
-double hc_rp_now(void);
 /* now's counters and histograms less base's: what a run did in a pool
  * that has a past (gauges, such as pages by state, are left as they are). */
 void hc_rp_stats_since(struct hc_stats *now, const struct hc_stats *base);
 /* A point of the timeline, from the ranks' rows and the pool's counters. */
 void hc_rp_sample(struct hc_rp_result *res, const struct hc_rp_shared *sh, hc_pool *admin, double t);
-/* The progress bar (on a terminal): elapsed < 0 ends it. */
-void hc_rp_progress(FILE *f, uint64_t done, uint64_t total, double elapsed);
 void hc_rp_report_text(FILE *f, const struct hc_rp_result *res);
 int hc_rp_report_json(const char *path, const struct hc_rp_result *res);
 int hc_rp_report_csv(const char *path, const struct hc_rp_result *res);
