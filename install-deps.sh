@@ -7,7 +7,7 @@ PKGS="build-essential autoconf automake libtool pkg-config check libsubunit-dev
       liburing-dev libxxhash-dev libinih-dev libsystemd-dev fio
       libmemcached-dev memcached sasl2-bin libucx-dev ucx-utils iproute2 clang
       abigail-tools clang-format python3-torch systemd prometheus
-      python3-prometheus-client"
+      python3-prometheus-client librsvg2-bin"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

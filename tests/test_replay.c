@@ -551,6 +551,51 @@ START_TEST(hybrids)
 }
 END_TEST
 
+/* The chart reads: both panels have labelled time ticks from 0 s and a
+ * title for the axis, round y ticks, and a legend with a sample of each
+ * line in its colour; rsvg-convert renders it as a PNG. */
+static void check_chart(const char *svg, const char *path, const char *png)
+{
+	static const char *const names[] = { "L1 hit",        "L2 hit",          "L3 hit",       "L2->GPU load",
+					     "GPU->L2 store", "L3->L2 prefetch", "L2->L3 backup" };
+	const char *rsvg = getenv("RSVG_CONVERT"), *at;
+	char cmd[9000], head[8] = { 0 };
+	unsigned axes = 0, zero_ticks = 0;
+	FILE *f;
+
+	for (at = svg; (at = strstr(at, ">time since the first request, s</text>")); at++)
+		axes++;
+	ck_assert_uint_eq(axes, 2);
+	for (at = svg; (at = strstr(at, "text-anchor=\"middle\">0")); at++) {
+		const char *e = at + strlen("text-anchor=\"middle\">0");
+		e += *e == '.' ? strspn(e + 1, "0") + 1 : 0; /* 0, 0.0 or 0.00, as the step needs */
+		zero_ticks += !strncmp(e, "</text>", 7);
+	}
+	ck_assert_uint_eq(zero_ticks, 2); /* a time tick at 0 s in each panel */
+	for (const char *const *t = (const char *const[]){ ">0%<", ">25%<", ">50%<", ">75%<", ">100%<", NULL }; *t; t++)
+		ck_assert_msg(strstr(svg, *t), "no y tick %s", *t);
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char want[64];
+		const char *label, *sample;
+		snprintf(want, sizeof(want), ">%s</text>", names[i]);
+		label = strstr(svg, want);
+		ck_assert_msg(label, "the legend lacks %s", names[i]);
+		/* its sample: the last line element before its label */
+		for (sample = label; sample > svg && strncmp(sample, "<line", 5); sample--)
+			;
+		ck_assert_msg(!strncmp(sample, "<line", 5) && strstr(sample, "stroke-width=\"2.5\"") < label,
+			      "the legend's %s has no line sample", names[i]);
+	}
+	ck_assert_msg(rsvg && *rsvg, "RSVG_CONVERT is not set: configure finds rsvg-convert (librsvg2-bin)");
+	snprintf(cmd, sizeof(cmd), "'%s' '%s' -o '%s'", rsvg, path, png);
+	ck_assert_int_eq(system(cmd), 0);
+	f = fopen(png, "rb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fread(head, 1, 8, f), 8);
+	fclose(f);
+	ck_assert_msg(!memcmp(head, "\x89PNG\r\n\x1a\n", 8), "rsvg-convert made no PNG");
+}
+
 START_TEST(outputs)
 {
 	json_object *j;
@@ -581,6 +626,7 @@ START_TEST(outputs)
 	fclose(f);
 	ck_assert_msg(!strncmp(out, "<svg", 4) && strstr(out, "<polyline") && strstr(out, "</svg>"),
 		      "not an SVG chart");
+	check_chart(out, in_dir("g.svg"), in_dir("g.png"));
 }
 END_TEST
 

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,10 +479,47 @@ static void svg_line(FILE *f, const struct hc_rp_result *r, double x0, double y0
 	fprintf(f, "\"/>\n");
 }
 
+/* A round step (1, 2 or 5 times a power of ten) that cuts range into at
+ * most want parts, and the decimals its labels need. */
+static double nice_step(double range, int want, int *decimals)
+{
+	double raw = range > 0 ? range / want : 1, mag = pow(10, floor(log10(raw))), norm = raw / mag;
+	double step = (norm <= 1 ? 1 : norm <= 2 ? 2 : norm <= 5 ? 5 : 10) * mag;
+	int d = (int)-floor(log10(step) + 1e-9);
+
+	*decimals = d > 0 ? d : 0;
+	return step;
+}
+
+/* The legend of panel p at its top right: a sample of each line, named. */
+static void svg_legend(FILE *f, int p, double right, double top)
+{
+	const double row = 16, wide = 150;
+	unsigned n = 0, i = 0;
+
+	for (size_t k = 0; k < NLINES; k++)
+		n += lines[k].panel == p;
+	fprintf(f,
+		"<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" fill-opacity=\"0.85\" "
+		"stroke=\"#bbb\"/>\n",
+		right - wide - 8, top + 6, wide, row * n + 8);
+	for (size_t k = 0; k < NLINES; k++) {
+		double y = top + 6 + 4 + row * i + row / 2;
+		if (lines[k].panel != p)
+			continue;
+		fprintf(f,
+			"<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"/>\n",
+			right - wide, y, right - wide + 24, y, lines[k].color);
+		fprintf(f, "<text x=\"%.0f\" y=\"%.1f\">%s</text>\n", right - wide + 30, y + 4, lines[k].name);
+		i++;
+	}
+}
+
 int hc_rp_report_svg(const char *path, const struct hc_rp_result *r)
 {
-	const double W = 900, PW = 760, PH = 200, X0 = 70, Y0[2] = { 40, 310 };
-	double tmax = r->nsamples ? r->samples[r->nsamples - 1].t : 0, bmax = 0.1;
+	const double W = 900, PW = 760, PH = 200, X0 = 80, Y0[2] = { 58, 338 };
+	double tmax = r->nsamples ? r->samples[r->nsamples - 1].t : 0, bmax = 0, tstep;
+	int tdec;
 	FILE *f = fopen(path, "w");
 
 	if (!f)
@@ -491,39 +529,52 @@ int hc_rp_report_svg(const char *path, const struct hc_rp_result *r)
 			double v = lines[k].panel ? value(&lines[k], &r->samples[i - 1], &r->samples[i]) : 0;
 			bmax = v > bmax ? v : bmax;
 		}
-	bmax *= 1.1;
+	tstep = nice_step(tmax, 8, &tdec);
 	fprintf(f,
-		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"580\" font-family=\"sans-serif\" "
+		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"620\" font-family=\"sans-serif\" "
 		"font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
 		W);
 	fprintf(f,
 		"<text x=\"%.0f\" y=\"20\" font-size=\"14\">hicache-bench replay: %s, %s, TP %u x %u, %zu requests</text>\n",
 		X0, r->m->preset, r->o->trace ? "trace" : "built-in workload", r->o->tp, r->o->engines, r->requests);
 	for (int p = 0; p < 2; p++) {
-		double ymax = p ? bmax : 1;
+		int ydec;
+		/* the hit ratio in quarters of 100%; the bandwidth up to a round
+		 * step above its peak */
+		double ystep = p ? nice_step(bmax > 0 ? bmax : 0.1, 5, &ydec) : 25, ymax;
+		if (!p)
+			ydec = 0;
+		ymax = p ? ystep * ceil((bmax > 0 ? bmax : 0.1) / ystep) : 100;
+		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", X0, Y0[p] - 8,
+			p ? "bandwidth, GB/s (per interval)" : "hit ratio by tier, % of prompt tokens (per interval)");
+		for (double y = 0; y <= ymax + ystep / 1000; y += ystep) {
+			double yy = Y0[p] + PH - PH * y / ymax;
+			fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#e4e4e4\"/>\n", X0,
+				yy, X0 + PW, yy);
+			fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#444\"/>\n", X0 - 4,
+				yy, X0, yy);
+			fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f%s</text>\n", X0 - 7, yy + 4,
+				ydec, y, p ? "" : "%");
+		}
+		for (double t = 0; tmax > 0 && t <= tmax + tstep / 1000; t += tstep) {
+			double xx = X0 + PW * t / tmax;
+			fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#e4e4e4\"/>\n", xx,
+				Y0[p], xx, Y0[p] + PH);
+			fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#444\"/>\n", xx,
+				Y0[p] + PH, xx, Y0[p] + PH + 4);
+			fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.*f</text>\n", xx,
+				Y0[p] + PH + 17, tdec, t);
+		}
 		fprintf(f,
-			"<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#888\"/>\n",
+			"<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">time since the first request, s</text>\n",
+			X0 + PW / 2, Y0[p] + PH + 34);
+		fprintf(f,
+			"<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#444\"/>\n",
 			X0, Y0[p], PW, PH);
-		for (int g = 0; g <= 4; g++) {
-			double yy = Y0[p] + PH - PH * g / 4;
-			fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", X0, yy,
-				X0 + PW, yy);
-			fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.*f%s</text>\n", X0 - 6, yy + 4,
-				p ? 2 : 0, p ? ymax * g / 4 : 25.0 * g, p ? "" : "%");
-		}
-		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s</text>\n", X0, Y0[p] - 6,
-			p ? "bandwidth, GB/s (per interval)"
-			  : "hit ratio by tier, share of prompt tokens (per interval)");
-		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">%.1f s</text>\n", X0 + PW, Y0[p] + PH + 16,
-			tmax);
-		for (size_t k = 0, n = 0; k < NLINES; k++) {
-			if (lines[k].panel != p)
-				continue;
-			svg_line(f, r, X0, Y0[p], PW, PH, ymax, &lines[k]);
-			fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s</text>\n", X0 + 10 + 150.0 * (double)n,
-				Y0[p] + PH + 32, lines[k].color, lines[k].name);
-			n++;
-		}
+		for (size_t k = 0; k < NLINES; k++)
+			if (lines[k].panel == p)
+				svg_line(f, r, X0, Y0[p], PW, PH, p ? ymax : 1, &lines[k]);
+		svg_legend(f, p, X0 + PW, Y0[p]);
 	}
 	fprintf(f, "</svg>\n");
 	if (fclose(f) != 0)
