@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hicache/backend.h>
@@ -23,13 +25,91 @@
 static const struct hct_target *targets;
 static unsigned ntargets;
 
-void hct_conf_targets(const struct hct_target *t, unsigned n)
+/*
+ * What the cases write, so that they leave nothing in a store they share
+ * with others (hicache-backend-check runs them on the user's): each pool
+ * has a model id of its own, so every name a case writes is its own, and
+ * each is logged here, in memory mapped before the runner forks.  A case
+ * deletes them at its end; the runner, what a failed case left.
+ */
+#define WRITTEN_MAX 1024
+static struct written {
+	_Atomic unsigned n;
+	uint8_t name[WRITTEN_MAX][HC_BE_NAME_BYTES];
+} * written;
+
+int hct_conf_targets(const struct hct_target *t, unsigned n)
 {
+	void *m = written ? (void *)written
+			  : mmap(NULL, sizeof(*written), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED)
+		return -errno;
+	written = m;
 	targets = t;
 	ntargets = n;
+	return 0;
+}
+
+static void wrote(const uint8_t name[HC_BE_NAME_BYTES])
+{
+	unsigned i = written->n++;
+
+	ck_assert_msg(i < WRITTEN_MAX, "a case wrote more than %d objects: raise WRITTEN_MAX", WRITTEN_MAX);
+	memcpy(written->name[i], name, HC_BE_NAME_BYTES);
+}
+
+static void obj_name(struct hct_env *e, const uint8_t *key, uint8_t name[HC_BE_NAME_BYTES])
+{
+	struct hc_pool_info pi;
+
+	hc_pool_info(e->p, &pi, sizeof(pi));
+	memcpy(name, pi.fingerprint, 32);
+	memcpy(name + 32, key, 32);
+}
+
+/* A name of the case's own that is no page's: its fingerprint, then fill. */
+static void own_name(struct hct_env *e, uint8_t fill, uint8_t name[HC_BE_NAME_BYTES])
+{
+	uint8_t key[32];
+
+	memset(key, fill, sizeof(key));
+	obj_name(e, key, name);
+}
+
+static void wrote_keys(struct hct_env *e, const hc_key_t *keys, unsigned n)
+{
+	uint8_t name[HC_BE_NAME_BYTES];
+
+	for (unsigned i = 0; i < n; i++) {
+		obj_name(e, keys[i], name);
+		wrote(name);
+	}
+}
+
+/* A pool of the default test layout under a model id no other pool has:
+ * a fingerprint, and so object names, of its own. */
+static hc_pool *own_pool(const char *name, uint32_t npages, uint32_t quarantine_ms, uint32_t max_ranks)
+{
+	static unsigned seq;
+	struct timespec now;
+	struct hct_spec s;
+	char model[HC_MODEL_ID_MAX + 1];
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	snprintf(model, sizeof(model), "hicache-conformance/%d.%u.%lld.%ld", (int)getpid(), seq++,
+		 (long long)now.tv_sec, now.tv_nsec);
+	hct_spec_init(&s, name, npages);
+	s.spec.model_id = model;
+	s.spec.quarantine_ms = quarantine_ms;
+	s.spec.max_ranks = max_ranks;
+	ck_assert_msg(hc_pool_create(&s.spec) == 0, "create %s: %s", name, hc_last_error());
+	return hct_attach(name, 0);
 }
 
 /* ---- one store on one fresh pool */
+
+static void delete_written(struct hct_env *e);
 
 hc_store *hct_env_store(struct hct_env *e, unsigned qd)
 {
@@ -47,7 +127,8 @@ void hct_env_open(struct hct_env *e, int i, unsigned qd)
 	memset(e, 0, sizeof(*e));
 	e->b = &targets[i];
 	e->pool_name = hct_name();
-	e->p = hct_create_attach(e->pool_name, HCT_NPAGES, 100, 8);
+	e->p = own_pool(e->pool_name, HCT_NPAGES, 100, 8);
+	written->n = 0;
 	e->b->setup(e->spec, sizeof(e->spec));
 	e->st = hct_env_store(e, qd);
 	hc__store_plugin(e->st, &e->be, &e->inst);
@@ -56,6 +137,7 @@ void hct_env_open(struct hct_env *e, int i, unsigned qd)
 
 void hct_env_close(struct hct_env *e)
 {
+	delete_written(e);
 	ck_assert_ok(hc_store_close(e->st));
 	if (e->b->cleanup)
 		e->b->cleanup();
@@ -119,6 +201,7 @@ static void put_keys(struct hct_env *e, const hc_key_t *keys, unsigned n, uint32
 	int *status = calloc(n, sizeof(int));
 
 	hct_make_ready(e, keys, n, salt, presence, pg);
+	wrote_keys(e, keys, n);
 	ck_assert_int_eq(hc_store_put(e->st, pg, n, status), (int)n);
 	for (unsigned i = 0; i < n; i++) {
 		ck_assert_int_eq(status[i], 0);
@@ -159,29 +242,84 @@ int hct_get_keys(struct hct_env *e, const hc_key_t *keys, unsigned n, uint32_t s
 
 /* ---- raw ABI helpers: one op, submitted and reaped */
 
-static int64_t raw1(struct hct_env *e, uint32_t opcode, const uint8_t *name, const struct iovec *iov, unsigned iovcnt)
+/* One op on an instance, submitted and reaped (10 s at most): NULL with
+ * its result in *res, or what went wrong (one line). */
+static const char *raw_op(const struct hc_backend *be, void *inst, const struct hc_be_op *op, int64_t *res)
 {
-	struct hc_be_op op = { .opcode = opcode, .iovcnt = iovcnt, .iov = iov, .user_data = 0xfeed };
+	static _Thread_local char why[128];
 	struct hc_be_cqe cqe;
 	int r, k;
 
-	memcpy(op.name, name, HC_BE_NAME_BYTES);
-	r = e->be->submit(e->inst, &op, 1);
-	ck_assert_int_eq(r, 1);
-	for (double t = hct_now() + 10; (k = e->be->reap(e->inst, &cqe, 1, 100)) == 0;)
-		ck_assert_msg(hct_now() < t, "%s: an op did not complete in 10 s", e->b->name);
-	ck_assert_int_eq(k, 1);
-	ck_assert_uint_eq(cqe.user_data, 0xfeed);
-	return cqe.result;
+	if ((r = be->submit(inst, op, 1)) != 1) {
+		snprintf(why, sizeof(why), "submit of one op returned %d", r);
+		return why;
+	}
+	for (double t = hct_now() + 10; (k = be->reap(inst, &cqe, 1, 100)) == 0;)
+		if (hct_now() >= t)
+			return "an op did not complete in 10 s";
+	if (k != 1 || cqe.user_data != op->user_data) {
+		snprintf(why, sizeof(why), "reap returned %d, user_data 0x%llx for an op of 0x%llx", k,
+			 (unsigned long long)cqe.user_data, (unsigned long long)op->user_data);
+		return why;
+	}
+	*res = cqe.result;
+	return NULL;
 }
 
-static void obj_name(struct hct_env *e, const uint8_t *key, uint8_t name[HC_BE_NAME_BYTES])
+static int64_t raw1(struct hct_env *e, uint32_t opcode, const uint8_t *name, const struct iovec *iov, unsigned iovcnt)
 {
-	struct hc_pool_info pi;
+	struct hc_be_op op = { .opcode = opcode, .iovcnt = iovcnt, .iov = iov, .user_data = 0xfeed };
+	const char *why;
+	int64_t res = 0;
 
-	hc_pool_info(e->p, &pi, sizeof(pi));
-	memcpy(name, pi.fingerprint, 32);
-	memcpy(name + 32, key, 32);
+	memcpy(op.name, name, HC_BE_NAME_BYTES);
+	if (opcode == HC_BE_OP_PUT)
+		wrote(name);
+	why = raw_op(e->be, e->inst, &op, &res);
+	ck_assert_msg(why == NULL, "%s: %s", e->b->name, why);
+	return res;
+}
+
+/* Deletes the logged names through an instance, last first: NULL, or
+ * what went wrong with the first that failed; *left counts those.  -ENOENT
+ * is no failure: a name logged twice is gone the second time. */
+static const char *delete_log(const struct hc_backend *be, void *inst, unsigned *left)
+{
+	static _Thread_local char why[160];
+	const char *first = NULL, *w;
+	int64_t res = 0;
+
+	*left = 0;
+	for (unsigned n; (n = written->n) > 0; written->n = n - 1) {
+		struct hc_be_op op = { .opcode = HC_BE_OP_DELETE, .user_data = n };
+
+		memcpy(op.name, written->name[n - 1], HC_BE_NAME_BYTES);
+		if ((w = raw_op(be, inst, &op, &res)) == NULL && (res == 0 || res == -ENOENT))
+			continue;
+		if (!first) {
+			if (w)
+				snprintf(why, sizeof(why), "%s", w);
+			else
+				snprintf(why, sizeof(why), "a DELETE completed with %lld", (long long)res);
+			first = why;
+		}
+		(*left)++;
+	}
+	return first;
+}
+
+/* Deletes what the case wrote, if the backend can, through the store's
+ * instance now (a case may have opened the store again). */
+static void delete_written(struct hct_env *e)
+{
+	const char *why;
+	unsigned left;
+
+	if (!(e->info.caps & HC_BE_CAP_DELETE))
+		return;
+	hc__store_plugin(e->st, &e->be, &e->inst);
+	why = delete_log(e->be, e->inst, &left);
+	ck_assert_msg(why == NULL, "%s: deleting what the case wrote: %u not deleted: %s", e->b->name, left, why);
 }
 
 /* The stored bytes of an object (malloc'd), and their length. */
@@ -314,7 +452,7 @@ START_TEST(raw_misaligned)
 	int64_t r;
 
 	hct_env_open(&e, _i, 0);
-	memset(name, 0xa5, sizeof(name));
+	own_name(&e, 0xa5, name);
 	for (size_t j = 0; j < 9000 + 64; j++)
 		src[j] = (uint8_t)(j * 131 + 7);
 	/* odd lengths at odd addresses */
@@ -365,7 +503,7 @@ START_TEST(raw_ops)
 	char out[256];
 
 	hct_env_open(&e, _i, 0);
-	memset(name, 0x5a, sizeof(name));
+	own_name(&e, 0x5a, name);
 	ck_assert_int_eq(raw1(&e, HC_BE_OP_EXISTS, name, NULL, 0), 0);
 	ck_assert_int_eq(raw1(&e, HC_BE_OP_GET, name, &iov, 1), -ENOENT);
 	if (e.info.caps & HC_BE_CAP_DELETE)
@@ -419,6 +557,7 @@ static void *store_worker(void *arg)
 	uint8_t skip[24];
 
 	hct_keys(k, 24, 1000 + w->id);
+	wrote_keys(w->e, k, 24);
 	for (int round = 0; round < 3 && !w->bad; round++) {
 		if (hc_reserve(w->e->p, &rq, pg, skip) != 24) {
 			uint64_t cnt[HC_PAGE__COUNT];
@@ -491,6 +630,7 @@ END_TEST
 /* Raw ABI: submitters and reapers on separate threads; every completion once. */
 struct raw_shared {
 	struct hct_env *e;
+	uint8_t base[HC_BE_NAME_BYTES]; /* names: this, with submitter and op in bytes 32 and 33 */
 	_Atomic unsigned submitted, reaped, stop;
 	_Atomic uint8_t seen[4 * 500];
 	_Atomic int bad;
@@ -514,9 +654,9 @@ static void *raw_submitter(void *arg)
 				op[j].iov = &iov;
 				op[j].iovcnt = 1;
 			}
-			memset(op[j].name, 0, sizeof(op[j].name));
-			op[j].name[0] = (uint8_t)id;
-			op[j].name[1] = (uint8_t)((i + j) % 7);
+			memcpy(op[j].name, s->base, sizeof(op[j].name));
+			op[j].name[32] = (uint8_t)id;
+			op[j].name[33] = (uint8_t)((i + j) % 7);
 		}
 		int r = s->e->be->submit(s->e->inst, op, n);
 		if (r == -EAGAIN) {
@@ -562,6 +702,15 @@ START_TEST(concurrent_raw)
 
 	hct_env_open(&e, _i, 0);
 	s->e = &e;
+	own_name(&e, 0, s->base);
+	for (int id = 0; id < 4; id++)
+		for (int k = 0; k < 7; k++) {
+			uint8_t name[HC_BE_NAME_BYTES];
+			memcpy(name, s->base, sizeof(name));
+			name[32] = (uint8_t)id;
+			name[33] = (uint8_t)k;
+			wrote(name);
+		}
 	for (int i = 0; i < 2; i++)
 		pthread_create(&rea[i], NULL, raw_reaper, s);
 	for (int i = 0; i < 4; i++) {
@@ -655,7 +804,6 @@ END_TEST
 START_TEST(wrong_fingerprint)
 {
 	struct hct_env e;
-	struct hct_spec s;
 	const char *other = hct_name();
 	hc_pool *q;
 	hc_store *qs;
@@ -672,10 +820,7 @@ START_TEST(wrong_fingerprint)
 	obj = raw_get(&e, name, &len);
 	ck_assert_ok(hc_store_close(e.st));
 	/* the same layout under another model id: another fingerprint */
-	hct_spec_init(&s, other, 16);
-	s.spec.model_id = "test/another-model";
-	ck_assert_ok(hc_pool_create(&s.spec));
-	q = hct_attach(other, 0);
+	q = own_pool(other, 16, 0, 0);
 	ck_assert_ok(hc_store_open(q, e.spec, NULL, &qs));
 	hc_pool_info(q, &pi, sizeof(pi));
 	/* plant our object under the other pool's name for the key */

@@ -28,8 +28,9 @@ struct hct_target {
 	void (*cleanup)(void);
 };
 
-/* The targets a case's loop index picks from; set before the runner forks. */
-void hct_conf_targets(const struct hct_target *t, unsigned n);
+/* The targets a case's loop index picks from; set before the runner forks
+ * (it maps the memory the cases log the names they write in): 0 or -errno. */
+int hct_conf_targets(const struct hct_target *t, unsigned n);
 /* The cases: how many, each one's test (its name is ->name) and a line of help. */
 unsigned hct_conf_ncases(void);
 const TTest *hct_conf_case(unsigned i);

@@ -402,7 +402,10 @@ int main(void)
 	tcase_add_test(tc, eagain_race);
 	suite_add_tcase(s, tc);
 	suite_pid = getpid();
-	hct_conf_targets(backends, NBACKENDS);
+	if (hct_conf_targets(backends, NBACKENDS) < 0) {
+		perror("test_backends: mapping the conformance log");
+		return 99;
+	}
 	ret = hct_run(s);
 	shm_sweep();
 	return ret;
