@@ -51,6 +51,11 @@ int hct_conf_targets(const struct hct_target *t, unsigned n)
 	return 0;
 }
 
+unsigned hct_conf_logged(void)
+{
+	return written->n;
+}
+
 static void wrote(const uint8_t name[HC_BE_NAME_BYTES])
 {
 	unsigned i = written->n++;
@@ -967,6 +972,43 @@ START_TEST(newer_format)
 }
 END_TEST
 
+/* ---- the runner's side, outside any case: nothing here fails a test */
+
+int hct_conf_probe(const char *spec, struct hc_store_info *info, unsigned *left, char *err, size_t errlen)
+{
+	struct hc_attach_opts ao = { .size = sizeof(ao), .flags = HC_ATTACH_NO_POPULATE };
+	const char *name = hct_name(), *why;
+	const struct hc_backend *be;
+	struct hct_spec s;
+	hc_store *st = NULL;
+	hc_pool *p = NULL;
+	int r, made = 0;
+	void *inst;
+
+	*left = 0;
+	err[0] = '\0';
+	hct_spec_init(&s, name, 16);
+	s.spec.model_id = "hicache-conformance/runner";
+	if ((r = hc_pool_create(&s.spec)) < 0 || (made = 1, r = hc_pool_attach(name, &ao, &p)) < 0 ||
+	    (r = hc_store_open(p, spec, NULL, &st)) < 0 || (r = hc_store_info(st, info, sizeof(*info))) < 0) {
+		snprintf(err, errlen, "%s", hc_last_error());
+	} else if (!(info->caps & HC_BE_CAP_DELETE)) {
+		*left = written->n; /* it cannot delete them */
+		written->n = 0;
+	} else {
+		hc__store_plugin(st, &be, &inst);
+		if ((why = delete_log(be, inst, left)) != NULL)
+			snprintf(err, errlen, "%s", why);
+	}
+	if (st)
+		hc_store_close(st);
+	if (p)
+		hc_pool_detach(p);
+	if (made)
+		hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
+	return r;
+}
+
 /* The cases, in the order they run, each with a line of help. */
 #define CASES(X)                                                                                                       \
 	X(roundtrip, "pages put, found by EXISTS, read back twice; the store's counters")                              \
@@ -988,6 +1030,7 @@ END_TEST
 #define CASE_HELP(fn, help) help,
 
 static const char *const help[] = { CASES(CASE_HELP) };
+_Static_assert(sizeof(help) / sizeof(help[0]) <= HCT_CONF_CASES_MAX, "raise HCT_CONF_CASES_MAX");
 
 unsigned hct_conf_ncases(void)
 {

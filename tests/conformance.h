@@ -31,10 +31,24 @@ struct hct_target {
 /* The targets a case's loop index picks from; set before the runner forks
  * (it maps the memory the cases log the names they write in): 0 or -errno. */
 int hct_conf_targets(const struct hct_target *t, unsigned n);
-/* The cases: how many, each one's test (its name is ->name) and a line of help. */
+/* The cases: how many (HCT_CONF_CASES_MAX at most), each one's test (its
+ * name is ->name) and a line of help. */
+#define HCT_CONF_CASES_MAX 64
 unsigned hct_conf_ncases(void);
 const TTest *hct_conf_case(unsigned i);
 const char *hct_conf_help(unsigned i);
+
+/*
+ * For a runner, outside any case (nothing here fails a test): opens spec on
+ * a fresh pool as a case would, with its info in info, and deletes the
+ * objects that the log of written names still holds (what failed cases
+ * left).  0, with how many it could not delete in *left (all of them for a
+ * backend without HC_BE_CAP_DELETE) and why in err; or a negative errno,
+ * with hc_last_error()'s line in err.
+ */
+int hct_conf_probe(const char *spec, struct hc_store_info *info, unsigned *left, char *err, size_t errlen);
+/* How many names the log holds: what a case left, to probe away. */
+unsigned hct_conf_logged(void);
 
 /* A store of a target on a fresh pool, with its plugin's table and instance. */
 struct hct_env {
