@@ -116,6 +116,14 @@ START_TEST(trace_good_lines)
 	ck_assert_uint_eq(hc_rp_ids(&w, &w.req[1])[2], 10);
 	ck_assert_uint_eq(w.req[2].nblocks, 0);
 	hc_rp_workload_free(&w);
+	/* ids past 2^63 - 1 stay themselves: they were clamped to it, and met */
+	path = trace_of("big.jsonl", REQ(0, 10, "[9223372036854775809]") REQ(1, 10, "[9223372036854775810]")
+					     REQ(2, 10, "[18446744073709551615]"));
+	ck_assert_msg(hc_rp_trace_load(path, 0, &w) == 0, "%s", hc_cli_error());
+	ck_assert_uint_eq(hc_rp_ids(&w, &w.req[0])[0], UINT64_C(9223372036854775809));
+	ck_assert_uint_eq(hc_rp_ids(&w, &w.req[1])[0], UINT64_C(9223372036854775810));
+	ck_assert_uint_eq(hc_rp_ids(&w, &w.req[2])[0], UINT64_MAX);
+	hc_rp_workload_free(&w);
 }
 END_TEST
 
@@ -149,6 +157,53 @@ START_TEST(trace_bad_lines)
 		    "[1]") "{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 1, \"hash_ids\": [1]} {}\n",
 		EINVAL, "t.jsonl:2: ", "column 75"); /* the second object */
 	refused(REQ(0, 99999999999, "[1]"), ERANGE, "\"input_length\" is 99999999999", NULL);
+	/* what strict json-c takes, or clamps */
+	refused("{'timestamp': 0, 'input_length': 10, 'output_length': 1, 'hash_ids': [1]}\n", EINVAL,
+		"t.jsonl:1: a single quote at column 2", "double quotes");
+	refused(REQ(9223372036854775808, 10, "[1]"), ERANGE, "\"timestamp\" is 9223372036854775808",
+		"expected 0 to 9223372036854775807");
+	refused(REQ(0, 10, "[18446744073709551616]"), ERANGE, "t.jsonl:1: the number at column", "past 2^64 - 1");
+	refused(REQ(0, 10, "[\"it's\"]"), EINVAL, "hash_ids[0] is \"it's\"", NULL); /* a quote in a string is text */
+	{
+		struct hc_rp_workload w;
+		char path[160];
+		FILE *f;
+		/* a NUL in a line without end: refused at the NUL, not read on */
+		snprintf(path, sizeof(path), "%s/nul.jsonl", hct_l3_dir);
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		ck_assert_uint_eq(
+			fwrite(REQ(0, 10, "[1]") "{\"timestamp\": 0\0\0\0", 1, sizeof(REQ(0, 10, "[1]")) + 17, f),
+			sizeof(REQ(0, 10, "[1]")) + 17);
+		fclose(f);
+		ck_assert_int_eq(hc_rp_trace_load(path, 0, &w), -EINVAL);
+		ck_assert_msg(strstr(hc_cli_error(), "nul.jsonl:2: a NUL byte"), "%s", hc_cli_error());
+		/* not regular files: each refused at once, none read for ever */
+		ck_assert_int_eq(hc_rp_trace_load("/dev/zero", 0, &w), -EINVAL);
+		ck_assert_msg(strstr(hc_cli_error(), "not a regular file (a character device)"), "%s", hc_cli_error());
+		ck_assert_int_eq(hc_rp_trace_load(hct_l3_dir, 0, &w), -EINVAL);
+		ck_assert_msg(strstr(hc_cli_error(), "(a directory)"), "%s", hc_cli_error());
+		snprintf(path, sizeof(path), "%s/fifo", hct_l3_dir);
+		ck_assert_int_eq(mkfifo(path, 0600), 0);
+		ck_assert_int_eq(hc_rp_trace_load(path, 0, &w), -EINVAL);
+		ck_assert_msg(strstr(hc_cli_error(), "(a FIFO)"), "%s", hc_cli_error());
+		/* a line past the cap: refused when it reaches it, with the cap */
+		snprintf(path, sizeof(path), "%s/long.jsonl", hct_l3_dir);
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		ck_assert_int_eq(ftruncate(fileno(f), (off_t)HC_RP_LINE_MAX + 4096), 0);
+		ck_assert_int_eq(fseek(f, 0, SEEK_SET), 0);
+		for (unsigned i = 0; i < HC_RP_LINE_MAX / 4096 + 1; i++) {
+			static char run[4096];
+			memset(run, ' ', sizeof(run));
+			run[0] = i ? ' ' : '[';
+			ck_assert_uint_eq(fwrite(run, 1, sizeof(run), f), sizeof(run));
+		}
+		fclose(f);
+		ck_assert_int_eq(hc_rp_trace_load(path, 0, &w), -E2BIG);
+		ck_assert_msg(strstr(hc_cli_error(), "long.jsonl:1: the line is longer than 64 MiB"), "%s",
+			      hc_cli_error());
+	}
 	{
 		struct hc_rp_workload w;
 		char path[128];

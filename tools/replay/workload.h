@@ -18,7 +18,8 @@
 
 #include <hicache/hicache.h>
 
-#define HC_RP_BLOCK_TOKENS 512u /* tokens per hash id, as Mooncake's traces have them */
+#define HC_RP_BLOCK_TOKENS 512u        /* tokens per hash id, as Mooncake's traces have them */
+#define HC_RP_LINE_MAX     (64u << 20) /* bytes of one trace line: 4 M ids of 16 digits */
 
 struct hc_rp_req {
 	uint64_t t_ms;       /* arrival, from the start of the workload */
