@@ -417,6 +417,11 @@ START_TEST(bad_config)
 		{ "[pool]\nname = p\n\nname = q\n", 4, "'name' in [pool] is already set on line 2" },
 		{ "[pool]\nname p\n", 2, "expected '[section]', 'key = value'" },
 		{ "[backend\n", 1, "expected '[section]'" },
+		{ "[pool]\nkv = kv,bf16,4,64,2\n  ,replicated\n", 3,
+		  "a kv value cannot go on over lines: give each on a line of its own" },
+		{ "[service]\nbatch_pages = 1\n 6x\n", 3,
+		  "batch_pages '16x' is not a decimal number (the value joined "
+		  "from line 2 on)" },
 	};
 	const char *conf = path_in_tmp("bad.conf");
 	char want[256];
@@ -433,6 +438,71 @@ START_TEST(bad_config)
 			      "case %u: not one line:\n%s", i, output(d));
 	}
 	ck_assert_int_eq(access("/dev/shm/hicache.neverserved", F_OK), -1);
+}
+END_TEST
+
+/* What is not a config file is refused at once, never read for ever: a
+ * device, a directory, a FIFO without a writer, a file past 1 MiB, a NUL. */
+START_TEST(config_not_a_file)
+{
+	static const struct {
+		const char *path, *want;
+	} cases[] = {
+		{ "/dev/zero", "is a character device: give a text file of settings" },
+		{ NULL, "is a directory" },
+		{ "fifo", "is a FIFO" },
+		{ "big.conf", "is larger than 1 MiB" },
+		{ "nul.conf", "nul.conf:2: a NUL byte in the line: a config file is text" },
+	};
+	char fifo[160], big[160], nul[160];
+	FILE *f;
+
+	snprintf(fifo, sizeof(fifo), "%s", path_in_tmp("fifo"));
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	snprintf(big, sizeof(big), "%s", path_in_tmp("big.conf"));
+	f = fopen(big, "w");
+	ck_assert_ptr_nonnull(f);
+	for (unsigned i = 0; i < (1u << 20) / 64 + 1; i++)
+		fputs("; a comment, sixty-four bytes long with its newline ...........\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	snprintf(nul, sizeof(nul), "%s", path_in_tmp("nul.conf"));
+	f = fopen(nul, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite("[pool]\nname = p\0q\n", 1, 17, f), 17);
+	ck_assert_int_eq(fclose(f), 0);
+	for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *path = !cases[i].path                       ? tmpdir()
+				   : !strcmp(cases[i].path, "fifo")     ? fifo
+				   : !strcmp(cases[i].path, "big.conf") ? big
+				   : !strcmp(cases[i].path, "nul.conf") ? nul
+									: cases[i].path;
+		pid_t d = spawn(ARGS("--config", path, "--pool", "neverserved", "--backend", backend()));
+		ck_assert_msg(reap(d) == 2, "%s: want exit 2:\n%s", path, output(d));
+		ck_assert_msg(strstr(output(d), cases[i].want), "%s: output lacks '%s':\n%s", path, cases[i].want,
+			      output(d));
+	}
+	ck_assert_int_eq(access("/dev/shm/hicache.neverserved", F_OK), -1);
+}
+END_TEST
+
+/* A line that starts with blanks goes on with the value before it: a
+ * backend spec over two lines is served as one. */
+START_TEST(config_value_continues)
+{
+	const char *name = pool_name(), *conf = path_in_tmp("cont.conf");
+	char text[1024];
+	pid_t d;
+
+	snprintf(text, sizeof(text),
+		 "[pool]\nname = %s\nmodel = test/model-7b\npage_tokens = 16\ntp = 2\nkv = kv,bf16,4,64,2\npages = 8\n"
+		 "[backend]\nspec = file:\n    dir=%s/l3\n",
+		 name, tmpdir());
+	write_file(conf, text);
+	d = spawn(ARGS("--config", conf, "--log-level", "info"));
+	wait_serving(name, d);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_has(output(d), backend()); /* "file:dir=TMP/l3", joined */
+	check_and_destroy(name);
 }
 END_TEST
 
@@ -973,6 +1043,8 @@ int main(void)
 	tcase_add_test(tc, attach_existing);
 	tcase_add_test(tc, second_daemon_refused);
 	tcase_add_test(tc, bad_config);
+	tcase_add_test(tc, config_not_a_file);
+	tcase_add_test(tc, config_value_continues);
 	tcase_add_test(tc, usage_errors);
 	tcase_add_test(tc, env_log_level);
 	tcase_add_test(tc, command_line_overrides_config);

@@ -11,6 +11,7 @@
  * error (but --kv and --state, which add up).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -19,8 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hicached.h"
+
+#define CONF_MAX_BYTES (1 << 20) /* a config file is settings: a few KiB */
 
 enum opt_type {
 	T_STRING,  /* const char * */
@@ -216,6 +221,9 @@ struct ini_ctx {
 	unsigned err_line; /* the first line a handler refused, and why */
 	char err[512];
 	unsigned set_on[NOPTS]; /* the line that set each option */
+	int cont;               /* the reader's last line starts with blanks: it continues a value */
+	int last;               /* the option the line before set, or -1 */
+	char *last_value;       /* its value so far (kept) */
 };
 
 static int ini_fail(struct ini_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -235,21 +243,31 @@ static int ini_fail(struct ini_ctx *x, const char *fmt, ...)
 }
 
 /* fgets that counts lines, and refuses one too long for inih's buffer
- * (it would cut it and read the rest as another line). */
+ * (it would cut it and read the rest as another line), and a NUL byte
+ * (it would cut the line there).  A refused line reaches inih blank; after
+ * an error nothing more is read (a file of NULs would never end). */
 static char *conf_reader(char *str, int num, void *stream)
 {
 	struct ini_ctx *x = stream;
+	long at = ftell(x->f);
 	size_t n;
 	int ch;
 
-	if (!fgets(str, num, x->f))
+	if (x->err_line || !fgets(str, num, x->f))
 		return NULL;
 	x->line++;
 	n = strlen(str);
-	if (n && str[n - 1] != '\n' && !feof(x->f)) {
+	x->cont = (str[0] == ' ' || str[0] == '\t') && str[strspn(str, " \t\r\n")];
+	if (at >= 0 && ftell(x->f) - at != (long)n) {
+		ini_fail(x, "a NUL byte in the line: a config file is text");
+		str[0] = 0;
+	} else if (n && str[n - 1] != '\n' && !feof(x->f)) {
 		while ((ch = fgetc(x->f)) != EOF && ch != '\n')
 			;
-		ini_fail(x, "the line is longer than %d characters", num - 2);
+		ini_fail(x,
+			 "the line is longer than %d characters: continue a long value on lines that start "
+			 "with blanks",
+			 num - 2);
 		str[0] = 0; /* a blank line to inih; the error stands */
 	}
 	return str;
@@ -320,6 +338,27 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 		return ini_fail(x, "'%s' is outside any section: put it under %s", key, section_list());
 	if (!section_known(section))
 		return ini_fail(x, "unknown section [%s]: use %s", section, section_list());
+	if (x->cont && x->last >= 0 && !strcmp(opts[x->last].key, key)) {
+		/* a line that starts with blanks: the value goes on, joined as is
+		 * (a long backend spec over several lines) */
+		const struct opt *o = &opts[x->last];
+		size_t a = strlen(x->last_value), b = strlen(value);
+		char *joined, *v;
+		if (opt_repeats(o))
+			return ini_fail(x, "a %s value cannot go on over lines: give each on a line of its own", key);
+		if (!(joined = malloc(a + b + 1)))
+			return ini_fail(x, "out of memory");
+		memcpy(joined, x->last_value, a);
+		memcpy(joined + a, value, b + 1);
+		v = keep(c, joined);
+		free(joined);
+		if (!v)
+			return ini_fail(x, "out of memory");
+		if (opt_set(c, o, key, v) < 0)
+			return ini_fail(x, "%s (the value joined from line %u on)", hc_cli_error(), x->set_on[x->last]);
+		x->last_value = v;
+		return 1;
+	}
 	for (unsigned i = 0; i < NOPTS; i++) {
 		const struct opt *o = &opts[i];
 		char *v;
@@ -341,6 +380,8 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 		if (opt_set(c, o, key, v) < 0)
 			return ini_fail(x, "%s", hc_cli_error());
 		x->set_on[i] = x->line;
+		x->last = (int)i;
+		x->last_value = v;
 		return 1;
 	}
 	return ini_fail(x, "unknown key '%s' in [%s]: its keys are %s", key, section, keys);
@@ -351,11 +392,32 @@ static int read_config(struct hcd_conf *c, const char *path)
 	static struct ini_ctx x; /* set_on and err: too big for a small stack */
 	int ret;
 
+	struct stat st;
+	int fd;
+
 	memset(&x, 0, sizeof(x));
 	x.c = c;
-	x.f = fopen(path, "re");
-	if (!x.f) {
+	x.last = -1;
+	/* O_NONBLOCK: a FIFO without a writer must not hold the open */
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
 		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
+		return HC_CLI_EXIT_USAGE;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CONF_MAX_BYTES) {
+		fprintf(stderr, HCD_PROG ": the config file %s is %s: give a text file of settings (hicache.conf(5))\n",
+			path,
+			S_ISDIR(st.st_mode)    ? "a directory"
+			: S_ISFIFO(st.st_mode) ? "a FIFO"
+			: S_ISCHR(st.st_mode)  ? "a character device"
+			: !S_ISREG(st.st_mode) ? "not a regular file"
+					       : "larger than 1 MiB");
+		close(fd);
+		return HC_CLI_EXIT_USAGE;
+	}
+	if (fcntl(fd, F_SETFL, 0) < 0 || !(x.f = fdopen(fd, "r"))) {
+		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
+		close(fd);
 		return HC_CLI_EXIT_USAGE;
 	}
 	ret = ini_parse_stream(conf_reader, &x, conf_line, &x);
