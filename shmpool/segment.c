@@ -183,8 +183,19 @@ static int apply_numa(void *addr, size_t len, const struct hc_pool_spec *s)
 	return 0;
 }
 
+/* The first control byte of a model id (below 0x20, or DEL), or NULL:
+ * tools print ids as they are, so one must not move a terminal's cursor. */
+static const char *control_byte(const char *id)
+{
+	for (; *id; id++)
+		if ((unsigned char)*id < 0x20 || *id == 0x7f)
+			return id;
+	return NULL;
+}
+
 static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 {
+	const char *bad;
 	int ret;
 
 	memset(g, 0, sizeof(*g));
@@ -192,6 +203,9 @@ static int spec_to_geom(const struct hc_pool_spec *s, struct hc__geom *g)
 		return hc__err(EINVAL, "model id is empty: name the model the pages belong to");
 	if (strlen(s->model_id) > HC_MODEL_ID_MAX)
 		return hc__err(EINVAL, "model id is longer than %d bytes", HC_MODEL_ID_MAX);
+	if ((bad = control_byte(s->model_id)))
+		return hc__err(EINVAL, "model id has a control byte 0x%02x at offset %zu: give printable text",
+			       (unsigned)(unsigned char)*bad, (size_t)(bad - s->model_id));
 	if (!s->comps || s->ncomp == 0 || s->ncomp > HC_MAX_COMPONENTS)
 		return hc__err(EINVAL, "a pool needs 1..%d components, got %u", HC_MAX_COMPONENTS, s->ncomp);
 	g->page_tokens = s->page_tokens;
@@ -575,6 +589,8 @@ static int validate_meta(const char *path, const struct hc_seg_hdr *h, const str
 			       path);
 	if (memchr(h->model_id, 0, sizeof(h->model_id)) == NULL || h->model_id[0] == 0)
 		return hc__err(EBADMSG, "%s: model id is not a terminated string", path);
+	if (control_byte(h->model_id))
+		return hc__err(EBADMSG, "%s: model id has a control byte: the header is corrupt", path);
 	memset(g, 0, sizeof(*g));
 	g->page_tokens = h->page_tokens;
 	g->tp_size = h->tp_size;

@@ -253,6 +253,13 @@ START_TEST(forged_geometry)
 	ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	ck_assert_err(try_attach(name), EBADMSG);
 	ck_assert_msg_has("fingerprint");
+
+	h.fingerprint[0] ^= 1;
+	memcpy(h.model_id, "a\033[2Jb", sizeof("a\033[2Jb")); /* it would clear the terminal of info and ls */
+	hc__meta_digest(&h, rc, 2, h.meta_digest);
+	ck_assert_int_eq(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	ck_assert_err(try_attach(name), EBADMSG);
+	ck_assert_msg_has("model id has a control byte");
 	close(fd);
 	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));
 }

@@ -520,6 +520,10 @@ START_TEST(library_refusal)
 	ck_assert_err_has(
 		"component 'kv': 8 KV heads do not split over TP 3 (neither divides the other): give a TP size "
 		"that divides 8 or is a multiple of it");
+	/* a model id with a control byte: info and ls would print it raw */
+	ck_assert_tool(1, "create", name, "--model", "line\none", "--page-tokens", "16", "--tp", "1", "--kv",
+		       "kv,bf16,2,64,2", "--pages", "4");
+	ck_assert_err_has("model id has a control byte 0x0a at offset 4: give printable text");
 	ck_assert_int_eq(access(shm_path(name), F_OK), -1);
 }
 END_TEST
