@@ -441,6 +441,8 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	if (stat(path, &st) == 0)
 		return hc__err(EEXIST, "pool '%s' already exists at %s: destroy it first (hicache-pool destroy %s)",
 			       s->name, path, s->name);
+	if (lstat(path, &st) == 0) /* stat failed: a link to nothing */
+		return hc__err(EEXIST, "%s is a symbolic link to nothing, not a pool: remove it (rm %s)", path, path);
 	/* An unnamed file: a creator killed half way leaves nothing behind.
 	 * File systems without O_TMPFILE get a hidden name with our pid. */
 	fd = open(s->dir ? s->dir : HC_DEFAULT_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
@@ -453,7 +455,11 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 		fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
 	}
 	if (fd < 0)
-		return hc__err(errno, "cannot create %s: %s", tmp, strerror(errno));
+		return hc__err(errno, "cannot create a pool in %s: %s%s", s->dir ? s->dir : HC_DEFAULT_DIR,
+			       strerror(errno),
+			       errno == ENOENT   ? ": the directory does not exist"
+			       : errno == EACCES ? ": this user may not write there"
+						 : "");
 	if (fchmod(fd, mode) < 0 || (gid != (gid_t)-1 && fchown(fd, (uid_t)-1, gid) < 0)) {
 		ret = hc__err(errno, "cannot set mode or group of %s: %s", tmp, strerror(errno));
 		goto fail_unlink;
@@ -687,6 +693,11 @@ static int read_meta(int fd, const char *path, uint64_t file_bytes, struct hc_se
 	if (atomic_load_explicit(&h->state, memory_order_relaxed) != HC_SEG_READY)
 		return hc__err(EBADMSG, "%s: segment state %u is not READY: the header is corrupt", path,
 			       (unsigned)atomic_load_explicit(&h->state, memory_order_relaxed));
+	if (h->segment_bytes != file_bytes) /* say it first: it explains what follows from it */
+		return hc__err(EBADMSG,
+			       "%s is truncated or padded: the header says %" PRIu64 " bytes, the file has %" PRIu64
+			       "; destroy and recreate the pool",
+			       path, h->segment_bytes, file_bytes);
 	if (h->ncomp == 0 || h->ncomp > HC_MAX_COMPONENTS)
 		return hc__err(EBADMSG, "%s: component count %u is out of range", path, h->ncomp);
 	if (h->toc[HC_REG_COMPS].off != HC_SEG_HDR_BYTES ||

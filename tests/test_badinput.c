@@ -130,6 +130,11 @@ START_TEST(truncated_segment)
 	ck_assert_int_eq(truncate(shm(name), st.st_size + (2 << 20)), 0);
 	ck_assert_err(try_attach(name), EBADMSG);
 	ck_assert_msg_has("padded");
+	/* down to its header: said so, not that a table is out of place */
+	ck_assert_int_eq(truncate(shm(name), 4096), 0);
+	ck_assert_err(try_attach(name), EBADMSG);
+	ck_assert_msg_has("is truncated or padded: the header says");
+	ck_assert_msg_has("the file has 4096");
 	ck_assert_err(hc_pool_destroy(name, NULL, 0), EBADMSG);
 	ck_assert_msg_has("--force");
 	ck_assert_ok(hc_pool_destroy(name, NULL, HC_DESTROY_FORCE));

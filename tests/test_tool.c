@@ -520,6 +520,22 @@ START_TEST(library_refusal)
 	ck_assert_err_has(
 		"component 'kv': 8 KV heads do not split over TP 3 (neither divides the other): give a TP size "
 		"that divides 8 or is a multiple of it");
+	/* a directory that is not there, named; a link to nothing, not "someone else" */
+	ck_assert_tool(1, "create", name, "--dir", "/nonexistent-hct", "--model", "m", "--page-tokens", "16", "--tp",
+		       "1", "--kv", "kv,bf16,2,64,2", "--pages", "4");
+	ck_assert_err_has("cannot create a pool in /nonexistent-hct: No such file or directory: the directory does "
+			  "not exist");
+	{
+		char dir[256], link_path[512];
+		hct_mkdtemp(dir, sizeof(dir), "tool-dangling");
+		snprintf(link_path, sizeof(link_path), "%s/hicache.%s", dir, name);
+		ck_assert_int_eq(symlink("/nonexistent-hct/x", link_path), 0);
+		ck_assert_tool(1, "create", name, "--dir", dir, "--model", "m", "--page-tokens", "16", "--tp", "1",
+			       "--kv", "kv,bf16,2,64,2", "--pages", "4");
+		ck_assert_err_has("is a symbolic link to nothing, not a pool: remove it");
+		unlink(link_path);
+		rmdir(dir);
+	}
 	/* a model id with a control byte: info and ls would print it raw */
 	ck_assert_tool(1, "create", name, "--model", "line\none", "--page-tokens", "16", "--tp", "1", "--kv",
 		       "kv,bf16,2,64,2", "--pages", "4");
