@@ -189,6 +189,10 @@ START_TEST(loader_refuses)
 	refused(":x=1", EINVAL, "empty");
 	refused("mem:novalue", EINVAL, "not key=value");
 	refused("mem:a=1,a=2", EINVAL, "given twice");
+	/* a stray ',' was skipped silently */
+	refused("mem:max_objects=8,,,", EINVAL, "an empty option at offset 14 of 'max_objects=8,,,' (a ',' too many)");
+	refused("mem:,max_objects=8", EINVAL, "an empty option at offset 0");
+	refused("mem:max_objects=8,", EINVAL, "an empty option at offset 14");
 	refused("mem:max_objects=lots", EINVAL, "max_objects=lots");
 	refused("bad_version", ELIBBAD, "ABI version 2, this library speaks 1");
 	refused("bad_small", ELIBBAD, "struct hc_backend is");

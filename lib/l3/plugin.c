@@ -109,6 +109,14 @@ int hc__plugin_spec_parse(const char *spec, struct hc__plugin_spec *out)
 		return hc__err(EINVAL, "backend spec '%s': options longer than %zu bytes", out->name,
 			       sizeof(out->buf) - 1);
 	strcpy(out->buf, colon + 1);
+	/* strtok_r would skip an empty option: a stray ',' is a mistake to say */
+	for (const char *c = out->buf; *c; c++)
+		if (*c == ',' && (c == out->buf || c[1] == ',' || !c[1]))
+			return hc__err(
+				EINVAL,
+				"backend %s: an empty option at offset %zu of '%s' (a ',' too many): options are "
+				"key=value separated by one ','",
+				out->name, (size_t)(c - out->buf) + (c == out->buf ? 0 : 1), colon + 1);
 	for (item = strtok_r(out->buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
 		p = strchr(item, '=');
 		if (!p || p == item)
