@@ -416,6 +416,8 @@ START_TEST(bad_config)
 		{ "name = p\n", 1, "'name' is outside any section" },
 		{ "[pool]\nname = p\n\nname = q\n", 4, "'name' in [pool] is already set on line 2" },
 		{ "[pool]\nname p\n", 2, "expected '[section]', 'key = value'" },
+		{ "[pool]\npages = 12\n# both\nsize = 1G\n", 4,
+		  "'size' and 'pages' (line 2) both give the pool's capacity: keep one" },
 		{ "[backend\n", 1, "expected '[section]'" },
 		{ "[pool]\nkv = kv,bf16,4,64,2\n  ,replicated\n", 3,
 		  "a kv value cannot go on over lines: give each on a line of its own" },

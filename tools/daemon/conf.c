@@ -373,6 +373,13 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 		}
 		if (x->set_on[i] && !opt_repeats(o))
 			return ini_fail(x, "'%s' in [%s] is already set on line %u", key, section, x->set_on[i]);
+		if (o->type == T_POOL && (o->pool_opt == HC_CLI_POOL_PAGES || o->pool_opt == HC_CLI_POOL_SIZE))
+			for (unsigned j = 0; j < NOPTS; j++)
+				if (j != i && x->set_on[j] && opts[j].type == T_POOL &&
+				    (opts[j].pool_opt == HC_CLI_POOL_PAGES || opts[j].pool_opt == HC_CLI_POOL_SIZE))
+					return ini_fail(
+						x, "'%s' and '%s' (line %u) both give the pool's capacity: keep one",
+						key, opts[j].key, x->set_on[j]);
 		/* the value must outlive the parse: the settings point at it */
 		v = keep(c, value);
 		if (!v)
