@@ -1124,6 +1124,22 @@ START_TEST(bad_options)
 	ck_assert_replay(2, "--bogus");
 	ck_assert_replay(2, "--trace", trace_of("bad.jsonl", REQ(0, 10, "[1]") "{\"timestamp\": 1}\n"));
 	ck_assert_msg(strstr(err, "bad.jsonl:2:") && strstr(err, "no \"input_length\" field"), "%s", err);
+	{
+		/* a request longer than one lookup may name: its line, not the
+		 * pool's "ticket_keys 1600000 is out of range" */
+		static char text[100000];
+		int off = snprintf(text, sizeof(text),
+				   "%s{\"timestamp\": 1, \"input_length\": %u, "
+				   "\"output_length\": 1, \"hash_ids\": [",
+				   REQ(0, 10, "[1]"), 8200u * 512);
+		for (unsigned i = 0; i < 8200; i++)
+			off += snprintf(text + off, sizeof(text) - (size_t)off, "%s%u", i ? "," : "", i);
+		snprintf(text + off, sizeof(text) - (size_t)off, "]}\n");
+		ck_assert_replay(2, "--trace", trace_of("long.jsonl", text));
+		ck_assert_msg(strstr(err, "trace line 2: a request of 4198400 tokens is 65600 pages of 64 tokens, more "
+					  "than the 65536 one lookup may name"),
+			      "%s", err);
+	}
 	ck_assert_replay(2, "--trace", in_dir("missing.jsonl"));
 	ck_assert_msg(strstr(err, "missing.jsonl"), "%s", err);
 	ck_assert_replay(0, "--help");

@@ -336,6 +336,14 @@ static int plan_workload(const struct hc_rp_workload *w, uint32_t T, struct plan
 	memset(pl, 0, sizeof(*pl));
 	for (size_t q = 0; q < w->n; q++) {
 		uint32_t n = hc_rp_pages(&w->req[q], T);
+		if (n > HC_LOOKUP_MAX) /* a ticket, a lookup or a reservation names at most that many */
+			return hc_cli_fail(E2BIG,
+					   "%s %u: a request of %" PRIu32 " tokens is %" PRIu32
+					   " pages of %u tokens, more than the %d one lookup may name: give a larger "
+					   "--page-tokens, or leave the request out",
+					   w->req[q].line ? "trace line" : "request",
+					   w->req[q].line ? w->req[q].line : (unsigned)q + 1, w->req[q].input_len, n, T,
+					   HC_LOOKUP_MAX);
 		pl->pages += n;
 		pl->max_pages = n > pl->max_pages ? n : pl->max_pages;
 	}
