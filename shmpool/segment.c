@@ -579,6 +579,32 @@ static int check_owner(const char *path, const struct stat *st)
 	return 0;
 }
 
+/* Why this user may not open the pool at path: its owner, group and mode,
+ * and what to do.  -EACCES. */
+static int denied(const char *path, int readonly)
+{
+	struct stat st;
+	struct group *gr;
+	char gname[64];
+
+	if (stat(path, &st) < 0)
+		return hc__err(EACCES, "cannot open pool %s: %s", path, strerror(EACCES));
+	gr = getgrgid(st.st_gid);
+	snprintf(gname, sizeof(gname), "%s", gr ? gr->gr_name : "?");
+	if ((st.st_mode & 0060) == 0060)
+		return hc__err(
+			EACCES,
+			"cannot open pool %s %s: it belongs to uid %u and group %s (gid %u), mode %04o, and this "
+			"process (uid %u) is not in that group: add the user to it (usermod -aG %s USER, then "
+			"log in again)",
+			path, readonly ? "to read" : "to attach", (unsigned)st.st_uid, gname, (unsigned)st.st_gid,
+			(unsigned)(st.st_mode & 07777), (unsigned)geteuid(), gname);
+	return hc__err(EACCES,
+		       "cannot open pool %s %s: it belongs to uid %u, mode %04o, shared with no group: attach as "
+		       "its owner, or recreate it with a group (hicache-pool create --group, or [pool] group)",
+		       path, readonly ? "to read" : "to attach", (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+}
+
 /* Rebuild the geometry from the private header copy and compare every derived field. */
 static int validate_meta(const char *path, const struct hc_seg_hdr *h, const struct hc_seg_comp *rc,
 			 uint64_t file_bytes, struct hc__geom *g)
@@ -791,6 +817,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 					name, path)
 		      : errno == ELOOP  ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
 		      : errno == EISDIR ? hc__err(EBADMSG, "%s is not a pool: not a regular file (a directory)", path)
+		      : errno == EACCES ? denied(path, p->readonly)
 					: hc__err(errno, "cannot open pool %s: %s", path, strerror(errno));
 		goto fail_free;
 	}

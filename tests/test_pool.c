@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -223,6 +224,31 @@ START_TEST(group_mode)
 	ck_assert_uint_eq(st.st_mode & 07777, 0660);
 	ck_assert_uint_eq(st.st_gid, 0);
 	hc_pool_detach(hct_attach(name, 0));
+	/* a user outside the group is told whose it is and what to do, not
+	 * just "Permission denied" (nobody: uid and gid 65534) */
+	{
+		pid_t pid = fork();
+		int status;
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			hc_pool *q = NULL;
+			char want[160];
+			if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0)
+				_exit(10);
+			if (hc_pool_attach(name, NULL, &q) != -EACCES)
+				_exit(11);
+			snprintf(want, sizeof(want), "it belongs to uid 0 and group %s (gid 0), mode 0660",
+				 gr->gr_name);
+			if (!strstr(hc_last_error(), want) ||
+			    !strstr(hc_last_error(), "(uid 65534) is not in that group") ||
+			    !strstr(hc_last_error(), "usermod -aG"))
+				_exit(12);
+			_exit(0);
+		}
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the other user's attach: status 0x%x",
+			      status);
+	}
 	ck_assert_ok(hc_pool_destroy(name, NULL, 0));
 
 	s.spec.group = "no-such-group-hct";
