@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.c - a libFuzzer harness's corpus, replayed without libFuzzer:
- * every file of $HC_SRCDIR/tests/fuzz/corpus/memd (or of the folders
+ * every file of $HC_SRCDIR/tests/fuzz/corpus/HC_FUZZ_CORPUS (or of the folders
  * named as arguments) through LLVMFuzzerTestOneInput, once each, so that
  * make check runs the seeds (and every crash once saved into the corpus)
  * with any compiler.  A missing or empty corpus is a failure: a replay of
@@ -16,6 +16,10 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#ifndef HC_FUZZ_CORPUS
+#define HC_FUZZ_CORPUS "memd" /* the harness's folder under tests/fuzz/corpus */
+#endif
 
 /* Replay every regular file of dir: how many, or -1. */
 static int replay_dir(const char *dir)
@@ -62,7 +66,7 @@ int main(int argc, char **argv)
 	int total = 0;
 
 	if (argc < 2)
-		snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus/memd", src && *src ? src : ".");
+		snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus/" HC_FUZZ_CORPUS, src && *src ? src : ".");
 	for (int i = argc < 2 ? 0 : 1; i < (argc < 2 ? 1 : argc); i++) {
 		const char *d = argc < 2 ? dir : argv[i];
 		int n = replay_dir(d);

@@ -16,32 +16,12 @@
 
 #include "cli.h"
 
-static __thread char cli_error[512];
-
-const char *hc_cli_error(void)
-{
-	return cli_error[0] ? cli_error : "no error";
-}
-
 const char *const hc_cli_write_policies[HC_WRITE_NONE + 1] = {
 	[HC_WRITE_THROUGH] = "write_through",
 	[HC_WRITE_THROUGH_SELECTIVE] = "write_through_selective",
 	[HC_WRITE_BACK] = "write_back",
 	[HC_WRITE_NONE] = "write_none",
 };
-
-int hc_cli_fail(int err, const char *fmt, ...)
-{
-	char msg[sizeof(cli_error)];
-	va_list ap;
-
-	/* format into a copy: callers may pass hc_cli_error() as an argument */
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	memcpy(cli_error, msg, sizeof(cli_error));
-	return -err;
-}
 
 int hc_cli_parse_u64(const char *what, const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
