@@ -1,11 +1,12 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
 #
-# fuzz.sh - libFuzzer on each harness for FUZZ_SECONDS (default 20),
+# fuzz.sh - libFuzzer on each harness for FUZZ_SECONDS (default 15),
 # starting from its seed corpus: hicache-memd's control protocol and
-# directory (tests/fuzz/fuzz_memd.c, as tests/fuzz/fuzz-memd) and the
-# replay's trace reader (fuzz_trace.c, as fuzz-trace), built with ASan and
-# UBSan when clang links -fsanitize=fuzzer.  The fuzzer works on a copy in a temporary
+# directory (tests/fuzz/fuzz_memd.c, as tests/fuzz/fuzz-memd), the
+# replay's trace reader (fuzz_trace.c, as fuzz-trace), backend specs
+# (fuzz_spec.c) and the L3 object header's check (fuzz_object.c), built
+# with ASan and UBSan when clang links -fsanitize=fuzzer.  The fuzzer works on a copy in a temporary
 # folder, so the tree's corpus is never changed by a run; a crash is saved
 # there and its path printed: replay it with
 #   tests/fuzz/fuzz-NAME CRASH-FILE
@@ -17,7 +18,7 @@
 set -u
 
 me=tests/fuzz/fuzz.sh
-: "${HC_BUILDDIR:=.}" "${HC_SRCDIR:=.}" "${FUZZ_SECONDS:=20}"
+: "${HC_BUILDDIR:=.}" "${HC_SRCDIR:=.}" "${FUZZ_SECONDS:=15}"
 status=0
 
 # fuzz NAME: tests/fuzz/fuzz-NAME from tests/fuzz/corpus/NAME, for FUZZ_SECONDS
@@ -49,7 +50,7 @@ fuzz() {
 	return "$st"
 }
 
-for h in memd trace; do
+for h in memd trace spec object; do
 	fuzz "$h" || status=$?
 done
 exit "$status"

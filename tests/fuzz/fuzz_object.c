@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * fuzz_object.c - libFuzzer on the L3 object header's check
+ * (hc__obj_header_check, lib/l3/object.c), what every object read from a
+ * backend goes through.  An input edits a good header: after a flags
+ * byte, (offset low, offset high, byte) triples overwrite it; flag bit 0
+ * reseals its checksum, so the fields behind it are reached too.  A
+ * header taken must agree with the pool's geometry; a refused one says
+ * why.
+ */
+#include <endian.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "lib/l3/object.h"
+#include "shmpool/layout.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct hc__geom g;
+	static const uint8_t fp[32] = { 1, 2, 3 }, key[32] = { 4, 5, 6 };
+	static uint8_t hdr[HC_OBJ_HEADER_BYTES];
+	struct hc__obj_layout l;
+	struct hc__obj_meta m;
+	char why[256] = "";
+
+	if (!g.ncomp) { /* two components, as a KV cache and a state */
+		g.ncomp = 2;
+		g.comps[0].offset = 0;
+		g.comps[0].bytes = 16384;
+		g.comps[1].offset = 16384;
+		g.comps[1].bytes = 2048;
+	}
+	if (hc__obj_layout(&g, 3, &l) < 0)
+		abort();
+	hc__obj_header_build(hdr, &g, fp, key, 5, &l, 0x1234);
+	for (size_t i = 1; i + 2 < size; i += 3)
+		hdr[(data[i] | (unsigned)data[i + 1] << 8) % HC_OBJ_HEADER_BYTES] = data[i + 2];
+	if (size && (data[0] & 1)) {
+		uint64_t sum = htole64(XXH3_64bits(hdr, HC_OBJ_HEADER_BYTES - 8));
+		memcpy(hdr + HC_OBJ_HEADER_BYTES - 8, &sum, 8);
+	}
+	if (hc__obj_header_check(hdr, &g, fp, key, &m, why, sizeof(why)) < 0) {
+		if (!why[0])
+			abort(); /* a refusal without a reason */
+		return 0;
+	}
+	if (hc__obj_layout(&g, m.presence, &l) < 0 || l.payload_bytes != m.payload_bytes)
+		abort(); /* taken, but not this pool's shape */
+	return 0;
+}
