@@ -594,15 +594,16 @@ static int denied(const char *path, int readonly)
 	if ((st.st_mode & 0060) == 0060)
 		return hc__err(
 			EACCES,
-			"cannot open pool %s %s: it belongs to uid %u and group %s (gid %u), mode %04o, and this "
+			"cannot open pool %s %s: Permission denied: it belongs to uid %u and group %s (gid %u), mode %04o, and this "
 			"process (uid %u) is not in that group: add the user to it (usermod -aG %s USER, then "
 			"log in again)",
 			path, readonly ? "to read" : "to attach", (unsigned)st.st_uid, gname, (unsigned)st.st_gid,
 			(unsigned)(st.st_mode & 07777), (unsigned)geteuid(), gname);
-	return hc__err(EACCES,
-		       "cannot open pool %s %s: it belongs to uid %u, mode %04o, shared with no group: attach as "
-		       "its owner, or recreate it with a group (hicache-pool create --group, or [pool] group)",
-		       path, readonly ? "to read" : "to attach", (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+	return hc__err(
+		EACCES,
+		"cannot open pool %s %s: Permission denied: it belongs to uid %u, mode %04o, shared with no group: attach as "
+		"its owner, or recreate it with a group (hicache-pool create --group, or [pool] group)",
+		path, readonly ? "to read" : "to attach", (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
 }
 
 /* Rebuild the geometry from the private header copy and compare every derived field. */
