@@ -7,7 +7,9 @@
  * every request's ids inside the id array.  Built with ASan and UBSan
  * (fuzz.sh), and replayed over its corpus in make check (replay.c).
  */
+#ifndef _GNU_SOURCE /* memfd_create; the build may give it already */
 #define _GNU_SOURCE
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
