@@ -421,9 +421,8 @@ START_TEST(bad_config)
 		{ "[backend\n", 1, "expected '[section]'" },
 		{ "[pool]\nkv = kv,bf16,4,64,2\n  ,replicated\n", 3,
 		  "a kv value cannot go on over lines: give each on a line of its own" },
-		{ "[service]\nbatch_pages = 1\n 6x\n", 3,
-		  "batch_pages '16x' is not a decimal number (the value joined "
-		  "from line 2 on)" },
+		{ "[service]\nbatch_pages = 1\n 6x\n", 2,
+		  "batch_pages '16x' is not a decimal number (the value joined from the lines after it)" },
 	};
 	const char *conf = path_in_tmp("bad.conf");
 	char want[256];
@@ -495,15 +494,19 @@ START_TEST(config_value_continues)
 	char text[1024];
 	pid_t d;
 
+	/* a pool value goes on too (it was "given twice"); an indented key
+	 * after a section is that section's, not the value before it */
 	snprintf(text, sizeof(text),
-		 "[pool]\nname = %s\nmodel = test/model-7b\npage_tokens = 16\ntp = 2\nkv = kv,bf16,4,64,2\npages = 8\n"
-		 "[backend]\nspec = file:\n    dir=%s/l3\n",
+		 "[pool]\nname = %s\nmodel = test/\n  model-7b\npage_tokens = 16\ntp = 2\nkv = kv,bf16,4,64,2\n"
+		 "pages = 8\n[backend]\nspec = file:\n    dir=%s/l3\n[log]\n  level = info\n",
 		 name, tmpdir());
 	write_file(conf, text);
-	d = spawn(ARGS("--config", conf, "--log-level", "info"));
+	d = spawn(ARGS("--config", conf));
 	wait_serving(name, d);
 	ck_assert_int_eq(stop(d, SIGTERM), 0);
 	ck_assert_has(output(d), backend()); /* "file:dir=TMP/l3", joined */
+	ck_assert_has(output(d), ": model test/model-7b,");
+	ck_assert_has(output(d), "info: serving pool"); /* [log]'s level, not a piece of the spec */
 	check_and_destroy(name);
 }
 END_TEST

@@ -222,8 +222,9 @@ struct ini_ctx {
 	char err[512];
 	unsigned set_on[NOPTS]; /* the line that set each option */
 	int cont;               /* the reader's last line starts with blanks: it continues a value */
-	int last;               /* the option the line before set, or -1 */
-	char *last_value;       /* its value so far (kept) */
+	int last;               /* the option of the value being read, or -1 */
+	char *last_value;       /* that value so far (kept), set once no line goes on with it */
+	int joined;             /* lines went on with it */
 };
 
 static int ini_fail(struct ini_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -242,6 +243,8 @@ static int ini_fail(struct ini_ctx *x, const char *fmt, ...)
 	return 0;
 }
 
+static int flush(struct ini_ctx *x);
+
 /* fgets that counts lines, and refuses one too long for inih's buffer
  * (it would cut it and read the rest as another line), and a NUL byte
  * (it would cut the line there).  A refused line reaches inih blank; after
@@ -258,6 +261,10 @@ static char *conf_reader(char *str, int num, void *stream)
 	x->line++;
 	n = strlen(str);
 	x->cont = (str[0] == ' ' || str[0] == '\t') && str[strspn(str, " \t\r\n")];
+	if (str[strspn(str, " \t")] == '[') { /* a section: nothing goes on past it */
+		x->cont = 0;
+		flush(x);
+	}
 	if (at >= 0 && ftell(x->f) - at != (long)n) {
 		ini_fail(x, "a NUL byte in the line: a config file is text");
 		str[0] = 0;
@@ -327,6 +334,27 @@ static const char *section_list(void)
 	return buf;
 }
 
+/* Set the value read last, now that no line goes on with it (the next
+ * key, a section, or the end).  An error names the key's line. */
+static int flush(struct ini_ctx *x)
+{
+	const struct opt *o;
+	unsigned here = x->line;
+
+	if (x->last < 0 || !x->last_value) { /* none, or a kv or state line, set already */
+		x->last = -1;
+		return 1;
+	}
+	o = &opts[x->last];
+	x->last = -1;
+	if (opt_set(x->c, o, o->key, x->last_value) >= 0)
+		return 1;
+	x->line = x->set_on[o - opts];
+	ini_fail(x, "%s%s", hc_cli_error(), x->joined ? " (the value joined from the lines after it)" : "");
+	x->line = here;
+	return 0;
+}
+
 static int conf_line(void *user, const char *section, const char *key, const char *value)
 {
 	struct ini_ctx *x = user;
@@ -334,31 +362,32 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 	char keys[512];
 	size_t off = 0;
 
-	if (!*section)
-		return ini_fail(x, "'%s' is outside any section: put it under %s", key, section_list());
-	if (!section_known(section))
-		return ini_fail(x, "unknown section [%s]: use %s", section, section_list());
-	if (x->cont && x->last >= 0 && !strcmp(opts[x->last].key, key)) {
+	if (x->cont && x->last >= 0 && !strcmp(opts[x->last].key, key) && !strcmp(opts[x->last].section, section)) {
 		/* a line that starts with blanks: the value goes on, joined as is
 		 * (a long backend spec over several lines) */
 		const struct opt *o = &opts[x->last];
-		size_t a = strlen(x->last_value), b = strlen(value);
-		char *joined, *v;
-		if (opt_repeats(o))
+		size_t a, b = strlen(value);
+		char *joined;
+		if (opt_repeats(o) || !x->last_value)
 			return ini_fail(x, "a %s value cannot go on over lines: give each on a line of its own", key);
+		a = strlen(x->last_value);
 		if (!(joined = malloc(a + b + 1)))
 			return ini_fail(x, "out of memory");
 		memcpy(joined, x->last_value, a);
 		memcpy(joined + a, value, b + 1);
-		v = keep(c, joined);
+		x->last_value = keep(c, joined);
 		free(joined);
-		if (!v)
+		if (!x->last_value)
 			return ini_fail(x, "out of memory");
-		if (opt_set(c, o, key, v) < 0)
-			return ini_fail(x, "%s (the value joined from line %u on)", hc_cli_error(), x->set_on[x->last]);
-		x->last_value = v;
+		x->joined = 1;
 		return 1;
 	}
+	if (!flush(x))
+		return 0;
+	if (!*section)
+		return ini_fail(x, "'%s' is outside any section: put it under %s", key, section_list());
+	if (!section_known(section))
+		return ini_fail(x, "unknown section [%s]: use %s", section, section_list());
 	for (unsigned i = 0; i < NOPTS; i++) {
 		const struct opt *o = &opts[i];
 		char *v;
@@ -384,11 +413,18 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 		v = keep(c, value);
 		if (!v)
 			return ini_fail(x, "out of memory");
-		if (opt_set(c, o, key, v) < 0)
-			return ini_fail(x, "%s", hc_cli_error());
 		x->set_on[i] = x->line;
+		if (opt_repeats(o)) { /* kv and state do not go on: set now */
+			if (opt_set(c, o, key, v) < 0)
+				return ini_fail(x, "%s", hc_cli_error());
+			x->last = (int)i; /* still named by a line that would go on */
+			x->last_value = NULL;
+			x->joined = 0;
+			return 1;
+		}
 		x->last = (int)i;
 		x->last_value = v;
+		x->joined = 0;
 		return 1;
 	}
 	return ini_fail(x, "unknown key '%s' in [%s]: its keys are %s", key, section, keys);
@@ -411,7 +447,12 @@ static int read_config(struct hcd_conf *c, const char *path)
 		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
 		return HC_CLI_EXIT_USAGE;
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CONF_MAX_BYTES) {
+	if (fstat(fd, &st) < 0) {
+		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
+		close(fd);
+		return HC_CLI_EXIT_USAGE;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > CONF_MAX_BYTES) {
 		fprintf(stderr, HCD_PROG ": the config file %s is %s: give a text file of settings (hicache.conf(5))\n",
 			path,
 			S_ISDIR(st.st_mode)    ? "a directory"
@@ -428,6 +469,8 @@ static int read_config(struct hcd_conf *c, const char *path)
 		return HC_CLI_EXIT_USAGE;
 	}
 	ret = ini_parse_stream(conf_reader, &x, conf_line, &x);
+	if (ret == 0 && !x.err_line)
+		flush(&x); /* the last value: the end goes on with nothing */
 	fclose(x.f);
 	/* the first error wins: ours (a line too long is ours alone), or inih's */
 	if (x.err_line && (ret == 0 || (ret > 0 && (unsigned)ret >= x.err_line)))
