@@ -14,6 +14,7 @@ import tempfile
 import time
 import unittest
 import urllib.request
+from decimal import Decimal
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -145,6 +146,10 @@ class Hicached(unittest.TestCase, Lint):
         bounds = sorted({float(s.labels["le"]) for s in hist.samples if s.name.endswith("_bucket")})
         self.assertGreaterEqual(bounds[-2], 60.0, "latency buckets reach a minute")
         self.assertEqual(bounds[-1], float("inf"))
+        # each bound exact, 16 us << i: %g once printed 4.194304 s as 4.1943, under the true bound
+        les = sorted({Decimal(s.labels["le"]) for s in hist.samples
+                      if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"})
+        self.assertEqual(les, [Decimal(16 << i) / 10**6 for i in range(len(les))])
 
     def test_l3_occupancy_follows_backups(self):
         before = families(scrape(self.port)[1])

@@ -79,24 +79,34 @@ uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q)
 }
 
 /* Pool names are [A-Za-z0-9_.-] (hc_pool_name_valid): no label escaping needed. */
+/* v / div as an exact decimal (div 1 or 1000000): %g would print
+ * 4194304 us as 4.1943 s, a bound below the true one. */
+static const char *exact(char *b, size_t n, uint64_t v, uint64_t div)
+{
+	if (div == 1)
+		snprintf(b, n, "%" PRIu64, v);
+	else
+		snprintf(b, n, "%" PRIu64 ".%06" PRIu64, v / div, v % div);
+	return b;
+}
+
 /* One histogram's _bucket, _sum and _count samples, with label key=val;
- * bounds are divided by scale (1e6: microseconds as seconds). */
+ * bounds and the sum are divided by div (1000000: microseconds as
+ * seconds; 1: as they are). */
 static void prom_hist(FILE *f, const char *family, const char *pool, const char *key, const char *val,
-		      const struct hc_hist *x, double scale)
+		      const struct hc_hist *x, uint64_t div)
 {
 	uint64_t cum = 0;
+	char b[48];
 
-	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
-		uint64_t bound = hc_hist_bound_us(b);
-		cum += x->bucket[b];
-		if (bound == UINT64_MAX)
-			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", family, pool,
-				key, val, cum);
-		else
-			fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"%g\"} %" PRIu64 "\n", family, pool,
-				key, val, (double)bound / scale, cum);
+	for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
+		uint64_t bound = hc_hist_bound_us(i);
+		cum += x->bucket[i];
+		fprintf(f, "hicache_%s_bucket{pool=\"%s\",%s=\"%s\",le=\"%s\"} %" PRIu64 "\n", family, pool, key, val,
+			bound == UINT64_MAX ? "+Inf" : exact(b, sizeof(b), bound, div), cum);
 	}
-	fprintf(f, "hicache_%s_sum{pool=\"%s\",%s=\"%s\"} %g\n", family, pool, key, val, (double)x->sum / scale);
+	fprintf(f, "hicache_%s_sum{pool=\"%s\",%s=\"%s\"} %s\n", family, pool, key, val,
+		exact(b, sizeof(b), x->sum, div));
 	fprintf(f, "hicache_%s_count{pool=\"%s\",%s=\"%s\"} %" PRIu64 "\n", family, pool, key, val, x->count);
 }
 
@@ -137,7 +147,7 @@ void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_s
 	hc_cli_prom_family(f, "request_seconds", "histogram",
 			   "the service's requests by kind, from taking one off its rank's ring to posting its answer");
 	for (unsigned h = 0; h < HC_HIST__COUNT; h++)
-		prom_hist(f, "request_seconds", in->name, "kind", hc_hist_name(h), &st->hist[h], 1e6);
+		prom_hist(f, "request_seconds", in->name, "kind", hc_hist_name(h), &st->hist[h], 1000000);
 	hc_cli_prom_family(
 		f, "request_tokens", "histogram",
 		"tokens per request by the tier that served them: l2, a lookup's hit; l3, what a prefetch read from L3");

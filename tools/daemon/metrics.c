@@ -272,12 +272,12 @@ int hcd_metrics_start(const char *addr, const char *pool, const char *dir, hc_se
 		hcd_log(HC_LOG_ERR, "/metrics: pipe: %s", strerror(errno));
 		goto fail;
 	}
+	M.svc = svc; /* before the thread: its first scrape reads it */
 	if ((r = pthread_create(&M.thr, NULL, metrics_main, NULL)) != 0) {
 		hcd_log(HC_LOG_ERR, "/metrics: cannot start its thread: %s", strerror(r));
 		r = -r;
 		goto fail;
 	}
-	M.svc = svc;
 	M.running = 1;
 	hcd_log(HC_LOG_INFO, "serving the metrics of pool '%s' at http://%s/metrics", pool, addr);
 	return 0;
