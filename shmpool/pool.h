@@ -506,10 +506,14 @@ static inline unsigned hc__hist_bucket(uint64_t v)
  * row, as hc__count). */
 static inline void hc__hist_at(_Atomic uint64_t *row, unsigned at, uint64_t v)
 {
+	if (row) { /* the max first, by CAS: a reader never sees a value past it */
+		uint64_t m = atomic_load_explicit(&row[at + HC_HIST_BUCKETS + 1], memory_order_relaxed);
+		while (v > m && !atomic_compare_exchange_weak_explicit(&row[at + HC_HIST_BUCKETS + 1], &m, v,
+								       memory_order_relaxed, memory_order_relaxed))
+			;
+	}
 	hc__row_bump(row, at + hc__hist_bucket(v), 1);
 	hc__row_bump(row, at + HC_HIST_BUCKETS, v);
-	if (row && v > atomic_load_explicit(&row[at + HC_HIST_BUCKETS + 1], memory_order_relaxed))
-		atomic_store_explicit(&row[at + HC_HIST_BUCKETS + 1], v, memory_order_relaxed);
 }
 
 static inline void hc__hist(struct hc_pool *p, unsigned at, uint64_t v)
