@@ -77,10 +77,11 @@ static void hear(void *arg, const char *phase, uint64_t done, uint64_t total)
 
 	h->calls++;
 	if (!h->n || strcmp(h->phase[h->n - 1], phase)) { /* a new phase starts at 0 */
-		if (h->n == 4 || done != 0)
+		if (h->n == 4 || done != 0) {
 			h->bad++;
-		else
-			snprintf(h->phase[h->n++], sizeof(h->phase[0]), "%s", phase);
+			return;
+		}
+		snprintf(h->phase[h->n++], sizeof(h->phase[0]), "%s", phase);
 		h->total[h->n - 1] = total;
 	} else if (done < h->last[h->n - 1] || total != h->total[h->n - 1] || done > total) {
 		h->bad++;

@@ -88,7 +88,7 @@ static int field_u64(const char *path, unsigned lineno, json_object *obj, const 
 		if (!isfinite(d) || d != floor(d))
 			return hc_cli_fail(EINVAL, "%s:%u: \"%s\" is %s: expected a whole number", path, lineno, name,
 					   json_object_to_json_string(v));
-		if (d < 0 || d > (double)max)
+		if (d < 0 || d >= 0x1p64 || (uint64_t)d > max) /* (double)max may round up past it */
 			return hc_cli_fail(ERANGE, "%s:%u: \"%s\" is %s: expected 0 to %" PRIu64, path, lineno, name,
 					   json_object_to_json_string(v), max);
 		*out = (uint64_t)d;
@@ -239,7 +239,12 @@ int hc_rp_trace_load(const char *path, size_t max_requests, struct hc_rp_workloa
 	memset(w, 0, sizeof(*w));
 	if (fd < 0)
 		return hc_cli_fail(errno, "trace %s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0) {
+		r = hc_cli_fail(errno, "trace %s: %s", path, strerror(errno));
+		close(fd);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
 		r = hc_cli_fail(EINVAL, "trace %s: not a regular file (%s): give a JSONL file", path,
 				S_ISDIR(st.st_mode)    ? "a directory"
 				: S_ISFIFO(st.st_mode) ? "a FIFO"
