@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t q = 0; q < w.n; q++) {
 		const struct hc_rp_req *r = &w.req[q];
 		if ((q && r->t_ms < w.req[q - 1].t_ms) ||
-		    r->nblocks != (r->input_len + HC_RP_BLOCK_TOKENS - 1) / HC_RP_BLOCK_TOKENS ||
+		    r->nblocks != ((uint64_t)r->input_len + HC_RP_BLOCK_TOKENS - 1) / HC_RP_BLOCK_TOKENS ||
 		    r->first + r->nblocks > w.nids)
 			abort();
 	}
