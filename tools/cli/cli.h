@@ -162,6 +162,12 @@ uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q);
 /* The Prometheus text exposition (format 0.0.4) of a pool's stats. */
 void hc_cli_prometheus(FILE *f, const struct hc_pool_info *in, const struct hc_stats *st);
 
+/* ---- file.c: a text file the tools read */
+/* Open path to read, if it is a regular file of at most max_bytes (0: any
+ * size): 0 and *out; -EINVAL and *kind ("a directory", "a FIFO", ...) for
+ * what is not a regular file; -EFBIG past max_bytes; else -errno. */
+int hc_cli_open_regular(const char *path, uint64_t max_bytes, FILE **out, const char **kind);
+
 /* ---- progress.c: how a long step goes, on stderr */
 /* Seconds on the monotonic clock. */
 double hc_cli_now(void);

@@ -11,7 +11,6 @@
  * error (but --kv and --state, which add up).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <ini.h>
 #include <stdarg.h>
@@ -20,8 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "hicached.h"
 
@@ -433,39 +430,19 @@ static int conf_line(void *user, const char *section, const char *key, const cha
 static int read_config(struct hcd_conf *c, const char *path)
 {
 	static struct ini_ctx x; /* set_on and err: too big for a small stack */
+	const char *kind;
 	int ret;
-
-	struct stat st;
-	int fd;
 
 	memset(&x, 0, sizeof(x));
 	x.c = c;
 	x.last = -1;
-	/* O_NONBLOCK: a FIFO without a writer must not hold the open */
-	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0) {
-		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
-		return HC_CLI_EXIT_USAGE;
-	}
-	if (fstat(fd, &st) < 0) {
-		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
-		close(fd);
-		return HC_CLI_EXIT_USAGE;
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size > CONF_MAX_BYTES) {
-		fprintf(stderr, HCD_PROG ": the config file %s is %s: give a text file of settings (hicache.conf(5))\n",
-			path,
-			S_ISDIR(st.st_mode)    ? "a directory"
-			: S_ISFIFO(st.st_mode) ? "a FIFO"
-			: S_ISCHR(st.st_mode)  ? "a character device"
-			: !S_ISREG(st.st_mode) ? "not a regular file"
-					       : "larger than 1 MiB");
-		close(fd);
-		return HC_CLI_EXIT_USAGE;
-	}
-	if (fcntl(fd, F_SETFL, 0) < 0 || !(x.f = fdopen(fd, "r"))) {
-		fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(errno));
-		close(fd);
+	if ((ret = hc_cli_open_regular(path, CONF_MAX_BYTES, &x.f, &kind)) < 0) {
+		if (kind || ret == -EFBIG)
+			fprintf(stderr,
+				HCD_PROG ": the config file %s is %s: give a text file of settings (hicache.conf(5))\n",
+				path, kind ? kind : "larger than 1 MiB");
+		else
+			fprintf(stderr, HCD_PROG ": cannot read the config file %s: %s\n", path, strerror(-ret));
 		return HC_CLI_EXIT_USAGE;
 	}
 	ret = ini_parse_stream(conf_reader, &x, conf_line, &x);

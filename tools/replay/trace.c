@@ -12,9 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -226,38 +223,18 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap, size_t max)
 
 int hc_rp_trace_load(const char *path, size_t max_requests, struct hc_rp_workload *w)
 {
-	/* O_NONBLOCK: a FIFO without a writer must not hold the open */
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	FILE *f;
 	char *line = NULL;
 	size_t cap = 0;
 	unsigned lineno = 0;
 	ssize_t len = 0;
-	struct stat st;
-	int r = 0;
+	const char *kind;
+	int r;
 
 	memset(w, 0, sizeof(*w));
-	if (fd < 0)
-		return hc_cli_fail(errno, "trace %s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		r = hc_cli_fail(errno, "trace %s: %s", path, strerror(errno));
-		close(fd);
-		return r;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = hc_cli_fail(EINVAL, "trace %s: not a regular file (%s): give a JSONL file", path,
-				S_ISDIR(st.st_mode)    ? "a directory"
-				: S_ISFIFO(st.st_mode) ? "a FIFO"
-				: S_ISCHR(st.st_mode)  ? "a character device"
-						       : "a socket or a block device");
-		close(fd);
-		return r;
-	}
-	if (fcntl(fd, F_SETFL, 0) < 0 || !(f = fdopen(fd, "r"))) {
-		r = hc_cli_fail(errno, "trace %s: %s", path, strerror(errno));
-		close(fd);
-		return r;
-	}
+	if ((r = hc_cli_open_regular(path, 0, &f, &kind)) < 0)
+		return kind ? hc_cli_fail(-r, "trace %s: not a regular file (%s): give a JSONL file", path, kind)
+			    : hc_cli_fail(-r, "trace %s: %s", path, strerror(-r));
 	while ((!max_requests || w->n < max_requests) && (len = read_line(f, &line, &cap, HC_RP_LINE_MAX)) >= 0) {
 		lineno++;
 		if (line[strspn(line, " \t\r")] == '\0')
