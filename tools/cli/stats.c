@@ -65,11 +65,11 @@ void hc_cli_prom_family(FILE *f, const char *name, const char *type, const char 
 
 uint64_t hc_cli_hist_quantile_us(const struct hc_hist *h, double q)
 {
-	uint64_t want = (uint64_t)(q * (double)h->count + 0.999999), seen = 0;
+	uint64_t seen = 0;
 
 	for (unsigned b = 0; b < HC_HIST_BUCKETS; b++) {
 		seen += h->bucket[b];
-		if (h->count && seen >= want) {
+		if (h->count && (double)seen >= q * (double)h->count) {
 			uint64_t bound = hc_hist_bound_us(b);
 			/* the last bucket has no bound: the largest value is one */
 			return bound == UINT64_MAX || h->max < bound ? h->max : bound;

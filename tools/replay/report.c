@@ -125,38 +125,18 @@ static const char *size(char *b, size_t n, uint64_t bytes)
 	return hc_cli_format_size(bytes, b, n);
 }
 
-/* The bucket in which share of a histogram's counts is reached. */
-static unsigned quantile(const struct hc_hist *h, double share)
-{
-	uint64_t seen = 0;
-
-	for (unsigned i = 0; i < HC_HIST_BUCKETS; i++) {
-		seen += h->bucket[i];
-		if (h->count && (double)seen >= share * (double)h->count)
-			return i;
-	}
-	return HC_HIST_BUCKETS - 1;
-}
-
-/* The bound of the bucket share falls in; in the last, which has no bound,
- * the largest value seen (an upper bound too). */
-static uint64_t quantile_le(const struct hc_hist *h, double share)
-{
-	uint64_t bound = hc_hist_bound_us(quantile(h, share));
-
-	return bound == UINT64_MAX || h->max < bound ? h->max : bound;
-}
-
+/* An upper bound of a quantile, as hicache-pool stat gives it
+ * (hc_cli_hist_quantile_us: a bucket's bound, or the largest value). */
 static const char *quantile_text(char *b, size_t n, const struct hc_hist *h, double share)
 {
-	snprintf(b, n, "%" PRIu64 " us", quantile_le(h, share));
+	snprintf(b, n, "%" PRIu64 " us", hc_cli_hist_quantile_us(h, share));
 	return b;
 }
 
 /* JSON: null only when nothing was counted. */
 static json_object *quantile_json(const struct hc_hist *h, double share)
 {
-	return h->count ? json_object_new_int64((int64_t)quantile_le(h, share)) : NULL;
+	return h->count ? json_object_new_int64((int64_t)hc_cli_hist_quantile_us(h, share)) : NULL;
 }
 
 static double gbps(uint64_t bytes, double s)
