@@ -502,16 +502,24 @@ static inline unsigned hc__hist_bucket(uint64_t v)
 	return b < HC_HIST_BUCKETS ? b : HC_HIST_BUCKETS - 1;
 }
 
+/* Raise a histogram's max (its word after the sum) to v, by CAS: writers
+ * may race on it, and it must never fall below a value counted.  Called
+ * before the value is counted, so a reader never sees one past it. */
+static inline void hc__hist_max(_Atomic uint64_t *hist, uint64_t v)
+{
+	uint64_t m = atomic_load_explicit(&hist[HC_HIST_BUCKETS + 1], memory_order_relaxed);
+
+	while (v > m && !atomic_compare_exchange_weak_explicit(&hist[HC_HIST_BUCKETS + 1], &m, v, memory_order_relaxed,
+							       memory_order_relaxed))
+		; /* a larger max someone else set stops it */
+}
+
 /* One value into this rank's row's histogram at word 'at' (one writer a
  * row, as hc__count). */
 static inline void hc__hist_at(_Atomic uint64_t *row, unsigned at, uint64_t v)
 {
-	if (row) { /* the max first, by CAS: a reader never sees a value past it */
-		uint64_t m = atomic_load_explicit(&row[at + HC_HIST_BUCKETS + 1], memory_order_relaxed);
-		while (v > m && !atomic_compare_exchange_weak_explicit(&row[at + HC_HIST_BUCKETS + 1], &m, v,
-								       memory_order_relaxed, memory_order_relaxed))
-			;
-	}
+	if (row)
+		hc__hist_max(row + at, v);
 	hc__row_bump(row, at + hc__hist_bucket(v), 1);
 	hc__row_bump(row, at + HC_HIST_BUCKETS, v);
 }

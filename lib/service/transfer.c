@@ -40,11 +40,8 @@ struct keymap {
 static void svc_hist(hc_service *s, unsigned at, uint64_t v)
 {
 	_Atomic uint64_t *h = &s->p->stats[(size_t)s->p->slot * HC_STATS_ROW_WORDS + at];
-	uint64_t max = atomic_load_explicit(&h[HC_HIST_BUCKETS + 1], memory_order_relaxed);
 
-	while (v > max && !atomic_compare_exchange_weak_explicit(&h[HC_HIST_BUCKETS + 1], &max, v, memory_order_relaxed,
-								 memory_order_relaxed))
-		; /* another worker's larger max stops it; first, so no value counted is past it */
+	hc__hist_max(h, v);
 	atomic_fetch_add_explicit(&h[hc__hist_bucket(v)], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&h[HC_HIST_BUCKETS], v, memory_order_relaxed);
 }
