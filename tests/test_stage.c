@@ -19,6 +19,7 @@
 
 #include <hicache/service.h>
 
+#include "../lib/service/internal.h"
 #include "hct.h"
 
 static hc_pool *buffer_pool(const char *name, uint32_t npages, uint32_t max_ranks)
@@ -110,6 +111,29 @@ static void finish(hc_pool *p, const char *name)
 	hc_pool_destroy(name, NULL, HC_DESTROY_FORCE);
 }
 
+/* Every staged page freed and R back to 0; the service stopped, the pool
+ * checked and gone. */
+static void drained_finish(hc_pool *p, hc_service *s, const char *name)
+{
+	ck_assert(hct_drained(p));
+	WAIT_GAUGE(p, stage_read, 0);
+	ck_assert_ok(hc_service_stop(s));
+	finish(p, name);
+}
+
+/* Take the n pages of read rq, check their bytes against keys k, let go. */
+static void take_check(hc_pool *p, hc_req *rq, const hc_key_t *k, unsigned n)
+{
+	hc_page_t pg[32];
+
+	ck_assert_uint_le(n, 32);
+	ck_assert_int_eq(hc_req_prefetch_take(rq, pg, NULL), (int)n);
+	for (unsigned i = 0; i < n; i++) {
+		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	}
+}
+
 START_TEST(write_then_read_frees_every_page)
 {
 	const char *name = hct_name();
@@ -196,10 +220,7 @@ START_TEST(prefetch_held_until_taken_or_freed)
 		ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_parked_reads), 0);
 	}
 	ck_assert_ok(hc_req_free(rq)); /* never taken */
-	ck_assert(hct_drained(p));
-	WAIT_GAUGE(p, stage_read, 0);
-	ck_assert_ok(hc_service_stop(s));
-	finish(p, name);
+	drained_finish(p, s, name);
 }
 END_TEST
 
@@ -330,7 +351,6 @@ START_TEST(reads_park_at_the_read_cap)
 	hc_pool *p = buffer_pool(name, 20, 4); /* reads: 18 pages */
 	hc_service *s = start(name, 0, 0);
 	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .policy = HC_PREFETCH_WAIT_COMPLETE };
-	hc_page_t pg[12];
 	hc_key_t k[28];
 	hc_req *r1, *r2, *big;
 
@@ -349,17 +369,9 @@ START_TEST(reads_park_at_the_read_cap)
 	WAIT_GAUGE(p, parked_reads, 1);
 	ck_assert_int_eq(hc_req_poll(r2), -EINPROGRESS);
 	/* taking r1 and letting go of it makes room */
-	ck_assert_int_eq(hc_req_prefetch_take(r1, pg, NULL), 12);
-	for (unsigned i = 0; i < 12; i++) {
-		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[i], 0), 0);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	take_check(p, r1, k, 12);
 	ck_assert_int_eq(hc_req_wait(r2, 10000), 8);
-	ck_assert_int_eq(hc_req_prefetch_take(r2, pg, NULL), 8);
-	for (unsigned i = 0; i < 8; i++) {
-		ck_assert_int_eq(hct_key_bytes(p, pg[i], k[12 + i], 0), 0);
-		ck_assert_ok(hc_page_unpin(p, pg[i]));
-	}
+	take_check(p, r2, k + 12, 8);
 	ck_assert_uint_ge(hct_counter(p, HC_CTR_stage_parked_reads), 1);
 	/* 19 keys can never be staged at once in 20 pages (reads get 18) */
 	pr.keys = k;
@@ -371,10 +383,126 @@ START_TEST(reads_park_at_the_read_cap)
 	ck_assert_ok(hc_req_free(big));
 	ck_assert_ok(hc_req_free(r1));
 	ck_assert_ok(hc_req_free(r2));
+	drained_finish(p, s, name);
+}
+END_TEST
+
+/* A parked prefetch holds no page.  A rank's next prefetch names what its
+ * last one read (a superset, as an engine's next round does) and parks
+ * behind another rank's that waits for room; when the rank lets go of the
+ * last one, its pages go, and the other is admitted.  Counted from the
+ * moment it asked, the parked superset kept those pages, so the read in
+ * front of it never fit: each waited on the other until stage_hold_ms. */
+START_TEST(parked_read_holds_nothing)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 20, 4); /* reads: 18 pages */
+	hc_service *s = start(name, 0, 60000);
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .policy = HC_PREFETCH_WAIT_COMPLETE };
+	hc_key_t k[24]; /* k[0..11]: the first round; k[0..15]: the next; k[16..23]: the other rank's */
+	hc_req *first, *next, *other;
+
+	hct_keys(k, 24, 23);
+	for (unsigned i = 0; i < 24; i += 6)
+		hct_stage_write(p, k + i, 6, i);
 	ck_assert(hct_drained(p));
-	WAIT_GAUGE(p, stage_read, 0);
+	pr.keys = k;
+	pr.nkeys = 12;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &first));
+	ck_assert_int_eq(hc_req_wait(first, 10000), 12);
+	pr.keys = k + 16;
+	pr.first_depth = 16;
+	pr.nkeys = 8;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &other)); /* 12 + 8 > 18: parks */
+	WAIT_GAUGE(p, parked_reads, 1);
+	pr.keys = k;
+	pr.first_depth = 0;
+	pr.nkeys = 16;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &next)); /* behind it, FIFO */
+	WAIT_GAUGE(p, parked_reads, 2);
+	ck_assert_ok(hc_req_free(first)); /* done with the first round */
+	ck_assert_msg(hc_req_wait(other, 5000) == 8, "the read in front waits for pages a parked read names");
+	ck_assert_int_eq(hc_req_poll(next), -EINPROGRESS); /* 8 + 16 > 18 */
+	take_check(p, other, k + 16, 8);
+	ck_assert_ok(hc_req_free(other));
+	ck_assert_int_eq(hc_req_wait(next, 5000), 16);
+	take_check(p, next, k, 16);
+	ck_assert_ok(hc_req_free(next));
+	ck_assert_uint_eq(hct_counter(p, HC_CTR_stage_expired), 0);
+	drained_finish(p, s, name);
+}
+END_TEST
+
+/* A release of a page's older life that comes after its newer one (two
+ * workers race to the arbiter's lock) leaves the newer one listed: the page
+ * is freed once its rank lets go.  Taking the late handle for the newer one,
+ * the sweep found its generation gone and dropped the entry: the page stayed
+ * READY for good, and the pool smaller by one. */
+START_TEST(late_release_of_an_older_life)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 20, 4);
+	hc_service *s = start(name, 0, 0);
+	hc_page_t pg[1];
+	hc_key_t k[1];
+	hc_req *g, *b;
+
+	hct_keys(k, 1, 29);
+	g = grant(p, 1, 0);
+	ck_assert_int_eq(hc_req_wait(g, 10000), 1);
+	hct_store_by_key(p, k, 1, 0, pg);
+	ck_assert_ok(hc_page_pin(p, pg[0])); /* held: listed, not freed */
+	ck_assert_ok(hc_req_backup(p, pg, 1, &b));
+	ck_assert_int_eq(hc_req_wait(b, 10000), 1);
+	ck_assert_ok(hc_req_free(b));
+	ck_assert_ok(hc_req_free(g));
+	usleep(50000); /* the arbiter's turns: it stays while held */
+	ck_assert_uint_eq(hct_in_state(p, HC_PAGE_READY), 1);
+	/* the late release: the same page, a generation before */
+	hc__stage_release(s, HC_PAGE_MAKE(HC_PAGE_ID(pg[0]), HC_PAGE_GEN(pg[0]) - 1), 0);
+	ck_assert_ok(hc_page_unpin(p, pg[0]));
+	ck_assert_msg(hct_drained(p), "the newer life was dropped from the release list");
 	ck_assert_ok(hc_service_stop(s));
 	finish(p, name);
+}
+END_TEST
+
+/* A prefetch admitted but still queued behind a busy worker, cancelled by
+ * its rank: its read staging goes back.  Freed from the queue without it,
+ * it stayed counted in R for the life of the service. */
+START_TEST(cancelled_queued_read_gives_back)
+{
+	const char *name = hct_name();
+	hc_pool *p = buffer_pool(name, 20, 4);
+	struct hc_service_opts o = opts(0, 0);
+	struct hc_prefetch_req pr = { .size = sizeof(struct hc_prefetch_req), .policy = HC_PREFETCH_WAIT_COMPLETE };
+	char spec[160];
+	hc_key_t k[8];
+	hc_req *slow, *queued;
+	hc_service *s;
+
+	snprintf(spec, sizeof(spec), "fault:dir=%s,delay_us=400000", hct_l3_dir);
+	o.backend = spec;
+	o.workers = 1;
+	s = hct_service_start(name, &o);
+	hct_keys(k, 8, 31);
+	hct_stage_write(p, k, 8, 0);
+	ck_assert(hct_drained(p));
+	pr.keys = k;
+	pr.nkeys = 4;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &slow)); /* the one worker reads for 0.4 s */
+	WAIT_GAUGE(p, jobs_running, 1);
+	pr.keys = k + 4;
+	pr.first_depth = 4;
+	ck_assert_ok(hc_req_prefetch(p, &pr, &queued));
+	WAIT_GAUGE(p, jobs_queued, 1);
+	ck_assert_uint_eq(info(p).stage_read, 8); /* both admitted */
+	ck_assert_ok(hc_req_cancel(queued));
+	ck_assert_int_eq(hc_req_wait(queued, 5000), -ECANCELED);
+	ck_assert_ok(hc_req_free(queued));
+	ck_assert_int_eq(hc_req_wait(slow, 5000), 4);
+	ck_assert_ok(hc_req_free(slow));
+	drained_finish(p, s, name);
 }
 END_TEST
 
@@ -683,6 +811,9 @@ static Suite *suite(void)
 	tcase_add_test(t, failures_release_their_staging);
 	tcase_add_test(t, write_grants_fifo_by_class);
 	tcase_add_test(t, reads_park_at_the_read_cap);
+	tcase_add_test(t, parked_read_holds_nothing);
+	tcase_add_test(t, late_release_of_an_older_life);
+	tcase_add_test(t, cancelled_queued_read_gives_back);
 	tcase_add_test(t, bad_requests);
 	tcase_add_test(t, restart_frees_leftovers);
 	tcase_add_test(t, dead_rank_gives_back);

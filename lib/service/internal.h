@@ -72,6 +72,7 @@ struct job {
 	uint64_t parked_ms; /* when it parked first: 0 while never parked */
 	uint64_t park_seq;  /* stage releases seen when it last parked */
 	int repark;         /* its reservation found no room: park it again */
+	int parked;         /* waits in the arbiter's queue: its keys hold no page */
 	int pending;        /* a rank's backup, counted in the arbiter's pending */
 	uint32_t l3_pages;  /* a prefetch's pages read from L3 and made READY (its worker's) */
 };
@@ -195,6 +196,8 @@ int hc__stage_request(hc_service *s, const struct hc__sqe *e, const struct waite
 void hc__stage_park(hc_service *s, struct job *j);
 /* A parked prefetch job of the same ticket, for merging; NULL if none. */
 struct job *hc__stage_find(hc_service *s, int (*same)(const struct job *, const void *), const void *arg);
+/* Waiter w's prefetch joined job j: it holds j's pages once j is admitted. */
+void hc__stage_merged(hc_service *s, const struct job *j, const struct waiter *w);
 /* A waiter's parked job is cancelled: 1 if found (answered and dropped). */
 int hc__stage_cancel(hc_service *s, const struct waiter *w);
 /* A prefetch reserved r of its admitted pages (r < 0: none); a job found

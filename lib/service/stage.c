@@ -18,7 +18,10 @@
  *   to be), or read and taken by every rank that asked.  "Asked" is kept as
  *   a count per key of prefetch requests not yet acknowledged (HC__OP_ACK,
  *   sent by the take or the free of each); a page stays while a backup
- *   names it (pending), a rank holds it, or a prefetch names its key.
+ *   names it (pending), a rank holds it, or an admitted prefetch names its
+ *   key (held).  A parked prefetch holds nothing: were it to keep pages, a
+ *   rank's next round (a superset of its last) parked behind another
+ *   rank's read would keep the very pages that read waits for.
  * - What a rank holds goes when it dies or sits on it past stage_hold_ms.
  *
  * Accounting: R counts the pages admitted to prefetch jobs (the keys no
@@ -42,11 +45,14 @@
 #define SWEEP_IDLE_MS   10   /* else free what has ended at least this often */
 #define EXPIRE_EVERY_MS 100  /* dead ranks and overdue holds, looked for this often */
 
-/* A key named by prefetches a rank may still take: how many. */
+/* A key named by prefetches a rank may still take: how many asked (the
+ * entry lives while any does: it is allocated when a request arrives, so
+ * admission never fails for memory), and how many of those are admitted
+ * (held: the sweep keeps its page). */
 struct need {
 	struct need *next;
 	hc_key_t key;
-	uint32_t count;
+	uint32_t count, held;
 };
 
 /* A prefetch request whose rank has not said it is done with it. */
@@ -55,6 +61,7 @@ struct asked {
 	struct waiter w;
 	uint64_t t_ms;
 	uint32_t n;
+	int held; /* its job was admitted: its keys' pages stay */
 	hc_key_t *keys;
 };
 
@@ -100,12 +107,19 @@ static struct need **need_bucket(struct stage *st, const uint8_t *key)
 	return &st->need[hc__mix64(x) % NEED_BUCKETS];
 }
 
-static uint32_t need_count(struct stage *st, const uint8_t *key)
+static struct need *need_find(struct stage *st, const uint8_t *key)
 {
 	for (struct need *e = *need_bucket(st, key); e; e = e->next)
 		if (!memcmp(e->key, key, sizeof(hc_key_t)))
-			return e->count;
-	return 0;
+			return e;
+	return NULL;
+}
+
+static uint32_t need_held(struct stage *st, const uint8_t *key)
+{
+	struct need *e = need_find(st, key);
+
+	return e ? e->held : 0;
 }
 
 /* Add d (+1 or -1) to key's count; an entry at 0 goes. */
@@ -133,8 +147,23 @@ static int need_add(struct stage *st, const uint8_t *key, int d)
 	return 0;
 }
 
+/* An asked request's keys start or stop holding their pages (d: +1, -1).
+ * Their entries exist: the request counts in each. */
+static void asked_hold(struct stage *st, struct asked *a, int d)
+{
+	if (a->held == (d > 0))
+		return;
+	a->held = d > 0;
+	for (uint32_t i = 0; i < a->n; i++) {
+		struct need *e = need_find(st, a->keys[i]);
+		if (e)
+			e->held += (uint32_t)d;
+	}
+}
+
 static void asked_free(struct stage *st, struct asked *a)
 {
+	asked_hold(st, a, -1);
 	for (uint32_t i = 0; i < a->n; i++)
 		need_add(st, a->keys[i], -1);
 	free(a->keys);
@@ -144,6 +173,18 @@ static void asked_free(struct stage *st, struct asked *a)
 static int same_waiter(const struct waiter *a, const struct waiter *b)
 {
 	return a->slot == b->slot && a->epoch == b->epoch && a->user_data == b->user_data;
+}
+
+/* The prefetches of job j's waiters start (+1) or stop (-1) holding their
+ * keys' pages: when it is admitted, and when it parks again. */
+static void job_hold(struct stage *st, const struct job *j, int d)
+{
+	for (const struct waiter *w = j->waiters; w; w = w->next)
+		for (struct asked *a = st->asked; a; a = a->next)
+			if (same_waiter(&a->w, w)) {
+				asked_hold(st, a, d);
+				break;
+			}
 }
 
 /* ---- gauges */
@@ -239,6 +280,8 @@ static void admit(hc_service *s)
 			st->R += need;
 			j->staged = need;
 			j->trimmed = 0;
+			j->parked = 0;
+			job_hold(st, j, +1); /* with need: what it counted on stays */
 			hc__xfer_enqueue(s, j);
 		}
 	blocked = 0;
@@ -278,6 +321,7 @@ void hc__stage_park(hc_service *s, struct job *j)
 		st->rh[c] = j;
 	st->rt[c] = j;
 	st->parked_r++;
+	j->parked = 1;
 	if (!j->parked_ms)
 		j->parked_ms = hc__mono_ms();
 	admit(s);
@@ -290,7 +334,11 @@ void hc__stage_repark(hc_service *s, struct job *j)
 	struct stage *st = s->stage;
 	unsigned c = j->prio;
 
-	/* At the head of its class: it was first, and stays first. */
+	/* At the head of its class: it was first, and stays first.  Its keys
+	 * hold nothing while it waits (or two reads could each wait on what
+	 * the other keeps); admission counts again what is there then. */
+	job_hold(st, j, -1);
+	j->parked = 1;
 	j->repark = 0;
 	j->parked_ms = hc__mono_ms();
 	j->park_seq = st->seq + 1;
@@ -313,6 +361,19 @@ void hc__stage_reserved(hc_service *s, struct job *j, int r)
 	j->staged = keep;
 	j->trimmed = 1;
 	gauges(s);
+}
+
+void hc__stage_merged(hc_service *s, const struct job *j, const struct waiter *w)
+{
+	struct stage *st = s->stage;
+
+	if (j->parked)
+		return; /* its admission holds for every waiter */
+	for (struct asked *a = st->asked; a; a = a->next)
+		if (same_waiter(&a->w, w)) {
+			asked_hold(st, a, +1);
+			return;
+		}
 }
 
 struct job *hc__stage_find(hc_service *s, int (*same)(const struct job *, const void *), const void *arg)
@@ -339,6 +400,7 @@ static void unpark(struct stage *st, struct job *j)
 			if (st->rt[c] == j)
 				st->rt[c] = prev;
 			st->parked_r--;
+			j->parked = 0;
 			return;
 		}
 }
@@ -394,6 +456,15 @@ int hc__stage_cancel(hc_service *s, const struct waiter *w)
 	return 0;
 }
 
+/* Is a's generation before b's (of the same page)?  Generations wrap at
+ * 22 bits: half the circle is behind. */
+static int gen_older(hc_page_t a, hc_page_t b)
+{
+	uint32_t d = (HC_PAGE_GEN(b) - HC_PAGE_GEN(a)) & 0x3fffffu;
+
+	return d != 0 && d < 0x200000u;
+}
+
 void hc__stage_release(hc_service *s, hc_page_t page, int read)
 {
 	struct stage *st = s->stage;
@@ -407,6 +478,15 @@ void hc__stage_release(hc_service *s, hc_page_t page, int read)
 		 * or a rank backed up what it prefetched): one entry a page, or
 		 * it would be counted twice and the pool look fuller than it is. */
 		struct rel *e = &st->rel[st->at[id] - 1];
+		if (e->h != page && gen_older(page, e->h)) {
+			/* A late release of a life that is gone (releases race
+			 * between workers): the newer one listed stays.  Its
+			 * read staging ends with it. */
+			if (read)
+				st->R--;
+			pthread_mutex_unlock(&s->mu);
+			return;
+		}
 		if (e->h != page) { /* an older life of the page: that one is gone */
 			if (e->read)
 				st->R--;
@@ -660,7 +740,7 @@ static void sweep(hc_service *s)
 		if (hc__w_state(w) == HC_PAGE_READY && hc__w_gen(w) == HC_PAGE_GEN(r.h)) {
 			hc_key_t key;
 			hc__svc_page_key(p, id, key);
-			if (st->pending[id] || need_count(st, key)) {
+			if (st->pending[id] || need_held(st, key)) {
 				keep = 1;
 			} else {
 				HC_POINT(stage_released);

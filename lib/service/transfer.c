@@ -561,8 +561,11 @@ int hc__xfer_submit(hc_service *s, const struct hc__sqe *e, const void *args, co
 	pthread_mutex_lock(&s->mu);
 	if (nh && (j = same_ticket(s, &(struct ticket_of){ nh, &pf, items, e->n }))) {
 		r = add_waiter(j, w);
-		if (r == 0)
+		if (r == 0) {
 			hc__svc_count(s, HC_CTR_l3_prefetch_merged, 1);
+			if (s->stage)
+				hc__stage_merged(s, j, w);
+		}
 		pthread_mutex_unlock(&s->mu);
 		return r;
 	}
@@ -650,6 +653,8 @@ void hc__xfer_cancel(hc_service *s, const struct waiter *w)
 		j->result = -ECANCELED;
 		hc__svc_count(s, HC_CTR_service_cancelled, 1);
 		hc__svc_complete(s, j);
+		if (s->stage && j->op == HC__OP_PREFETCH && !j->trimmed)
+			hc__stage_reserved(s, j, 0); /* admitted, never run: its staging goes back */
 		job_free(s, j);
 	}
 	pthread_mutex_unlock(&s->mu);
