@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "pool.h"
 
@@ -33,7 +34,7 @@ static void say(struct chk *c, const char *fmt, ...) __attribute__((format(print
 
 static void say(struct chk *c, const char *fmt, ...)
 {
-	char line[256];
+	char line[512];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -453,13 +454,25 @@ int hc__pool_check(struct hc_pool *p, unsigned flags, hc__check_fn report, void 
 	c->arg = arg;
 	for (unsigned s = 0; s < p->g.max_ranks; s++) {
 		int r = hc__rank_probe(p, s, NULL);
+		/* A claimer the scheduler set aside holds a free slot for more
+		 * than the probe's wait: give it a second before calling it stuck. */
+		for (int i = 0; r == HC_PROBE_STUCK && !quiet(c) && !hc__sched_on() && i < 100; i++) {
+			usleep(10000);
+			r = hc__rank_probe(p, s, NULL);
+		}
 		/* A dead slot another process is still recovering may hold what
 		 * it held a moment ago; in a quiescent pool nothing is mid-way. */
 		c->live[s] = r == 1 || (r == HC_PROBE_RECOVERING && !quiet(c));
 		if (r == HC_PROBE_RECOVERING && quiet(c))
 			say(c, "rank slot %u: its dead holder's holds are still being undone", s);
+		if (r == HC_PROBE_STUCK)
+			say(c,
+			    "rank slot %u: free, but its mutex is held by no rank (lock word 0x%08x): a scribbled word, or a process stopped while attaching; 'hicache-pool repair --quiescent' lets go of it once no other process uses the pool",
+			    s, (uint32_t)__atomic_load_n(&p->ranks[s].lock.__data.__lock, __ATOMIC_RELAXED));
 		if (r < 0)
-			say(c, "rank slot %u: mutex unusable", s);
+			say(c,
+			    "rank slot %u: mutex unusable; 'hicache-pool repair --quiescent' makes it new once no other process uses the pool",
+			    s);
 	}
 	check_rings(c);
 	check_pages(c);

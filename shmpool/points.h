@@ -75,6 +75,7 @@
 	/* rank slots (ranks.c) */                                                                                     \
 	X(rank_claimed, 0, "claim: the slot's mutex is ours, the high-water mark not yet raised")                      \
 	X(rank_release, 0, "detach: our holds are undone, the slot's mutex not yet let go")                            \
+	X(rank_unstick, 0, "repair: a free slot's lock word no rank holds is read, not yet cleared")                   \
 	/* engines (engine.c) */                                                                                       \
 	X(engine_joined, 0, "engine join: our membership is stored, the engine lock not yet let go")                   \
 	X(engine_left, 0, "engine leave: the engine's tickets ended (if it was the last), membership not yet cleared") \

@@ -176,7 +176,15 @@ void hc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 int hc__rank_claim(struct hc_pool *p);
 void hc__rank_release(struct hc_pool *p);
 #define HC_PROBE_RECOVERING 2
+/* FREE, but its mutex held past the probe's wait by a thread that is no
+ * rank's holder: a scribbled lock word, or a process stopped half way
+ * through attaching.  No proof of death, so not free; no rank, so not live. */
+#define HC_PROBE_STUCK 3
 int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *rep);
+/* Repair in a quiescent pool: let go of a FREE slot's mutex that no rank
+ * holds (HC_PROBE_STUCK), or make an unusable one new.  1 if done, 0 if
+ * there was nothing to do, or a negative errno. */
+int hc__rank_unlock_stuck(struct hc_pool *p, unsigned slot, char *what, size_t len);
 /* hc_pool_recover into the library's own report (rep not NULL). */
 int hc__recover(struct hc_pool *p, struct hc_recovery_report *rep);
 /* With the slot's mutex just taken as EOWNERDEAD: undo the dead holder's

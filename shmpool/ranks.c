@@ -146,7 +146,7 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 		if (st == HC_RANK_LIVE && held_by_holder(r))
 			return 1;
 		if (tries >= HC_PROBE_RETRIES) /* a recoverer that is slow, or stopped: dead, not ours to wait for */
-			return st == HC_RANK_FREE ? 1 : HC_PROBE_RECOVERING;
+			return st == HC_RANK_FREE ? HC_PROBE_STUCK : HC_PROBE_RECOVERING;
 		HC_POINT(probe_busy);
 		if (!hc__sched_on()) /* under a schedule the holder runs while we park */
 			usleep(HC_PROBE_WAIT_US);
@@ -165,6 +165,47 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 	}
 	return hc__err(ret, "rank slot %u: its mutex is unusable (%s); recreate the pool when it is idle", slot,
 		       strerror(ret));
+}
+
+/*
+ * A FREE slot whose lock word names a thread that never claimed it (or
+ * whose mutex glibc marked unrecoverable) stays out of use for good: no
+ * kernel will ever mark it owner-dead.  Only an operator who knows that no
+ * process is attaching, probing or repairing (hicache-pool repair
+ * --quiescent) may say the word is garbage: a claimer or prober stopped
+ * inside its few instructions with the lock looks the same.  The word is
+ * cleared by a CAS from what was read, so a holder that let go meanwhile
+ * is never undone.
+ */
+int hc__rank_unlock_stuck(struct hc_pool *p, unsigned slot, char *what, size_t len)
+{
+	struct hc_seg_rank *r;
+	uint32_t word;
+	int ret;
+
+	if (slot >= p->g.max_ranks || (int)slot == p->slot)
+		return 0;
+	r = &p->ranks[slot];
+	ret = hc__rank_probe(p, slot, NULL);
+	if (atomic_load_explicit(&r->state, memory_order_acquire) != HC_RANK_FREE)
+		return 0;
+	if (ret == HC_PROBE_STUCK) {
+		word = (uint32_t)__atomic_load_n(&r->lock.__data.__lock, __ATOMIC_ACQUIRE);
+		if (word == 0 || (word & HC_FUTEX_OWNER_DIED))
+			return 0; /* let go, or a death the next probe proves */
+		HC_POINT(rank_unstick);
+		if (!__atomic_compare_exchange_n(&r->lock.__data.__lock, &(int){ (int)word }, 0, 0, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE))
+			return 0; /* it moved: someone's, not garbage */
+		snprintf(what, len, "its mutex was held by no rank (lock word 0x%08x); let go", word);
+		return 1;
+	}
+	if (ret < 0) {
+		hc__mutex_init_robust(&r->lock);
+		snprintf(what, len, "its mutex was unusable; made new");
+		return 1;
+	}
+	return 0;
 }
 
 static void holder_set(struct hc_pool *p, int state, int result)

@@ -35,7 +35,7 @@ static void say(struct fix *f, const char *fmt, ...) __attribute__((format(print
 
 static void say(struct fix *f, const char *fmt, ...)
 {
-	char line[256];
+	char line[512];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -378,6 +378,20 @@ static void left(void *arg, const char *line)
 	say(f, "cannot repair: %s", line);
 }
 
+/* Quiescent only (the operator's word that no process is attaching,
+ * probing or repairing): free slots whose mutex no rank holds, or that is
+ * unusable, are made usable again, before recovery probes them. */
+static void fix_slot_locks(struct fix *f)
+{
+	char what[96];
+
+	for (unsigned s = 0; s < f->p->g.max_ranks; s++)
+		if (hc__rank_unlock_stuck(f->p, s, what, sizeof(what)) == 1) {
+			f->r->slot_locks++;
+			say(f, "fixed: rank slot %u: %s", s, what);
+		}
+}
+
 int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, size_t size,
 		   void (*report)(void *arg, const char *line), void *arg)
 {
@@ -403,6 +417,8 @@ int hc_pool_repair(hc_pool *p, unsigned flags, struct hc_repair_report *rep, siz
 	f->r = &mine;
 	f->report = report;
 	f->arg = arg;
+	if (flags & HC_CHECK_QUIESCENT)
+		fix_slot_locks(f);
 	if ((ret = hc__recover(p, &f->r->recovery)) < 0)
 		goto out;
 	for (unsigned s = 0; s < p->g.max_ranks; s++)

@@ -1012,11 +1012,59 @@ static const struct hcs_scenario repair_vs_rank = {
 	.repairs = 1,
 };
 
+/* ---- a free slot's lock word, scribbled */
+
+#define STUCK_SLOT 7 /* the last of the 8: the actors claim the first ones */
+
+static void setup_stuck_slot(struct hcs_env *e)
+{
+	setup_store(e, 2);
+	__atomic_store_n(&e->p->ranks[STUCK_SLOT].lock.__data.__lock, 0x2bad0001, __ATOMIC_RELEASE);
+}
+
+/* A quiescent repair (nothing else attaches or probes): the slot is let go. */
+static void unsticker(struct hcs_env *e, hc_pool *p, unsigned me)
+{
+	struct hc_repair_report rep;
+	int r = hc_pool_repair(p, HC_CHECK_QUIESCENT, &rep, sizeof(rep), NULL, NULL);
+
+	e->sh->ret[me][0] = r;
+	EXPECT(e, r, "repair", 0);
+	if (r == 0 && rep.slot_locks != 1)
+		hcs_fail(e, "repair let go of %u slot mutexes, not 1", rep.slot_locks);
+}
+
+/* Whoever ended it, the slot is claimable: no lock word left. */
+static int stuck_slot_freed(struct hcs_env *e, char *why, size_t len)
+{
+	int w = __atomic_load_n(&e->p->ranks[STUCK_SLOT].lock.__data.__lock, __ATOMIC_ACQUIRE);
+
+	if (w == 0)
+		return 0;
+	snprintf(why, len, "rank slot %u: lock word 0x%08x left", STUCK_SLOT, (unsigned)w);
+	return -1;
+}
+
+static const struct hcs_scenario stuck_slot = {
+	.name = "stuck_slot",
+	.what = "a free slot's lock word names a thread that never held it; a quiescent repair lets go of it",
+	.nactors = 1,
+	.actor_name = { "repairs (quiescent)" },
+	.actor = { unsticker },
+	.victims = 1,
+	.npages = 4,
+	.quarantine_ms = 50,
+	.max_tickets = 64,
+	.setup = setup_stuck_slot,
+	.verify = stuck_slot_freed,
+	.repairs = 2,
+};
+
 const struct hcs_scenario *const hcs_scenarios[] = {
 	&co_writers,          &abort_vs_co_writer, &sweep_vs_allocator, &lookup_vs_evict,
 	&ticket_expiry,       &ticket_reuse,       &two_recoverers,     &death_found_at_attach,
 	&stripe_death,        &alloc_contention,   &reserve_runs_short, &anon_free_vs_pin,
 	&abort_vs_lookup,     &repair_vs_rank,     &prefetch_vs_death,  &staging,
-	&lookup_vs_evict_lru, &freemap_levels,
+	&lookup_vs_evict_lru, &freemap_levels,     &stuck_slot,
 };
 const unsigned hcs_nscenarios = sizeof(hcs_scenarios) / sizeof(hcs_scenarios[0]);

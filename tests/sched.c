@@ -487,7 +487,8 @@ static void prove(struct ctl *c)
 
 	if (hc_pool_recover(p, NULL, 0) < 0)
 		why(c, "recover: %s", hc_last_error());
-	if (c->e.sc->repairs && hc_pool_repair(p, 0, NULL, 0, NULL, NULL) < 0)
+	if (c->e.sc->repairs &&
+	    hc_pool_repair(p, c->e.sc->repairs > 1 ? HC_CHECK_QUIESCENT : 0, NULL, 0, NULL, NULL) < 0)
 		why(c, "repair: %s", hc_last_error());
 	if (c->e.sc->real_clock)
 		usleep((c->e.sc->quarantine_ms + 5) * 1000);

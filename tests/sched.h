@@ -74,7 +74,8 @@ struct hcs_scenario {
 	struct hcs_until hint[6];
 	unsigned nhint;
 	/* 1: the proof runs hc_pool_repair after recovery, as an operator
-	 * would after a repair that died (a scenario that damages the pool) */
+	 * would after a repair that died (a scenario that damages the pool);
+	 * 2: a quiescent one (the actors are gone) */
 	int repairs;
 };
 

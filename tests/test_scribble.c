@@ -1341,6 +1341,80 @@ START_TEST(hold_waits_a_bounded_time)
 }
 END_TEST
 
+/* A free rank slot's lock word, scribbled with a thread that never held
+ * it: no kernel will mark it owner-dead, so the slot was lost for good.
+ * It showed as live (with the last, dead, pid), check and repair saw
+ * nothing, and destroy refused without --force.  Now it is not live, check
+ * names it, a repair leaves it (a claim stopped half way looks the same)
+ * unless told the pool is quiescent, and then lets go of it: claimed again. */
+START_TEST(free_slot_lock_scribbled)
+{
+	struct hc_seg_rank *r = &pool->ranks[3];
+	struct hct_lines chk = { 0 }, fix = { 0 }, fixq = { 0 };
+	struct hc_repair_report rep;
+	struct hc_rank_info ri;
+	hc_pool *more[3];
+
+	ck_assert_int_eq(atomic_load(&r->state), HC_RANK_FREE);
+	atomic_store(&r->pid, 999999);
+	__atomic_store_n(&r->lock.__data.__lock, 0x2bad0001, __ATOMIC_RELEASE);
+	ck_assert_ok(hc_pool_rank(pool, 3, &ri, sizeof(ri)));
+	ck_assert_msg(ri.live == 0, "a free slot that nobody claimed shows as live (pid %u)", ri.pid);
+	ck_assert_int_eq(hc_pool_check(pool, 0, hct_collect, &chk), 1);
+	ck_assert_msg(strstr(chk.all, "rank slot 3: free, but its mutex is held by no rank (lock word 0x2bad0001)") &&
+			      strstr(chk.all, "repair --quiescent"),
+		      "%s", chk.all);
+	ck_assert_int_eq(hc_pool_repair(pool, 0, &rep, sizeof(rep), hct_collect, &fix), 1);
+	ck_assert_uint_eq(rep.slot_locks, 0);
+	ck_assert_msg(strstr(fix.all, "cannot repair: rank slot 3: free, but"), "%s", fix.all);
+	ck_assert_int_eq(__atomic_load_n(&r->lock.__data.__lock, __ATOMIC_ACQUIRE), 0x2bad0001);
+	ck_assert_int_eq(hc_pool_repair(pool, HC_CHECK_QUIESCENT, &rep, sizeof(rep), hct_collect, &fixq), 0);
+	ck_assert_uint_eq(rep.slot_locks, 1);
+	ck_assert_msg(
+		strstr(fixq.all, "fixed: rank slot 3: its mutex was held by no rank (lock word 0x2bad0001); let go"),
+		"%s", fixq.all);
+	for (unsigned i = 0; i < 3; i++) /* slots 1, 2 and 3: the last one is usable again */
+		more[i] = hct_attach(name, 0);
+	ck_assert_int_eq(more[2]->slot, 3);
+	for (unsigned i = 0; i < 3; i++)
+		hc_pool_detach(more[i]);
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+}
+END_TEST
+
+/* A free slot's mutex whose kind is scribbled, so that glibc refuses it
+ * (EINVAL): every recovery, and so every repair, failed on it.  A
+ * quiescent repair makes it new. */
+START_TEST(free_slot_mutex_unusable)
+{
+	struct hct_lines chk = { 0 }, fixq = { 0 };
+	struct hc_repair_report rep;
+
+	pool->ranks[2].lock.__data.__kind = 0x7fff1234;
+	ck_assert_int_eq(hc_pool_check(pool, 0, hct_collect, &chk), 1);
+	ck_assert_msg(strstr(chk.all, "rank slot 2: mutex unusable; 'hicache-pool repair --quiescent' makes it new"),
+		      "%s", chk.all);
+	ck_assert_int_eq(hc_pool_repair(pool, 0, &rep, sizeof(rep), NULL, NULL), -ENOTRECOVERABLE); /* recovery's */
+	ck_assert_int_eq(hc_pool_repair(pool, HC_CHECK_QUIESCENT, &rep, sizeof(rep), hct_collect, &fixq), 0);
+	ck_assert_uint_eq(rep.slot_locks, 1);
+	ck_assert_msg(strstr(fixq.all, "fixed: rank slot 2: its mutex was unusable; made new"), "%s", fixq.all);
+	ck_assert_int_eq(hc_pool_check(pool, HC_CHECK_QUIESCENT, hct_print_violation, NULL), 0);
+}
+END_TEST
+
+/* A pool whose only locked slot is a scribbled free one has no live rank:
+ * destroy needs no --force. */
+START_TEST(destroy_past_a_scribbled_slot)
+{
+	const char *other = hct_name();
+	hc_pool *p = hct_create_attach(other, 8, 60000, 4);
+
+	__atomic_store_n(&p->ranks[2].lock.__data.__lock, 0x2bad0002, __ATOMIC_RELEASE);
+	hc_pool_detach(p);
+	ck_assert_msg(hc_pool_destroy(other, NULL, 0) == 0, "destroy: %s", hc_last_error());
+}
+END_TEST
+
 /* This rank's own membership, scribbled: its TP rank is a shift count and
  * its timeout a wait.  Refused (UBSan saw the shift by 100), then fine
  * again once the slot says what the rank joined with. */
@@ -1475,6 +1549,9 @@ int main(void)
 	tcase_add_test(tc, own_membership_scribbled);
 	tcase_add_test(tc, ticket_record_scribbled);
 	tcase_add_test(tc, ring_index_scribbled_and_restored);
+	tcase_add_test(tc, free_slot_lock_scribbled);
+	tcase_add_test(tc, free_slot_mutex_unusable);
+	tcase_add_test(tc, destroy_past_a_scribbled_slot);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -640,6 +640,8 @@ struct hc_repair_report {
 	uint32_t tickets_ended; /* tickets of gone engines, or damaged, ended and their holds dropped */
 	uint32_t ticket_bits;   /* ticket holds on pages no ticket names, dropped */
 	uint32_t unrepaired;    /* violations the check still finds afterwards */
+	uint32_t slot_locks;    /* HC_CHECK_QUIESCENT only: free slots' mutexes that no rank held
+				 * (a scribbled lock word) or that were unusable, made usable */
 };
 /*
  * Fix what hc_pool_check finds and recovery cannot: scribbled or lost
@@ -647,8 +649,10 @@ struct hc_repair_report {
  * recovery first; needs an attach with a rank slot.  Safe while ranks run:
  * nothing a live rank holds is freed.  report() gets a line per fix and one
  * per violation left ("cannot repair: ..."); size is sizeof *rep (rep may
- * be NULL); flags (HC_CHECK_QUIESCENT)
- * are those of the check at the end.  Returns the count of violations left
+ * be NULL); flags (HC_CHECK_QUIESCENT) are those of the check at the end,
+ * and with it, the caller says that no other process is attaching,
+ * probing, checking or repairing the pool: only then are the mutexes of
+ * free slots that no rank holds let go.  Returns the count of violations left
  * (0: all fixed), or a negative errno.
  */
 HC_API int hc_pool_repair(hc_pool *pool, unsigned flags, struct hc_repair_report *rep, size_t size,

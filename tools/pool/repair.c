@@ -24,8 +24,11 @@ const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR] [--
 				"\n"
 				"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
 				"  --json          print one JSON object\n"
-				"  --quiescent     no rank is mid-operation: the check at the end counts\n"
-				"                  transient states too (as check --quiescent)\n";
+				"  --quiescent     no rank is mid-operation and no other process attaches,\n"
+				"                  checks or repairs meanwhile: the check at the end counts\n"
+				"                  transient states too (as check --quiescent), and the\n"
+				"                  mutex of a free rank slot that no rank holds (a\n"
+				"                  scribbled lock word) or that is unusable is made usable\n";
 
 #define REPORT_FIELDS(X)                                                                                               \
 	X(dead_ranks, "rank slots proven dead and cleared")                                                            \
@@ -48,6 +51,7 @@ const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR] [--
 	X(index_missing, "keyed pages the index did not find, put back")                                               \
 	X(tickets_ended, "tickets of gone engines, or damaged, ended")                                                 \
 	X(ticket_bits, "ticket holds on pages no ticket names, dropped")                                               \
+	X(slot_locks, "free slots' mutexes no rank held, or unusable, made usable (--quiescent)")                      \
 	X(unrepaired, "violations left (the 'cannot repair' lines)")
 
 int hcp_cmd_repair(int argc, char **argv)
