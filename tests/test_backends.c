@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <hicache/backend.h>
@@ -242,6 +244,50 @@ START_TEST(loader_paths)
 }
 END_TEST
 
+/* A plugin, or a directory on its way, that another user could replace is
+ * refused before it is opened: it would run as the service.  A sticky
+ * world-writable directory (/tmp) is fine: there only an entry's owner may
+ * rename it. */
+START_TEST(loader_trust)
+{
+	const char *b = getenv("HC_BUILDDIR");
+	char dir[] = "/tmp/hct-trust-XXXXXX", src[1100], so[1100], spec[1200], cmd[2400];
+	struct hct_env e;
+	hc_store *st;
+
+	snprintf(src, sizeof(src), "%s/tests/fixtures/.libs/mem.so", b && *b ? b : ".");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(so, sizeof(so), "%s/mem.so", dir);
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", src, so);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_int_eq(chmod(so, 0755), 0);
+	snprintf(spec, sizeof(spec), "%s:max_objects=3", so);
+	loader_env(&e);
+	ck_assert_msg(hc_store_open(e.p, spec, NULL, &st) == 0, "%s", hc_last_error()); /* under /tmp, sticky */
+	hc_store_close(st);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
+	ck_assert_msg(strstr(hc_last_error(), "directory /tmp/hct-trust-") &&
+			      strstr(hc_last_error(), "may be written by anyone (mode 0777)"),
+		      "%s", hc_last_error());
+	setenv("HICACHE_BACKEND_PATH", dir, 1); /* found on the search path: the same */
+	ck_assert_err(hc_store_open(e.p, "mem", NULL, &st), EPERM);
+	unsetenv("HICACHE_BACKEND_PATH");
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	ck_assert_int_eq(chmod(so, 0775), 0);
+	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
+	ck_assert_msg(strstr(hc_last_error(), "may be written by its group (mode 0775)"), "%s", hc_last_error());
+	ck_assert_int_eq(chmod(so, 0755), 0);
+	ck_assert_int_eq(chown(so, 65534, 65534), 0);
+	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
+	ck_assert_msg(strstr(hc_last_error(), "is owned by uid 65534"), "%s", hc_last_error());
+	ck_assert_int_eq(unlink(so), 0);
+	ck_assert_int_eq(rmdir(dir), 0);
+	hc_pool_detach(e.p);
+	hc_pool_destroy(e.pool_name, NULL, HC_DESTROY_FORCE);
+}
+END_TEST
+
 /* A plugin whose put fails: the status says so and the page stays READY. */
 START_TEST(put_failure)
 {
@@ -400,6 +446,7 @@ int main(void)
 	tcase_set_timeout(tc, 20);
 	tcase_add_test(tc, loader_refuses);
 	tcase_add_test(tc, loader_paths);
+	tcase_add_test(tc, loader_trust);
 	tcase_add_test(tc, put_failure);
 	tcase_add_test(tc, stray_completions);
 	tcase_add_test(tc, bogus_results);

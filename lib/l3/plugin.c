@@ -4,12 +4,14 @@
  * ($HICACHE_BACKEND_PATH, then the configured directory, then the installed
  * $(pkglibdir)/backends), opened with RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE,
  * and checked before any call: its entry symbol, ABI version, struct size,
- * and every version-1 member.  Each failure is one line naming the plugin
- * and the cause (hc_last_error).
+ * and every version-1 member.  Before it is opened, the file and every
+ * directory on its way must be safe from other users (trusted()).  Each
+ * failure is one line naming the plugin and the cause (hc_last_error).
  */
 #include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -165,8 +167,54 @@ static int find(const char *name, const char *dir, char *path, size_t len, char 
 	return try_dir(HC_BACKEND_DIR, name, path, len, tried, tlen) ? 0 : -ENOENT;
 }
 
+/*
+ * A plugin runs as the process that loads it (the service): whoever can
+ * replace the file, or rename an entry in a directory on its way, runs code
+ * as the service.  Refused: a file or directory owned by someone other than
+ * root or this process's user, a plugin file that its group or others may
+ * write, and a directory anyone may write unless it is sticky (as /tmp is:
+ * there only an entry's owner may rename or remove it).  Checked on the
+ * real path, so no symlink hides a step.
+ */
+static int trusted(const char *name, const char *path)
+{
+	char real[PATH_MAX], *slash;
+	uid_t me = geteuid();
+	struct stat sb;
+
+	if (!realpath(path, real))
+		return hc__err(errno, "backend %s: %s: %s", name, path, strerror(errno));
+	for (int file = 1;; file = 0) {
+		const char *what = file ? "plugin" : "directory";
+		if (stat(real, &sb) < 0)
+			return hc__err(errno, "backend %s: %s: %s", name, real, strerror(errno));
+		if (sb.st_uid != 0 && sb.st_uid != me)
+			return hc__err(
+				EPERM,
+				"backend %s: %s %s is owned by uid %u, not root or this process's uid %u: its owner could run code in this process; install the plugin where only root or uid %u can write",
+				name, what, real, (unsigned)sb.st_uid, (unsigned)me, (unsigned)me);
+		if (file && (sb.st_mode & (S_IWGRP | S_IWOTH)))
+			return hc__err(
+				EPERM,
+				"backend %s: plugin %s may be written by its %s (mode %04o): they could run code in this process; chmod go-w it",
+				name, real, sb.st_mode & S_IWOTH ? "group and others" : "group",
+				(unsigned)(sb.st_mode & 07777));
+		if (!file && (sb.st_mode & S_IWOTH) && !(sb.st_mode & S_ISVTX))
+			return hc__err(
+				EPERM,
+				"backend %s: directory %s, on the way to the plugin, may be written by anyone (mode %04o): anyone could replace the plugin; chmod o-w it, or install the plugin elsewhere",
+				name, real, (unsigned)(sb.st_mode & 07777));
+		if (!strcmp(real, "/"))
+			return 0;
+		slash = strrchr(real, '/');
+		slash[slash == real] = '\0'; /* "/usr" goes to "/", "/usr/lib" to "/usr" */
+	}
+}
+
 int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 {
+	int ret;
+
 	const struct hc_backend *be;
 	hc_backend_entry_fn entry;
 	char tried[8192];
@@ -200,6 +248,10 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 				"backend %s: not found: no %s.so in %s (set HICACHE_BACKEND_PATH or install the plugin)",
 				name, name, tried);
 	}
+	if ((ret = trusted(out->name, out->path)) < 0)
+		return ret;
+	/* out->path has a '/': the dynamic loader opens that file, and never
+	 * searches LD_LIBRARY_PATH or its cache for it */
 	dlerror();
 	dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!dl)
