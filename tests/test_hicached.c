@@ -139,6 +139,17 @@ static const char *path_in_tmp(const char *file)
 	return path[k++ % 4];
 }
 
+/* A key file (hicache.conf(5), mac_key_file) at path in mode. */
+static void key_file(const char *path, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n", 65), 65);
+	ck_assert_int_eq(fchmod(fd, mode), 0);
+	close(fd);
+}
+
 /* /dev/shm/hicache.NAME */
 static const char *shm_path(const char *name)
 {
@@ -836,6 +847,17 @@ START_TEST(config_errors_leave_nothing)
 		ck_assert_msg(access(shm_path(name), F_OK) < 0, "case %u: %s was left behind", i, shm_path(name));
 	}
 
+	/* a key file others may read */
+	key_file(path_in_tmp("open.key"), 0644);
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "4", "--mac-key-file",
+		       path_in_tmp("open.key")));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "--mac-key-file: mac key file ");
+	ck_assert_has(output(d), "has mode 0644: group or others may read it; chmod 600");
+	ck_assert_lacks(output(d), "created pool");
+	ck_assert_msg(access(shm_path(name), F_OK) < 0, "%s was left behind", shm_path(name));
+	unlink(path_in_tmp("open.key"));
+
 	/* a port another socket holds */
 	lfd = socket(AF_INET, SOCK_STREAM, 0);
 	ck_assert_int_ge(lfd, 0);
@@ -879,7 +901,8 @@ END_TEST
  */
 START_TEST(example_config_every_section)
 {
-	const char *name = pool_name(), *conf = path_in_tmp("example.conf"), *logf = path_in_tmp("example.log");
+	const char *name = pool_name(), *conf = path_in_tmp("example.conf"), *logf = path_in_tmp("example.log"),
+		   *keyf = path_in_tmp("example.key");
 	char src[512], line[512], section[32] = "", seen[64][96], addr[64], buf[4096];
 	static char body[256 * 1024];
 	unsigned port = free_port(), nseen = 0, on = 0;
@@ -932,6 +955,8 @@ START_TEST(example_config_every_section)
 			v = g->gr_name;
 		else if (!strcmp(id, "backend.spec"))
 			v = backend();
+		else if (!strcmp(id, "backend.mac_key_file"))
+			v = keyf;
 		else if (!strcmp(id, "metrics.listen"))
 			v = addr;
 		else if (!strcmp(id, "log.file"))
@@ -955,6 +980,7 @@ START_TEST(example_config_every_section)
 		ck_assert_msg(j < nseen, "the example has no setting in [%.*s]", (int)strlen(*sec) - 1, *sec);
 	}
 	ck_assert_uint_ge(on, 30);
+	key_file(keyf, 0600);
 
 	d = spawn(ARGS("--config", conf));
 	wait_serving(name, d);

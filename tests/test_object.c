@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* test_object.c - the L3 object header: built, then checked field by field. */
+/* test_object.c - the L3 object header: built, then checked field by field;
+ * its MAC: sealed, checked, and refused for each byte it covers. */
 #include <stdlib.h>
 
+#include "../lib/l3/mac.h"
 #include "../lib/l3/object.h"
 #include "hct.h"
 
@@ -95,13 +97,14 @@ START_TEST(every_bad_field)
 		const char *needle;
 	} cases[] = {
 		{ 0, 0x01, 0, -EBADMSG, "bad magic" },
-		{ 8, 0x03, 0, -EPROTO, "object format 2.0" },   /* a newer major */
+		{ 8, 0x03, 0, -EPROTO, "object format 2.1" },   /* a newer major */
 		{ 200, 0x01, 0, -EBADMSG, "header checksum" },  /* any byte */
 		{ 4090, 0x01, 0, -EBADMSG, "header checksum" }, /* the checksum itself */
 		{ 13, 0x20, 1, -EBADMSG, "header size" },
 		{ 16, 0x01, 1, -EBADMSG, "fingerprint" },
 		{ 50, 0x01, 1, -EBADMSG, "holds key" },
-		{ 84, 0x01, 1, -EBADMSG, "unknown flags" },
+		{ 84, 0x02, 1, -EBADMSG, "unknown flags 0x2" }, /* bit 0 is the MAC */
+		{ 87, 0x80, 1, -EBADMSG, "unknown flags 0x80000000" },
 		{ 80, 0x04, 1, -EBADMSG, "presence 0x7" },
 		{ 89, 0x10, 1, -EBADMSG, "the geometry gives" },
 		{ 108, 0x01, 1, -EBADMSG, "component table" },
@@ -145,6 +148,68 @@ START_TEST(sum_streams)
 }
 END_TEST
 
+/* RFC 8439, 2.6.2: the one-time key ChaCha20 gives for key 80..9f and
+ * nonce 00000000 0001020304050607 (counter 0).  An empty message's tag is
+ * the key's second half, s. */
+START_TEST(mac_derivation)
+{
+	static const uint8_t s_half[16] = { 0xa8, 0x33, 0xb6, 0x37, 0xe3, 0xfd, 0x0d, 0xa5,
+					    0x08, 0xdb, 0xb8, 0xe2, 0xfd, 0xd1, 0xa6, 0x46 };
+	uint8_t k[32], nonce[16] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7 }, tag[16];
+	struct hc__mac *m;
+
+	for (int i = 0; i < 32; i++)
+		k[i] = (uint8_t)(0x80 + i);
+	ck_assert_int_eq(hc__mac_new(k, &m), 0);
+	ck_assert_int_eq(hc__mac_tag(m, nonce, NULL, 0, tag), 0);
+	ck_assert_int_eq(memcmp(tag, s_half, 16), 0);
+	hc__mac_free(m);
+}
+END_TEST
+
+START_TEST(mac_seal)
+{
+	uint8_t k1[32] = { 1 }, k2[32] = { 2 }, *pay = malloc(lay.payload_bytes), save[4096];
+	struct iovec one = { pay, lay.payload_bytes },
+		     two[2] = { { pay, 4096 }, { pay + 4096, lay.payload_bytes - 4096 } };
+	struct hc__mac *m1, *m2;
+	struct hc__obj_meta m;
+	char why[160] = "";
+	static const unsigned covered[] = { 8, 16, 48, 80, 96, 104, 112, 128, 4000, 4048, 4063, 4064, 4079, 4080 };
+
+	ck_assert_ptr_nonnull(pay);
+	for (uint64_t i = 0; i < lay.payload_bytes; i++)
+		pay[i] = (uint8_t)(i * 13);
+	ck_assert_int_eq(hc__mac_new(k1, &m1), 0);
+	ck_assert_int_eq(hc__mac_new(k2, &m2), 0);
+	/* not sealed: a keyed reader calls it a downgrade */
+	ck_assert_int_eq(hc__obj_mac_check(hdr, m1, &one, 1, why, sizeof(why)), -EKEYREJECTED);
+	ck_assert_ptr_nonnull(strstr(why, "no MAC"));
+	ck_assert_int_eq(hc__obj_header_seal(hdr, m1, two, 2), 0);
+	ck_assert_int_eq(hc__obj_header_check(hdr, &pool->g, fp, key, &m, why, sizeof(why)), 0);
+	ck_assert_uint_eq(m.flags, HC_OBJ_FLAG_MAC);
+	/* the payload as one run or two: the same tag */
+	ck_assert_int_eq(hc__obj_mac_check(hdr, m1, &one, 1, why, sizeof(why)), 0);
+	ck_assert_int_eq(hc__obj_mac_check(hdr, m1, two, 2, why, sizeof(why)), 0);
+	ck_assert_int_eq(hc__obj_mac_check(hdr, m2, &one, 1, why, sizeof(why)), -EKEYREJECTED);
+	ck_assert_ptr_nonnull(strstr(why, "MAC mismatch"));
+	/* every header byte but the checksum is covered, the nonce and tag too */
+	for (unsigned i = 0; i < sizeof(covered) / sizeof(covered[0]); i++) {
+		memcpy(save, hdr, sizeof(save));
+		hdr[covered[i]] ^= 0x10;
+		reseal();
+		ck_assert_msg(hc__obj_mac_check(hdr, m1, &one, 1, why, sizeof(why)) == -EKEYREJECTED, "byte %u",
+			      covered[i]);
+		memcpy(hdr, save, sizeof(save));
+	}
+	pay[lay.payload_bytes - 1] ^= 1;
+	ck_assert_int_eq(hc__obj_mac_check(hdr, m1, &one, 1, why, sizeof(why)), -EKEYREJECTED);
+	hc__mac_free(m1);
+	hc__mac_free(m2);
+	free(pay);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("object");
@@ -156,6 +221,8 @@ int main(void)
 	tcase_add_test(tc, roundtrip);
 	tcase_add_test(tc, every_bad_field);
 	tcase_add_test(tc, sum_streams);
+	tcase_add_test(tc, mac_derivation);
+	tcase_add_test(tc, mac_seal);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

@@ -538,7 +538,8 @@ HC_API int hc_page_info(const hc_pool *pool, uint32_t page_id, struct hc_page_in
 	X(l3_backup_failed_nospace, "page writes to L3 that failed for want of space (ENOSPC, EDQUOT, EFBIG)")         \
 	X(l3_backup_failed_access, "page writes to L3 refused access (EACCES, EPERM, EROFS)")                          \
 	X(l3_backup_failed_io, "page writes to L3 that failed with an I/O error (EIO)")                                \
-	X(l3_backup_failed_other, "page writes to L3 that failed otherwise (the log names the error)")
+	X(l3_backup_failed_other, "page writes to L3 that failed otherwise (the log names the error)")                 \
+	X(l3_prefetch_forged, "prefetches cut short by an object whose MAC was wrong or missing (mac_key_file)")
 
 enum hc_counter {
 #define HC_X_ENUM(name, help) HC_CTR_##name,
@@ -669,11 +670,12 @@ HC_API int hc_pool_repair(hc_pool *pool, unsigned flags, struct hc_repair_report
 typedef struct hc_store hc_store;
 
 struct hc_store_opts {
-	uint32_t size;           /* sizeof(struct hc_store_opts) */
-	const char *backend_dir; /* searched after $HICACHE_BACKEND_PATH, before the installed one */
-	unsigned queue_depth;    /* ops in flight on this store, all threads; 0: 64; at most 4096 */
-	unsigned timeout_ms;     /* an op not done this long after its submit is cancelled; 0: 30000 */
-	int retries;             /* transient failures retried per op, with backoff; 0: 2; < 0: none */
+	uint32_t size;            /* sizeof(struct hc_store_opts) */
+	const char *backend_dir;  /* searched after $HICACHE_BACKEND_PATH, before the installed one */
+	unsigned queue_depth;     /* ops in flight on this store, all threads; 0: 64; at most 4096 */
+	unsigned timeout_ms;      /* an op not done this long after its submit is cancelled; 0: 30000 */
+	int retries;              /* transient failures retried per op, with backoff; 0: 2; < 0: none */
+	const char *mac_key_file; /* objects MAC'd under this key, and refused without a good MAC; NULL: none */
 };
 
 struct hc_store_info {
@@ -690,13 +692,18 @@ HC_API int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_
  * $HICACHE_BACKEND_PATH), open an instance with its options and close it:
  * what a service would meet opening it, found before any pool exists. */
 HC_API int hc_backend_check(const char *spec, const char *backend_dir);
+/* Read the key file a store's mac_key_file names, as hc_store_open would,
+ * and forget the key: a refusal found before any pool exists. */
+HC_API int hc_mac_key_check(const char *path);
 HC_API int hc_store_close(hc_store *st);
 HC_API int hc_store_info(const hc_store *st, struct hc_store_info *out, size_t size);
 /* READY keyed pages (pinned for the duration): status 0 stored, or -errno.  Returns the count stored. */
 HC_API int hc_store_put(hc_store *st, const hc_page_t *pages, unsigned n, int *status);
 /* Pages this process reserved by key (hc_reserve): on status 0 the page's
  * components are filled and checked, and the caller commits it; -ENOENT is
- * a miss, -EBADMSG a bad object (also a miss).  -ETIME: the backend did not
+ * a miss, -EBADMSG a bad object (also a miss),
+ * -EKEYREJECTED one whose MAC (mac_key_file) is wrong or missing (also a
+ * miss).  -ETIME: the backend did not
  * complete the read even after a cancel; the store keeps the page and
  * aborts it once the backend lets go, so the caller must leave it alone.
  * Returns the count of hits. */

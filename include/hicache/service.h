@@ -140,6 +140,7 @@ struct hc_service_opts {
 	unsigned write_park_ms;            /* buffer_only: a write grant parked this long is dropped; 0: 2000 */
 	unsigned stage_hold_ms;            /* buffer_only: staging a live rank holds this long without giving
 					    * it back (a grant not freed, a prefetch not taken) is released; 0: 60000 */
+	const char *mac_key_file;          /* L3 objects MAC'd under this key file's key (hc_store_opts); NULL: none */
 };
 
 /* Attach pool name (a rank slot of its own), take its service lock, open

@@ -9,7 +9,10 @@
 #define XXH_INLINE_ALL /* inlined XXH3 runs 3-4x faster than the shared library's */
 #include <xxhash.h>
 
+#include <openssl/crypto.h>
+
 #include "../../shmpool/layout.h"
+#include "mac.h"
 #include "object.h"
 
 #define OFF_MAGIC    0
@@ -29,6 +32,10 @@
 #define OFF_COMPS    128
 #define COMP_BYTES   24
 #define OFF_HDRSUM   (HC_OBJ_HEADER_BYTES - 8)
+
+_Static_assert(OFF_COMPS + HC_MAX_COMPONENTS * COMP_BYTES <= HC_OBJ_OFF_NONCE, "the component table meets the MAC");
+_Static_assert(HC_OBJ_OFF_NONCE + HC_MAC_NONCE_BYTES == HC_OBJ_OFF_TAG, "the nonce, then the tag");
+_Static_assert(HC_OBJ_OFF_TAG + HC_MAC_TAG_BYTES <= OFF_HDRSUM, "the tag before the header checksum");
 
 static void put16(uint8_t *b, unsigned off, uint16_t v)
 {
@@ -178,10 +185,11 @@ int hc__obj_header_check(const void *hdr, const struct hc__geom *g, const uint8_
 		snprintf(why, whylen, "the object holds key %s...", h1);
 		return -EBADMSG;
 	}
-	if (get32(b, OFF_FLAGS) != 0) {
-		snprintf(why, whylen, "unknown flags 0x%x", get32(b, OFF_FLAGS));
+	if (get32(b, OFF_FLAGS) & ~HC_OBJ_FLAG_MAC) {
+		snprintf(why, whylen, "unknown flags 0x%x", get32(b, OFF_FLAGS) & ~HC_OBJ_FLAG_MAC);
 		return -EBADMSG;
 	}
+	m->flags = get32(b, OFF_FLAGS);
 	m->minor = get16(b, OFF_MINOR);
 	m->presence = get32(b, OFF_PRESENCE);
 	m->payload_bytes = get64(b, OFF_PAYLOAD);
@@ -220,4 +228,57 @@ int hc__obj_header_check(const void *hdr, const struct hc__geom *g, const uint8_
 bad_magic:
 	snprintf(why, whylen, "not a hicache object (bad magic)");
 	return -EBADMSG;
+}
+
+/* The tag of a header (its tag taken as zeros) and its payload. */
+static int obj_tag(const uint8_t *b, const struct hc__mac *mac, const struct iovec *payload, unsigned n,
+		   uint8_t tag[HC_MAC_TAG_BYTES])
+{
+	static const uint8_t zero[HC_MAC_TAG_BYTES];
+	struct iovec iov[3 + HC_MAX_COMPONENTS];
+
+	if (n > HC_MAX_COMPONENTS)
+		return -EINVAL;
+	iov[0] = (struct iovec){ (void *)b, HC_OBJ_OFF_TAG };
+	iov[1] = (struct iovec){ (void *)zero, sizeof(zero) };
+	iov[2] = (struct iovec){ (void *)(b + HC_OBJ_OFF_TAG + HC_MAC_TAG_BYTES),
+				 OFF_HDRSUM - HC_OBJ_OFF_TAG - HC_MAC_TAG_BYTES };
+	memcpy(iov + 3, payload, n * sizeof(*payload));
+	return hc__mac_tag(mac, b + HC_OBJ_OFF_NONCE, iov, 3 + n, tag);
+}
+
+int hc__obj_header_seal(void *hdr, const struct hc__mac *mac, const struct iovec *payload, unsigned n)
+{
+	uint8_t *b = hdr, tag[HC_MAC_TAG_BYTES];
+	int r;
+
+	put32(b, OFF_FLAGS, get32(b, OFF_FLAGS) | HC_OBJ_FLAG_MAC);
+	if ((r = hc__mac_nonce(b + HC_OBJ_OFF_NONCE)) < 0 || (r = obj_tag(b, mac, payload, n, tag)) < 0)
+		return r;
+	memcpy(b + HC_OBJ_OFF_TAG, tag, sizeof(tag));
+	put64(b, OFF_HDRSUM, XXH3_64bits(b, OFF_HDRSUM));
+	return 0;
+}
+
+int hc__obj_mac_check(const void *hdr, const struct hc__mac *mac, const struct iovec *payload, unsigned n, char *why,
+		      size_t whylen)
+{
+	const uint8_t *b = hdr;
+	uint8_t tag[HC_MAC_TAG_BYTES];
+	int r;
+
+	if (!(get32(b, OFF_FLAGS) & HC_OBJ_FLAG_MAC)) {
+		snprintf(why, whylen,
+			 "no MAC, and this service asks for one (mac_key_file): written without a key, or stripped");
+		return -EKEYREJECTED;
+	}
+	if ((r = obj_tag(b, mac, payload, n, tag)) < 0) {
+		snprintf(why, whylen, "libcrypto failed computing its MAC");
+		return r;
+	}
+	if (CRYPTO_memcmp(tag, b + HC_OBJ_OFF_TAG, sizeof(tag)) != 0) {
+		snprintf(why, whylen, "MAC mismatch: forged, altered, or written under another key");
+		return -EKEYREJECTED;
+	}
+	return 0;
 }

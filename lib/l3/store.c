@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "../../shmpool/pool.h"
+#include "mac.h"
 #include "object.h"
 #include "plugin.h"
 #include "store.h"
@@ -68,7 +69,8 @@
 	X(retries, "ops tried again after a transient failure")                                                        \
 	X(timeouts, "ops past their deadline, cancelled")                                                              \
 	X(orphans, "timed-out ops given up on before they completed; their buffers stay out of use")                   \
-	X(late, "orphans the backend completed at last, their buffers released")
+	X(late, "orphans the backend completed at last, their buffers released")                                       \
+	X(mac_rejected, "gets of objects whose MAC did not verify, or that had none (mac_key_file; misses too)")
 
 enum store_ctr {
 #define X(n, h) SC_##n,
@@ -88,7 +90,8 @@ struct hc_store {
 	struct hc__plugin pl;
 	void *inst;
 	uint8_t fp[32];
-	uint64_t caps; /* the instance's (ctl "caps"), else the table's */
+	uint64_t caps;       /* the instance's (ctl "caps"), else the table's */
+	struct hc__mac *mac; /* mac_key_file's: objects are MAC'd and must be; else NULL */
 	unsigned qd;
 	uint8_t *hdrs; /* qd blocks of HC_OBJ_HEADER_BYTES */
 	size_t env_len;
@@ -191,7 +194,7 @@ static void page_key(const hc_pool *p, uint32_t id, uint8_t key[HC_KEY_BYTES])
 	}
 }
 
-static void warn_corrupt(hc_store *st, const uint8_t key[HC_KEY_BYTES], const char *why)
+static void warn_corrupt(hc_store *st, const uint8_t key[HC_KEY_BYTES], const char *why, const char *ctr)
 {
 	struct timespec ts;
 	uint64_t last, quiet;
@@ -205,8 +208,8 @@ static void warn_corrupt(hc_store *st, const uint8_t key[HC_KEY_BYTES], const ch
 	}
 	quiet = atomic_exchange(&st->quiet, 0);
 	hc__log(HC_LOG_WARN,
-		"backend %s: object %02x%02x%02x%02x...: %s: treated as a miss (%llu more not logged; see lib_corrupt)",
-		st->pl.name, key[0], key[1], key[2], key[3], why, (unsigned long long)quiet);
+		"backend %s: object %02x%02x%02x%02x...: %s: treated as a miss (%llu more not logged; see %s)",
+		st->pl.name, key[0], key[1], key[2], key[3], why, (unsigned long long)quiet, ctr);
 }
 
 /* ---- preparing ops (the calling thread; no lock) */
@@ -254,6 +257,10 @@ static int prep_put(struct call *c, struct op *o)
 	hc__obj_header_build(o->iov[0].iov_base, &p->g, c->st->fp, o->be.name + 32,
 			     atomic_load_explicit(&p->pages[id].depth, memory_order_relaxed), &o->lay,
 			     hc__obj_sum_iov(o->iov + 1, o->lay.nrun));
+	if (c->st->mac && (r = hc__obj_header_seal(o->iov[0].iov_base, c->st->mac, o->iov + 1, o->lay.nrun)) < 0) {
+		hc_page_unpin(p, pg);
+		return hc__err(-r, "store put: page %u: libcrypto failed computing its MAC", id);
+	}
 	return 0;
 }
 
@@ -339,7 +346,7 @@ static int finish_get(struct call *c, struct op *o)
 	r = hc__obj_header_check(o->iov[0].iov_base, &p->g, st->fp, key, &m, why, sizeof(why));
 	if (r == -EPROTO) { /* a good object of a newer format: a miss, not corruption */
 		count(st, SC_misses, 1);
-		warn_corrupt(st, key, why);
+		warn_corrupt(st, key, why, "lib_misses");
 		return -EPROTO;
 	}
 	if (r < 0)
@@ -389,12 +396,24 @@ static int finish_get(struct call *c, struct op *o)
 		snprintf(why, sizeof(why), "payload checksum mismatch");
 		goto corrupt;
 	}
+	/* The checksums hold, so only a forger (or another key) fails here. */
+	if (st->mac && (r = hc__obj_mac_check(o->iov[0].iov_base, st->mac, o->iov + 1, o->reread ? 1 : o->lay.nrun, why,
+					      sizeof(why))) < 0) {
+		if (r != -EKEYREJECTED) {
+			count(st, SC_get_errors, 1);
+			return hc__err(-r, "backend %s: get of key %02x%02x%02x%02x...: %s", st->pl.name, key[0],
+				       key[1], key[2], key[3], why);
+		}
+		count(st, SC_mac_rejected, 1);
+		warn_corrupt(st, key, why, "lib_mac_rejected");
+		return -EKEYREJECTED;
+	}
 	count(st, SC_hits, 1);
 	count(st, SC_get_bytes, (uint64_t)o->result);
 	return 0;
 corrupt:
 	count(st, SC_corrupt, 1);
-	warn_corrupt(st, key, why);
+	warn_corrupt(st, key, why, "lib_corrupt");
 	return -EBADMSG;
 }
 
@@ -905,6 +924,8 @@ int hc_store_open(hc_pool *pool, const char *spec, const struct hc_store_opts *g
 	r = hc__plugin_spec_parse(spec, sp);
 	if (r < 0)
 		goto fail;
+	if (opts && opts->mac_key_file && (r = hc__mac_load(opts->mac_key_file, &st->mac)) < 0)
+		goto fail;
 	r = hc__plugin_load(sp->name, opts ? opts->backend_dir : NULL, &st->pl);
 	if (r < 0)
 		goto fail;
@@ -971,6 +992,7 @@ fail:
 		free(st->owner);
 		free(st->orphan);
 		free(st->use);
+		hc__mac_free(st->mac);
 	}
 	free(st);
 	free(sp);
@@ -1065,6 +1087,7 @@ int hc_store_close(hc_store *st)
 	free(st->owner);
 	free(st->orphan);
 	free(st->use);
+	hc__mac_free(st->mac);
 	free(st);
 	return 0;
 }

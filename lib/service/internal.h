@@ -85,7 +85,7 @@ struct stage;
 struct hc_service {
 	char name[HC_NAME_MAX + 1];
 	struct hc_service_opts o;
-	char *dir, *backend, *backend_dir;
+	char *dir, *backend, *backend_dir, *mac_key_file;
 	hc_pool *p;
 	hc_store *st;
 	pthread_t thr;

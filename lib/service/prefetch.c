@@ -164,7 +164,9 @@ static void pf_settle(hc_service *s, struct pf_help *h, uint32_t x, int read)
 		h->j->where = h->at[x];
 		if (read)
 			hc__svc_count(s,
-				      h->status[x] == -EBADMSG ? HC_CTR_l3_prefetch_corrupt : HC_CTR_l3_prefetch_failed,
+				      h->status[x] == -EBADMSG        ? HC_CTR_l3_prefetch_corrupt
+				      : h->status[x] == -EKEYREJECTED ? HC_CTR_l3_prefetch_forged
+								      : HC_CTR_l3_prefetch_failed,
 				      1);
 	}
 	if (!read || h->status[x] != -ETIME) /* given up on: the store aborts it once the backend lets go */

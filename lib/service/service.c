@@ -140,7 +140,8 @@ static int backend_change(hc_service *s, const char *spec, unsigned slot)
 				    .backend_dir = s->backend_dir,
 				    .queue_depth = s->o.queue_depth,
 				    .timeout_ms = s->o.timeout_ms,
-				    .retries = s->o.retries };
+				    .retries = s->o.retries,
+				    .mac_key_file = s->mac_key_file };
 	unsigned busy;
 	hc_store *st = NULL;
 	char *copy = NULL;
@@ -371,7 +372,8 @@ static void *service_main(void *arg)
 				    .backend_dir = s->backend_dir,
 				    .queue_depth = s->o.queue_depth,
 				    .timeout_ms = s->o.timeout_ms,
-				    .retries = s->o.retries };
+				    .retries = s->o.retries,
+				    .mac_key_file = s->mac_key_file };
 	uint64_t last_recover;
 	int r;
 
@@ -464,6 +466,7 @@ static void service_free(hc_service *s)
 	free(s->dir);
 	free(s->backend);
 	free(s->backend_dir);
+	free(s->mac_key_file);
 	free(s);
 }
 
@@ -512,12 +515,14 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 	s->dir = opts->dir ? strdup(opts->dir) : NULL;
 	s->backend = strdup(opts->backend);
 	s->backend_dir = opts->backend_dir ? strdup(opts->backend_dir) : NULL;
+	s->mac_key_file = opts->mac_key_file ? strdup(opts->mac_key_file) : NULL;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->cq_mu, NULL);
 	pthread_mutex_init(&s->fail_mu, NULL);
 	pthread_mutex_init(&s->st_mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	if (!s->backend || (opts->dir && !s->dir) || (opts->backend_dir && !s->backend_dir)) {
+	if (!s->backend || (opts->dir && !s->dir) || (opts->backend_dir && !s->backend_dir) ||
+	    (opts->mac_key_file && !s->mac_key_file)) {
 		service_free(s);
 		return hc__err(ENOMEM, "service: no memory");
 	}

@@ -103,6 +103,8 @@ static const struct opt opts[] = {
 	  .help = "the L3 backend, NAME[:KEY=VALUE,...], e.g. file:dir=/var/cache/hicache (hicache-backend(7))" },
 	{ "backend-dir", "backend", "dir", T_STRING, F(svc.backend_dir), .arg = "DIR",
 	  .help = "look for backend plugins here after $HICACHE_BACKEND_PATH" },
+	{ "mac-key-file", "backend", "mac_key_file", T_STRING, F(svc.mac_key_file), .arg = "FILE",
+	  .help = "MAC L3 objects under the key in FILE (64 hex digits, mode 0600, the service's own) and read only objects whose MAC verifies (default: no MAC)" },
 	{ "batch-pages", "service", "batch_pages", T_U32, F(svc.batch_pages), 1, 65536, .arg = "N",
 	  .help = "pages per backend call (default 128)" },
 	{ "queue-depth", "service", "queue_depth", T_U32, F(svc.queue_depth), 1, 65536, .arg = "N",

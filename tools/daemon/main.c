@@ -247,6 +247,11 @@ int main(int argc, char **argv)
 		ret = HC_CLI_EXIT_USAGE;
 		goto out_log;
 	}
+	if (c.svc.mac_key_file && hc_mac_key_check(c.svc.mac_key_file) < 0) {
+		hcd_log(HC_LOG_ERR, "--mac-key-file: %s", hc_last_error());
+		ret = HC_CLI_EXIT_USAGE;
+		goto out_log;
+	}
 	if (c.metrics_listen && hcd_metrics_listen(c.metrics_listen) < 0) {
 		ret = HC_CLI_EXIT_USAGE;
 		goto out_log;
