@@ -526,6 +526,47 @@ START_TEST(owner_dies_no_name)
 }
 END_TEST
 
+/* The service attaches a sealed pool by its fd (HC_SERVICE_FD) and
+ * answers a rank; what does not go with it is refused. */
+START_TEST(service_by_fd)
+{
+	const char *name = hct_name();
+	int fd = make_sealed(name, 16, 0, NULL);
+	struct hc_service_opts o = { .size = sizeof(o), .backend = hct_l3_spec, .flags = HC_SERVICE_FD, .pool_fd = fd };
+	hc_service *svc = NULL;
+	hc_pool *p = attach_fd(name, fd);
+	hc_key_t k[4];
+	hc_page_t pg[4];
+	hc_req *rq;
+
+	svc = hct_service_start(name, &o);
+	ck_assert_int_eq(hc_service_probe(p, NULL), 1);
+	hct_keys(k, 4, 5);
+	ck_assert_int_eq(hct_store(p, k, 4, 0), 4);
+	struct hc_lookup_req lq = { .size = sizeof(lq), .keys = k, .nkeys = 4, .flags = HC_LOOKUP_PIN };
+	ck_assert_int_eq(hc_lookup(p, &lq, pg), 4);
+	ck_assert_ok(hc_req_backup(p, pg, 4, &rq));
+	ck_assert_int_eq(hc_req_wait(rq, 10000), 4);
+	ck_assert_ok(hc_req_free(rq));
+	for (int i = 0; i < 4; i++)
+		ck_assert_ok(hc_page_unpin(p, pg[i]));
+	ck_assert_ok(hc_service_stop(svc));
+	/* a flag it does not know; a directory; an fd that is no pool */
+	o.flags = 0x2;
+	ck_assert_err(hc_service_start(name, &o, &svc), EINVAL);
+	o.flags = HC_SERVICE_FD;
+	o.dir = "/dev/shm";
+	ck_assert_err(hc_service_start(name, &o, &svc), EINVAL);
+	ck_assert_msg(strstr(hc_last_error(), "is sealed"), "%s", hc_last_error());
+	o.dir = NULL;
+	o.pool_fd = memfd_create("plain", MFD_CLOEXEC);
+	ck_assert_err(hc_service_start(name, &o, &svc), EPERM);
+	close(o.pool_fd);
+	ck_assert_ok(hc_pool_detach(p));
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("sealed");
@@ -541,6 +582,8 @@ int main(void)
 	tcase_add_test(tc, server_bad_peers);
 	tcase_add_test(tc, client_bad_servers);
 	tcase_add_test(tc, owner_dies_no_name);
+	tcase_add_checked_fixture(tc, hct_l3_setup, hct_l3_teardown);
+	tcase_add_test(tc, service_by_fd);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }
