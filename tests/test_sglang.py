@@ -385,7 +385,7 @@ class Service(Base):
         self.name = self.pool()
         self.dir = tempfile.mkdtemp(prefix="hctest-sglang-")
         self.svc = subprocess.Popen([os.path.join(BUILDDIR, "tools", "hicached"), "--pool", self.name, "--backend",
-                                     f"file:dir={self.dir}", "--log-level", "warn"])
+                                     f"file:dir={self.dir}", "--log-level", "warn", "--sealed", "false"])
         with admin(self.name) as a:
             wait_for("hicached serves the pool", a.service_live)
 
