@@ -894,7 +894,8 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	if (p->fd < 0) {
 		ret = errno == ENOENT
 			      ? hc__err(ENOENT,
-					"no pool '%s' at %s: create it with 'hicache-pool create', or give its directory",
+					"no pool '%s' at %s: create it with 'hicache-pool create', or give its directory "
+					"(a sealed pool, hicached's default, has no name: attach it by its socket)",
 					name, path)
 		      : errno == ELOOP  ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
 		      : errno == EISDIR ? hc__err(EBADMSG, "%s is not a pool: not a regular file (a directory)", path)

@@ -128,7 +128,10 @@ START_TEST(sealed_has_no_name)
 	ck_assert_int_eq(fallocate(fd, 0, st.st_size, 4096), -1);
 	ck_assert_int_eq(errno, EPERM);
 	ck_assert_int_eq(hct_hit(p, k, 4), 4);
-	/* no name to destroy: it goes with its last fd and mapping */
+	/* no name to attach or destroy: it goes with its last fd and mapping */
+	hc_pool *q = NULL;
+	ck_assert_err(hc_pool_attach(name, NULL, &q), ENOENT);
+	ck_assert_msg(strstr(hc_last_error(), "a sealed pool, hicached's default, has no name"), "%s", hc_last_error());
 	ck_assert_err(hc_pool_destroy(name, NULL, 0), ENOENT);
 	ck_assert_ok(hc_pool_detach(p));
 	close(fd);
