@@ -172,6 +172,17 @@ static inline const void *hc__abi_use(const void *src, void *buf, size_t dsize, 
 int hc__ticket_handle_ok(const hc_ticket *t, const char *op);
 void hc__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* segment.c, handover.c */
+/* Whether a process of uid, whose groups (its effective gid among them)
+ * are groups[0..ngroups), may open the pool file st (path names it in the
+ * message): 0, or -EACCES, -EPERM, -EBADMSG with why (segment.c). */
+struct stat;
+int hc__pool_admits(const char *path, const struct stat *st, uid_t uid, const gid_t *groups, int ngroups);
+/* The fd of the sealed pool name from the owner of the Unix socket path
+ * (handover.c): 0 with *fd, or -errno with the owner's refusal or what
+ * went wrong. */
+int hc__handover_recv(const char *path, const char *name, uint32_t timeout_ms, int *fd);
+
 /* ranks.c */
 int hc__rank_claim(struct hc_pool *p);
 void hc__rank_release(struct hc_pool *p);

@@ -7,6 +7,10 @@
  * never sees half a pool.  Attach trusts nothing: it reads the header with
  * pread into private memory, checks every field, recomputes the layout and
  * the fingerprint, and only then maps the segment.
+ *
+ * A sealed pool (hc_pool_spec.sealed_fd) is built the same way in a memfd
+ * that never has a name: sealed against shrinking and growing as soon as
+ * it is sized, so no holder of its fd can cut it short under the others.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -397,7 +401,7 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	struct hc_component_spec comps[HC_MAX_COMPONENTS];
 	struct hc_pool_spec sb, *s = &sb;
 	char path[PATH_MAX], tmp[PATH_MAX + 64] = "";
-	bool anon = false;
+	bool anon = false, sealed;
 	struct hc__geom g;
 	struct statvfs vfs;
 	struct statfs sfs;
@@ -420,6 +424,10 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 		return ret;
 	if ((ret = pool_path(s->dir, s->name, path, sizeof(path))) < 0)
 		return ret;
+	sealed = s->sealed_fd != NULL;
+	if (sealed && s->dir)
+		return hc__err(EINVAL, "pool '%s': a sealed pool is in no directory, but dir is '%s': drop one of them",
+			       s->name, s->dir);
 	if ((ret = spec_to_geom(s, &g)) < 0)
 		return ret;
 	qms = s->quarantine_ms ? s->quarantine_ms : 2000;
@@ -437,6 +445,15 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 		if (!gr)
 			return hc__err(EINVAL, "group '%s' does not exist", s->group);
 		gid = gr->gr_gid;
+	}
+	if (sealed) {
+		snprintf(tmp, sizeof(tmp), "hicache.%s", s->name);
+		fd = memfd_create(tmp, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		if (fd < 0)
+			return hc__err(errno, "cannot create sealed pool '%s': memfd_create: %s", s->name,
+				       strerror(errno));
+		snprintf(tmp, sizeof(tmp), "the memfd of sealed pool '%s'", s->name);
+		goto made;
 	}
 	if (stat(path, &st) == 0)
 		return hc__err(EEXIST, "pool '%s' already exists at %s: destroy it first (hicache-pool destroy %s)",
@@ -460,6 +477,7 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 			       errno == ENOENT   ? ": the directory does not exist"
 			       : errno == EACCES ? ": this user may not write there"
 						 : "");
+made:
 	if (fchmod(fd, mode) < 0 || (gid != (gid_t)-1 && fchown(fd, (uid_t)-1, gid) < 0)) {
 		ret = hc__err(errno, "cannot set mode or group of %s: %s", tmp, strerror(errno));
 		goto fail_unlink;
@@ -479,11 +497,15 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 		goto fail_unlink;
 	}
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-	if (backed > avail) {
+	if (vfs.f_blocks && backed > avail) { /* no blocks: a tmpfs without a limit (a memfd's) */
 		ret = hc__err(
 			ENOSPC,
 			"pool '%s' needs %.2f GiB but %s has %.2f GiB free: lower the capacity, or enlarge the tmpfs (Docker: --shm-size)",
-			s->name, gib(backed), s->dir ? s->dir : HC_DEFAULT_DIR, gib(avail));
+			s->name, gib(backed),
+			sealed   ? "the memfd's tmpfs"
+			: s->dir ? s->dir
+				 : HC_DEFAULT_DIR,
+			gib(avail));
 		goto fail_unlink;
 	}
 	phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
@@ -500,6 +522,11 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	}
 	if (ftruncate(fd, (off_t)g.segment_bytes) < 0) {
 		ret = hc__err(errno, "cannot size %s to %.2f GiB: %s", tmp, gib(g.segment_bytes), strerror(errno));
+		goto fail_unlink;
+	}
+	/* Sealed before anything is mapped: from here no one can change the size. */
+	if (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		ret = hc__err(errno, "cannot seal %s: %s", tmp, strerror(errno));
 		goto fail_unlink;
 	}
 	base = mmap(NULL, g.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -523,6 +550,10 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 	write_meta(base, s, &g, fp, qms);
 	munmap(base, g.segment_bytes);
 	base = MAP_FAILED;
+	if (sealed) {
+		*s->sealed_fd = fd;
+		return 0;
+	}
 	if ((anon ? publish_anon(fd, path) : link(tmp, path)) < 0) {
 		ret = errno == EEXIST
 			      ? hc__err(EEXIST, "pool '%s' was created by someone else meanwhile at %s", s->name, path)
@@ -537,33 +568,20 @@ int hc_pool_create(const struct hc_pool_spec *spec)
 fail_unmap:
 	munmap(base, g.segment_bytes);
 fail_unlink:
-	if (!anon)
+	if (!anon && !sealed)
 		unlink(tmp);
 	close(fd);
 	return ret;
 }
 
-static int in_group(gid_t gid)
+int hc__pool_admits(const char *path, const struct stat *st, uid_t uid, const gid_t *groups, int ngroups)
 {
-	gid_t *groups;
-	int n, found = 0;
+	int in_group = 0;
 
-	if (getegid() == gid)
-		return 1;
-	n = getgroups(0, NULL);
-	if (n <= 0 || !(groups = calloc((size_t)n, sizeof(*groups))))
-		return 0;
-	n = getgroups(n, groups);
-	for (int i = 0; i < n && !found; i++)
-		found = groups[i] == gid;
-	free(groups);
-	return found;
-}
-
-static int check_owner(const char *path, const struct stat *st)
-{
 	if (!S_ISREG(st->st_mode))
 		return hc__err(EBADMSG, "%s is not a pool: not a regular file", path);
+	for (int i = 0; i < ngroups && !in_group; i++)
+		in_group = groups[i] == st->st_gid;
 	if (st->st_mode & 0007)
 		return hc__err(EPERM,
 			       "%s has mode %04o, open to every user: a pool must be 0600 or 0660; chmod o-rwx %s",
@@ -571,11 +589,50 @@ static int check_owner(const char *path, const struct stat *st)
 	if (st->st_mode & 0111)
 		return hc__err(EPERM, "%s has mode %04o with execute bits: a pool must be 0600 or 0660", path,
 			       (unsigned)(st->st_mode & 07777));
-	if (geteuid() != 0 && st->st_uid != geteuid() && !((st->st_mode & 0060) == 0060 && in_group(st->st_gid)))
+	if (uid != 0 && st->st_uid != uid && !((st->st_mode & 0060) == 0060 && in_group))
 		return hc__err(
 			EACCES,
-			"%s belongs to uid %u and is not shared with a group of yours: attach as its owner, or recreate it with a group",
-			path, (unsigned)st->st_uid);
+			"%s belongs to uid %u and is not shared with a group of uid %u: attach as its owner, or recreate it with a group",
+			path, (unsigned)st->st_uid, (unsigned)uid);
+	return 0;
+}
+
+/* hc__pool_admits for this process: its effective ids and its groups. */
+static int check_owner(const char *path, const struct stat *st)
+{
+	gid_t *groups;
+	int n, ret;
+
+	n = getgroups(0, NULL);
+	groups = calloc((size_t)(n > 0 ? n : 0) + 1, sizeof(*groups));
+	if (!groups)
+		return hc__err(ENOMEM, "attach: out of memory");
+	groups[0] = getegid();
+	n = n > 0 ? getgroups(n, groups + 1) : 0;
+	ret = hc__pool_admits(path, st, geteuid(), groups, (n > 0 ? n : 0) + 1);
+	free(groups);
+	return ret;
+}
+
+/* A sealed pool's fd: a memfd that no one can shrink or grow (its mode
+ * was checked by whoever handed it over). */
+static int check_sealed(int fd, const char *path, const struct stat *st)
+{
+	int seals;
+
+	if (!S_ISREG(st->st_mode))
+		return hc__err(EBADMSG, "%s is not a pool: not a regular file", path);
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return hc__err(EPERM,
+			       "%s cannot be sealed (%s): attach by fd takes a sealed pool's memfd only; "
+			       "attach a named pool by its name",
+			       path, strerror(errno));
+	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+		return hc__err(EPERM,
+			       "%s is not sealed against shrinking and growing (seals 0x%x): any holder could "
+			       "truncate it under the ranks; create it with hc_pool_spec.sealed_fd",
+			       path, (unsigned)seals);
 	return 0;
 }
 
@@ -784,6 +841,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	struct hc_pool *p;
 	unsigned flags;
 	int ret, huge;
+	bool sealed;
 
 	if (!out)
 		return hc__err(EINVAL, "attach: out is NULL");
@@ -796,8 +854,18 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	flags = o ? o->flags : 0;
 	if ((ret = pool_path(o ? o->dir : NULL, name, path, sizeof(path))) < 0)
 		return ret;
-	if (flags & ~(unsigned)(HC_ATTACH_ADMIN | HC_ATTACH_READONLY | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE))
+	if (flags & ~(unsigned)(HC_ATTACH_ADMIN | HC_ATTACH_READONLY | HC_ATTACH_NO_RECOVER | HC_ATTACH_NO_POPULATE |
+				HC_ATTACH_FD))
 		return hc__err(EINVAL, "attach: unknown flags 0x%x", flags);
+	sealed = (flags & HC_ATTACH_FD) || (o && o->socket);
+	if (sealed && o->dir)
+		return hc__err(EINVAL,
+			       "attach '%s': a sealed pool (by fd or socket) is in no directory, but dir is '%s'", name,
+			       o->dir);
+	if ((flags & HC_ATTACH_FD) && o->socket)
+		return hc__err(EINVAL, "attach '%s': give a sealed pool's fd or its socket, not both", name);
+	if (sealed)
+		snprintf(path, sizeof(path), "memfd:hicache.%s", name);
 	if (flags & HC_ATTACH_READONLY)
 		flags |= HC_ATTACH_ADMIN | HC_ATTACH_NO_RECOVER;
 	if ((ret = hc__pt_env()) < 0)
@@ -809,12 +877,25 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 	hc__fork_watch();
 	p->fork_gen = atomic_load_explicit(&hc__forks, memory_order_relaxed);
 	p->readonly = flags & HC_ATTACH_READONLY;
-	/* O_NONBLOCK: a FIFO planted under a pool's name must not hang us. */
-	p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (flags & HC_ATTACH_FD) {
+		p->fd = fcntl(o->fd, F_DUPFD_CLOEXEC, 3);
+		if (p->fd < 0) {
+			ret = hc__err(errno == EBADF ? EBADF : errno, "attach '%s': fd %d: %s", name, o->fd,
+				      strerror(errno));
+			goto fail_free;
+		}
+	} else if (sealed) {
+		if ((ret = hc__handover_recv(o->socket, name, o->socket_timeout_ms, &p->fd)) < 0)
+			goto fail_free;
+	} else {
+		/* O_NONBLOCK: a FIFO planted under a pool's name must not hang us. */
+		p->fd = open(path, (p->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	}
 	if (p->fd < 0) {
 		ret = errno == ENOENT
 			      ? hc__err(ENOENT,
-					"no pool '%s' at %s: create it with 'hicache-pool create', or give its directory",
+					"no pool '%s' at %s: create it with 'hicache-pool create', or give its directory "
+					"(a sealed pool, hicached's default, has no name: attach it by its socket)",
 					name, path)
 		      : errno == ELOOP  ? hc__err(EBADMSG, "%s is a symbolic link, not a pool", path)
 		      : errno == EISDIR ? hc__err(EBADMSG, "%s is not a pool: not a regular file (a directory)", path)
@@ -826,7 +907,7 @@ int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool 
 		ret = hc__err(errno, "cannot stat %s: %s", path, strerror(errno));
 		goto fail_close;
 	}
-	if ((ret = check_owner(path, &st)) < 0)
+	if ((ret = sealed ? check_sealed(p->fd, path, &st) : check_owner(path, &st)) < 0)
 		goto fail_close;
 	if ((ret = read_meta(p->fd, path, (uint64_t)st.st_size, &h, rc, &p->g)) < 0)
 		goto fail_close;

@@ -30,10 +30,11 @@ int main(void)
 	M(hc_pool_spec, numa), M(hc_pool_spec, numa_nodes), M(hc_pool_spec, flags), M(hc_pool_spec, evict);
 	M(hc_pool_spec, max_tickets), M(hc_pool_spec, ticket_keys), M(hc_pool_spec, host_mode);
 	M(hc_pool_spec, ring_entries), M(hc_pool_spec, arg_bytes), M(hc_pool_spec, progress);
-	M(hc_pool_spec, progress_arg);
+	M(hc_pool_spec, progress_arg), M(hc_pool_spec, sealed_fd);
 	S(hc_attach_opts);
 	M(hc_attach_opts, size), M(hc_attach_opts, dir), M(hc_attach_opts, flags), M(hc_attach_opts, progress);
-	M(hc_attach_opts, progress_arg);
+	M(hc_attach_opts, progress_arg), M(hc_attach_opts, fd), M(hc_attach_opts, socket);
+	M(hc_attach_opts, socket_timeout_ms);
 	S(hc_pool_info);
 	M(hc_pool_info, name), M(hc_pool_info, model_id), M(hc_pool_info, path), M(hc_pool_info, fingerprint);
 	M(hc_pool_info, layout_major), M(hc_pool_info, layout_minor), M(hc_pool_info, page_tokens);

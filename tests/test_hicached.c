@@ -192,17 +192,25 @@ static unsigned slot_of(pid_t pid)
 	return 0;
 }
 
-/* Start hicached with these arguments; its output goes to a memfd. */
+/* Start hicached with these arguments; its output goes to a memfd.  A
+ * named pool (--sealed false) unless they say --sealed: most tests look
+ * at the pool by its name. */
 static pid_t spawn(const char *const *args)
 {
 	const char *argv[64] = { "hicached" };
 	const char *path = hct_tool("hicached");
 	unsigned argc = 1;
-	int fd;
+	int fd, sealed_given = 0;
 	pid_t pid;
 
 	tmpdir();
 	ck_assert_uint_lt(T.n, MAXD);
+	for (const char *const *a = args; *a; a++)
+		sealed_given |= !strcmp(*a, "--sealed");
+	if (!sealed_given) { /* first: a test may end on an option without its value */
+		argv[argc++] = "--sealed";
+		argv[argc++] = "false";
+	}
 	for (; *args && argc < 63; args++)
 		argv[argc++] = *args;
 	argv[argc] = NULL;
@@ -686,20 +694,16 @@ END_TEST
 #define NK 6
 
 /* A rank (this process) asks the daemon what L3 has, backs pages up, asks again. */
-START_TEST(rank_request)
+/* A rank's requests through the daemon: keys of seed not in L3, stored,
+ * backed up, then in L3. */
+static void round_trip(hc_pool *p, uint32_t seed)
 {
-	const char *name = pool_name();
 	struct hc_lookup_req lq = { .size = sizeof(struct hc_lookup_req), .nkeys = NK, .flags = HC_LOOKUP_PIN };
 	hc_key_t k[NK];
 	hc_page_t pg[NK];
 	hc_req *rq;
-	hc_pool *p;
-	pid_t d;
 
-	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "16"));
-	wait_serving(name, d);
-	p = hct_attach(name, 0);
-	hct_keys(k, NK, 7);
+	hct_keys(k, NK, seed);
 	lq.keys = k;
 	ck_assert_ok(hc_req_exists(p, k, NK, &rq));
 	ck_assert_int_eq(hc_req_wait(rq, WAIT_MS), 0);
@@ -715,6 +719,18 @@ START_TEST(rank_request)
 	ck_assert_ok(hc_req_exists(p, k, NK, &rq));
 	ck_assert_int_eq(hc_req_wait(rq, WAIT_MS), NK);
 	ck_assert_ok(hc_req_free(rq));
+}
+
+START_TEST(rank_request)
+{
+	const char *name = pool_name();
+	hc_pool *p;
+	pid_t d;
+
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "16"));
+	wait_serving(name, d);
+	p = hct_attach(name, 0);
+	round_trip(p, 7);
 	hc_pool_detach(p);
 
 	ck_assert_int_eq(stop(d, SIGTERM), 0);
@@ -943,6 +959,10 @@ START_TEST(example_config_every_section)
 			v = name;
 		else if (!strcmp(id, "pool.dir"))
 			v = "/dev/shm";
+		else if (!strcmp(id, "pool.sealed"))
+			v = "false"; /* the named pool in dir, above */
+		else if (!strcmp(id, "pool.socket"))
+			continue; /* a sealed pool's only */
 		else if (!strcmp(id, "pool.page_tokens"))
 			v = "16";
 		else if (!strcmp(id, "pool.kv"))
@@ -1061,6 +1081,131 @@ START_TEST(systemd_notify)
 }
 END_TEST
 
+/* Attach the sealed pool name over sock (flags: HC_ATTACH_*) once the
+ * daemon pid serves it, within WAIT_MS. */
+static hc_pool *attach_served(const char *name, const char *sock, pid_t pid, unsigned flags)
+{
+	struct hc_attach_opts ao = { .size = sizeof(ao), .flags = flags, .socket = sock };
+	double end = hct_now() + WAIT_MS / 1000.0;
+	hc_pool *p = NULL;
+	int st, r;
+
+	for (;;) {
+		ck_assert_msg(waitpid(pid, &st, WNOHANG) == 0, "hicached exited (status 0x%x) before serving:\n%s", st,
+			      output(pid));
+		ck_assert_msg(hct_now() < end, "hicached did not hand over pool %s within %d ms:\n%s", name, WAIT_MS,
+			      output(pid));
+		r = hc_pool_attach(name, &ao, &p);
+		if (r == 0 && atomic_load(&p->ctl->service.state) == HC_SVC_LIVE &&
+		    atomic_load(&p->ctl->service.pid) == (uint32_t)pid)
+			return p;
+		ck_assert_msg(r == 0 || r == -ENOENT || r == -ECONNREFUSED, "attach over %s: %s", sock,
+			      hc_last_error());
+		if (p)
+			hc_pool_detach(p);
+		p = NULL;
+		usleep(2000);
+	}
+}
+
+/* The default: a sealed pool, no name in /dev/shm, handed to a rank over
+ * the socket; the service serves it; the socket goes with the daemon. */
+START_TEST(sealed_pool_served)
+{
+	const char *name = pool_name(), *sock = path_in_tmp("pool.sock");
+	hc_pool *p;
+	pid_t d;
+
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "16", "--sealed", "true",
+		       "--socket", sock));
+	p = attach_served(name, sock, d, 0);
+	ck_assert_int_ne(access(shm_path(name), F_OK), 0);
+	/* the rank cannot truncate it under the service, which goes on */
+	ck_assert_int_eq(ftruncate(p->fd, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	round_trip(p, 9);
+	hc_pool_detach(p);
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+	ck_assert_has(output(d), "info: ranks attach pool '");
+	ck_assert_lacks(output(d), "error:");
+	ck_assert_lacks(output(d), "warn:");
+	ck_assert_int_ne(access(sock, F_OK), 0);
+	ck_assert_int_ne(access(shm_path(name), F_OK), 0);
+}
+END_TEST
+
+/* The socket's default is in $RUNTIME_DIRECTORY (systemd's); a second
+ * daemon on it is refused; a stale one is replaced; a killed daemon
+ * leaves no pool name. */
+START_TEST(sealed_socket_default_and_stale)
+{
+	const char *name = pool_name();
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char sock[128];
+	hc_pool *p;
+	pid_t d, d2;
+	int s;
+
+	snprintf(sock, sizeof(sock), "%s/%s.sock", tmpdir(), name);
+	ck_assert_int_eq(setenv("RUNTIME_DIRECTORY", tmpdir(), 1), 0);
+	/* a stale socket: bound, and nothing listens */
+	s = socket(AF_UNIX, SOCK_STREAM, 0);
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(s);
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true"));
+	p = attach_served(name, sock, d, HC_ATTACH_ADMIN);
+	ck_assert_has(output(d), "removed the stale socket");
+	d2 = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true"));
+	ck_assert_int_eq(reap(d2), 1);
+	ck_assert_has(output(d2), "another process serves on");
+	/* killed: the socket stays (the next start removes it), no pool name does */
+	ck_assert_int_eq(stop(d, SIGKILL), 128 + SIGKILL);
+	ck_assert_int_ne(access(shm_path(name), F_OK), 0);
+	ck_assert_int_eq(hc_pool_detach(p), 0);
+	unsetenv("RUNTIME_DIRECTORY");
+}
+END_TEST
+
+/* What does not go with a sealed pool: exit 2, nothing made. */
+START_TEST(sealed_usage_errors)
+{
+	const char *name = pool_name(), *file = path_in_tmp("not-a-socket");
+	pid_t d;
+
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true", "--dir",
+		       "/dev/shm"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "a sealed pool is in no directory");
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "false",
+		       "--socket", "/tmp/x.sock"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "hands over a sealed pool");
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "maybe"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "use true, false, yes or no");
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true", "--socket",
+		       "rel.sock"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "must be an absolute path");
+	write_file(file, "x");
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true", "--socket",
+		       file));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "is not a socket");
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true", "--socket",
+		       "/nonexistent-dir/x.sock"));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "its directory does not exist");
+	/* a sealed pool is made at each start: it needs the geometry */
+	d = spawn(ARGS("--pool", name, "--backend", backend(), "--sealed", "true", "--socket", path_in_tmp("g.sock")));
+	ck_assert_int_eq(reap(d), 2);
+	ck_assert_has(output(d), "no geometry to create it");
+	ck_assert_int_ne(access(path_in_tmp("g.sock"), F_OK), 0);
+	ck_assert_int_ne(access(shm_path(name), F_OK), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("hicached");
@@ -1086,6 +1231,9 @@ int main(void)
 	tcase_add_test(tc, example_config_every_section);
 	tcase_add_test(tc, systemd_notify);
 	tcase_add_test(tc, rank_request);
+	tcase_add_test(tc, sealed_pool_served);
+	tcase_add_test(tc, sealed_socket_default_and_stale);
+	tcase_add_test(tc, sealed_usage_errors);
 	suite_add_tcase(s, tc);
 	return hct_run(s);
 }

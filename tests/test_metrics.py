@@ -82,7 +82,7 @@ class Hicached(unittest.TestCase, Lint):
         cls.d = subprocess.Popen(
             [os.path.join(TOOLS, "hicached"), "--pool", cls.name, "--backend", f"file:dir={cls.l3}",
              "--model", "test/model", "--page-tokens", "16", "--tp", "1", "--kv", "kv,bf16,2,64,2",
-             "--pages", "16", "--metrics-listen", f"127.0.0.1:{cls.port}"],
+             "--pages", "16", "--metrics-listen", f"127.0.0.1:{cls.port}", "--sealed", "false"],
             stdout=cls.log, stderr=subprocess.STDOUT)
         for _ in range(1000):
             try:

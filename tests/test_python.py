@@ -211,6 +211,62 @@ class PoolCase(unittest.TestCase):
         self.assertEqual(e.exception.errno, errno.EBADF)
 
 
+class SealedCase(unittest.TestCase):
+    """A sealed pool that hicached creates and hands over its socket
+    (hicache-sealed(7)): attached by the socket, with no name in /dev/shm."""
+
+    def setUp(self):
+        import tempfile
+        import time
+        self.name = pool_name()
+        self.tmp = tempfile.mkdtemp(prefix="hct-sealed-")
+        self.sock = os.path.join(self.tmp, "pool.sock")
+        self.l3 = os.path.join(self.tmp, "l3")
+        os.mkdir(self.l3)
+        self.d = subprocess.Popen(
+            [os.path.join(BUILDDIR, "tools", "hicached"), "--pool", self.name, "--backend",
+             f"file:dir={self.l3}", "--model", "test/model-7b", "--page-tokens", "16", "--tp", "2", "--kv",
+             "kv,bf16,4,64,2", "--state", "state,f32,1024,2,replicated", "--pages", "8", "--socket", self.sock,
+             "--log-level", "warn"])
+        for _ in range(1000):
+            if os.path.exists(self.sock) or self.d.poll() is not None:
+                break
+            time.sleep(0.005)
+        self.assertIsNone(self.d.poll(), "hicached exited")
+
+    def tearDown(self):
+        import shutil
+        self.d.terminate()
+        self.assertEqual(self.d.wait(30), 0)
+        self.assertFalse(os.path.exists(self.sock), "hicached left its socket")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_attach_by_socket(self):
+        with hicache.Pool.attach(self.name, flags=hicache.ATTACH_NO_POPULATE, socket=self.sock) as p:
+            info = p.info()
+            self.assertEqual((info["name"], info["path"]), (self.name, f"memfd:hicache.{self.name}"))
+            self.assertFalse(os.path.exists(f"/dev/shm/hicache.{self.name}"))
+            keys = hicache.key_chain(range(32), 16)
+            pages, _ = p.reserve(keys)
+            for pg in pages:
+                PoolCase.fill_commit(None, p, pg, 0)
+                PoolCase.fill_commit(None, p, pg, 1)
+            self.assertEqual(p.lookup(keys), pages)
+
+    def test_errors(self):
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Pool.attach("another", socket=self.sock)
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        self.assertIn(f"serves pool '{self.name}'", e.exception.strerror)
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Pool.attach(self.name, dir="/dev/shm", socket=self.sock)
+        self.assertEqual(e.exception.errno, errno.EINVAL)
+        with self.assertRaises(hicache.Error) as e:
+            hicache.Pool.attach(self.name, socket=os.path.join(self.tmp, "none.sock"))
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        self.assertIn("no socket at", e.exception.strerror)
+
+
 class DeviceCase(unittest.TestCase):
     """The device path's host kind through the binding: host buffers stand
     in for a rank's KV, with ctypes arrays for memory (no torch here)."""

@@ -385,7 +385,7 @@ class Service(Base):
         self.name = self.pool()
         self.dir = tempfile.mkdtemp(prefix="hctest-sglang-")
         self.svc = subprocess.Popen([os.path.join(BUILDDIR, "tools", "hicached"), "--pool", self.name, "--backend",
-                                     f"file:dir={self.dir}", "--log-level", "warn"])
+                                     f"file:dir={self.dir}", "--log-level", "warn", "--sealed", "false"])
         with admin(self.name) as a:
             wait_for("hicached serves the pool", a.service_live)
 
@@ -434,6 +434,48 @@ class Service(Base):
             self.assertEqual(s.batch_get_v1(other, torch.arange(8 * P, 10 * P)), [True, True])
         finally:
             s.close()
+
+
+def sealed_rank(rank, tp, sync, name, sock, seed, npages):
+    """A rank of a server on a sealed pool: it stores its shard and finds
+    every page, the pool handed over hicached's socket."""
+    host = mha_host(tp, "layer_first")
+    c = make_controller(name, rank, tp, host, engine_id=41, pool_socket=sock)
+    sync()
+    slots = torch.arange(8, 8 + npages * P)
+    host.put(slots, shard(full_kv(seed, npages * P), rank, tp))
+    keys = hicache.key_chain(tokens(seed, npages), P)
+    done = c.page_set(keys, slots)
+    sync()
+    hit = c.storage_hit_query(keys)
+    path = c.storage_backend.pool.info()["path"]
+    sync()
+    c.storage_backend.close()
+    return done, hit, path
+
+
+class SealedService(unittest.TestCase):
+    """hicached's default, a sealed pool: the ranks get it with pool_socket."""
+
+    def test_ranks_attach_by_socket(self):
+        name, tmp = pool_name(), tempfile.mkdtemp(prefix="hctest-sglang-")
+        sock, l3 = os.path.join(tmp, "pool.sock"), os.path.join(tmp, "l3")
+        os.mkdir(l3)
+        svc = subprocess.Popen([os.path.join(BUILDDIR, "tools", "hicached"), "--pool", name, "--backend",
+                                f"file:dir={l3}", "--log-level", "warn", "--model", MODEL, "--page-tokens", str(P),
+                                "--tp", "2", "--kv", f"kv,bf16,{H},{D * 2},{L}", "--pages", "64", "--head-groups",
+                                "4", "--max-ranks", "16", "--max-tickets", "1024", "--socket", sock])
+        try:
+            wait_for("hicached listens", lambda: os.path.exists(sock) or svc.poll() is not None)
+            self.assertIsNone(svc.poll(), "hicached exited")
+            for done, hit, path in run_server(2, sealed_rank, name, sock, 21, 6):
+                self.assertEqual((done, hit), (6, 6))
+                self.assertEqual(path, f"memfd:hicache.{name}")
+            self.assertFalse(os.path.exists(f"/dev/shm/hicache.{name}"))
+        finally:
+            svc.terminate()
+            self.assertEqual(svc.wait(30), 0)
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class Errors(Base):

@@ -187,6 +187,12 @@ struct hc_pool_spec {
 	uint64_t arg_bytes;      /* each rank's argument area for key lists, a multiple of 4096; 0: 64 KiB */
 	hc_progress_fn progress; /* NULL, or told how the allocation and population go */
 	void *progress_arg;
+	int *sealed_fd; /* NULL: a named pool in dir.  Else a sealed pool: a memfd with no name in
+			 * any directory (dir must be NULL), sealed against shrinking and growing;
+			 * its fd (close-on-exec) is stored here, the caller's to attach
+			 * (hc_attach_opts.fd), hand over (hc_pool_serve) and close; the pool is
+			 * gone when the last fd and mapping are.  mode and group still decide
+			 * who hc_pool_serve admits (hicache-sealed(7)) */
 };
 
 #define HC_CREATE_NO_POPULATE 0x1u /* skip MADV_POPULATE_WRITE (tests only) */
@@ -205,10 +211,11 @@ typedef uint64_t hc_page_t;
 #define HC_PAGE_GEN(p)        ((uint32_t)(((p) >> 32) & 0x3fffffu))
 #define HC_PAGE_MAKE(id, gen) ((hc_page_t)(uint32_t)(id) | ((hc_page_t)((gen)&0x3fffffu) << 32))
 
-#define HC_ATTACH_ADMIN       0x1u /* no rank slot, no populate: tools */
-#define HC_ATTACH_READONLY    0x2u /* map read-only; implies ADMIN; no recovery */
-#define HC_ATTACH_NO_RECOVER  0x4u /* skip recovery at attach */
-#define HC_ATTACH_NO_POPULATE 0x8u /* skip MADV_POPULATE_WRITE (tests only) */
+#define HC_ATTACH_ADMIN       0x1u  /* no rank slot, no populate: tools */
+#define HC_ATTACH_READONLY    0x2u  /* map read-only; implies ADMIN; no recovery */
+#define HC_ATTACH_NO_RECOVER  0x4u  /* skip recovery at attach */
+#define HC_ATTACH_NO_POPULATE 0x8u  /* skip MADV_POPULATE_WRITE (tests only) */
+#define HC_ATTACH_FD          0x10u /* attach the sealed pool in opts.fd, not a named one */
 
 struct hc_attach_opts {
 	uint32_t size;           /* sizeof(struct hc_attach_opts) */
@@ -216,6 +223,15 @@ struct hc_attach_opts {
 	unsigned flags;          /* HC_ATTACH_* */
 	hc_progress_fn progress; /* NULL, or told how the population goes */
 	void *progress_arg;
+	/* A sealed pool (hicache-sealed(7)); dir must then be NULL.  With
+	 * HC_ATTACH_FD: fd, a memfd sealed against shrinking and growing,
+	 * which the pool duplicates (the caller keeps its own).  Else with a
+	 * socket: the path of a Unix socket whose owner (hicached, or
+	 * hc_pool_serve) hands the pool's fd over; the name given to attach
+	 * must be the pool's. */
+	int fd;
+	const char *socket;
+	uint32_t socket_timeout_ms; /* how long the socket's owner may take; 0: 10 s */
 };
 
 /* What recovery found and undid (hc_pool_recover, hicache-pool repair).
@@ -316,6 +332,14 @@ HC_API const char *hc_page_state_name(enum hc_page_state s); /* exception: "INVA
 HC_API int hc_pool_create(const struct hc_pool_spec *spec);
 HC_API int hc_pool_attach(const char *name, const struct hc_attach_opts *opts, hc_pool **out);
 HC_API int hc_pool_detach(hc_pool *pool);
+/* Serve one connection on listen_fd, a listening Unix stream socket: hand
+ * the sealed pool pool_fd (named name) to the peer if its credentials may
+ * open the pool (its owner, root, or a member of its group when its mode is
+ * 0660), else send it why not.  Waits accept_ms for a connection (-1:
+ * forever) and peer_ms (0: 5 s) for the peer's request.  0 when the fd was
+ * handed over, or -errno: -EACCES refused, -EPROTO a peer that spoke no
+ * protocol, -ETIMEDOUT none came or it fell silent (hicache-sealed(7)). */
+HC_API int hc_pool_serve(int listen_fd, int pool_fd, const char *name, int accept_ms, int peer_ms);
 HC_API int hc_pool_destroy(const char *name, const char *dir, unsigned flags);
 #define HC_DESTROY_FORCE 0x1u /* even with live ranks attached */
 /* size: sizeof *rep (rep may be NULL). */

@@ -141,7 +141,11 @@ struct hc_service_opts {
 	unsigned stage_hold_ms;            /* buffer_only: staging a live rank holds this long without giving
 					    * it back (a grant not freed, a prefetch not taken) is released; 0: 60000 */
 	const char *mac_key_file;          /* L3 objects MAC'd under this key file's key (hc_store_opts); NULL: none */
+	unsigned flags;                    /* HC_SERVICE_* */
+	int pool_fd;                       /* HC_SERVICE_FD: the sealed pool's fd (hc_pool_spec.sealed_fd),
+					    * attached instead of pool in dir; the caller keeps it */
 };
+#define HC_SERVICE_FD 0x1u /* serve the sealed pool in pool_fd (hicache-sealed(7)) */
 
 /* Attach pool name (a rank slot of its own), take its service lock, open
  * the backend, and serve from a thread of its own until hc_service_stop.

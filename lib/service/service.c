@@ -377,6 +377,10 @@ static void *service_main(void *arg)
 	uint64_t last_recover;
 	int r;
 
+	if (s->o.flags & HC_SERVICE_FD) {
+		ao.flags = HC_ATTACH_FD;
+		ao.fd = s->o.pool_fd;
+	}
 	if ((r = hc_pool_attach(s->name, &ao, &s->p)) < 0) {
 		started(s, r);
 		return NULL;
@@ -496,6 +500,12 @@ int hc_service_start(const char *pool, const struct hc_service_opts *given, hc_s
 			EINVAL,
 			"service: write policy %u is none of write_through (0), write_through_selective (1), write_back (2), write_none (3)",
 			(unsigned)opts->write_policy);
+	if (opts->flags & ~HC_SERVICE_FD)
+		return hc__err(EINVAL, "service: unknown flags 0x%x", opts->flags & ~HC_SERVICE_FD);
+	if ((opts->flags & HC_SERVICE_FD) && opts->dir)
+		return hc__err(EINVAL,
+			       "service: pool '%s' is sealed (HC_SERVICE_FD): it is in no directory, but dir is '%s'",
+			       pool, opts->dir);
 	if (opts->writeback_pct > 100)
 		return hc__err(EINVAL, "service: writeback_pct %u is a share of the pool: 1 to 100",
 			       opts->writeback_pct);

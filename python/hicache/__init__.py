@@ -270,8 +270,14 @@ class Pool:
         _check(_c.hc_pool_create(ctypes.byref(spec)))
 
     @classmethod
-    def attach(cls, name, dir=None, flags=0):
-        o = _lib.AttachOpts.make(dir=None if dir is None else str(dir).encode(), flags=flags)
+    def attach(cls, name, dir=None, flags=0, socket=None, socket_timeout_ms=0):
+        """Attach pool name in dir, or the sealed pool that the owner of the Unix socket
+        path hands over (hicached's [pool] socket; hicache-sealed(7))."""
+        if socket is not None and dir is not None:
+            _bad(_errno.EINVAL, f"pool '{name}': give its dir (a named pool) or its socket (a sealed one), not both")
+        o = _lib.AttachOpts.make(dir=None if dir is None else str(dir).encode(), flags=flags,
+                                 socket=None if socket is None else str(socket).encode(),
+                                 socket_timeout_ms=socket_timeout_ms)
         h = ctypes.c_void_p()
         _check(_c.hc_pool_attach(str(name).encode(), ctypes.byref(o), ctypes.byref(h)))
         return cls(h, name)

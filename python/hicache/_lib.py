@@ -44,12 +44,13 @@ class PoolSpec(_Versioned):
                 ("capacity_bytes", c_u64), ("max_ranks", c_u32), ("quarantine_ms", c_u32), ("mode", c_u32),
                 ("group", c_char_p), ("numa", c_int), ("numa_nodes", c_char_p), ("flags", c_uint), ("evict", c_int),
                 ("max_tickets", c_u32), ("ticket_keys", c_u32), ("host_mode", c_int), ("ring_entries", c_u32),
-                ("arg_bytes", c_u64), ("progress", ctypes.c_void_p), ("progress_arg", ctypes.c_void_p)]
+                ("arg_bytes", c_u64), ("progress", ctypes.c_void_p), ("progress_arg", ctypes.c_void_p),
+                ("sealed_fd", ctypes.POINTER(c_int))]
 
 
 class AttachOpts(_Versioned):
     _fields_ = [("size", c_u32), ("dir", c_char_p), ("flags", c_uint), ("progress", ctypes.c_void_p),
-                ("progress_arg", ctypes.c_void_p)]
+                ("progress_arg", ctypes.c_void_p), ("fd", c_int), ("socket", c_char_p), ("socket_timeout_ms", c_u32)]
 
 
 class PoolInfo(ctypes.Structure):

@@ -55,7 +55,7 @@ log = logging.getLogger("hicache.sglang")
 
 # extra_config keys of SGLang's own, which are not ours to check
 _SGLANG_KEYS = {"backend_name", "module_path", "class_name", "interface_v1", "interface_v2", "tp_lcm_size"}
-_OPTIONS = {"pool", "pool_dir", "engine_id", "component", "prefetch_deadline_ms", "ticket_timeout_ms",
+_OPTIONS = {"pool", "pool_dir", "pool_socket", "engine_id", "component", "prefetch_deadline_ms", "ticket_timeout_ms",
             "hold_ms", "quota_pages", "check_model", "clear"}
 # A named call that finds its name taken by another request (EINVAL), its
 # share claimed (EALREADY) or the ticket gone (ESTALE) is out of step: it
@@ -251,7 +251,7 @@ class HicacheStorage(HiCacheStorage):
         else:
             self.engine_id = derive_engine_id(os.getppid(), int(getattr(storage_config, "dp_rank", 0) or 0), pp_rank,
                                               model)
-        pool = hicache.Pool.attach(name, dir=cfg.get("pool_dir"))
+        pool = hicache.Pool.attach(name, dir=cfg.get("pool_dir"), socket=cfg.get("pool_socket"))
         try:
             self.info = pool.info()
             self.ci, self.comp = kv_component(self.info, cfg.get("component"))

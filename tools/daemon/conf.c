@@ -72,6 +72,10 @@ _Static_assert(sizeof(enum hc_write_policy) == sizeof(int), "T_CHOICE fields are
 		NULL, "pool", key_, T_POOL, 0, 0, 0, NULL, opt, NULL, NULL                                             \
 	}
 
+static const struct choice booleans[] = {
+	{ "true", 1 }, { "false", 0 }, { "yes", 1 }, { "no", 0 }, { NULL, 0 },
+};
+
 static const struct opt opts[] = {
 	{ "config", NULL, NULL, T_CMDLINE, F(config), .arg = "FILE",
 	  .help = "read settings from FILE (hicache.conf(5)); options given here override it" },
@@ -99,6 +103,10 @@ static const struct opt opts[] = {
 	POOL(HC_CLI_POOL_HOST_MODE, "host_mode"),
 	POOL(HC_CLI_POOL_RING_ENTRIES, "ring_entries"),
 	POOL(HC_CLI_POOL_ARG_BYTES, "arg_bytes"),
+	{ "sealed", "pool", "sealed", T_CHOICE, F(sealed), .choices = booleans, .arg = "BOOL",
+	  .help = "true: create the pool afresh as a sealed memfd, handed to ranks over --socket; false: a named pool in --dir (default true)" },
+	{ "socket", "pool", "socket", T_STRING, F(socket), .arg = "PATH",
+	  .help = "the Unix socket ranks get a sealed pool from (default $RUNTIME_DIRECTORY/NAME.sock, else /run/hicache/NAME.sock)" },
 	{ "backend", "backend", "spec", T_STRING, F(svc.backend), .arg = "SPEC",
 	  .help = "the L3 backend, NAME[:KEY=VALUE,...], e.g. file:dir=/var/cache/hicache (hicache-backend(7))" },
 	{ "backend-dir", "backend", "dir", T_STRING, F(svc.backend_dir), .arg = "DIR",
@@ -544,6 +552,23 @@ static int check_conf(struct hcd_conf *c)
 	c->svc.dir = c->geo.spec.dir;
 	if (c->svc.dir && c->svc.dir[0] != '/')
 		return bad("--dir '%s' must be an absolute path", c->svc.dir);
+	if (c->sealed && c->svc.dir)
+		return bad("--dir '%s': a sealed pool is in no directory: drop --dir, or give --sealed false",
+			   c->svc.dir);
+	if (!c->sealed && c->socket)
+		return bad("--socket '%s' hands over a sealed pool: drop it, or give --sealed true", c->socket);
+	if (c->sealed && !c->socket) {
+		/* systemd's RuntimeDirectory= (hicached@.service): its first path */
+		const char *rd = getenv("RUNTIME_DIRECTORY");
+		char path[4096];
+		int n = rd && *rd ? snprintf(path, sizeof(path), "%.*s/%s.sock", (int)strcspn(rd, ":"), rd, c->pool)
+				  : snprintf(path, sizeof(path), "/run/hicache/%s.sock", c->pool);
+		c->socket_default = !(rd && *rd);
+		if (n < 0 || (size_t)n >= sizeof(path) || !(c->socket = keep(c, path)))
+			return bad("cannot make the socket path of pool '%s': give --socket PATH", c->pool);
+	}
+	if (c->socket && c->socket[0] != '/')
+		return bad("--socket '%s' must be an absolute path", c->socket);
 	if (c->log_level == 0) {
 		env = getenv("HICACHE_LOG");
 		c->log_level = HC_LOG_INFO;
@@ -561,6 +586,8 @@ int hcd_conf_load(struct hcd_conf *c, int argc, char **argv)
 	char what[64];
 
 	memset(c, 0, sizeof(*c));
+	c->sealed = 1;
+	c->pool_fd = -1;
 	c->svc.size = sizeof(c->svc);
 	c->svc.retries = 2; /* here 0 means none (hc_service_opts: -1) */
 	hc_cli_pool_init(&c->geo);

@@ -27,6 +27,10 @@ struct hcd_conf {
 	int log_level;              /* HC_LOG_ERR .. HCD_LOG_DEBUG */
 	const char *log_file;       /* NULL: stderr */
 	const char *metrics_listen; /* HOST:PORT for GET /metrics, or NULL: none */
+	int sealed;                 /* --sealed, [pool] sealed: a memfd pool handed over socket */
+	const char *socket;         /* --socket, [pool] socket: where ranks get the sealed pool */
+	int socket_default;         /* socket is the default, /run/hicache/NAME.sock */
+	int pool_fd;                /* the sealed pool's fd, or -1 */
 	char **strs;                /* values read from the config file, owned here */
 	unsigned nstrs;
 };
@@ -55,7 +59,16 @@ void hcd_log_lib(int level, const char *msg, void *arg);
  * error); hcd_metrics_start serves on it (binding it first if need be).
  * 0, or -errno logged. */
 int hcd_metrics_listen(const char *addr);
-int hcd_metrics_start(const char *addr, const char *pool, const char *dir, hc_service *svc);
+int hcd_metrics_start(const char *addr, const char *pool, const char *dir, int pool_fd, hc_service *svc);
+
+/* A sealed pool's socket (handover.c): hcd_handover_listen checks that no
+ * other process serves on c->socket (removing a stale socket), and binds
+ * it, before anything is created (0, or the exit status); then
+ * hcd_handover_start hands c->pool_fd to the ranks that connect, from a
+ * thread of its own, until hcd_handover_stop, which removes the socket. */
+int hcd_handover_listen(const struct hcd_conf *c);
+int hcd_handover_start(const struct hcd_conf *c);
+void hcd_handover_stop(void);
 void hcd_metrics_stop(void);
 
 #endif /* HC_TOOLS_HICACHED_H */

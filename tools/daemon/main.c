@@ -11,6 +11,11 @@
  * done in a signal handler; the signals are blocked before the service
  * thread starts, so only the signalfd ever sees them.
  *
+ * A sealed pool (the default; hicache-sealed(7)) is created afresh at
+ * each start in a memfd, and its fd handed to the ranks that connect to
+ * the socket; it has no name to check, reuse or remove, and is gone when
+ * the daemon and its ranks are.
+ *
  * Exit status: 0 after a clean stop, 1 when the pool or the service
  * failed, 2 for a wrong option, a bad config file, a backend that does not
  * open with its options, a metrics address that does not bind, or a
@@ -33,7 +38,7 @@
 
 static const char *dir_of(const struct hcd_conf *c)
 {
-	return c->svc.dir ? c->svc.dir : "/dev/shm";
+	return c->sealed ? "a sealed memfd" : c->svc.dir ? c->svc.dir : "/dev/shm";
 }
 
 /* How long systemd waits for a pool to be created and populated. */
@@ -93,6 +98,8 @@ static int create_pool(struct hcd_conf *c, int *created)
 	cp = (struct create_progress){ c->pool, time(NULL), time(NULL), 0 };
 	c->geo.spec.progress = create_progress;
 	c->geo.spec.progress_arg = &cp;
+	if (c->sealed)
+		c->geo.spec.sealed_fd = &c->pool_fd;
 	r = hc_pool_create(&c->geo.spec);
 	if (r == -EEXIST)
 		return 0; /* another process made it just now: check it like any other */
@@ -101,7 +108,7 @@ static int create_pool(struct hcd_conf *c, int *created)
 		return HC_CLI_EXIT_FAIL;
 	}
 	hcd_log(HC_LOG_INFO, "created pool '%s' in %s", c->pool, dir_of(c));
-	*created = 1;
+	*created = !c->sealed; /* a sealed pool has no name to remove */
 	return 0;
 }
 
@@ -117,8 +124,14 @@ static int prepare_pool(struct hcd_conf *c, int *created)
 	hc_pool *p;
 	int r;
 
+	if (c->sealed) {
+		if ((r = create_pool(c, created)) != 0)
+			return r;
+		ao.flags |= HC_ATTACH_FD;
+		ao.fd = c->pool_fd;
+	}
 	r = hc_pool_attach(c->pool, &ao, &p);
-	if (r == -ENOENT) {
+	if (r == -ENOENT && !c->sealed) {
 		if ((r = create_pool(c, created)) != 0)
 			return r;
 		r = hc_pool_attach(c->pool, &ao, &p);
@@ -154,6 +167,8 @@ static int served_already(const struct hcd_conf *c)
 	hc_pool *p;
 	int r;
 
+	if (c->sealed) /* none yet: its socket says whether another serves */
+		return hcd_handover_listen(c);
 	if (hc_pool_attach(c->pool, &ao, &p) < 0)
 		return 0; /* none yet, or one the later steps will name */
 	r = hc_service_probe(p, &pid);
@@ -261,6 +276,10 @@ int main(int argc, char **argv)
 	sd_notifyf(0, "STATUS=opening backend %s for pool '%s'", c.svc.backend, c.pool);
 	if (c.svc.retries == 0)
 		c.svc.retries = -1; /* none, as the library says it */
+	if (c.sealed) {
+		c.svc.flags |= HC_SERVICE_FD;
+		c.svc.pool_fd = c.pool_fd;
+	}
 	r = hc_service_start(c.pool, &c.svc, &svc);
 	if (r < 0) {
 		hcd_log(HC_LOG_ERR, "cannot start the service: %s", hc_last_error());
@@ -268,15 +287,26 @@ int main(int argc, char **argv)
 		goto out_unmade;
 	}
 	hcd_log(HC_LOG_INFO, "serving pool '%s' with backend %s", c.pool, c.svc.backend);
-	if (c.metrics_listen && hcd_metrics_start(c.metrics_listen, c.pool, c.svc.dir, svc) < 0) {
+	if (c.metrics_listen && hcd_metrics_start(c.metrics_listen, c.pool, c.svc.dir, c.pool_fd, svc) < 0) {
 		hc_service_stop(svc);
 		ret = HC_CLI_EXIT_FAIL;
 		goto out_unmade;
 	}
-	/* Ready once the pool is attached, the backend open and /metrics up. */
-	sd_notifyf(0, "READY=1\nSTATUS=serving pool '%s' with backend %s%s%s", c.pool, c.svc.backend,
-		   c.metrics_listen ? ", metrics at " : "", c.metrics_listen ? c.metrics_listen : "");
+	if (c.sealed && hcd_handover_start(&c) < 0) {
+		hcd_metrics_stop();
+		hc_service_stop(svc);
+		ret = HC_CLI_EXIT_FAIL;
+		goto out_unmade;
+	}
+	if (c.sealed)
+		hcd_log(HC_LOG_INFO, "ranks attach pool '%s' with socket %s", c.pool, c.socket);
+	/* Ready once the pool is attached, the backend open, /metrics up and
+	 * the socket served. */
+	sd_notifyf(0, "READY=1\nSTATUS=serving pool '%s' with backend %s%s%s%s%s", c.pool, c.svc.backend,
+		   c.metrics_listen ? ", metrics at " : "", c.metrics_listen ? c.metrics_listen : "",
+		   c.sealed ? ", ranks attach at " : "", c.sealed ? c.socket : "");
 	ret = wait_signals(sfd) < 0 ? HC_CLI_EXIT_FAIL : HC_CLI_EXIT_OK;
+	hcd_handover_stop();
 	hcd_metrics_stop();
 	hc_service_stop(svc);
 	hcd_log(HC_LOG_INFO, "stopped serving pool '%s'", c.pool);
@@ -289,9 +319,12 @@ out_unmade:
 	else if (created)
 		hcd_log(HC_LOG_INFO, "removed pool '%s', made by this run", c.pool);
 out_log:
+	hcd_handover_stop(); /* no-op unless the socket was bound */
 	hc_set_log(NULL, NULL);
 	hcd_log_close();
 out:
+	if (c.pool_fd >= 0)
+		close(c.pool_fd);
 	if (sfd >= 0)
 		close(sfd);
 	hcd_conf_free(&c);

@@ -256,11 +256,15 @@ int hcd_metrics_listen(const char *addr)
 	return 0;
 }
 
-int hcd_metrics_start(const char *addr, const char *pool, const char *dir, hc_service *svc)
+int hcd_metrics_start(const char *addr, const char *pool, const char *dir, int pool_fd, hc_service *svc)
 {
 	struct hc_attach_opts ao = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = HC_ATTACH_READONLY };
 	int r;
 
+	if (pool_fd >= 0) {
+		ao.flags |= HC_ATTACH_FD;
+		ao.fd = pool_fd;
+	}
 	if (M.fd < 0 && (r = hcd_metrics_listen(addr)) < 0)
 		return r;
 	if ((r = hc_pool_attach(pool, &ao, &M.p)) < 0) {

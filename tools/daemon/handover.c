@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * handover.c - hicached's side of a sealed pool: the Unix socket ranks
+ * get its fd from (hc_pool_serve, hicache-sealed(7)), served by a thread
+ * of its own that wakes for a connection or for the stop pipe.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "hicached.h"
+
+static struct {
+	int ls, stop[2], fd, running;
+	const char *pool, *path;
+	pthread_t thr;
+} H = { -1, { -1, -1 }, -1, 0, NULL, NULL, 0 };
+
+static int addr_of(const char *path, struct sockaddr_un *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof(a->sun_path))
+		return -1;
+	memcpy(a->sun_path, path, strlen(path) + 1);
+	return 0;
+}
+
+int hcd_handover_listen(const struct hcd_conf *c)
+{
+	struct sockaddr_un a;
+	struct stat st;
+	int s, r, e;
+
+	if (addr_of(c->socket, &a) < 0) {
+		hcd_log(HC_LOG_ERR, "--socket '%s' is longer than %zu bytes: give a shorter path", c->socket,
+			sizeof(a.sun_path) - 1);
+		return HC_CLI_EXIT_USAGE;
+	}
+	/* Run by hand, not by systemd: the default's directory may be missing
+	 * (0755: the credentials of each peer, not the directory, decide). */
+	if (c->socket_default && mkdir("/run/hicache", 0755) < 0 && errno != EEXIST)
+		hcd_log(HC_LOG_WARN, "cannot make /run/hicache for the socket: %s", strerror(errno));
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		hcd_log(HC_LOG_ERR, "socket: %s", strerror(errno));
+		return HC_CLI_EXIT_FAIL;
+	}
+	r = connect(s, (struct sockaddr *)&a, sizeof(a));
+	e = errno;
+	if (r == 0) {
+		close(s);
+		hcd_log(HC_LOG_ERR,
+			"cannot serve pool '%s': another process serves on %s (it answers): one hicached per socket; "
+			"stop it, or give another --socket",
+			c->pool, c->socket);
+		return HC_CLI_EXIT_FAIL;
+	}
+	if (e == ECONNREFUSED) {
+		/* nothing listens: a socket left by a hicached that died */
+		if (lstat(c->socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+			close(s);
+			hcd_log(HC_LOG_ERR, "--socket %s exists and is not a socket: remove it, or give another path",
+				c->socket);
+			return HC_CLI_EXIT_USAGE;
+		}
+		if (unlink(c->socket) < 0) {
+			close(s);
+			hcd_log(HC_LOG_ERR, "cannot remove the stale socket %s: %s", c->socket, strerror(errno));
+			return HC_CLI_EXIT_FAIL;
+		}
+		hcd_log(HC_LOG_INFO, "removed the stale socket %s (nothing listened on it)", c->socket);
+	}
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
+		e = errno;
+		close(s);
+		hcd_log(HC_LOG_ERR, "cannot listen on --socket %s: %s%s", c->socket, strerror(e),
+			e == ENOENT ? ": its directory does not exist" : "");
+		return HC_CLI_EXIT_USAGE;
+	}
+	H.ls = s;
+	H.path = c->socket;
+	return 0;
+}
+
+static void *handover_main(void *arg)
+{
+	struct pollfd p[2] = { { .fd = H.ls, .events = POLLIN }, { .fd = H.stop[0], .events = POLLIN } };
+	int r;
+
+	(void)arg;
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			hcd_log(HC_LOG_ERR, "pool '%s': poll on %s: %s; no more ranks get the pool", H.pool, H.path,
+				strerror(errno));
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		if (!(p[0].revents & POLLIN))
+			continue;
+		r = hc_pool_serve(H.ls, H.fd, H.pool, 0, 0);
+		if (r == 0)
+			hcd_log(HCD_LOG_DEBUG, "pool '%s': handed over on %s", H.pool, H.path);
+		else if (r != -ETIMEDOUT || strstr(hc_last_error(), "no peer connected") == NULL)
+			hcd_log(HC_LOG_WARN, "%s", hc_last_error());
+	}
+}
+
+int hcd_handover_start(const struct hcd_conf *c)
+{
+	int r;
+
+	H.fd = c->pool_fd;
+	H.pool = c->pool;
+	if (pipe2(H.stop, O_CLOEXEC) < 0) {
+		hcd_log(HC_LOG_ERR, "pool '%s': pipe: %s", c->pool, strerror(errno));
+		return -errno;
+	}
+	if ((r = pthread_create(&H.thr, NULL, handover_main, NULL)) != 0) {
+		hcd_log(HC_LOG_ERR, "pool '%s': cannot start the thread that serves %s: %s", c->pool, c->socket,
+			strerror(r));
+		return -r;
+	}
+	H.running = 1;
+	return 0;
+}
+
+void hcd_handover_stop(void)
+{
+	if (H.running) {
+		if (write(H.stop[1], "s", 1) != 1)
+			hcd_log(HC_LOG_WARN, "cannot wake the socket thread: %s", strerror(errno));
+		pthread_join(H.thr, NULL);
+		H.running = 0;
+	}
+	for (int i = 0; i < 2; i++)
+		if (H.stop[i] >= 0) {
+			close(H.stop[i]);
+			H.stop[i] = -1;
+		}
+	if (H.ls >= 0) {
+		close(H.ls);
+		H.ls = -1;
+		if (unlink(H.path) < 0 && errno != ENOENT)
+			hcd_log(HC_LOG_WARN, "cannot remove the socket %s: %s", H.path, strerror(errno));
+	}
+}
