@@ -302,8 +302,10 @@ static void wait_serving(const char *name, pid_t pid)
 	hc_pool_detach(p);
 }
 
-#define ck_assert_has(text, s)   ck_assert_msg(strstr((text), (s)) != NULL, "output lacks '%s':\n%s", (s), (text))
-#define ck_assert_lacks(text, s) ck_assert_msg(strstr((text), (s)) == NULL, "output has '%s':\n%s", (s), (text))
+/* At most 3000 bytes of the text: Check drops a message past 4 KiB, and
+ * the test with it. */
+#define ck_assert_has(text, s)   ck_assert_msg(strstr((text), (s)) != NULL, "output lacks '%s':\n%.3000s", (s), (text))
+#define ck_assert_lacks(text, s) ck_assert_msg(strstr((text), (s)) == NULL, "output has '%s':\n%.3000s", (s), (text))
 
 /* The geometry of hct_spec_init, as options. */
 #define GEOMETRY                                                                                                       \
@@ -533,13 +535,13 @@ END_TEST
 START_TEST(usage_errors)
 {
 	const char *name = pool_name();
-	static char out[4096];
+	static char out[16384]; /* --help is past 6 KiB */
 	pid_t d;
 
 #define RUN_EXPECT(code, want, ...)                                                                                    \
 	do {                                                                                                           \
 		d = spawn(ARGS(__VA_ARGS__));                                                                          \
-		ck_assert_msg(reap(d) == (code), "%s: want exit %d:\n%s", #__VA_ARGS__, (code), output(d));            \
+		ck_assert_msg(reap(d) == (code), "%s: want exit %d:\n%.3000s", #__VA_ARGS__, (code), output(d));       \
 		snprintf(out, sizeof(out), "%s", output(d));                                                           \
 		ck_assert_has(out, (want));                                                                            \
 	} while (0)
