@@ -1126,6 +1126,22 @@ START_TEST(sealed_pool_served)
 	ck_assert_int_eq(ftruncate(p->fd, 0), -1);
 	ck_assert_int_eq(errno, EPERM);
 	round_trip(p, 9);
+	{
+		/* the admin tool reaches it the same way: by its socket */
+		char cmd[8192], out[16384] = "";
+		FILE *f;
+		snprintf(
+			cmd, sizeof(cmd),
+			"%s info %s --socket %s 2>&1; %s check %s --socket %s 2>&1; %s info %s --socket %s --dir /dev/shm 2>&1",
+			hct_tool("hicache-pool"), name, sock, hct_tool("hicache-pool"), name, sock,
+			hct_tool("hicache-pool"), name, sock);
+		ck_assert_ptr_nonnull(f = popen(cmd, "r"));
+		fread(out, 1, sizeof(out) - 1, f);
+		pclose(f);
+		ck_assert_has(out, "memfd:hicache.");
+		ck_assert_has(out, "no violations");
+		ck_assert_has(out, "--dir and --socket: a sealed pool is in no directory; give one of them");
+	}
 	hc_pool_detach(p);
 	ck_assert_int_eq(stop(d, SIGTERM), 0);
 	ck_assert_has(output(d), "info: ranks attach pool '");
@@ -1143,12 +1159,12 @@ START_TEST(sealed_socket_default_and_stale)
 {
 	const char *name = pool_name();
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char sock[128];
+	char sock[sizeof(a.sun_path)];
 	hc_pool *p;
 	pid_t d, d2;
 	int s;
 
-	snprintf(sock, sizeof(sock), "%s/%s.sock", tmpdir(), name);
+	ck_assert_int_lt(snprintf(sock, sizeof(sock), "%s/%s.sock", tmpdir(), name), (int)sizeof(sock));
 	ck_assert_int_eq(setenv("RUNTIME_DIRECTORY", tmpdir(), 1), 0);
 	/* a stale socket: bound, and nothing listens */
 	s = socket(AF_UNIX, SOCK_STREAM, 0);

@@ -10,23 +10,25 @@
 
 #include "pool.h"
 
-const char hcp_backend_usage[] = "Usage: " HCP_PROG " backend attach NAME SPEC [--dir DIR] [--timeout-ms MS]\n"
-				 "       " HCP_PROG " backend detach NAME [--dir DIR] [--timeout-ms MS]\n"
-				 "\n"
-				 "Attach an L3 backend to the service of pool NAME (hicached), or detach the\n"
-				 "one it has, while it runs.  SPEC is NAME[:KEY=VALUE,...] as hicached's\n"
-				 "--backend takes it (hicache-backend(7)).  Both are refused while transfers\n"
-				 "are in flight; attach is refused while a backend is attached.  While none\n"
-				 "is, the ranks' L3 requests fail with ENODEV.  The tool takes a rank slot\n"
-				 "while it runs, so the pool needs a free one.\n"
-				 "\n"
-				 "  --dir DIR          the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-				 "  --timeout-ms MS    wait this long for the service (default 30000)\n";
+const char hcp_backend_usage[] =
+	"Usage: " HCP_PROG " backend attach NAME SPEC [--dir DIR | --socket PATH] [--timeout-ms MS]\n"
+	"       " HCP_PROG " backend detach NAME [--dir DIR | --socket PATH] [--timeout-ms MS]\n"
+	"\n"
+	"Attach an L3 backend to the service of pool NAME (hicached), or detach the\n"
+	"one it has, while it runs.  SPEC is NAME[:KEY=VALUE,...] as hicached's\n"
+	"--backend takes it (hicache-backend(7)).  Both are refused while transfers\n"
+	"are in flight; attach is refused while a backend is attached.  While none\n"
+	"is, the ranks' L3 requests fail with ENODEV.  The tool takes a rank slot\n"
+	"while it runs, so the pool needs a free one.\n"
+	"\n"
+	"  --dir DIR          the pool's directory (default " HCP_DEFAULT_DIR ")\n" HCP_USAGE_SOCKET
+	"  --timeout-ms MS    wait this long for the service (default 30000)\n";
 
 int hcp_cmd_backend(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		HCP_OPTION_DIR,
+		HCP_OPTION_SOCKET,
 		{ "timeout-ms", required_argument, NULL, HCP_OPT_COUNT },
 		HCP_OPTIONS_END,
 	};

@@ -17,7 +17,7 @@ void hcp_check_report(void *arg, const char *line)
 		printf("%s\n", line);
 }
 
-const char hcp_check_usage[] = "Usage: " HCP_PROG " check NAME [--dir DIR] [--json] [--quiescent]\n"
+const char hcp_check_usage[] = "Usage: " HCP_PROG " check NAME [--dir DIR | --socket PATH] [--json] [--quiescent]\n"
 			       "\n"
 			       "Check every invariant that ties pool NAME's page table, holds, key index,\n"
 			       "tickets and rank table together; print one line per violation and a\n"
@@ -25,7 +25,7 @@ const char hcp_check_usage[] = "Usage: " HCP_PROG " check NAME [--dir DIR] [--js
 			       "could not run).  Proving rank liveness recovers dead ranks on the way, as\n"
 			       "any attach does, so it needs write access to the pool.\n"
 			       "\n"
-			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n" HCP_USAGE_SOCKET
 			       "  --json          print one JSON object\n"
 			       "  --quiescent     no rank is mid-operation: pages being freed, tickets\n"
 			       "                  being built and other transient states count as\n"
@@ -34,9 +34,8 @@ const char hcp_check_usage[] = "Usage: " HCP_PROG " check NAME [--dir DIR] [--js
 int hcp_cmd_check(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR,
-		HCP_OPTION_JSON,
-		{ "quiescent", no_argument, NULL, HCP_OPT_QUIESCENT },
+		HCP_OPTION_DIR,  HCP_OPTION_SOCKET,
+		HCP_OPTION_JSON, { "quiescent", no_argument, NULL, HCP_OPT_QUIESCENT },
 		HCP_OPTIONS_END,
 	};
 	struct hcp_check_out co = { NULL };

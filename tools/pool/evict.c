@@ -8,7 +8,7 @@
 
 #include "pool.h"
 
-const char hcp_evict_usage[] = "Usage: " HCP_PROG " evict NAME (--key HEX64 | --count N) [--dir DIR]\n"
+const char hcp_evict_usage[] = "Usage: " HCP_PROG " evict NAME (--key HEX64 | --count N) [--dir DIR | --socket PATH]\n"
 			       "\n"
 			       "Evict from pool NAME the page of one key, or up to N pages chosen by the\n"
 			       "pool's eviction policy.  Only keyed READY pages that no rank pins or\n"
@@ -18,9 +18,10 @@ const char hcp_evict_usage[] = "Usage: " HCP_PROG " evict NAME (--key HEX64 | --
 			       "  --key HEX64     the key, 64 hex digits (as 'keys' lists them); exit\n"
 			       "                  status 1 if no page has it\n"
 			       "  --count N       evict up to N pages by policy and print how many went\n"
-			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n";
+			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR
+			       ")\n" HCP_USAGE_SOCKET;
 
-const char hcp_clear_usage[] = "Usage: " HCP_PROG " clear NAME [--dir DIR]\n"
+const char hcp_clear_usage[] = "Usage: " HCP_PROG " clear NAME [--dir DIR | --socket PATH]\n"
 			       "\n"
 			       "Free every READY page of pool NAME and print how many.  Refused, with what\n"
 			       "is held, while any rank pins, host-locks or reserves a page or a ticket\n"
@@ -28,12 +29,14 @@ const char hcp_clear_usage[] = "Usage: " HCP_PROG " clear NAME [--dir DIR]\n"
 			       "are freed too: clear a pool only while its engines are idle.  The tool\n"
 			       "takes a rank slot while it runs, so the pool needs a free one.\n"
 			       "\n"
-			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n";
+			       "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR
+			       ")\n" HCP_USAGE_SOCKET;
 
 int hcp_cmd_evict(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		HCP_OPTION_DIR,
+		HCP_OPTION_SOCKET,
 		{ "key", required_argument, NULL, HCP_OPT_KEY },
 		{ "count", required_argument, NULL, HCP_OPT_COUNT },
 		HCP_OPTIONS_END,
@@ -80,7 +83,7 @@ int hcp_cmd_evict(int argc, char **argv)
 
 int hcp_cmd_clear(int argc, char **argv)
 {
-	static const struct option opts[] = { HCP_OPTION_DIR, HCP_OPTIONS_END };
+	static const struct option opts[] = { HCP_OPTION_DIR, HCP_OPTION_SOCKET, HCP_OPTIONS_END };
 	struct hc_pool_info in;
 	struct hcp_args va;
 	const char *name;

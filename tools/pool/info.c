@@ -11,12 +11,12 @@
 
 #include "pool.h"
 
-const char hcp_info_usage[] = "Usage: " HCP_PROG " info NAME [--dir DIR] [--json] [--no-recover]\n"
+const char hcp_info_usage[] = "Usage: " HCP_PROG " info NAME [--dir DIR | --socket PATH] [--json] [--no-recover]\n"
 			      "\n"
 			      "Show pool NAME: header, geometry, components, page counts by state, the\n"
 			      "rank slots that are live or hold pages, and the fingerprint.\n"
 			      "\n"
-			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n" HCP_USAGE_SOCKET
 			      "  --json          print one JSON object\n"
 			      "  --no-recover    attach read-only: do not undo the holds of dead ranks\n"
 			      "                  first, and show rank liveness as recorded, not proven\n";
@@ -231,9 +231,8 @@ static void info_text(const struct hc_pool_info *in, const struct hc_component_i
 int hcp_cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR,
-		HCP_OPTION_JSON,
-		{ "no-recover", no_argument, NULL, HCP_OPT_NO_RECOVER },
+		HCP_OPTION_DIR,  HCP_OPTION_SOCKET,
+		HCP_OPTION_JSON, { "no-recover", no_argument, NULL, HCP_OPT_NO_RECOVER },
 		HCP_OPTIONS_END,
 	};
 	struct hc_component_info ci[HC_MAX_COMPONENTS];

@@ -9,7 +9,8 @@
 
 #include "pool.h"
 
-const char hcp_keys_usage[] = "Usage: " HCP_PROG " keys NAME [PREFIX] [--dir DIR] [--limit N] [--json]\n"
+const char hcp_keys_usage[] = "Usage: " HCP_PROG
+			      " keys NAME [PREFIX] [--dir DIR | --socket PATH] [--limit N] [--json]\n"
 			      "\n"
 			      "List the keyed pages of pool NAME, sorted by key: key, page id, state,\n"
 			      "chain depth, pins, host locks, tickets holding it and last-use stamp.\n"
@@ -17,7 +18,7 @@ const char hcp_keys_usage[] = "Usage: " HCP_PROG " keys NAME [PREFIX] [--dir DIR
 			      "The pool is attached read-only, and each page is read on its own, so the\n"
 			      "list is not one atomic snapshot of a busy pool.\n"
 			      "\n"
-			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n" HCP_USAGE_SOCKET
 			      "  --limit N       show at most the first N matching keys\n"
 			      "  --json          print one JSON object\n";
 
@@ -76,9 +77,8 @@ static void keys_text(const struct hc_page_info *pi, uint32_t shown, uint32_t ma
 int hcp_cmd_keys(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR,
-		HCP_OPTION_JSON,
-		{ "limit", required_argument, NULL, HCP_OPT_LIMIT },
+		HCP_OPTION_DIR,  HCP_OPTION_SOCKET,
+		HCP_OPTION_JSON, { "limit", required_argument, NULL, HCP_OPT_LIMIT },
 		HCP_OPTIONS_END,
 	};
 	char prefix[2 * HC_KEY_BYTES + 1] = "", hex[2 * HC_KEY_BYTES + 1];

@@ -96,6 +96,9 @@ int hcp_take_name(int argc, char **argv, const char **name)
 	return take_operands(argc, argv, name, NULL);
 }
 
+/* The verb's --socket (hcp_parse_args), for hcp_attach: one pool a run. */
+static const char *hcp_socket;
+
 static int check_dir(const char *dir)
 {
 	if (dir && dir[0] != '/')
@@ -118,6 +121,9 @@ int hcp_parse_args(int argc, char **argv, const struct option *opts, const char 
 			return HC_CLI_EXIT_OK;
 		case HCP_OPT_DIR:
 			va->dir = optarg;
+			break;
+		case HCP_OPT_SOCKET:
+			va->socket = optarg;
 			break;
 		case HCP_OPT_JSON:
 			va->json = true;
@@ -158,6 +164,9 @@ int hcp_parse_args(int argc, char **argv, const struct option *opts, const char 
 		return ret;
 	if ((ret = check_dir(va->dir)) != 0)
 		return ret;
+	if (va->dir && va->socket)
+		return hcp_usage_error("--dir and --socket: a sealed pool is in no directory; give one of them");
+	hcp_socket = va->socket;
 	return HCP_GO;
 }
 
@@ -200,7 +209,10 @@ void hcp_jadd_bool(struct json_object *o, const char *k, bool v)
 
 int hcp_attach(const char *name, const char *dir, unsigned flags, hc_pool **p)
 {
-	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts), .dir = dir, .flags = flags };
+	struct hc_attach_opts o = { .size = sizeof(struct hc_attach_opts),
+				    .dir = dir,
+				    .flags = flags,
+				    .socket = hcp_socket };
 
 	return hc_pool_attach(name, &o, p);
 }

@@ -51,6 +51,7 @@ int hcp_take_name(int argc, char **argv, const char **name);
 /* getopt_long codes of the long options, for every verb */
 enum {
 	HCP_OPT_DIR = 256,
+	HCP_OPT_SOCKET,
 	HCP_OPT_JSON,
 	HCP_OPT_NO_RECOVER,
 	HCP_OPT_FORCE,
@@ -69,7 +70,8 @@ enum {
  * NAME operand (where 'name' is given; 'extra' for one more) and --dir.
  */
 struct hcp_args {
-	const char *dir; /* NULL unless --dir */
+	const char *dir;    /* NULL unless --dir */
+	const char *socket; /* NULL unless --socket: a sealed pool, by its owner's socket */
 	bool json, prometheus, quiescent, no_recover, force;
 	uint32_t limit;             /* --limit; UINT32_MAX when absent */
 	uint32_t count;             /* --count; 0 when absent */
@@ -82,6 +84,15 @@ struct hcp_args {
 	{                                                                                                              \
 		"dir", required_argument, NULL, HCP_OPT_DIR                                                            \
 	}
+/* --socket PATH, for every verb that attaches an existing pool: hcp_attach
+ * then asks the socket's owner (hicached) for the sealed pool's fd. */
+#define HCP_OPTION_SOCKET                                                                                              \
+	{                                                                                                              \
+		"socket", required_argument, NULL, HCP_OPT_SOCKET                                                      \
+	}
+#define HCP_USAGE_SOCKET                                                                                               \
+	"  --socket PATH   a sealed pool (hicached's default): attach it through its\n"                                \
+	"                  owner's socket, hicached's 'socket =' (no --dir then)\n"
 #define HCP_OPTION_JSON                                                                                                \
 	{                                                                                                              \
 		"json", no_argument, NULL, HCP_OPT_JSON                                                                \

@@ -8,7 +8,7 @@
 
 #include "pool.h"
 
-const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR] [--json] [--quiescent]\n"
+const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR | --socket PATH] [--json] [--quiescent]\n"
 				"\n"
 				"Repair pool NAME and report what was done.  First recovery: rank slots\n"
 				"proven dead (their robust mutex was left owner-dead) are cleared, their\n"
@@ -22,8 +22,8 @@ const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR] [--
 				"is a 'cannot repair' line.  Exit status 0 when none is left, 1 when some\n"
 				"are.  Safe while ranks run: nothing a live rank holds is freed.\n"
 				"\n"
-				"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
-				"  --json          print one JSON object\n"
+				"  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR
+				")\n" HCP_USAGE_SOCKET "  --json          print one JSON object\n"
 				"  --quiescent     no rank is mid-operation and no other process attaches,\n"
 				"                  checks or repairs meanwhile: the check at the end counts\n"
 				"                  transient states too (as check --quiescent), and the\n"
@@ -57,9 +57,8 @@ const char hcp_repair_usage[] = "Usage: " HCP_PROG " repair NAME [--dir DIR] [--
 int hcp_cmd_repair(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR,
-		HCP_OPTION_JSON,
-		{ "quiescent", no_argument, NULL, HCP_OPT_QUIESCENT },
+		HCP_OPTION_DIR,  HCP_OPTION_SOCKET,
+		HCP_OPTION_JSON, { "quiescent", no_argument, NULL, HCP_OPT_QUIESCENT },
 		HCP_OPTIONS_END,
 	};
 	struct hc_repair_report rep = { 0 };

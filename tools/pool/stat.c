@@ -9,7 +9,7 @@
 
 #include "pool.h"
 
-const char hcp_stat_usage[] = "Usage: " HCP_PROG " stat NAME [--dir DIR] [--json | --prometheus]\n"
+const char hcp_stat_usage[] = "Usage: " HCP_PROG " stat NAME [--dir DIR | --socket PATH] [--json | --prometheus]\n"
 			      "\n"
 			      "Show pool NAME's gauges (pages by state, keyed, pinned and host-locked\n"
 			      "pages, pages held by tickets, live ranks, engines, open tickets) and every\n"
@@ -17,7 +17,7 @@ const char hcp_stat_usage[] = "Usage: " HCP_PROG " stat NAME [--dir DIR] [--json
 			      "attached read-only: reading the stats never changes it, and live ranks are\n"
 			      "the slots marked live, not proven (repair proves them).\n"
 			      "\n"
-			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			      "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n" HCP_USAGE_SOCKET
 			      "  --json          print one JSON object\n"
 			      "  --prometheus    print the Prometheus text exposition format 0.0.4\n";
 
@@ -140,9 +140,8 @@ static struct json_object *stat_json(const struct hc_pool_info *in, const struct
 int hcp_cmd_stat(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		HCP_OPTION_DIR,
-		HCP_OPTION_JSON,
-		{ "prometheus", no_argument, NULL, HCP_OPT_PROMETHEUS },
+		HCP_OPTION_DIR,  HCP_OPTION_SOCKET,
+		HCP_OPTION_JSON, { "prometheus", no_argument, NULL, HCP_OPT_PROMETHEUS },
 		HCP_OPTIONS_END,
 	};
 	struct hc_cli_metric g[HC_CLI_NGAUGES], ctr[HC_CTR__COUNT];

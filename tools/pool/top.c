@@ -11,7 +11,7 @@
 
 #include "pool.h"
 
-const char hcp_top_usage[] = "Usage: " HCP_PROG " top NAME [--dir DIR] [--interval MS] [--count N]\n"
+const char hcp_top_usage[] = "Usage: " HCP_PROG " top NAME [--dir DIR | --socket PATH] [--interval MS] [--count N]\n"
 			     "\n"
 			     "Show pool NAME's pages by state, holds and counters live, with each\n"
 			     "counter's rate per second over the last interval; counters that have\n"
@@ -19,7 +19,7 @@ const char hcp_top_usage[] = "Usage: " HCP_PROG " top NAME [--dir DIR] [--interv
 			     "redrawn; otherwise each sample is printed after the last.  Reads the\n"
 			     "pool read-only, as stat does.  Ctrl-C, or q and Enter, stops it.\n"
 			     "\n"
-			     "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n"
+			     "  --dir DIR       the pool's directory (default " HCP_DEFAULT_DIR ")\n" HCP_USAGE_SOCKET
 			     "  --interval MS   between samples, 100..3600000 (default 1000)\n"
 			     "  --count N       stop after N samples (default: until interrupted)\n";
 
@@ -74,6 +74,7 @@ int hcp_cmd_top(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		HCP_OPTION_DIR,
+		HCP_OPTION_SOCKET,
 		{ "interval", required_argument, NULL, HCP_OPT_INTERVAL },
 		{ "count", required_argument, NULL, HCP_OPT_COUNT },
 		HCP_OPTIONS_END,
