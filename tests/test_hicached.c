@@ -1186,6 +1186,41 @@ START_TEST(sealed_socket_default_and_stale)
 END_TEST
 
 /* What does not go with a sealed pool: exit 2, nothing made. */
+/* The socket's path appears only once it listens: a rank that connects
+ * the moment it sees the path is never refused.  It was bound, then
+ * listened on: a peer in between got ECONNREFUSED, as from a stale socket
+ * (test_python's SealedCase, once in CI).  A preloaded fixture makes
+ * listen() 300 ms late, so the old window was met every time. */
+START_TEST(sealed_socket_named_when_listening)
+{
+	const char *name = pool_name(), *sock = path_in_tmp("slow.sock"), *san = getenv("SAN_PRELOAD"),
+		   *b = getenv("HC_BUILDDIR");
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char preload[2200];
+	struct stat st;
+	double end;
+	pid_t d;
+	int s, r;
+
+	ck_assert_int_lt(snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock), (int)sizeof(a.sun_path));
+	/* under ASan its runtime must come first */
+	snprintf(preload, sizeof(preload), "%s%s%s/tests/fixtures/.libs/slow_listen.so", san && *san ? san : "",
+		 san && *san ? ":" : "", b && *b ? b : ".");
+	setenv("LD_PRELOAD", preload, 1);
+	d = spawn(ARGS("--pool", name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true", "--socket",
+		       sock));
+	unsetenv("LD_PRELOAD");
+	for (end = hct_now() + 10; lstat(sock, &st) < 0;) /* no sleep: the first moment */
+		ck_assert_msg(hct_now() < end, "no socket at %s after 10 s:\n%s", sock, output(d));
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	r = connect(s, (struct sockaddr *)&a, sizeof(a));
+	ck_assert_msg(r == 0, "connect the moment %s appeared: %s", sock, strerror(errno));
+	close(s);
+	hc_pool_detach(attach_served(name, sock, d, HC_ATTACH_ADMIN));
+	ck_assert_int_eq(stop(d, SIGTERM), 0);
+}
+END_TEST
+
 START_TEST(sealed_usage_errors)
 {
 	const char *name = pool_name(), *file = path_in_tmp("not-a-socket");
@@ -1251,6 +1286,7 @@ int main(void)
 	tcase_add_test(tc, rank_request);
 	tcase_add_test(tc, sealed_pool_served);
 	tcase_add_test(tc, sealed_socket_default_and_stale);
+	tcase_add_test(tc, sealed_socket_named_when_listening);
 	tcase_add_test(tc, sealed_usage_errors);
 	suite_add_tcase(s, tc);
 	return hct_run(s);

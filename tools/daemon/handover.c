@@ -32,6 +32,32 @@ static int addr_of(const char *path, struct sockaddr_un *a)
 	return 0;
 }
 
+/* Listen on a, at path: bound under a temporary name in the same
+ * directory, listening, then renamed to path.  A peer that finds the path
+ * can connect at once; between bind and listen it would be refused
+ * (ECONNREFUSED), as if the socket were stale.  A path too long for a
+ * temporary name beside it is bound as it is. */
+static int listen_as(int s, struct sockaddr_un *a, const char *path)
+{
+	struct sockaddr_un t = { .sun_family = AF_UNIX };
+	const char *slash = strrchr(path, '/');
+	int dirlen = slash ? (int)(slash - path) : 1, n;
+
+	n = snprintf(t.sun_path, sizeof(t.sun_path), "%.*s/.hicached.%d", dirlen, slash ? path : ".", (int)getpid());
+	if (n < 0 || (size_t)n >= sizeof(t.sun_path))
+		return bind(s, (struct sockaddr *)a, sizeof(*a)) < 0 || listen(s, 64) < 0 ? -1 : 0;
+	unlink(t.sun_path); /* a name of ours left by a process of our pid: gone */
+	if (bind(s, (struct sockaddr *)&t, sizeof(t)) < 0)
+		return -1;
+	if (listen(s, 64) < 0 || rename(t.sun_path, path) < 0) {
+		int e = errno;
+		unlink(t.sun_path);
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
 int hcd_handover_listen(const struct hcd_conf *c)
 {
 	struct sockaddr_un a;
@@ -77,7 +103,7 @@ int hcd_handover_listen(const struct hcd_conf *c)
 		}
 		hcd_log(HC_LOG_INFO, "removed the stale socket %s (nothing listened on it)", c->socket);
 	}
-	if (bind(s, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(s, 64) < 0) {
+	if (listen_as(s, &a, c->socket) < 0) {
 		e = errno;
 		close(s);
 		hcd_log(HC_LOG_ERR, "cannot listen on --socket %s: %s%s", c->socket, strerror(e),
