@@ -422,7 +422,7 @@ static void *streamer(void *arg)
 		int64_t r = put(s->inst, id, ver, len);
 
 		if (r != 0) {
-			s->failed[s->phase]++;
+			s->failed[atomic_load(&s->phase)]++;
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "put of %u before the kill: %lld", id, (long long)r);
 			if (r != -ECONNRESET && r != -ETIMEDOUT && r != -EHOSTDOWN && r != -EIO && r != -ECANCELED)
@@ -437,7 +437,7 @@ static void *streamer(void *arg)
 			snprintf(s->why, sizeof(s->why), "object %u version %u: %lld other bytes", id, ver,
 				 (long long)r);
 		} else {
-			s->failed[s->phase]++;
+			s->failed[atomic_load(&s->phase)]++;
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "get of %u before the kill: %lld", id, (long long)r);
 		}
