@@ -406,8 +406,8 @@ END_TEST
 struct stream {
 	void *inst;
 	uint32_t id0;
-	volatile int phase, stop;
-	unsigned ok[3], failed[3], wrong;
+	_Atomic int phase, stop;
+	_Atomic unsigned ok[3], failed[3], wrong; /* read by the test while the stream runs */
 	char why[256];
 };
 
@@ -425,8 +425,10 @@ static void *streamer(void *arg)
 			s->failed[atomic_load(&s->phase)]++;
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "put of %u before the kill: %lld", id, (long long)r);
-			if (r != -ECONNRESET && r != -ETIMEDOUT && r != -EHOSTDOWN && r != -EIO && r != -ECANCELED)
-				s->wrong++, snprintf(s->why, sizeof(s->why), "put of %u: %lld", id, (long long)r);
+			if (r != -ECONNRESET && r != -ETIMEDOUT && r != -EHOSTDOWN && r != -EIO && r != -ECANCELED) {
+				s->wrong++;
+				snprintf(s->why, sizeof(s->why), "put of %u: %lld", id, (long long)r);
+			}
 			continue;
 		}
 		r = get(s->inst, id, ver, len, &ok);
