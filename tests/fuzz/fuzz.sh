@@ -36,8 +36,10 @@ fuzz() {
 	fi
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/hicache-fuzz.XXXXXX") || return 99
 	mkdir "$tmp/corpus" "$tmp/crashes" && cp "$seeds"/* "$tmp/corpus/" || { rm -rf "$tmp"; return 99; }
-	# -rss_limit_mb: the harnesses hold a 1 MiB region's directory, or a trace
-	"$fuzzer" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 \
+	# -rss_limit_mb: the harnesses hold a 1 MiB region's directory, or a trace;
+	# TMPDIR: what a harness makes there (fuzz-segment's pool files) goes
+	# with the folder, even after a crash
+	TMPDIR="$tmp" "$fuzzer" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 \
 		-artifact_prefix="$tmp/crashes/" "$tmp/corpus" 2>"$tmp/log"
 	st=$?
 	echo "== $1"
