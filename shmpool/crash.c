@@ -205,6 +205,8 @@ int hc__lock_shared(pthread_mutex_t *m)
 {
 	int r;
 
+	if (!hc__mutex_kind_ok(m))
+		return ENOTRECOVERABLE;
 	if (me < 0)
 		return pthread_mutex_lock(m);
 	while ((r = pthread_mutex_trylock(m)) == EBUSY)

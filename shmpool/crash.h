@@ -25,6 +25,7 @@
 #ifndef HC_SHMPOOL_CRASH_H
 #define HC_SHMPOOL_CRASH_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -107,11 +108,21 @@ int hc__sched_on(void);
 
 /* CLOCK_BOOTTIME in ms, or the controller's virtual clock. */
 /*
+ * hc__mutex_kind_ok: whether a shared mutex still has the kind
+ * hc__mutex_init_robust gave it (ranks.c).  glibc takes the kind from the
+ * mutex itself: a scribbled one sends it down another type's path (an
+ * elision kind runs TSX instructions: SIGILL on a CPU without them), so
+ * a mutex in the segment is checked before every lock.
+ */
+int hc__mutex_kind_ok(const pthread_mutex_t *m);
+
+/*
  * hc__lock_shared: lock a shared robust mutex.  Under a schedule,
  * pthread_mutex_lock would sleep in the kernel behind a parked holder and
  * the controller would wait forever for the next point: so there it tries,
  * and parks at lock_busy between tries.  Returns what pthread_mutex_lock
- * returns.
+ * returns, or ENOTRECOVERABLE for a mutex of a scribbled kind, never
+ * locked.  hc__unlock_shared unlocks one that is still of its kind.
  */
 #ifdef HC_CRASH_POINTS
 uint64_t hc__clock_ms(void);
@@ -128,8 +139,14 @@ static inline uint64_t hc__clock_ms(void)
 
 static inline int hc__lock_shared(pthread_mutex_t *m)
 {
-	return pthread_mutex_lock(m);
+	return hc__mutex_kind_ok(m) ? pthread_mutex_lock(m) : ENOTRECOVERABLE;
 }
 #endif
+
+static inline void hc__unlock_shared(pthread_mutex_t *m)
+{
+	if (hc__mutex_kind_ok(m))
+		pthread_mutex_unlock(m);
+}
 
 #endif /* HC_SHMPOOL_CRASH_H */

@@ -48,7 +48,7 @@ static int engine_lock(struct hc_pool *p)
 static void engine_unlock(struct hc_pool *p)
 {
 	if (--engine_locked == 0)
-		pthread_mutex_unlock(&p->ctl->engine_lock.m);
+		hc__unlock_shared(&p->ctl->engine_lock.m);
 }
 
 int hc_engine_join(hc_pool *p, const struct hc_engine_spec *spec)

@@ -189,7 +189,7 @@ void hc__index_lock(struct hc_pool *p, unsigned stripe)
 
 void hc__index_unlock(struct hc_pool *p, unsigned stripe)
 {
-	pthread_mutex_unlock(&p->ctl->index_lock[stripe].m);
+	hc__unlock_shared(&p->ctl->index_lock[stripe].m);
 }
 
 /* Recovery: a keyed page that stays live must be findable, exactly once. */

@@ -133,7 +133,7 @@ void hc__lru_lock(struct hc_pool *p)
 
 void hc__lru_unlock(struct hc_pool *p)
 {
-	pthread_mutex_unlock(&p->ctl->lru_lock.m);
+	hc__unlock_shared(&p->ctl->lru_lock.m);
 }
 
 /* Node id's links, checked: 0, or -1 if they point outside the nodes. */

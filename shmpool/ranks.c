@@ -56,6 +56,22 @@ void hc__mutex_init_robust(pthread_mutex_t *m)
 	pthread_mutexattr_destroy(&a);
 }
 
+int hc__mutex_kind_ok(const pthread_mutex_t *m)
+{
+	static _Atomic int kind = -1; /* what init gives, learnt once (a race of equal stores) */
+	int k = atomic_load_explicit(&kind, memory_order_relaxed);
+
+	if (k < 0) {
+		pthread_mutex_t ref;
+
+		hc__mutex_init_robust(&ref);
+		k = ref.__data.__kind;
+		pthread_mutex_destroy(&ref);
+		atomic_store_explicit(&kind, k, memory_order_relaxed);
+	}
+	return __atomic_load_n(&m->__data.__kind, __ATOMIC_RELAXED) == k;
+}
+
 /*
  * Undo everything slot 'slot' held.  The caller holds the slot's mutex, got
  * with EOWNERDEAD (or is the owner detaching).  Idempotent: if we die half
@@ -135,6 +151,10 @@ int hc__rank_probe(struct hc_pool *p, unsigned slot, struct hc_recovery_report *
 		return 1;
 	if (p->readonly)
 		return atomic_load_explicit(&r->state, memory_order_acquire) == HC_RANK_LIVE;
+	if (!hc__mutex_kind_ok(&r->lock))
+		return hc__err(ENOTRECOVERABLE,
+			       "rank slot %u: its mutex is scribbled (kind %d); recreate the pool when it is idle",
+			       slot, r->lock.__data.__kind);
 	ret = pthread_mutex_trylock(&r->lock);
 	/* Busy but FREE: another prober or a claimer has it for a moment.  Busy
 	 * and not held by the slot's holder thread (RECOVERING, or LIVE with
@@ -242,7 +262,7 @@ static void *holder_main(void *arg)
 		}
 		for (unsigned s = 0; s < p->g.max_ranks; s++) {
 			r = &p->ranks[s];
-			ret = pthread_mutex_trylock(&r->lock);
+			ret = hc__mutex_kind_ok(&r->lock) ? pthread_mutex_trylock(&r->lock) : ENOTRECOVERABLE;
 			if (ret == EBUSY) {
 				/* FREE but locked: a prober's moment; RECOVERING: soon free */
 				transient |= atomic_load_explicit(&r->state, memory_order_acquire) != HC_RANK_LIVE;

@@ -190,7 +190,7 @@ static void fix_columns(struct fix *f)
 
 		if (live(f, s) || (int)s == p->slot)
 			continue;
-		r = pthread_mutex_trylock(&rk->lock);
+		r = hc__mutex_kind_ok(&rk->lock) ? pthread_mutex_trylock(&rk->lock) : ENOTRECOVERABLE;
 		if (r == EOWNERDEAD) /* claimed and dead since we looked: recover it, then look */
 			r = hc__rank_take_dead(p, s, &f->r->recovery);
 		if (r != 0)

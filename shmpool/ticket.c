@@ -240,7 +240,7 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 			return ret;
 		for (unsigned u = 0; u < p->g.max_tickets; u++) {
 			if (matches(p, u, nm, wout)) {
-				pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
+				hc__unlock_shared(&p->ctl->ticket_lock[s].m);
 				*idx = u;
 				return 0;
 			}
@@ -249,12 +249,12 @@ static int find_or_take(struct hc_pool *p, const struct tk_name *nm, const struc
 		 * after a lost CAS, at most once per record. */
 		for (unsigned tries = 0; tries < p->g.max_tickets && (t = pick_record(p)) >= 0; tries++) {
 			if (take_record(p, (unsigned)t, nm, nw, wout) == 0) {
-				pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
+				hc__unlock_shared(&p->ctl->ticket_lock[s].m);
 				*idx = (unsigned)t;
 				return 1;
 			}
 		}
-		pthread_mutex_unlock(&p->ctl->ticket_lock[s].m);
+		hc__unlock_shared(&p->ctl->ticket_lock[s].m);
 		hc__tickets_sweep(p); /* overdue tickets may free records */
 	}
 	return hc__err(

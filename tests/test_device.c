@@ -273,7 +273,7 @@ START_TEST(sync_transfers)
 	srand(11);
 	rank_open(&a, p, 1, 0, 128, 1);
 	rank_open(&b, p, 1, 0, 128, 0);
-	rank_open(&c, p, 1, 0, 128, 0);
+	rank_open(&c, p, 1, 0, 256, 0); /* 128 more slots: the sync load's beside the stream's */
 	hct_keys(k, 8, 70);
 	ck_assert_int_eq(hc_reserve(p, &rq, pg, skip), 8);
 	hct_perm(s1, 8 * 16, 128);
@@ -335,15 +335,23 @@ START_TEST(sync_transfers)
 	}
 	{
 		/* a stream of async loads on the device, one always queued: a
-		 * sync load waits for those made before it, not for the stream */
+		 * sync load waits for those made before it, not for the stream.
+		 * It writes slots of its own: nothing orders it with the stream,
+		 * so shared ones would be two unordered writers (a data race,
+		 * which ThreadSanitizer reports). */
 		pthread_t t;
+		uint64_t s4[8 * 16], ss4[8];
 		struct stream_arg sa = { .dev = c.dev, .pg = pg, .sl = s2, .ss = ss };
 		struct hc_xfer_req xr = { .size = sizeof(struct hc_xfer_req),
 					  .pages = pg,
 					  .n = 8,
-					  .slots = s3,
-					  .state_slots = ss,
+					  .slots = s4,
+					  .state_slots = ss4,
 					  .flags = HC_XFER_SYNC };
+		for (unsigned i = 0; i < 8 * 16; i++)
+			s4[i] = s3[i] + 128;
+		for (unsigned i = 0; i < 8; i++)
+			ss4[i] = ss[i] + 8;
 		ck_assert_int_eq(pthread_create(&t, NULL, stream_loads, &sa), 0);
 		while (__atomic_load_n(&sa.made, __ATOMIC_ACQUIRE) < 16)
 			usleep(100);

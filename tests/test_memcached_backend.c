@@ -752,7 +752,7 @@ static void *streamer(void *arg)
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "put of object %u before the kill: %lld", id,
 					 (long long)o[0].result);
-			s->failed[s->phase]++; /* the phase it ended in: the kill may come mid-op */
+			s->failed[atomic_load(&s->phase)]++; /* the phase it ended in: the kill may come mid-op */
 			continue;
 		}
 		o[1] = (struct op){ .opcode = HC_BE_OP_GET, .id = id, .iov = { { buf, len } }, .iovcnt = 1 };
@@ -762,7 +762,7 @@ static void *streamer(void *arg)
 		} else if (o[1].result == (int64_t)len && older_version(buf, len, id, ver)) {
 			/* a whole older version: a copy a moved key left behind
 			 * (keys must never move: each worker would move them on its own) */
-			s->stale[s->phase]++;
+			s->stale[atomic_load(&s->phase)]++;
 		} else if (o[1].result > 0) {
 			s->wrong++;
 			snprintf(s->why, sizeof(s->why), "object %u version %u: got %lld bytes that are not it", id,
@@ -771,7 +771,7 @@ static void *streamer(void *arg)
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "get of object %u before the kill: %lld", id,
 					 (long long)o[1].result);
-			s->failed[s->phase]++;
+			s->failed[atomic_load(&s->phase)]++;
 		}
 	}
 	free(buf);

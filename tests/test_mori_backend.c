@@ -406,8 +406,8 @@ END_TEST
 struct stream {
 	void *inst;
 	uint32_t id0;
-	volatile int phase, stop;
-	unsigned ok[3], failed[3], wrong;
+	_Atomic int phase, stop;
+	_Atomic unsigned ok[3], failed[3], wrong; /* read by the test while the stream runs */
 	char why[256];
 };
 
@@ -422,11 +422,13 @@ static void *streamer(void *arg)
 		int64_t r = put(s->inst, id, ver, len);
 
 		if (r != 0) {
-			s->failed[s->phase]++;
+			s->failed[atomic_load(&s->phase)]++;
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "put of %u before the kill: %lld", id, (long long)r);
-			if (r != -ECONNRESET && r != -ETIMEDOUT && r != -EHOSTDOWN && r != -EIO && r != -ECANCELED)
-				s->wrong++, snprintf(s->why, sizeof(s->why), "put of %u: %lld", id, (long long)r);
+			if (r != -ECONNRESET && r != -ETIMEDOUT && r != -EHOSTDOWN && r != -EIO && r != -ECANCELED) {
+				s->wrong++;
+				snprintf(s->why, sizeof(s->why), "put of %u: %lld", id, (long long)r);
+			}
 			continue;
 		}
 		r = get(s->inst, id, ver, len, &ok);
@@ -437,7 +439,7 @@ static void *streamer(void *arg)
 			snprintf(s->why, sizeof(s->why), "object %u version %u: %lld other bytes", id, ver,
 				 (long long)r);
 		} else {
-			s->failed[s->phase]++;
+			s->failed[atomic_load(&s->phase)]++;
 			if (!s->phase)
 				snprintf(s->why, sizeof(s->why), "get of %u before the kill: %lld", id, (long long)r);
 		}

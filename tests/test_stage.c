@@ -647,7 +647,7 @@ static void stuck(hc_pool *p, unsigned me, unsigned r, unsigned n)
 static void pressure_rank(hc_pool *p, void *arg)
 {
 	struct pressure *ps = arg;
-	unsigned me = (unsigned)__atomic_fetch_add(&ps->done, 1, __ATOMIC_RELAXED); /* 0.. as spawned */
+	unsigned me = (unsigned)atomic_fetch_add_explicit(&ps->done, 1, memory_order_relaxed); /* 0.. as spawned */
 	hc_key_t k[PR_ROUNDS * PR_CHUNK];
 
 	hct_keys(k, PR_ROUNDS * PR_CHUNK, 100 + me);
@@ -679,7 +679,7 @@ static void pressure_rank(hc_pool *p, void *arg)
 			      hc_last_error());
 		for (int i = 0; i < h; i++) {
 			if (hct_key_bytes(p, rd[i], k[i], 0) != 0)
-				__atomic_fetch_add(&ps->bad, 1, __ATOMIC_RELAXED);
+				atomic_fetch_add_explicit(&ps->bad, 1, memory_order_relaxed);
 			ck_assert_ok(hc_page_unpin(p, rd[i]));
 		}
 		ck_assert_ok(hc_req_free(rq));

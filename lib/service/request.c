@@ -134,7 +134,7 @@ int hc_service_probe(hc_pool *p, uint32_t *pid)
 			*pid = 0;
 		return 0;
 	}
-	r = pthread_mutex_trylock(&s->life);
+	r = hc__mutex_kind_ok(&s->life) ? pthread_mutex_trylock(&s->life) : ENOTRECOVERABLE;
 	if (r == EBUSY) {
 		/* Held by a live service (a stopped one is alive), or, with no
 		 * LIVE record, for a moment by another prober or a service

@@ -306,7 +306,7 @@ static int take_lock(hc_service *s)
 	dl.tv_nsec += LOCK_WAIT_MS * 1000000L;
 	dl.tv_sec += dl.tv_nsec / 1000000000L;
 	dl.tv_nsec %= 1000000000L;
-	r = pthread_mutex_timedlock(&sv->life, &dl);
+	r = hc__mutex_kind_ok(&sv->life) ? pthread_mutex_timedlock(&sv->life, &dl) : ENOTRECOVERABLE;
 	if (r == ETIMEDOUT)
 		r = EBUSY;
 	if (r == EOWNERDEAD) {

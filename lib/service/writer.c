@@ -9,7 +9,7 @@
  * one), and every SCAN_IDLE_MS anyway.  What it picks becomes internal
  * backup jobs with no waiter, in prefix order (shallow pages first: a
  * reader of L3 needs the prefix).  The same page is never queued twice
- * while a job for it runs: 'queued' (one byte per page, under s->mu) says
+ * while a job for it runs: 'queued' (one byte per page, set under s->mu) says
  * so.  Everything here is a hint from the segment, checked again by the
  * backup itself, which pins each page and skips one already in L3.
  */
@@ -24,10 +24,10 @@
 #define SCAN_IDLE_MS 1000 /* a scan at least this often, changes or not */
 
 struct writer {
-	uint8_t *queued;   /* per page: an internal backup has it (under s->mu) */
-	uint64_t seen;     /* dirty_seq at the last scan */
-	uint64_t last_ms;  /* when it was */
-	unsigned inflight; /* pages in internal jobs (under s->mu) */
+	_Atomic uint8_t *queued; /* per page: an internal backup has it (written under s->mu) */
+	uint64_t seen;           /* dirty_seq at the last scan */
+	uint64_t last_ms;        /* when it was */
+	unsigned inflight;       /* pages in internal jobs (under s->mu) */
 	unsigned max_inflight;
 	int again; /* the last scan stopped at max_inflight */
 	struct cand {
@@ -78,7 +78,7 @@ void hc__writer_done(hc_service *s, const struct job *j)
 	const hc_page_t *pg = j->items;
 
 	for (uint32_t i = 0; i < j->n; i++)
-		s->writer->queued[HC_PAGE_ID(pg[i])] = 0;
+		atomic_store_explicit(&s->writer->queued[HC_PAGE_ID(pg[i])], 0, memory_order_relaxed);
 	s->writer->inflight -= j->n;
 }
 
@@ -168,7 +168,11 @@ static unsigned pick(hc_service *s, struct writer *w)
 			clean++;
 			continue;
 		}
-		if (w->queued[id] || (s->stage && hc__w_owner(word) < HC_MAX_RANKS && busy[hc__w_owner(word)]))
+		/* Read without s->mu, a hint: only this thread sets an entry, so
+		 * a stale one is a 1 a worker is clearing, and the page waits
+		 * for the next scan. */
+		if (atomic_load_explicit(&w->queued[id], memory_order_relaxed) ||
+		    (s->stage && hc__w_owner(word) < HC_MAX_RANKS && busy[hc__w_owner(word)]))
 			continue;
 		if (s->o.write_policy == HC_WRITE_THROUGH_SELECTIVE &&
 		    atomic_load_explicit(&pg->hits, memory_order_relaxed) < s->o.select_hits)
@@ -235,13 +239,13 @@ void hc__writer_scan(hc_service *s)
 			pages[j] = HC_PAGE_MAKE(w->c[i + j].id, w->c[i + j].gen);
 		pthread_mutex_lock(&s->mu);
 		for (unsigned j = 0; j < k; j++)
-			w->queued[w->c[i + j].id] = 1;
+			atomic_store_explicit(&w->queued[w->c[i + j].id], 1, memory_order_relaxed);
 		w->inflight += k;
 		pthread_mutex_unlock(&s->mu);
 		if (hc__xfer_internal(s, HC__OP_BACKUP, pages, k) < 0) {
 			pthread_mutex_lock(&s->mu);
 			for (unsigned j = 0; j < k; j++)
-				w->queued[w->c[i + j].id] = 0;
+				atomic_store_explicit(&w->queued[w->c[i + j].id], 0, memory_order_relaxed);
 			w->inflight -= k;
 			pthread_mutex_unlock(&s->mu);
 			w->again = 1;

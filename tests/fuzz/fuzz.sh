@@ -5,8 +5,9 @@
 # starting from its seed corpus: hicache-memd's control protocol and
 # directory (tests/fuzz/fuzz_memd.c, as tests/fuzz/fuzz-memd), the
 # replay's trace reader (fuzz_trace.c, as fuzz-trace), backend specs
-# (fuzz_spec.c) and the L3 object header's check (fuzz_object.c), built
-# with ASan and UBSan when clang links -fsanitize=fuzzer.  The fuzzer works on a copy in a temporary
+# (fuzz_spec.c), the L3 object header's check (fuzz_object.c), a pool
+# segment's attach and check (fuzz_segment.c) and hicached's config file
+# (fuzz_conf.c), built with ASan and UBSan when clang links -fsanitize=fuzzer.  The fuzzer works on a copy in a temporary
 # folder, so the tree's corpus is never changed by a run; a crash is saved
 # there and its path printed: replay it with
 #   tests/fuzz/fuzz-NAME CRASH-FILE
@@ -35,8 +36,10 @@ fuzz() {
 	fi
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/hicache-fuzz.XXXXXX") || return 99
 	mkdir "$tmp/corpus" "$tmp/crashes" && cp "$seeds"/* "$tmp/corpus/" || { rm -rf "$tmp"; return 99; }
-	# -rss_limit_mb: the harnesses hold a 1 MiB region's directory, or a trace
-	"$fuzzer" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 \
+	# -rss_limit_mb: the harnesses hold a 1 MiB region's directory, or a trace;
+	# TMPDIR: what a harness makes there (fuzz-segment's pool files) goes
+	# with the folder, even after a crash
+	TMPDIR="$tmp" "$fuzzer" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 -print_final_stats=1 \
 		-artifact_prefix="$tmp/crashes/" "$tmp/corpus" 2>"$tmp/log"
 	st=$?
 	echo "== $1"
@@ -50,7 +53,7 @@ fuzz() {
 	return "$st"
 }
 
-for h in memd trace spec object; do
+for h in memd trace spec object segment conf; do
 	fuzz "$h" || status=$?
 done
 exit "$status"
