@@ -1221,6 +1221,38 @@ START_TEST(sealed_socket_named_when_listening)
 }
 END_TEST
 
+/* The socket is open to connect (0666: admission is the peer's
+ * credentials', not the umask's), and a daemon that stops removes its
+ * socket only if the path is still its own: here a second daemon serves
+ * there, after the first's socket was removed by hand. */
+START_TEST(sealed_socket_mode_and_owner)
+{
+	const char *a_name = pool_name(), *b_name = pool_name(), *sock = path_in_tmp("shared.sock");
+	mode_t old = umask(022);
+	char l3b[160];
+	struct stat st;
+	pid_t a, b;
+
+	a = spawn(ARGS("--pool", a_name, "--backend", backend(), GEOMETRY, "--pages", "8", "--sealed", "true",
+		       "--socket", sock));
+	umask(old);
+	hc_pool_detach(attach_served(a_name, sock, a, HC_ATTACH_ADMIN));
+	ck_assert_int_eq(lstat(sock, &st), 0);
+	ck_assert_msg((st.st_mode & 0777) == 0666, "socket mode %04o under umask 022", (unsigned)(st.st_mode & 0777));
+	ck_assert_int_eq(unlink(sock), 0);
+	snprintf(l3b, sizeof(l3b), "file:dir=%s", path_in_tmp("l3b")); /* one file backend a directory */
+	ck_assert_int_eq(mkdir(l3b + strlen("file:dir="), 0700), 0);
+	b = spawn(ARGS("--pool", b_name, "--backend", l3b, GEOMETRY, "--pages", "8", "--sealed", "true", "--socket",
+		       sock));
+	hc_pool_detach(attach_served(b_name, sock, b, HC_ATTACH_ADMIN));
+	ck_assert_int_eq(stop(a, SIGTERM), 0);
+	ck_assert_msg(lstat(sock, &st) == 0, "the first daemon removed the second's socket");
+	hc_pool_detach(attach_served(b_name, sock, b, HC_ATTACH_ADMIN));
+	ck_assert_int_eq(stop(b, SIGTERM), 0);
+	ck_assert_int_ne(lstat(sock, &st), 0);
+}
+END_TEST
+
 START_TEST(sealed_usage_errors)
 {
 	const char *name = pool_name(), *file = path_in_tmp("not-a-socket");
@@ -1287,6 +1319,7 @@ int main(void)
 	tcase_add_test(tc, sealed_pool_served);
 	tcase_add_test(tc, sealed_socket_default_and_stale);
 	tcase_add_test(tc, sealed_socket_named_when_listening);
+	tcase_add_test(tc, sealed_socket_mode_and_owner);
 	tcase_add_test(tc, sealed_usage_errors);
 	suite_add_tcase(s, tc);
 	return hct_run(s);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -20,7 +21,9 @@ static struct {
 	int ls, stop[2], fd, running;
 	const char *pool, *path;
 	pthread_t thr;
-} H = { -1, { -1, -1 }, -1, 0, NULL, NULL, 0 };
+	dev_t dev; /* the socket we bound: at stop, the path is removed only if it is still ours */
+	ino_t ino;
+} H = { -1, { -1, -1 }, -1, 0, NULL, NULL, 0, 0, 0 };
 
 static int addr_of(const char *path, struct sockaddr_un *a)
 {
@@ -33,28 +36,42 @@ static int addr_of(const char *path, struct sockaddr_un *a)
 }
 
 /* Listen on a, at path: bound under a temporary name in the same
- * directory, listening, then renamed to path.  A peer that finds the path
- * can connect at once; between bind and listen it would be refused
- * (ECONNREFUSED), as if the socket were stale.  A path too long for a
- * temporary name beside it is bound as it is. */
+ * directory, listening, open to connect (0666: who gets the pool is the
+ * peer's credentials' business, hc_pool_serve), then linked to path and
+ * the temporary name removed.  A peer that finds the path can connect at
+ * once (between bind and listen it would be refused, as from a stale
+ * socket), and link, unlike rename, never takes the path from another
+ * daemon that got there first (EADDRINUSE).  A path too long for a
+ * temporary name beside it is bound as it is.  Records what was bound. */
 static int listen_as(int s, struct sockaddr_un *a, const char *path)
 {
 	struct sockaddr_un t = { .sun_family = AF_UNIX };
 	const char *slash = strrchr(path, '/');
-	int dirlen = slash ? (int)(slash - path) : 1, n;
+	int dirlen = slash ? (int)(slash - path) : 1, n, e;
+	struct stat st;
 
 	n = snprintf(t.sun_path, sizeof(t.sun_path), "%.*s/.hicached.%d", dirlen, slash ? path : ".", (int)getpid());
-	if (n < 0 || (size_t)n >= sizeof(t.sun_path))
-		return bind(s, (struct sockaddr *)a, sizeof(*a)) < 0 || listen(s, 64) < 0 ? -1 : 0;
+	if (n < 0 || (size_t)n >= sizeof(t.sun_path)) {
+		if (bind(s, (struct sockaddr *)a, sizeof(*a)) < 0 || chmod(path, 0666) < 0 || listen(s, 64) < 0 ||
+		    lstat(path, &st) < 0)
+			return -1;
+		H.dev = st.st_dev;
+		H.ino = st.st_ino;
+		return 0;
+	}
 	unlink(t.sun_path); /* a name of ours left by a process of our pid: gone */
 	if (bind(s, (struct sockaddr *)&t, sizeof(t)) < 0)
 		return -1;
-	if (listen(s, 64) < 0 || rename(t.sun_path, path) < 0) {
-		int e = errno;
+	if (chmod(t.sun_path, 0666) < 0 || listen(s, 64) < 0 || lstat(t.sun_path, &st) < 0 ||
+	    link(t.sun_path, path) < 0) {
+		e = errno == EEXIST ? EADDRINUSE : errno;
 		unlink(t.sun_path);
 		errno = e;
 		return -1;
 	}
+	unlink(t.sun_path);
+	H.dev = st.st_dev;
+	H.ino = st.st_ino;
 	return 0;
 }
 
@@ -78,10 +95,14 @@ int hcd_handover_listen(const struct hcd_conf *c)
 		hcd_log(HC_LOG_ERR, "socket: %s", strerror(errno));
 		return HC_CLI_EXIT_FAIL;
 	}
+	/* The probe: a live daemon whose backlog is full must not hold us for
+	 * ever (connect waits up to the send timeout); one that answers late
+	 * still owns the path, and listen_as says so. */
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &(struct timeval){ .tv_sec = 2 }, sizeof(struct timeval));
 	r = connect(s, (struct sockaddr *)&a, sizeof(a));
 	e = errno;
+	close(s);
 	if (r == 0) {
-		close(s);
 		hcd_log(HC_LOG_ERR,
 			"cannot serve pool '%s': another process serves on %s (it answers): one hicached per socket; "
 			"stop it, or give another --socket",
@@ -91,21 +112,30 @@ int hcd_handover_listen(const struct hcd_conf *c)
 	if (e == ECONNREFUSED) {
 		/* nothing listens: a socket left by a hicached that died */
 		if (lstat(c->socket, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-			close(s);
 			hcd_log(HC_LOG_ERR, "--socket %s exists and is not a socket: remove it, or give another path",
 				c->socket);
 			return HC_CLI_EXIT_USAGE;
 		}
 		if (unlink(c->socket) < 0) {
-			close(s);
 			hcd_log(HC_LOG_ERR, "cannot remove the stale socket %s: %s", c->socket, strerror(errno));
 			return HC_CLI_EXIT_FAIL;
 		}
 		hcd_log(HC_LOG_INFO, "removed the stale socket %s (nothing listened on it)", c->socket);
 	}
+	if ((s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+		hcd_log(HC_LOG_ERR, "socket: %s", strerror(errno));
+		return HC_CLI_EXIT_FAIL;
+	}
 	if (listen_as(s, &a, c->socket) < 0) {
 		e = errno;
 		close(s);
+		if (e == EADDRINUSE) { /* another daemon took the path since the probe */
+			hcd_log(HC_LOG_ERR,
+				"cannot serve pool '%s': another process serves on %s: one hicached per socket; "
+				"stop it, or give another --socket",
+				c->pool, c->socket);
+			return HC_CLI_EXIT_FAIL;
+		}
 		hcd_log(HC_LOG_ERR, "cannot listen on --socket %s: %s%s", c->socket, strerror(e),
 			e == ENOENT ? ": its directory does not exist" : "");
 		return HC_CLI_EXIT_USAGE;
@@ -176,7 +206,10 @@ void hcd_handover_stop(void)
 	if (H.ls >= 0) {
 		close(H.ls);
 		H.ls = -1;
-		if (unlink(H.path) < 0 && errno != ENOENT)
+		struct stat st;
+		/* only ours: a daemon after us may have replaced a socket it found stale */
+		if (lstat(H.path, &st) == 0 && st.st_dev == H.dev && st.st_ino == H.ino && unlink(H.path) < 0 &&
+		    errno != ENOENT)
 			hcd_log(HC_LOG_WARN, "cannot remove the socket %s: %s", H.path, strerror(errno));
 	}
 }
