@@ -254,6 +254,19 @@ static int serve_peer(int s, int pool_fd, const char *name, const struct stat *s
 	if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) < 0)
 		return hc__err(errno, "serve pool '%s': cannot read the peer's credentials: %s", name, strerror(errno));
 	snprintf(who, sizeof(who), "peer pid %d uid %u gid %u", (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
+	/* Admitted first: a peer with no right to the pool is answered at
+	 * once, and cannot hold the server for peer_ms by saying nothing. */
+	snprintf(label, sizeof(label), "sealed pool '%s'", name);
+	groups = peer_groups(s, cr.gid, &ngroups);
+	if (!groups)
+		return refuse(s, ENOMEM, "pool '%s': out of memory reading %s's groups", name, who);
+	ret = hc__pool_admits(label, st, cr.uid, groups, ngroups);
+	free(groups);
+	if (ret < 0) {
+		char why[HO_WHY_BYTES];
+		snprintf(why, sizeof(why), "%s", hc_last_error());
+		return refuse(s, -ret, "%s refused: %s", who, why);
+	}
 	n = read_record(s, &req, sizeof(req), now_ms() + peer_ms, NULL);
 	if (n == -ETIMEDOUT)
 		return hc__err(ETIMEDOUT, "serve pool '%s': %s sent no whole request within %d ms; cut off", name, who,
@@ -277,17 +290,6 @@ static int serve_peer(int s, int pool_fd, const char *name, const struct stat *s
 		printable(req.name, sizeof(req.name));
 		return refuse(s, ENOENT, "%s asked for pool '%s', but this socket serves pool '%s'", who, req.name,
 			      name);
-	}
-	snprintf(label, sizeof(label), "sealed pool '%s'", name);
-	groups = peer_groups(s, cr.gid, &ngroups);
-	if (!groups)
-		return refuse(s, ENOMEM, "pool '%s': out of memory reading %s's groups", name, who);
-	ret = hc__pool_admits(label, st, cr.uid, groups, ngroups);
-	free(groups);
-	if (ret < 0) {
-		char why[HO_WHY_BYTES];
-		snprintf(why, sizeof(why), "%s", hc_last_error());
-		return refuse(s, -ret, "%s refused: %s", who, why);
 	}
 	memset(&rep, 0, sizeof(rep));
 	rep.magic = HO_REP_MAGIC;
@@ -315,11 +317,12 @@ int hc_pool_serve(int listen_fd, int pool_fd, const char *name, int accept_ms, i
 			       strerror(errno));
 	seals = fcntl(pool_fd, F_GET_SEALS);
 	if (!S_ISREG(st.st_mode) || seals < 0 ||
-	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
-		return hc__err(EPERM,
-			       "serve pool '%s': fd %d is not a memfd sealed against shrinking and growing: "
-			       "serve only a sealed pool (hc_pool_spec.sealed_fd)",
-			       name, pool_fd);
+	    (seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		return hc__err(
+			EPERM,
+			"serve pool '%s': fd %d is not a memfd sealed against shrinking, growing and more seals: "
+			"serve only a sealed pool (hc_pool_spec.sealed_fd)",
+			name, pool_fd);
 	if ((ret = wait_in(listen_fd, accept_ms < 0 ? INT64_MAX : now_ms() + accept_ms)) <= 0)
 		return ret == 0 ? hc__err(ETIMEDOUT, "serve pool '%s': no peer connected within %d ms", name, accept_ms)
 				: hc__err(-ret, "serve pool '%s': waiting on socket fd %d: %s", name, listen_fd,

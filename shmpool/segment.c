@@ -614,8 +614,9 @@ static int check_owner(const char *path, const struct stat *st)
 	return ret;
 }
 
-/* A sealed pool's fd: a memfd that no one can shrink or grow (its mode
- * was checked by whoever handed it over). */
+/* A sealed pool's fd: a memfd that no one can shrink or grow, nor seal
+ * further (F_SEAL_FUTURE_WRITE would fail every later rank's mapping).
+ * Its mode was checked by whoever handed it over. */
 static int check_sealed(int fd, const char *path, const struct stat *st)
 {
 	int seals;
@@ -632,6 +633,11 @@ static int check_sealed(int fd, const char *path, const struct stat *st)
 		return hc__err(EPERM,
 			       "%s is not sealed against shrinking and growing (seals 0x%x): any holder could "
 			       "truncate it under the ranks; create it with hc_pool_spec.sealed_fd",
+			       path, (unsigned)seals);
+	if (!(seals & F_SEAL_SEAL))
+		return hc__err(EPERM,
+			       "%s is open to more seals (seals 0x%x): any holder could seal it against writing, "
+			       "and every later rank's mapping would fail; create it with hc_pool_spec.sealed_fd",
 			       path, (unsigned)seals);
 	return 0;
 }

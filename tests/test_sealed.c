@@ -185,8 +185,13 @@ START_TEST(attach_refuses_unsealed)
 	/* sealed against growing only: still refused */
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_GROW), 0);
 	ck_assert_err(hc_pool_attach(name, &o, &p), EPERM);
-	/* both: the same bytes attach */
+	/* both, but open to more seals (F_SEAL_FUTURE_WRITE would fail later
+	 * ranks' mappings): refused */
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	ck_assert_err(hc_pool_attach(name, &o, &p), EPERM);
+	ck_assert_msg(strstr(hc_last_error(), "is open to more seals"), "%s", hc_last_error());
+	/* all three: the same bytes attach */
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL), 0);
 	ck_assert_ok(hc_pool_attach(name, &o, &p));
 	ck_assert_ok(hc_pool_detach(p));
 	close(fd);
@@ -210,7 +215,7 @@ START_TEST(attach_refuses_unsealed)
 	ck_assert_err(hc_pool_attach(name, &o, &p), EBADF);
 	o.fd = memfd_create("empty", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	ck_assert_int_eq(ftruncate(o.fd, 4096), 0);
-	ck_assert_int_eq(fcntl(o.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+	ck_assert_int_eq(fcntl(o.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
 	ck_assert_err(hc_pool_attach(name, &o, &p), EBADMSG);
 	close(o.fd);
 	/* fd and socket, or a directory, with a sealed pool */
@@ -387,6 +392,23 @@ START_TEST(server_bad_peers)
 	ck_assert_msg(strstr(hc_last_error(), "does not speak"), "%s", hc_last_error());
 	reap(pid);
 	ck_assert(memmem(answer, 1024, "does not speak", 14));
+	/* a silent peer with no right to the pool is refused at once: it was
+	 * read first, and held the server for the whole peer_ms */
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		ssize_t got, total = 0;
+		int c;
+		if (setgroups(0, NULL) < 0 || setgid(NOBODY) < 0 || setuid(NOBODY) < 0)
+			_exit(10);
+		c = connect_to(sock_path);
+		while ((got = read(c, answer + total, 1023 - (size_t)total)) > 0)
+			total += got;
+		_exit(0);
+	}
+	ck_assert_err(hc_pool_serve(ls, fd, name, 10000, 5000), EACCES);
+	reap(pid);
+	ck_assert(memmem(answer, 1024, "uid 65534 gid 65534 refused", 27));
 	/* half a request, then a hang-up */
 	pid = peer(junk, 10, 0, answer, 1024);
 	ck_assert_err(hc_pool_serve(ls, fd, name, 10000, 1000), EPROTO);
