@@ -267,17 +267,39 @@ START_TEST(loader_trust)
 	hc_store_close(st);
 	ck_assert_int_eq(chmod(dir, 0777), 0);
 	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
-	ck_assert_msg(strstr(hc_last_error(), "directory /tmp/hct-trust-") &&
-			      strstr(hc_last_error(), "may be written by anyone (mode 0777)"),
-		      "%s", hc_last_error());
+	ck_assert_msg(
+		strstr(hc_last_error(), "directory /tmp/hct-trust-") &&
+			strstr(hc_last_error(), ", on the way to the plugin, may be written by anyone (mode 0777)"),
+		"%s", hc_last_error());
 	setenv("HICACHE_BACKEND_PATH", dir, 1); /* found on the search path: the same */
 	ck_assert_err(hc_store_open(e.p, "mem", NULL, &st), EPERM);
 	unsetenv("HICACHE_BACKEND_PATH");
+	ck_assert_int_eq(chmod(dir, 0770), 0); /* root's group may write: fine */
+	ck_assert_msg(hc_store_open(e.p, spec, NULL, &st) == 0, "%s", hc_last_error());
+	hc_store_close(st);
+	ck_assert_int_eq(chown(dir, 0, 65534), 0); /* another group may: not */
+	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
+	ck_assert_msg(strstr(hc_last_error(), ", on the way to the plugin, may be written by group 65534 (mode 0770)"),
+		      "%s", hc_last_error());
 	ck_assert_int_eq(chmod(dir, 0700), 0);
+	ck_assert_int_eq(chown(so, 0, 65534), 0);
 	ck_assert_int_eq(chmod(so, 0775), 0);
 	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
-	ck_assert_msg(strstr(hc_last_error(), "may be written by its group (mode 0775)"), "%s", hc_last_error());
+	ck_assert_msg(strstr(hc_last_error(), "mem.so may be written by group 65534 (mode 0775)"), "%s",
+		      hc_last_error());
 	ck_assert_int_eq(chmod(so, 0755), 0);
+	{
+		/* through a symlink: what is opened is the file checked */
+		char link[1200];
+		snprintf(link, sizeof(link), "%s/link.so:max_objects=3", dir);
+		link[strlen(dir) + strlen("/link.so")] = '\0';
+		ck_assert_int_eq(symlink(so, link), 0);
+		link[strlen(link)] = ':';
+		ck_assert_msg(hc_store_open(e.p, link, NULL, &st) == 0, "%s", hc_last_error());
+		hc_store_close(st);
+		link[strlen(dir) + strlen("/link.so")] = '\0';
+		ck_assert_int_eq(unlink(link), 0);
+	}
 	ck_assert_int_eq(chown(so, 65534, 65534), 0);
 	ck_assert_err(hc_store_open(e.p, spec, NULL, &st), EPERM);
 	ck_assert_msg(strstr(hc_last_error(), "is owned by uid 65534"), "%s", hc_last_error());

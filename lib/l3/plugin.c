@@ -171,39 +171,46 @@ static int find(const char *name, const char *dir, char *path, size_t len, char 
  * A plugin runs as the process that loads it (the service): whoever can
  * replace the file, or rename an entry in a directory on its way, runs code
  * as the service.  Refused: a file or directory owned by someone other than
- * root or this process's user, a plugin file that its group or others may
- * write, and a directory anyone may write unless it is sticky (as /tmp is:
- * there only an entry's owner may rename or remove it).  Checked on the
- * real path, so no symlink hides a step.
+ * root or this process's user, and a plugin file or a directory (unless it
+ * is sticky, as /tmp is: there only an entry's owner may rename or remove
+ * it) that others, or a group other than root's or this process's own, may
+ * write.  Checked on the real path, which then replaces path: the file
+ * opened is the file checked, whatever a symlink on the way points to
+ * later.
  */
-static int trusted(const char *name, const char *path)
+static int trusted(const char *name, char path[PATH_MAX])
 {
 	char real[PATH_MAX], *slash;
 	uid_t me = geteuid();
+	gid_t mygid = getegid();
 	struct stat sb;
 
 	if (!realpath(path, real))
 		return hc__err(errno, "backend %s: %s: %s", name, path, strerror(errno));
+	memcpy(path, real, sizeof(real));
 	for (int file = 1;; file = 0) {
 		const char *what = file ? "plugin" : "directory";
+		int sticky;
 		if (stat(real, &sb) < 0)
 			return hc__err(errno, "backend %s: %s: %s", name, real, strerror(errno));
+		sticky = !file && (sb.st_mode & S_ISVTX);
 		if (sb.st_uid != 0 && sb.st_uid != me)
 			return hc__err(
 				EPERM,
 				"backend %s: %s %s is owned by uid %u, not root or this process's uid %u: its owner could run code in this process; install the plugin where only root or uid %u can write",
 				name, what, real, (unsigned)sb.st_uid, (unsigned)me, (unsigned)me);
-		if (file && (sb.st_mode & (S_IWGRP | S_IWOTH)))
+		if ((sb.st_mode & S_IWOTH) && !sticky)
 			return hc__err(
 				EPERM,
-				"backend %s: plugin %s may be written by its %s (mode %04o): they could run code in this process; chmod go-w it",
-				name, real, sb.st_mode & S_IWOTH ? "group and others" : "group",
-				(unsigned)(sb.st_mode & 07777));
-		if (!file && (sb.st_mode & S_IWOTH) && !(sb.st_mode & S_ISVTX))
+				"backend %s: %s %s%s may be written by anyone (mode %04o): anyone could replace the plugin; chmod o-w it%s",
+				name, what, real, file ? "" : ", on the way to the plugin,",
+				(unsigned)(sb.st_mode & 07777), file ? "" : ", or install the plugin elsewhere");
+		if ((sb.st_mode & S_IWGRP) && !sticky && sb.st_gid != 0 && sb.st_gid != mygid)
 			return hc__err(
 				EPERM,
-				"backend %s: directory %s, on the way to the plugin, may be written by anyone (mode %04o): anyone could replace the plugin; chmod o-w it, or install the plugin elsewhere",
-				name, real, (unsigned)(sb.st_mode & 07777));
+				"backend %s: %s %s%s may be written by group %u (mode %04o), neither root's nor this process's (%u): its members could replace the plugin; chmod g-w it",
+				name, what, real, file ? "" : ", on the way to the plugin,", (unsigned)sb.st_gid,
+				(unsigned)(sb.st_mode & 07777), (unsigned)mygid);
 		if (!strcmp(real, "/"))
 			return 0;
 		slash = strrchr(real, '/');
@@ -250,8 +257,9 @@ int hc__plugin_load(const char *name, const char *dir, struct hc__plugin *out)
 	}
 	if ((ret = trusted(out->name, out->path)) < 0)
 		return ret;
-	/* out->path has a '/': the dynamic loader opens that file, and never
-	 * searches LD_LIBRARY_PATH or its cache for it */
+	/* out->path is the real path trusted() checked, with a '/': the
+	 * dynamic loader opens that file, and never searches LD_LIBRARY_PATH or
+	 * its cache for it */
 	dlerror();
 	dl = dlopen(out->path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!dl)
