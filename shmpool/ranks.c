@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -217,6 +220,8 @@ int hc__rank_unlock_stuck(struct hc_pool *p, unsigned slot, char *what, size_t l
 		if (!__atomic_compare_exchange_n(&r->lock.__data.__lock, &(int){ (int)word }, 0, 0, __ATOMIC_ACQ_REL,
 						 __ATOMIC_ACQUIRE))
 			return 0; /* it moved: someone's, not garbage */
+		/* the word may carry the waiters bit: wake whoever sleeps on it */
+		syscall(SYS_futex, &r->lock.__data.__lock, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 		snprintf(what, len, "its mutex was held by no rank (lock word 0x%08x); let go", word);
 		return 1;
 	}
