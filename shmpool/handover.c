@@ -391,7 +391,9 @@ int hc__handover_recv(const char *path, const char *name, uint32_t timeout_ms, i
 	req.magic = HO_REQ_MAGIC;
 	req.version = HO_VERSION;
 	snprintf(req.name, sizeof(req.name), "%s", name);
-	if ((ret = send_record(s, &req, sizeof(req), -1)) < 0) {
+	/* EPIPE: the server refused us before reading the request (it checks
+	 * credentials first) and hung up; its refusal is there to be read. */
+	if ((ret = send_record(s, &req, sizeof(req), -1)) < 0 && ret != -EPIPE && ret != -ECONNRESET) {
 		ret = hc__err(-ret, "pool '%s': sending the request to %s: %s", name, path, strerror(-ret));
 		goto out;
 	}
