@@ -175,16 +175,24 @@ static int same_waiter(const struct waiter *a, const struct waiter *b)
 	return a->slot == b->slot && a->epoch == b->epoch && a->user_data == b->user_data;
 }
 
+/* The prefetch request of waiter w, if its rank has not acknowledged it. */
+static struct asked *asked_of(struct stage *st, const struct waiter *w)
+{
+	for (struct asked *a = st->asked; a; a = a->next)
+		if (same_waiter(&a->w, w))
+			return a;
+	return NULL;
+}
+
 /* The prefetches of job j's waiters start (+1) or stop (-1) holding their
  * keys' pages: when it is admitted, and when it parks again. */
 static void job_hold(struct stage *st, const struct job *j, int d)
 {
-	for (const struct waiter *w = j->waiters; w; w = w->next)
-		for (struct asked *a = st->asked; a; a = a->next)
-			if (same_waiter(&a->w, w)) {
-				asked_hold(st, a, d);
-				break;
-			}
+	for (const struct waiter *w = j->waiters; w; w = w->next) {
+		struct asked *a = asked_of(st, w);
+		if (a)
+			asked_hold(st, a, d);
+	}
 }
 
 /* ---- gauges */
@@ -365,15 +373,12 @@ void hc__stage_reserved(hc_service *s, struct job *j, int r)
 
 void hc__stage_merged(hc_service *s, const struct job *j, const struct waiter *w)
 {
-	struct stage *st = s->stage;
+	struct asked *a;
 
 	if (j->parked)
 		return; /* its admission holds for every waiter */
-	for (struct asked *a = st->asked; a; a = a->next)
-		if (same_waiter(&a->w, w)) {
-			asked_hold(st, a, +1);
-			return;
-		}
+	if ((a = asked_of(s->stage, w)))
+		asked_hold(s->stage, a, +1);
 }
 
 struct job *hc__stage_find(hc_service *s, int (*same)(const struct job *, const void *), const void *arg)
