@@ -45,31 +45,28 @@ static int addr_of(const char *path, struct sockaddr_un *a)
  * temporary name beside it is bound as it is.  Records what was bound. */
 static int listen_as(int s, struct sockaddr_un *a, const char *path)
 {
-	struct sockaddr_un t = { .sun_family = AF_UNIX };
+	struct sockaddr_un t = { .sun_family = AF_UNIX }, *b = &t;
 	const char *slash = strrchr(path, '/');
 	int dirlen = slash ? (int)(slash - path) : 1, n, e;
 	struct stat st;
 
 	n = snprintf(t.sun_path, sizeof(t.sun_path), "%.*s/.hicached.%d", dirlen, slash ? path : ".", (int)getpid());
-	if (n < 0 || (size_t)n >= sizeof(t.sun_path)) {
-		if (bind(s, (struct sockaddr *)a, sizeof(*a)) < 0 || chmod(path, 0666) < 0 || listen(s, 64) < 0 ||
-		    lstat(path, &st) < 0)
-			return -1;
-		H.dev = st.st_dev;
-		H.ino = st.st_ino;
-		return 0;
-	}
-	unlink(t.sun_path); /* a name of ours left by a process of our pid: gone */
-	if (bind(s, (struct sockaddr *)&t, sizeof(t)) < 0)
+	if (n < 0 || (size_t)n >= sizeof(t.sun_path))
+		b = a; /* bound at path itself */
+	else
+		unlink(t.sun_path); /* a name of ours left by a process of our pid: gone */
+	if (bind(s, (struct sockaddr *)b, sizeof(*b)) < 0)
 		return -1;
-	if (chmod(t.sun_path, 0666) < 0 || listen(s, 64) < 0 || lstat(t.sun_path, &st) < 0 ||
-	    link(t.sun_path, path) < 0) {
+	if (chmod(b->sun_path, 0666) < 0 || listen(s, 64) < 0 || lstat(b->sun_path, &st) < 0 ||
+	    (b == &t && link(t.sun_path, path) < 0)) {
 		e = errno == EEXIST ? EADDRINUSE : errno;
-		unlink(t.sun_path);
+		if (b == &t)
+			unlink(t.sun_path);
 		errno = e;
 		return -1;
 	}
-	unlink(t.sun_path);
+	if (b == &t)
+		unlink(t.sun_path);
 	H.dev = st.st_dev;
 	H.ino = st.st_ino;
 	return 0;
